@@ -1,0 +1,294 @@
+//! Actual-state mutations: what NRP accepted (recorded exactly as sent, never what is desired now)
+//! and what an observation read back from NRP.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::DiffTracker;
+use super::diff::{AddressUpdateAction, LocationDiff, ServiceAction, ServiceChange};
+use super::error::InvalidInput;
+use super::identity::{ServiceId, ServiceKind, normalize_identity};
+use super::location::Refs;
+
+/// A report that cannot be true of NRP; nothing of it was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// An address refers to a service NRP does not have (NRP refuses such a call).
+    #[error("location {location}, address {address}: service {service:?} is not in NRP's actual state")]
+    UnknownService {
+        /// The location of the address.
+        location: IpAddr,
+        /// The address.
+        address: IpAddr,
+        /// The service it names.
+        service: String,
+    },
+    /// A service was reported deleted while NRP addresses still refer to it (NRP refuses that).
+    #[error("service {service:?} cannot have been deleted: {count} addresses in NRP still refer to it")]
+    StillReferenced {
+        /// The service.
+        service: String,
+        /// How many actual addresses refer to it.
+        count: u32,
+    },
+    /// The same location appears twice in one report.
+    #[error("location {0} appears twice in one report")]
+    DuplicateLocation(IpAddr),
+    /// A name in the report is not a valid identity, or is of the other kind.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+}
+
+/// NRP's whole state for one gateway, as read back by an observe unit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActualSnapshot {
+    /// Inbound services (load balancer backend pools) registered on the gateway.
+    pub load_balancers: Vec<String>,
+    /// Outbound services (NAT gateways) registered on the gateway.
+    pub nat_gateways: Vec<String>,
+    /// Every location with its addresses and their service refs.
+    pub locations: Vec<(IpAddr, Vec<(IpAddr, Vec<String>)>)>,
+}
+
+/// What an observation changed in the actual state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObserveSummary {
+    /// Services whose actual presence changed.
+    pub services_changed: usize,
+    /// Locations whose actual content changed.
+    pub locations_changed: usize,
+}
+
+impl DiffTracker {
+    /// Records that NRP created or deleted a service.
+    pub fn record_service_applied(&mut self, change: &ServiceChange) -> Result<(), ReportError> {
+        let result = self.record_service_applied_inner(change);
+        self.services.collect_unused();
+        result
+    }
+
+    fn record_service_applied_inner(&mut self, change: &ServiceChange) -> Result<(), ReportError> {
+        let name = normalize_identity("service", &change.name)?;
+        match change.action {
+            ServiceAction::Create => {
+                let sid = self.services.intern(&name, change.kind).map_err(|existing| {
+                    InvalidInput::new(
+                        "service",
+                        &change.name,
+                        super::Reason::KindConflict {
+                            existing: existing.as_str(),
+                        },
+                    )
+                })?;
+                self.set_service_actual(sid, Some(change.kind));
+            }
+            ServiceAction::Delete => {
+                let Some(sid) = self.services.id(&name) else {
+                    return Ok(());
+                };
+                let count = self.services.get(sid).actual_refs;
+                if count > 0 {
+                    return Err(ReportError::StillReferenced { service: name, count });
+                }
+                self.set_service_actual(sid, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that NRP accepted a location update exactly as given.
+    pub fn record_location_applied(&mut self, update: &LocationDiff) -> Result<(), ReportError> {
+        let result = self.record_location_applied_inner(update);
+        self.services.collect_unused();
+        result
+    }
+
+    fn record_location_applied_inner(&mut self, update: &LocationDiff) -> Result<(), ReportError> {
+        let resolved = self.resolve_actual(update.location, &update.addresses_as_pairs())?;
+        self.apply_actual_location(update.location, update.action, resolved);
+        Ok(())
+    }
+
+    /// Replaces the whole actual state with what NRP holds (anti-entropy). Locations and services
+    /// that changed become dirty, so drift made outside the system is repaired.
+    pub fn observe(&mut self, snapshot: &ActualSnapshot) -> Result<ObserveSummary, ReportError> {
+        let result = self.observe_inner(snapshot);
+        self.services.collect_unused();
+        result
+    }
+
+    fn observe_inner(&mut self, snapshot: &ActualSnapshot) -> Result<ObserveSummary, ReportError> {
+        let mut services = Vec::new();
+        for (names, kind) in [
+            (&snapshot.load_balancers, ServiceKind::Inbound),
+            (&snapshot.nat_gateways, ServiceKind::Outbound),
+        ] {
+            for n in names {
+                services.push((normalize_identity("service", n)?, kind));
+            }
+        }
+        let observed: HashSet<&str> = services.iter().map(|(n, _)| n.as_str()).collect();
+        let mut seen = HashSet::new();
+        for (location, addresses) in &snapshot.locations {
+            if !seen.insert(*location) {
+                return Err(ReportError::DuplicateLocation(*location));
+            }
+            for (address, refs) in addresses {
+                for r in refs {
+                    let n = normalize_identity("service", r)?;
+                    if !observed.contains(n.as_str()) {
+                        return Err(ReportError::UnknownService {
+                            location: *location,
+                            address: *address,
+                            service: r.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        // Kinds must agree with what the tracker knows; check before changing anything.
+        for (n, kind) in &services {
+            if let Some(sid) = self.services.id(n)
+                && self.services.get(sid).kind != *kind
+            {
+                return Err(InvalidInput::new(
+                    "service",
+                    n.as_str(),
+                    super::Reason::KindConflict {
+                        existing: self.services.get(sid).kind.as_str(),
+                    },
+                )
+                .into());
+            }
+        }
+        let mut summary = ObserveSummary::default();
+        let mut ids = Vec::with_capacity(services.len());
+        for (n, kind) in &services {
+            let sid = self.services.intern(n, *kind).expect("kinds checked above");
+            if self.services.get(sid).actual != Some(*kind) {
+                summary.services_changed += 1;
+                self.set_service_actual(sid, Some(*kind));
+            }
+            ids.push(sid);
+        }
+        let stale: Vec<IpAddr> = self
+            .locations
+            .iter()
+            .filter(|(l, loc)| (loc.in_nrp || loc.actual_addresses > 0) && !seen.contains(*l))
+            .map(|(l, _)| *l)
+            .collect();
+        for location in stale {
+            summary.locations_changed += 1;
+            self.apply_actual_location(location, AddressUpdateAction::Full, Vec::new());
+        }
+        for (location, addresses) in &snapshot.locations {
+            let pairs: Vec<(IpAddr, &[String])> = addresses.iter().map(|(a, r)| (*a, r.as_slice())).collect();
+            let resolved = self.resolve_actual(*location, &pairs)?;
+            if self.actual_differs(*location, &resolved) {
+                summary.locations_changed += 1;
+                self.apply_actual_location(*location, AddressUpdateAction::Full, resolved);
+            }
+            // A location NRP has, even with no address, is in NRP.
+            self.set_in_nrp(*location, true);
+        }
+        let gone: Vec<ServiceId> = self
+            .services
+            .iter()
+            .filter(|(sid, e)| e.actual.is_some() && !ids.contains(sid))
+            .map(|(sid, _)| sid)
+            .collect();
+        for sid in gone {
+            summary.services_changed += 1;
+            self.set_service_actual(sid, None);
+        }
+        Ok(summary)
+    }
+
+    /// Turns reported names into ids, refusing refs to services NRP does not have.
+    fn resolve_actual(
+        &self,
+        location: IpAddr,
+        addresses: &[(IpAddr, &[String])],
+    ) -> Result<Vec<(IpAddr, Refs)>, ReportError> {
+        let mut out = Vec::with_capacity(addresses.len());
+        for (address, names) in addresses {
+            let mut refs = Vec::with_capacity(names.len());
+            for n in names.iter() {
+                let sid = normalize_identity("service", n)
+                    .ok()
+                    .and_then(|c| self.services.id(&c))
+                    .filter(|sid| self.services.get(*sid).actual.is_some())
+                    .ok_or_else(|| ReportError::UnknownService {
+                        location,
+                        address: *address,
+                        service: n.clone(),
+                    })?;
+                refs.push(sid);
+            }
+            refs.sort_unstable();
+            refs.dedup();
+            out.push((*address, refs.into_boxed_slice()));
+        }
+        Ok(out)
+    }
+
+    /// Whether a full replacement with `resolved` would change the location's actual addresses.
+    fn actual_differs(&self, location: IpAddr, resolved: &[(IpAddr, Refs)]) -> bool {
+        let Some(loc) = self.locations.get(&location) else {
+            return true;
+        };
+        let listed = resolved.iter().filter(|(_, r)| !r.is_empty()).count();
+        !loc.in_nrp
+            || listed != loc.actual_addresses as usize
+            || resolved.iter().any(|(a, r)| {
+                let have = loc.addresses.get(a).and_then(|s| s.actual.as_deref()).unwrap_or(&[]);
+                have != &r[..]
+            })
+    }
+
+    /// Applies a full or partial update to the actual state of one location.
+    fn apply_actual_location(&mut self, location: IpAddr, action: AddressUpdateAction, addresses: Vec<(IpAddr, Refs)>) {
+        if action == AddressUpdateAction::Full {
+            let listed: HashSet<IpAddr> = addresses.iter().map(|(a, _)| *a).collect();
+            let dropped: Vec<IpAddr> = self
+                .locations
+                .get(&location)
+                .map(|loc| {
+                    loc.addresses
+                        .iter()
+                        .filter(|(a, s)| s.actual.is_some() && !listed.contains(*a))
+                        .map(|(a, _)| *a)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for address in dropped {
+                self.set_actual(location, address, None);
+            }
+        }
+        let in_nrp = !(action == AddressUpdateAction::Full && addresses.is_empty());
+        for (address, refs) in addresses {
+            self.set_actual(location, address, Some(refs));
+        }
+        self.set_in_nrp(location, in_nrp);
+    }
+
+    /// Sets whether NRP has a service; the locations whose filtered ref depends on it become dirty.
+    fn set_service_actual(&mut self, sid: ServiceId, kind: Option<ServiceKind>) {
+        let entry = self.services.get_mut(sid);
+        if entry.actual == kind {
+            return;
+        }
+        entry.actual = kind;
+        let dirty: Vec<IpAddr> = entry
+            .locations
+            .iter()
+            .filter(|(_, c)| c.desired > 0)
+            .map(|(l, _)| *l)
+            .collect();
+        for l in dirty {
+            self.dirty_locations.push(l);
+        }
+        self.dirty_service(sid);
+        self.services.release_if_unused(sid);
+    }
+}

@@ -1,0 +1,222 @@
+//! The difference between desired and actual state, and its ordering rules.
+//!
+//! * An address is sent with its desired ref **filtered to services NRP has**, so a service is
+//!   always created in NRP before any address refers to it.
+//! * An actual address no longer desired is sent with an empty ref; a location no longer desired
+//!   at all is sent as a full update with no addresses (which deletes it in NRP); a location NRP
+//!   does not have is sent as a full update.
+//! * A service is deleted only once no actual address refers to it (drain first).
+//! * While removals are withheld, nothing is removed and no full update replaces NRP's content.
+
+use std::net::IpAddr;
+
+use super::DiffTracker;
+use super::identity::{ServiceId, ServiceKind};
+use super::location::{Desired, RefBuf};
+
+/// How NRP applies a location's address list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressUpdateAction {
+    /// Replace the location's addresses with the list; an empty list deletes the location.
+    Full,
+    /// Change only the listed addresses; an address with an empty ref is removed.
+    Partial,
+}
+
+/// One address and the service ref it must have in NRP (empty = remove the address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressUpdate {
+    /// The pod IP.
+    pub address: IpAddr,
+    /// Canonical service names, sorted.
+    pub services: Vec<String>,
+}
+
+/// The change one location needs in NRP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocationDiff {
+    /// The node IP.
+    pub location: IpAddr,
+    /// Full or partial.
+    pub action: AddressUpdateAction,
+    /// Addresses sorted by IP.
+    pub addresses: Vec<AddressUpdate>,
+}
+
+impl LocationDiff {
+    /// True if this update deletes the whole location in NRP.
+    pub fn deletes_location(&self) -> bool {
+        self.action == AddressUpdateAction::Full && self.addresses.is_empty()
+    }
+
+    /// The addresses with their refs as borrowed pairs.
+    pub(crate) fn addresses_as_pairs(&self) -> Vec<(IpAddr, &[String])> {
+        self.addresses
+            .iter()
+            .map(|a| (a.address, a.services.as_slice()))
+            .collect()
+    }
+}
+
+/// Create or delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceAction {
+    /// Create the service in NRP (load balancer or NAT gateway, then register it).
+    Create,
+    /// Delete the service from NRP; only offered once no NRP address refers to it.
+    Delete,
+}
+
+/// A service change NRP needs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceChange {
+    /// Canonical name.
+    pub name: String,
+    /// Inbound or outbound.
+    pub kind: ServiceKind,
+    /// Create or delete.
+    pub action: ServiceAction,
+}
+
+/// Where one service stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceStatus {
+    /// Desired and actual agree.
+    InSync,
+    /// A change can be sent now.
+    Pending(ServiceChange),
+    /// Not desired, but NRP addresses still refer to it: their removal must land first.
+    AwaitingDrain {
+        /// Addresses in NRP still referring to it.
+        actual_refs: u32,
+    },
+    /// Deletion is due but removals are withheld (initialization gates closed).
+    Withheld,
+}
+
+/// The whole pending difference (computed by a full scan: for the read API and for tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Service changes that can be sent now, by name.
+    pub services: Vec<ServiceChange>,
+    /// Location changes, by location.
+    pub locations: Vec<LocationDiff>,
+}
+
+impl Diff {
+    /// True if nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty() && self.locations.is_empty()
+    }
+}
+
+impl DiffTracker {
+    /// The change `location` needs now, in time proportional to that location; `None` if in sync.
+    pub fn location_diff(&self, location: IpAddr) -> Option<LocationDiff> {
+        let loc = self.locations.get(&location)?;
+        let allowed = self.removals_allowed;
+        if allowed && loc.in_nrp && loc.desired_addresses == 0 {
+            return Some(LocationDiff {
+                location,
+                action: AddressUpdateAction::Full,
+                addresses: Vec::new(),
+            });
+        }
+        let full = allowed && !loc.in_nrp;
+        let mut addresses = Vec::new();
+        for (address, slot) in &loc.addresses {
+            let mut want = slot.desired.as_ref().map(|d| self.filtered(d)).unwrap_or_default();
+            let have = slot.actual.as_deref().unwrap_or(&[]);
+            if !allowed {
+                for id in have {
+                    if let Err(pos) = want.binary_search(id) {
+                        want.insert(pos, *id);
+                    }
+                }
+            }
+            let send = if full { !want.is_empty() } else { want[..] != *have };
+            if send {
+                addresses.push(AddressUpdate {
+                    address: *address,
+                    services: self.names(&want),
+                });
+            }
+        }
+        if addresses.is_empty() {
+            return None;
+        }
+        addresses.sort_unstable_by_key(|a| a.address);
+        Some(LocationDiff {
+            location,
+            action: if full {
+                AddressUpdateAction::Full
+            } else {
+                AddressUpdateAction::Partial
+            },
+            addresses,
+        })
+    }
+
+    /// Where a service (any case) stands.
+    pub fn service_status(&self, name: &str) -> ServiceStatus {
+        match self.services.id(&name.to_ascii_lowercase()) {
+            Some(sid) => self.status_of(sid),
+            None => ServiceStatus::InSync,
+        }
+    }
+
+    /// The whole pending diff, by a full scan (O(cluster)): for operators and tests.
+    pub fn pending_diff(&self) -> Diff {
+        let mut services: Vec<ServiceChange> = self
+            .services
+            .iter()
+            .filter_map(|(sid, _)| match self.status_of(sid) {
+                ServiceStatus::Pending(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        services.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let mut locations: Vec<LocationDiff> = self
+            .locations
+            .keys()
+            .filter_map(|l| self.location_diff(*l))
+            .collect();
+        locations.sort_unstable_by_key(|l| l.location);
+        Diff { services, locations }
+    }
+
+    fn status_of(&self, sid: ServiceId) -> ServiceStatus {
+        let e = self.services.get(sid);
+        match (e.is_desired(), e.actual) {
+            (true, None) => ServiceStatus::Pending(ServiceChange {
+                name: e.name.to_string(),
+                kind: e.kind,
+                action: ServiceAction::Create,
+            }),
+            (false, Some(_)) if !self.removals_allowed => ServiceStatus::Withheld,
+            (false, Some(_)) if e.actual_refs > 0 => ServiceStatus::AwaitingDrain {
+                actual_refs: e.actual_refs,
+            },
+            (false, Some(kind)) => ServiceStatus::Pending(ServiceChange {
+                name: e.name.to_string(),
+                kind,
+                action: ServiceAction::Delete,
+            }),
+            _ => ServiceStatus::InSync,
+        }
+    }
+
+    /// Canonical names of a ref, sorted by name.
+    pub(crate) fn names(&self, refs: &[ServiceId]) -> Vec<String> {
+        let mut names: Vec<String> = refs.iter().map(|id| self.services.name(*id).to_owned()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The desired ref of an address, keeping only services NRP has (the readiness filter).
+    fn filtered(&self, d: &Desired) -> RefBuf {
+        let mut refs = d.refs();
+        refs.retain(|id| self.services.get(*id).actual.is_some());
+        refs
+    }
+}

@@ -1,0 +1,49 @@
+//! A FIFO set: each key once, oldest first, so the dispatcher serves changes in arrival order.
+
+use std::borrow::Borrow;
+use std::collections::{HashSet, VecDeque};
+use std::hash::Hash;
+
+/// Keys waiting to be re-diffed.
+#[derive(Debug)]
+pub(crate) struct DirtyQueue<K> {
+    order: VecDeque<K>,
+    members: HashSet<K>,
+}
+
+impl<K> Default for DirtyQueue<K> {
+    fn default() -> Self {
+        Self {
+            order: VecDeque::new(),
+            members: HashSet::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> DirtyQueue<K> {
+    /// Adds a key unless it is already waiting.
+    pub fn push(&mut self, key: K) {
+        if self.members.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+    }
+
+    /// Whether a key is waiting.
+    pub fn contains<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.members.contains(key)
+    }
+
+    /// Number of keys waiting.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Takes every key, oldest first.
+    pub fn drain(&mut self) -> impl Iterator<Item = K> + '_ {
+        self.members.clear();
+        self.order.drain(..)
+    }
+}

@@ -1,0 +1,247 @@
+//! Identities (inbound = Service UID, outbound = egress name) and the table that interns them.
+//!
+//! Every identity the tracker knows gets a small `ServiceId`; the entry also holds the reverse index
+//! service → locations (with separate desired and actual reference counts) that makes the diff
+//! incremental: a service that becomes ready, or is deleted, dirties only the locations that use it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+
+use super::error::{InvalidInput, Reason};
+
+/// Longest identity accepted (Azure resource names allow 80 characters).
+pub const MAX_IDENTITY_LEN: usize = 80;
+
+/// Validates an identity and returns its canonical (lower-case) form.
+pub fn normalize_identity(field: &str, value: &str) -> Result<String, InvalidInput> {
+    if value.is_empty() {
+        return Err(InvalidInput::new(field, value, Reason::Empty));
+    }
+    if value.len() > MAX_IDENTITY_LEN {
+        return Err(InvalidInput::new(
+            field,
+            value,
+            Reason::TooLong {
+                len: value.len(),
+                max: MAX_IDENTITY_LEN,
+            },
+        ));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(InvalidInput::new(field, value, Reason::InvalidCharacter(c)));
+    }
+    Ok(value.to_ascii_lowercase())
+}
+
+/// Whether an identity is a load balancer (inbound) or a NAT gateway (outbound) in NRP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServiceKind {
+    /// A LoadBalancer Service: an NRP load balancer backend pool.
+    Inbound,
+    /// An egress: an NRP NAT gateway.
+    Outbound,
+}
+
+impl ServiceKind {
+    /// Lower-case name used in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceKind::Inbound => "inbound",
+            ServiceKind::Outbound => "outbound",
+        }
+    }
+}
+
+/// Interned identity. Ids are reused after an identity is forgotten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ServiceId(NonZeroU32);
+
+impl ServiceId {
+    fn index(self) -> usize {
+        self.0.get() as usize - 1
+    }
+}
+
+/// Desired state of an egress: explicitly declared and/or used by pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EgressState {
+    pub declared: bool,
+    pub pods: u32,
+}
+
+/// How many addresses of one location refer to a service, in the desired and the actual state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RefCounts {
+    pub desired: u32,
+    pub actual: u32,
+}
+
+/// Everything the tracker knows of one identity.
+#[derive(Debug)]
+pub(crate) struct ServiceEntry {
+    pub name: Box<str>,
+    /// Fixed when the identity is first used; using it as the other kind is refused.
+    pub kind: ServiceKind,
+    pub desired_inbound: bool,
+    pub egress: Option<EgressState>,
+    /// The kind NRP has it as, if NRP has it.
+    pub actual: Option<ServiceKind>,
+    pub desired_refs: u32,
+    pub actual_refs: u32,
+    /// Reverse index: locations where some address refers to this service.
+    pub locations: HashMap<IpAddr, RefCounts>,
+}
+
+impl ServiceEntry {
+    /// Whether Kubernetes wants this identity to exist in NRP.
+    pub fn is_desired(&self) -> bool {
+        self.desired_inbound || self.egress.is_some()
+    }
+
+    fn unused(&self) -> bool {
+        !self.desired_inbound
+            && self.egress.is_none()
+            && self.actual.is_none()
+            && self.desired_refs == 0
+            && self.actual_refs == 0
+    }
+}
+
+/// Interner and reverse index of identities.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceTable {
+    entries: Vec<Option<ServiceEntry>>,
+    free: Vec<ServiceId>,
+    by_name: HashMap<Box<str>, ServiceId>,
+    /// Ids that may have become unused during the current operation; checked at its end, so an
+    /// id is never freed (and reused) while the operation still holds it.
+    maybe_unused: Vec<ServiceId>,
+}
+
+impl ServiceTable {
+    /// Looks a canonical name up.
+    pub fn id(&self, name: &str) -> Option<ServiceId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Looks a canonical name up, interning it as `kind` if new; an identity already known as
+    /// the other kind is refused with the kind it has.
+    pub fn intern(&mut self, name: &str, kind: ServiceKind) -> Result<ServiceId, ServiceKind> {
+        if let Some(id) = self.by_name.get(name) {
+            let existing = self.get(*id).kind;
+            return if existing == kind { Ok(*id) } else { Err(existing) };
+        }
+        let entry = ServiceEntry {
+            name: name.into(),
+            kind,
+            desired_inbound: false,
+            egress: None,
+            actual: None,
+            desired_refs: 0,
+            actual_refs: 0,
+            locations: HashMap::new(),
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id.index()] = Some(entry);
+                id
+            }
+            None => {
+                self.entries.push(Some(entry));
+                let raw = u32::try_from(self.entries.len()).expect("fewer than 2^32 identities");
+                ServiceId(NonZeroU32::new(raw).expect("len >= 1"))
+            }
+        };
+        self.by_name.insert(name.into(), id);
+        Ok(id)
+    }
+
+    /// The entry of a live id.
+    pub fn get(&self, id: ServiceId) -> &ServiceEntry {
+        self.entries[id.index()].as_ref().expect("live service id")
+    }
+
+    /// The entry of a live id, mutably.
+    pub fn get_mut(&mut self, id: ServiceId) -> &mut ServiceEntry {
+        self.entries[id.index()].as_mut().expect("live service id")
+    }
+
+    /// The canonical name of a live id.
+    pub fn name(&self, id: ServiceId) -> &str {
+        &self.get(id).name
+    }
+
+    /// Notes that an identity may no longer be used; see [`ServiceTable::collect_unused`].
+    pub fn release_if_unused(&mut self, id: ServiceId) {
+        self.maybe_unused.push(id);
+    }
+
+    /// Forgets the noted identities that nothing refers to any more, so their ids can be reused.
+    /// Called at the end of every public operation.
+    pub fn collect_unused(&mut self) {
+        while let Some(id) = self.maybe_unused.pop() {
+            if self.entries[id.index()].as_ref().is_some_and(ServiceEntry::unused) {
+                let entry = self.entries[id.index()].take().expect("checked live");
+                self.by_name.remove(&entry.name);
+                self.free.push(id);
+            }
+        }
+    }
+
+    /// Every live entry.
+    pub fn iter(&self) -> impl Iterator<Item = (ServiceId, &ServiceEntry)> {
+        self.entries.iter().enumerate().filter_map(|(i, e)| {
+            let raw = NonZeroU32::new(u32::try_from(i + 1).ok()?)?;
+            e.as_ref().map(|e| (ServiceId(raw), e))
+        })
+    }
+
+    /// Adjusts the reference counts of `id` at `location` by the given deltas.
+    pub fn add_refs(&mut self, id: ServiceId, location: IpAddr, desired: i32, actual: i32) {
+        let entry = self.get_mut(id);
+        entry.desired_refs = entry.desired_refs.checked_add_signed(desired).expect("refcount");
+        entry.actual_refs = entry.actual_refs.checked_add_signed(actual).expect("refcount");
+        let counts = entry.locations.entry(location).or_default();
+        counts.desired = counts.desired.checked_add_signed(desired).expect("refcount");
+        counts.actual = counts.actual.checked_add_signed(actual).expect("refcount");
+        if *counts == RefCounts::default() {
+            entry.locations.remove(&location);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_lower_cased_and_validated() {
+        assert_eq!(normalize_identity("id", "AbC-1.x_y").unwrap(), "abc-1.x_y");
+        assert_eq!(normalize_identity("id", "").unwrap_err().reason, Reason::Empty);
+        assert_eq!(
+            normalize_identity("id", "a b").unwrap_err().reason,
+            Reason::InvalidCharacter(' ')
+        );
+        assert!(matches!(
+            normalize_identity("id", &"a".repeat(81)).unwrap_err().reason,
+            Reason::TooLong { len: 81, max: 80 }
+        ));
+    }
+
+    #[test]
+    fn released_ids_are_reused() {
+        let mut t = ServiceTable::default();
+        let a = t.intern("a", ServiceKind::Inbound).unwrap();
+        t.release_if_unused(a);
+        t.collect_unused();
+        assert!(t.id("a").is_none());
+        let b = t.intern("b", ServiceKind::Outbound).unwrap();
+        assert_eq!(t.intern("b", ServiceKind::Inbound), Err(ServiceKind::Outbound));
+        assert_eq!(a, b);
+        assert_eq!(t.name(b), "b");
+    }
+}

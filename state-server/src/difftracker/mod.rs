@@ -1,0 +1,255 @@
+//! The DiffTracker: desired state (from Kubernetes) against actual state (confirmed by NRP), and the
+//! incremental difference between them, for one gateway.
+//!
+//! Pure domain code: no gRPC, no async runtime, no Kubernetes. The rules are those of
+//! ARCHITECTURE.md §3; `docs/architecture.md` maps each rule to the function that implements it.
+//!
+//! * [`desired`] — mutations from Kubernetes: services, egresses, endpoints (level and edge), pods.
+//! * [`actual`] — what NRP accepted (recorded exactly as sent) and what an observation read back.
+//! * [`diff`] — the readiness-filtered, ordered difference; per location in time proportional to
+//!   that location, driven by the dirty sets kept here.
+
+pub mod actual;
+pub mod desired;
+pub mod diff;
+mod dirty;
+pub mod error;
+pub mod identity;
+pub mod ip;
+mod location;
+pub mod view;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+pub use actual::{ActualSnapshot, ReportError};
+pub use desired::{Endpoint, Operation, PodUpdate};
+pub use diff::{AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange, ServiceStatus};
+pub use error::{InvalidInput, Reason};
+pub use identity::ServiceKind;
+pub use view::{AddressView, Counts, LocationView, ServiceView};
+
+use dirty::DirtyQueue;
+use identity::{ServiceId, ServiceTable};
+use location::{Desired, Location, Refs, for_each_change};
+
+/// Dirty work taken from the tracker: locations and services whose diff may be non-empty.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DirtyWork {
+    /// Locations to re-diff, oldest change first.
+    pub locations: Vec<IpAddr>,
+    /// Services (canonical names) to re-diff, oldest change first.
+    pub services: Vec<String>,
+}
+
+/// Desired vs actual state of one gateway, with incremental change tracking.
+#[derive(Debug)]
+pub struct DiffTracker {
+    services: ServiceTable,
+    locations: HashMap<IpAddr, Location>,
+    /// Where each desired address lives (an address is desired at one location at most).
+    desired_at: HashMap<IpAddr, IpAddr>,
+    dirty_locations: DirtyQueue<IpAddr>,
+    dirty_services: DirtyQueue<Box<str>>,
+    removals_allowed: bool,
+    revision: u64,
+    actual_addresses: u64,
+    actual_locations: u64,
+}
+
+impl Default for DiffTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DiffTracker {
+    /// An empty tracker that emits removals (see [`DiffTracker::set_removals_allowed`]).
+    pub fn new() -> Self {
+        Self {
+            services: ServiceTable::default(),
+            locations: HashMap::new(),
+            desired_at: HashMap::new(),
+            dirty_locations: DirtyQueue::default(),
+            dirty_services: DirtyQueue::default(),
+            removals_allowed: true,
+            revision: 0,
+            actual_addresses: 0,
+            actual_locations: 0,
+        }
+    }
+
+    /// Revision of the desired state: grows with every desired change that changed something.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Whether diffs may remove anything from NRP.
+    pub fn removals_allowed(&self) -> bool {
+        self.removals_allowed
+    }
+
+    /// Withholds (false) or allows (true) removals: while withheld, diffs only add (no service
+    /// deletion, no address removal, no ref dropped, and partial instead of full updates, since a
+    /// full update would replace what NRP has). Used until NRP has been read back and every writer
+    /// has resynced, so that a restart never deletes live backends. Allowing dirties every location
+    /// and service so that what was withheld is sent.
+    pub fn set_removals_allowed(&mut self, allowed: bool) {
+        if allowed && !self.removals_allowed {
+            for loc in self.locations.keys() {
+                self.dirty_locations.push(*loc);
+            }
+            for (_, e) in self.services.iter() {
+                self.dirty_services.push(e.name.clone());
+            }
+        }
+        self.removals_allowed = allowed;
+    }
+
+    /// Takes every dirty location and service (FIFO). The caller computes their diffs; a location
+    /// whose work fails must be retried by the caller, as nothing marks it dirty again.
+    pub fn take_dirty(&mut self) -> DirtyWork {
+        DirtyWork {
+            locations: self.dirty_locations.drain().collect(),
+            services: self.dirty_services.drain().map(String::from).collect(),
+        }
+    }
+
+    /// Whether a location is waiting in the dirty set.
+    pub fn is_location_dirty(&self, location: IpAddr) -> bool {
+        self.dirty_locations.contains(&location)
+    }
+
+    /// Whether a service (canonical name) is waiting in the dirty set.
+    pub fn is_service_dirty(&self, name: &str) -> bool {
+        self.dirty_services.contains(name)
+    }
+
+    /// Marks a location dirty again, e.g. when the unit that carried it failed.
+    pub fn mark_location_dirty(&mut self, location: IpAddr) {
+        self.dirty_locations.push(location);
+    }
+
+    /// Marks a service dirty again, e.g. when the unit that carried it failed.
+    pub fn mark_service_dirty(&mut self, name: &str) {
+        self.dirty_services.push(name.into());
+    }
+
+    fn dirty_service(&mut self, id: ServiceId) {
+        let name = self.services.get(id).name.clone();
+        self.dirty_services.push(name);
+    }
+
+    /// Replaces the desired part of `address` at `location`, keeping counts, the reverse index,
+    /// the address index and the dirty set in step. Egress pod counts are the caller's.
+    fn set_desired(&mut self, location: IpAddr, address: IpAddr, new: Option<Desired>) -> Option<Desired> {
+        let new = new.filter(|d| !d.is_empty());
+        let loc = self.locations.entry(location).or_default();
+        let slot = loc.addresses.entry(address).or_default();
+        if slot.desired == new {
+            let old = slot.desired.clone();
+            self.cleanup(location, address);
+            return old;
+        }
+        let before = slot.desired.as_ref().map(Desired::refs).unwrap_or_default();
+        let after = new.as_ref().map(Desired::refs).unwrap_or_default();
+        let (was, is) = (slot.desired.is_some(), new.is_some());
+        let old = std::mem::replace(&mut slot.desired, new);
+        if was != is {
+            if is {
+                loc.desired_addresses += 1;
+                self.desired_at.insert(address, location);
+            } else {
+                loc.desired_addresses -= 1;
+                self.desired_at.remove(&address);
+            }
+        }
+        let services = &mut self.services;
+        for_each_change(&before, &after, |id, d| services.add_refs(id, location, d, 0));
+        for_each_change(&before, &after, |id, d| {
+            if d < 0 {
+                services.release_if_unused(id);
+            }
+        });
+        self.revision += 1;
+        self.dirty_locations.push(location);
+        self.cleanup(location, address);
+        old
+    }
+
+    /// Replaces the actual part of `address` at `location` (NRP's confirmed ref; `None` or an
+    /// empty ref = NRP does not have the address there).
+    fn set_actual(&mut self, location: IpAddr, address: IpAddr, new: Option<Refs>) {
+        let new = new.filter(|r| !r.is_empty());
+        let loc = self.locations.entry(location).or_default();
+        let slot = loc.addresses.entry(address).or_default();
+        if slot.actual == new {
+            self.cleanup(location, address);
+            return;
+        }
+        let (was, is) = (slot.actual.is_some(), new.is_some());
+        let before = std::mem::replace(&mut slot.actual, new).unwrap_or_default();
+        let after = slot.actual.clone().unwrap_or_default();
+        if was != is {
+            if is {
+                loc.actual_addresses += 1;
+                self.actual_addresses += 1;
+            } else {
+                loc.actual_addresses -= 1;
+                self.actual_addresses -= 1;
+            }
+        }
+        let services = &mut self.services;
+        let mut drained = Vec::new();
+        for_each_change(&before, &after, |id, d| {
+            services.add_refs(id, location, 0, d);
+            if d < 0 && services.get(id).actual_refs == 0 {
+                drained.push(id);
+            }
+        });
+        for id in drained {
+            // The last NRP reference is gone: a pending deletion may now proceed.
+            self.dirty_service(id);
+            self.services.release_if_unused(id);
+        }
+        self.dirty_locations.push(location);
+        self.cleanup(location, address);
+    }
+
+    /// Records whether NRP has a location at all.
+    fn set_in_nrp(&mut self, location: IpAddr, in_nrp: bool) {
+        let loc = self.locations.entry(location).or_default();
+        if loc.in_nrp != in_nrp {
+            loc.in_nrp = in_nrp;
+            if in_nrp {
+                self.actual_locations += 1;
+            } else {
+                self.actual_locations -= 1;
+            }
+            self.dirty_locations.push(location);
+        }
+        if self.locations.get(&location).is_some_and(Location::is_empty) {
+            self.locations.remove(&location);
+        }
+    }
+
+    /// Drops an address that neither side has any more, and a location left with nothing.
+    fn cleanup(&mut self, location: IpAddr, address: IpAddr) {
+        let Some(loc) = self.locations.get_mut(&location) else {
+            return;
+        };
+        if loc
+            .addresses
+            .get(&address)
+            .is_some_and(|s| s.desired.is_none() && s.actual.is_none())
+        {
+            loc.addresses.remove(&address);
+        }
+        if loc.is_empty() {
+            self.locations.remove(&location);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

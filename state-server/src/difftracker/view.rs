@@ -1,0 +1,137 @@
+//! Read-only views of the tracker for operators (status, state of a location or a service).
+
+use std::net::IpAddr;
+
+use super::DiffTracker;
+use super::identity::ServiceKind;
+
+/// Sizes of the desired and actual state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Addresses Kubernetes wants in NRP.
+    pub desired_addresses: u64,
+    /// Addresses NRP has.
+    pub actual_addresses: u64,
+    /// Locations with at least one desired address.
+    pub desired_locations: u64,
+    /// Locations NRP has.
+    pub actual_locations: u64,
+    /// Desired inbound identities.
+    pub desired_services: u64,
+    /// Desired outbound identities.
+    pub desired_egresses: u64,
+    /// Load balancers NRP has.
+    pub actual_load_balancers: u64,
+    /// NAT gateways NRP has.
+    pub actual_nat_gateways: u64,
+    /// Locations waiting to be re-diffed.
+    pub dirty_locations: u64,
+    /// Services waiting to be re-diffed.
+    pub dirty_services: u64,
+}
+
+/// One address at one location, both sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressView {
+    /// The pod IP.
+    pub address: IpAddr,
+    /// Desired service ref (unfiltered), if desired here.
+    pub desired: Option<Vec<String>>,
+    /// NRP's service ref, if NRP has it here.
+    pub actual: Option<Vec<String>>,
+}
+
+/// One location, both sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocationView {
+    /// The node IP.
+    pub location: IpAddr,
+    /// Whether NRP has the location.
+    pub in_nrp: bool,
+    /// Its addresses, by IP.
+    pub addresses: Vec<AddressView>,
+}
+
+/// One service, both sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceView {
+    /// Canonical name.
+    pub name: String,
+    /// Inbound or outbound.
+    pub kind: ServiceKind,
+    /// Whether Kubernetes wants it.
+    pub desired: bool,
+    /// Whether NRP has it.
+    pub actual: bool,
+    /// Pods counted for an egress.
+    pub egress_pods: u32,
+    /// Desired addresses referring to it.
+    pub desired_addresses: u32,
+    /// NRP addresses referring to it.
+    pub actual_addresses: u32,
+    /// Locations where some address (either side) refers to it.
+    pub locations: usize,
+}
+
+impl DiffTracker {
+    /// Sizes of both states (O(services) for the service counts).
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            desired_addresses: self.desired_at.len() as u64,
+            actual_addresses: self.actual_addresses,
+            desired_locations: self.locations.values().filter(|l| l.desired_addresses > 0).count() as u64,
+            actual_locations: self.actual_locations,
+            dirty_locations: self.dirty_locations.len() as u64,
+            dirty_services: self.dirty_services.len() as u64,
+            ..Counts::default()
+        };
+        for (_, e) in self.services.iter() {
+            c.desired_services += u64::from(e.desired_inbound);
+            c.desired_egresses += u64::from(e.egress.is_some());
+            c.actual_load_balancers += u64::from(e.actual == Some(ServiceKind::Inbound));
+            c.actual_nat_gateways += u64::from(e.actual == Some(ServiceKind::Outbound));
+        }
+        c
+    }
+
+    /// Both sides of one location.
+    pub fn location_view(&self, location: IpAddr) -> Option<LocationView> {
+        let loc = self.locations.get(&location)?;
+        let mut addresses: Vec<AddressView> = loc
+            .addresses
+            .iter()
+            .map(|(a, s)| AddressView {
+                address: *a,
+                desired: s.desired.as_ref().map(|d| self.names(&d.refs())),
+                actual: s.actual.as_deref().map(|r| self.names(r)),
+            })
+            .collect();
+        addresses.sort_unstable_by_key(|a| a.address);
+        Some(LocationView {
+            location,
+            in_nrp: loc.in_nrp,
+            addresses,
+        })
+    }
+
+    /// Both sides of one service (any case).
+    pub fn service_view(&self, name: &str) -> Option<ServiceView> {
+        let sid = self.services.id(&name.to_ascii_lowercase())?;
+        let e = self.services.get(sid);
+        Some(ServiceView {
+            name: e.name.to_string(),
+            kind: e.kind,
+            desired: e.is_desired(),
+            actual: e.actual.is_some(),
+            egress_pods: e.egress.map_or(0, |g| g.pods),
+            desired_addresses: e.desired_refs,
+            actual_addresses: e.actual_refs,
+            locations: e.locations.len(),
+        })
+    }
+
+    /// Every location either side knows.
+    pub fn locations(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.locations.keys().copied()
+    }
+}

@@ -1,0 +1,3 @@
+//! clb state server: owns the DiffTracker (desired vs actual state) per gateway.
+
+pub mod difftracker;

@@ -1,0 +1,3 @@
+//! clb sync worker: executes work units from the state server against Azure NRP (or the NRP emulator).
+
+pub mod nrp;

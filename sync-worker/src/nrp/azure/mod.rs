@@ -1,0 +1,416 @@
+//! The ARM/HTTP implementation of [`Nrp`]: one code path for real Azure and for the NRP emulator.
+//!
+//! ARM conventions followed: `api-version` on every URL, a bearer token from an Entra ID credential
+//! (none for the emulator), an `x-ms-client-request-id` (UUID v4) on every request, long-running
+//! operations (200/201/202/204, polling `Azure-AsyncOperation` or `Location` while honouring
+//! `Retry-After`), `Retry-After` surfaced on 429 and 5xx, and ARM error bodies mapped to [`NrpError`].
+//! Mutating calls are never retried here (the worker decides); a GET is sent once more after a
+//! connection failure.
+
+mod credential;
+mod http;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_core::credentials::TokenCredential;
+use reqwest::{Method, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use self::credential::CredentialConfig;
+use self::http::FinalState;
+use super::wire::{
+    API_VERSION, AddressLocation, GatewayService, LoadBalancer, NatGateway, PROVIDER,
+    PublicIpAddress, ResourceKind, ServiceGateway, UpdateAddressLocationsRequest,
+    UpdateServicesRequest,
+};
+use super::{CallOptions, Nrp, NrpError};
+
+/// The public Azure Resource Manager endpoint.
+pub const DEFAULT_ENDPOINT: &str = "https://management.azure.com";
+/// The token scope of the public Azure Resource Manager.
+pub const DEFAULT_TOKEN_SCOPE: &str = "https://management.azure.com/.default";
+
+/// Where and how the client talks to ARM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArmConfig {
+    /// Base URL of ARM ([`DEFAULT_ENDPOINT`]) or of the emulator (e.g. `http://127.0.0.1:8080`).
+    pub endpoint: String,
+    /// Subscription of the resources.
+    pub subscription_id: String,
+    /// Resource group of the resources.
+    pub resource_group: String,
+    /// `api-version` of every call ([`API_VERSION`]).
+    pub api_version: String,
+    /// Scope of the bearer token ([`DEFAULT_TOKEN_SCOPE`]; differs in sovereign clouds).
+    pub token_scope: String,
+    /// Upper bound of one HTTP request (further lowered by the call's deadline).
+    pub request_timeout: Duration,
+    /// Upper bound of establishing a connection.
+    pub connect_timeout: Duration,
+    /// Upper bound of waiting for a long-running operation when the call has no earlier deadline.
+    pub operation_timeout: Duration,
+    /// Delay between polls of a long-running operation when the server sends no `Retry-After`.
+    pub poll_interval: Duration,
+    /// Cap of the delay between polls, whatever `Retry-After` says.
+    pub max_poll_interval: Duration,
+    /// `User-Agent` of every request.
+    pub user_agent: String,
+}
+
+impl ArmConfig {
+    /// Defaults for public Azure, for the given subscription and resource group.
+    pub fn new(subscription_id: impl Into<String>, resource_group: impl Into<String>) -> Self {
+        Self {
+            endpoint: DEFAULT_ENDPOINT.into(),
+            subscription_id: subscription_id.into(),
+            resource_group: resource_group.into(),
+            api_version: API_VERSION.into(),
+            token_scope: DEFAULT_TOKEN_SCOPE.into(),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            operation_timeout: Duration::from_secs(600),
+            poll_interval: Duration::from_secs(1),
+            max_poll_interval: Duration::from_secs(10),
+            user_agent: concat!("clb-sync-worker/", env!("CARGO_PKG_VERSION")).into(),
+        }
+    }
+
+    /// The same configuration with another endpoint (e.g. the emulator's).
+    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = endpoint.into();
+        self
+    }
+}
+
+/// The ARM/HTTP [`Nrp`] client (reqwest with rustls). Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct ArmClient {
+    http: reqwest::Client,
+    config: Arc<ArmConfig>,
+    base: Url,
+    credential: Option<Arc<dyn TokenCredential>>,
+}
+
+impl fmt::Debug for ArmClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArmClient")
+            .field("endpoint", &self.config.endpoint)
+            .field("subscription_id", &self.config.subscription_id)
+            .field("resource_group", &self.config.resource_group)
+            .field("authenticated", &self.credential.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid_config(message: String) -> NrpError {
+    NrpError::Validation {
+        code: "InvalidClientConfiguration".into(),
+        message,
+    }
+}
+
+impl ArmClient {
+    /// A client for `config`, authenticating with `credential` (`None`: no `Authorization` header, for
+    /// the emulator). The token is requested for `config.token_scope` and sent only to the endpoint's
+    /// own origin.
+    pub fn new(
+        config: ArmConfig,
+        credential: Option<Arc<dyn TokenCredential>>,
+    ) -> Result<Self, NrpError> {
+        let base = Url::parse(&config.endpoint)
+            .map_err(|e| invalid_config(format!("endpoint {:?}: {e}", config.endpoint)))?;
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
+            return Err(invalid_config(format!(
+                "endpoint {:?} is not an http(s) URL",
+                config.endpoint
+            )));
+        }
+        for (what, value) in [
+            ("subscription id", &config.subscription_id),
+            ("resource group", &config.resource_group),
+        ] {
+            if value.trim().is_empty() {
+                return Err(invalid_config(format!("{what} is empty")));
+            }
+        }
+        let http = reqwest::Client::builder()
+            .user_agent(config.user_agent.clone())
+            .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| NrpError::Transport {
+                message: format!("building the HTTP client: {e}"),
+                timeout: false,
+            })?;
+        Ok(Self {
+            http,
+            config: Arc::new(config),
+            base,
+            credential,
+        })
+    }
+
+    /// A client for `config` with the credential that `credential` selects.
+    pub fn from_config(config: ArmConfig, credential: &CredentialConfig) -> Result<Self, NrpError> {
+        Self::new(config, credential.build()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ArmConfig {
+        &self.config
+    }
+
+    /// The ARM id of the resource `name` of `kind` in the configured subscription and resource group.
+    pub fn resource_id(&self, kind: ResourceKind, name: &str) -> String {
+        super::wire::ResourceId::new(
+            &self.config.subscription_id,
+            &self.config.resource_group,
+            kind,
+            name,
+        )
+        .to_string()
+    }
+
+    /// URL of the resource `name` of `kind`, with an optional action/child path, and the api-version.
+    fn url(&self, kind: ResourceKind, name: &str, sub_path: Option<&str>) -> Result<Url, NrpError> {
+        if name.trim().is_empty() {
+            return Err(NrpError::Validation {
+                code: "InvalidResourceName".into(),
+                message: format!("empty {} name", kind.segment()),
+            });
+        }
+        let mut url = self.base.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        {
+            let mut segments = url
+                .path_segments_mut()
+                .map_err(|()| invalid_config("endpoint cannot be a base URL".into()))?;
+            segments.pop_if_empty().extend([
+                "subscriptions",
+                &self.config.subscription_id,
+                "resourceGroups",
+                &self.config.resource_group,
+                "providers",
+                PROVIDER,
+                kind.segment(),
+                name,
+            ]);
+            if let Some(sub_path) = sub_path {
+                segments.push(sub_path);
+            }
+        }
+        url.query_pairs_mut()
+            .append_pair("api-version", &self.config.api_version);
+        Ok(url)
+    }
+
+    async fn get_resource<T: DeserializeOwned>(
+        &self,
+        kind: ResourceKind,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<T, NrpError> {
+        let url = self.url(kind, name, None)?;
+        self.get_json(&url, opts).await
+    }
+
+    async fn put_resource<T: Serialize + DeserializeOwned>(
+        &self,
+        kind: ResourceKind,
+        name: &str,
+        body: &T,
+        opts: CallOptions,
+    ) -> Result<T, NrpError> {
+        let url = self.url(kind, name, None)?;
+        let body = to_json(body)?;
+        let done = self
+            .long_running(
+                Method::PUT,
+                &url,
+                Some(&body),
+                opts,
+                FinalState::OriginalUri,
+            )
+            .await?;
+        match done {
+            Some(done) => serde_json::from_slice(&done).map_err(|e| NrpError::Server {
+                status: 200,
+                code: "InvalidResponseBody".into(),
+                message: format!("response body does not parse: {e}"),
+                retry_after: None,
+            }),
+            // A PUT that returned nothing: read the resource back.
+            None => self.get_json(&url, opts).await,
+        }
+    }
+
+    async fn delete_resource(
+        &self,
+        kind: ResourceKind,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<(), NrpError> {
+        let url = self.url(kind, name, None)?;
+        self.long_running(Method::DELETE, &url, None, opts, FinalState::Nothing)
+            .await
+            .map(drop)
+    }
+
+    async fn post_action<T: Serialize>(
+        &self,
+        gateway: &str,
+        action: &str,
+        body: &T,
+        opts: CallOptions,
+    ) -> Result<(), NrpError> {
+        let url = self.url(ResourceKind::ServiceGateway, gateway, Some(action))?;
+        let body = to_json(body)?;
+        self.long_running(Method::POST, &url, Some(&body), opts, FinalState::Location)
+            .await
+            .map(drop)
+    }
+}
+
+fn to_json<T: Serialize>(body: &T) -> Result<Vec<u8>, NrpError> {
+    serde_json::to_vec(body).map_err(|e| NrpError::Validation {
+        code: "InvalidRequestBody".into(),
+        message: format!("request body does not serialise: {e}"),
+    })
+}
+
+#[async_trait]
+impl Nrp for ArmClient {
+    async fn get_service_gateway(
+        &self,
+        gateway: &str,
+        opts: CallOptions,
+    ) -> Result<ServiceGateway, NrpError> {
+        self.get_resource(ResourceKind::ServiceGateway, gateway, opts)
+            .await
+    }
+
+    async fn put_service_gateway(
+        &self,
+        gateway: &str,
+        body: &ServiceGateway,
+        opts: CallOptions,
+    ) -> Result<ServiceGateway, NrpError> {
+        self.put_resource(ResourceKind::ServiceGateway, gateway, body, opts)
+            .await
+    }
+
+    async fn list_services(
+        &self,
+        gateway: &str,
+        opts: CallOptions,
+    ) -> Result<Vec<GatewayService>, NrpError> {
+        let url = self.url(ResourceKind::ServiceGateway, gateway, Some("services"))?;
+        self.list_all(url, opts).await
+    }
+
+    async fn list_address_locations(
+        &self,
+        gateway: &str,
+        opts: CallOptions,
+    ) -> Result<Vec<AddressLocation>, NrpError> {
+        let url = self.url(
+            ResourceKind::ServiceGateway,
+            gateway,
+            Some("addressLocations"),
+        )?;
+        self.list_all(url, opts).await
+    }
+
+    async fn update_services(
+        &self,
+        gateway: &str,
+        request: &UpdateServicesRequest,
+        opts: CallOptions,
+    ) -> Result<(), NrpError> {
+        self.post_action(gateway, "updateServices", request, opts)
+            .await
+    }
+
+    async fn update_address_locations(
+        &self,
+        gateway: &str,
+        request: &UpdateAddressLocationsRequest,
+        opts: CallOptions,
+    ) -> Result<(), NrpError> {
+        self.post_action(gateway, "updateAddressLocations", request, opts)
+            .await
+    }
+
+    async fn get_public_ip(
+        &self,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        self.get_resource(ResourceKind::PublicIpAddress, name, opts)
+            .await
+    }
+
+    async fn put_public_ip(
+        &self,
+        name: &str,
+        body: &PublicIpAddress,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        self.put_resource(ResourceKind::PublicIpAddress, name, body, opts)
+            .await
+    }
+
+    async fn delete_public_ip(&self, name: &str, opts: CallOptions) -> Result<(), NrpError> {
+        self.delete_resource(ResourceKind::PublicIpAddress, name, opts)
+            .await
+    }
+
+    async fn get_load_balancer(
+        &self,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<LoadBalancer, NrpError> {
+        self.get_resource(ResourceKind::LoadBalancer, name, opts)
+            .await
+    }
+
+    async fn put_load_balancer(
+        &self,
+        name: &str,
+        body: &LoadBalancer,
+        opts: CallOptions,
+    ) -> Result<LoadBalancer, NrpError> {
+        self.put_resource(ResourceKind::LoadBalancer, name, body, opts)
+            .await
+    }
+
+    async fn delete_load_balancer(&self, name: &str, opts: CallOptions) -> Result<(), NrpError> {
+        self.delete_resource(ResourceKind::LoadBalancer, name, opts)
+            .await
+    }
+
+    async fn get_nat_gateway(&self, name: &str, opts: CallOptions) -> Result<NatGateway, NrpError> {
+        self.get_resource(ResourceKind::NatGateway, name, opts)
+            .await
+    }
+
+    async fn put_nat_gateway(
+        &self,
+        name: &str,
+        body: &NatGateway,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.put_resource(ResourceKind::NatGateway, name, body, opts)
+            .await
+    }
+
+    async fn delete_nat_gateway(&self, name: &str, opts: CallOptions) -> Result<(), NrpError> {
+        self.delete_resource(ResourceKind::NatGateway, name, opts)
+            .await
+    }
+}

@@ -1,0 +1,176 @@
+//! Emulator configuration: cost model, faults, throttling, long-running operations, paging.
+
+use serde::{Deserialize, Serialize};
+
+/// What the emulator answers when a gateway already has `max_concurrent_mutations` mutating calls in
+/// flight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThrottleResponse {
+    /// `429 Too Many Requests` with `Retry-After`.
+    #[default]
+    TooManyRequests,
+    /// `409 Conflict` with code `AnotherOperationInProgress` (and `Retry-After`).
+    AnotherOperationInProgress,
+}
+
+/// The emulator's run-time configuration. `Default` is: no latency, no faults, no concurrency limit,
+/// synchronous answers, gateways created on first use.
+///
+/// As JSON (the `--config` file and `PUT /_emulator/config`), every field is optional and snake_case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmulatorConfig {
+    /// Latency added to every ARM call, in milliseconds.
+    pub latency_ms: u64,
+    /// Latency added per address carried by an `updateAddressLocations` call, in microseconds.
+    pub latency_per_address_us: u64,
+    /// Maximum concurrent mutating calls per service gateway (`None` = unlimited). In LRO mode an
+    /// accepted operation counts until it completes.
+    pub max_concurrent_mutations: Option<usize>,
+    /// Answer to a call beyond `max_concurrent_mutations`.
+    pub throttle_response: ThrottleResponse,
+    /// `Retry-After` (seconds) sent with throttling answers (limit or injected 429) and 503s.
+    pub retry_after_secs: u64,
+    /// Probability (0..=1) that a call fails with an injected 500/503.
+    pub fault_rate_5xx: f64,
+    /// Probability (0..=1) that a call fails with an injected 429.
+    pub fault_rate_429: f64,
+    /// Probability (0..=1) that a call is held for `timeout_hold_ms` and then answered 504.
+    pub fault_rate_timeout: f64,
+    /// How long an injected timeout holds the request before answering 504; make it longer than the
+    /// client's timeout to model a call that never answers.
+    pub timeout_hold_ms: u64,
+    /// Whether a call hit by an injected timeout is still applied (the ambiguous outcome of real
+    /// timeouts: the client cannot know whether NRP committed the change).
+    pub timeout_applies_change: bool,
+    /// Whether faults are injected into reads (GET) too, not only into mutating calls.
+    pub faults_on_reads: bool,
+    /// Seed of the fault-injection RNG (`None` = from OS entropy). With a seed, the sequence of fault
+    /// decisions for a given sequence of calls is reproducible.
+    pub seed: Option<u64>,
+    /// Answer mutating calls as ARM long-running operations (201/202 + `Azure-AsyncOperation` and
+    /// `Location`) instead of synchronously.
+    pub long_running_operations: bool,
+    /// `Retry-After` (seconds) sent with LRO answers and in-progress polls.
+    pub lro_retry_after_secs: u64,
+    /// Items per page of `GET …/addressLocations` and `GET …/services`.
+    pub page_size: usize,
+    /// Accept calls on a gateway that was never PUT (it is created on first use).
+    pub auto_create_gateways: bool,
+    /// Maximum request body size in bytes (larger bodies get 413).
+    pub max_body_bytes: usize,
+    /// Maximum entries kept in the removal log (older entries are dropped and counted).
+    pub removal_log_capacity: usize,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        Self {
+            latency_ms: 0,
+            latency_per_address_us: 0,
+            max_concurrent_mutations: None,
+            throttle_response: ThrottleResponse::TooManyRequests,
+            retry_after_secs: 1,
+            fault_rate_5xx: 0.0,
+            fault_rate_429: 0.0,
+            fault_rate_timeout: 0.0,
+            timeout_hold_ms: 30_000,
+            timeout_applies_change: false,
+            faults_on_reads: false,
+            seed: None,
+            long_running_operations: false,
+            lro_retry_after_secs: 0,
+            page_size: 500,
+            auto_create_gateways: true,
+            max_body_bytes: 64 << 20,
+            removal_log_capacity: 1_000_000,
+        }
+    }
+}
+
+/// An invalid [`EmulatorConfig`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A fault rate outside `0..=1` (or NaN).
+    #[error("{field} must be between 0 and 1, got {value}")]
+    RateOutOfRange {
+        /// The field.
+        field: &'static str,
+        /// Its value, formatted.
+        value: String,
+    },
+    /// The fault rates add up to more than 1.
+    #[error("fault rates add up to {0}, more than 1")]
+    RatesExceedOne(String),
+    /// A field that must be positive is zero.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+}
+
+impl EmulatorConfig {
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let rates = [
+            ("fault_rate_5xx", self.fault_rate_5xx),
+            ("fault_rate_429", self.fault_rate_429),
+            ("fault_rate_timeout", self.fault_rate_timeout),
+        ];
+        for (field, value) in rates {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(ConfigError::RateOutOfRange {
+                    field,
+                    value: value.to_string(),
+                });
+            }
+        }
+        let sum: f64 = rates.iter().map(|(_, v)| v).sum();
+        if sum > 1.0 + 1e-9 {
+            return Err(ConfigError::RatesExceedOne(sum.to_string()));
+        }
+        if self.page_size == 0 {
+            return Err(ConfigError::Zero("page_size"));
+        }
+        if self.max_concurrent_mutations == Some(0) {
+            return Err(ConfigError::Zero("max_concurrent_mutations"));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(ConfigError::Zero("max_body_bytes"));
+        }
+        Ok(())
+    }
+
+    /// Whether any fault injection is configured.
+    pub fn has_faults(&self) -> bool {
+        self.fault_rate_5xx > 0.0 || self.fault_rate_429 > 0.0 || self.fault_rate_timeout > 0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid_and_partial_json_fills_defaults() {
+        EmulatorConfig::default().validate().unwrap();
+        let c: EmulatorConfig = serde_json::from_str(r#"{"latency_ms": 5, "seed": 7}"#).unwrap();
+        assert_eq!(c.latency_ms, 5);
+        assert_eq!(c.seed, Some(7));
+        assert!(c.auto_create_gateways);
+        assert!(serde_json::from_str::<EmulatorConfig>(r#"{"latncy_ms": 5}"#).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_rates() {
+        let mut c = EmulatorConfig {
+            fault_rate_5xx: 1.5,
+            ..Default::default()
+        };
+        assert!(c.validate().is_err());
+        c.fault_rate_5xx = f64::NAN;
+        assert!(c.validate().is_err());
+        c.fault_rate_5xx = 0.6;
+        c.fault_rate_429 = 0.6;
+        assert!(matches!(c.validate(), Err(ConfigError::RatesExceedOne(_))));
+    }
+}

@@ -1,0 +1,1 @@
+//! NRP emulator (in progress).

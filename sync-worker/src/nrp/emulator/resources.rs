@@ -1,0 +1,386 @@
+//! Rules of the public IP address, load balancer and NAT gateway resources that the service sagas
+//! create: required location, references that must exist, a public IP used by one resource only, and
+//! no deletion of what a gateway service (or another resource) still uses.
+
+use std::collections::HashSet;
+
+use super::error::EmulatorError;
+use super::state::{NrpState, key_of, key_str, not_found};
+use crate::nrp::wire::{
+    LoadBalancer, NatGateway, PublicIpAddress, ResourceId, ResourceKind, Sku, TransportProtocol,
+};
+
+fn require_location(id: &ResourceId, location: Option<&str>) -> Result<String, EmulatorError> {
+    match location.map(str::trim).filter(|l| !l.is_empty()) {
+        Some(l) => Ok(l.to_string()),
+        None => Err(EmulatorError::bad_request(
+            "LocationRequired",
+            format!("{} '{}' needs a location", id.kind.arm_type(), id.name),
+        )),
+    }
+}
+
+fn check_same_location(id: &ResourceId, old: Option<&str>, new: &str) -> Result<(), EmulatorError> {
+    match old {
+        Some(old) if !old.eq_ignore_ascii_case(new) => Err(EmulatorError::bad_request(
+            "InvalidResourceLocation",
+            format!(
+                "{} '{}' exists in location '{old}' and cannot be moved to '{new}'",
+                id.kind.arm_type(),
+                id.name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn bad_ref(message: String) -> EmulatorError {
+    EmulatorError::bad_request("InvalidResourceReference", message)
+}
+
+fn check_unique_names<'a>(
+    id: &ResourceId,
+    what: &str,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<(), EmulatorError> {
+    let mut seen = HashSet::new();
+    for n in names {
+        if n.trim().is_empty() {
+            return Err(EmulatorError::bad_request(
+                "InvalidResourceName",
+                format!("a {what} of '{}' has an empty name", id.name),
+            ));
+        }
+        if !seen.insert(n.to_ascii_lowercase()) {
+            return Err(EmulatorError::bad_request(
+                "DuplicateResourceName",
+                format!("{what} '{n}' appears more than once in '{}'", id.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl NrpState {
+    /// Ids (lower-cased) of the load balancers and NAT gateways that use the public IP `pip_key`,
+    /// except `except` (lower-cased).
+    fn public_ip_users(&self, pip_key: &str, except: &str) -> Vec<String> {
+        let lbs = self.load_balancers.iter().filter(|(k, lb)| {
+            k.as_str() != except
+                && lb.properties.frontend_ip_configurations.iter().any(|f| {
+                    f.properties
+                        .public_ip_address
+                        .as_ref()
+                        .is_some_and(|p| key_str(&p.id) == pip_key)
+                })
+        });
+        let nats = self.nat_gateways.iter().filter(|(k, n)| {
+            k.as_str() != except
+                && n.properties
+                    .public_ip_addresses
+                    .iter()
+                    .any(|p| key_str(&p.id) == pip_key)
+        });
+        lbs.map(|(k, _)| k.clone())
+            .chain(nats.map(|(k, _)| k.clone()))
+            .collect()
+    }
+
+    /// Checks that each of `pips` exists, is listed once, and is used by no resource other than `owner`.
+    fn check_public_ip_refs<'a>(
+        &self,
+        owner: &ResourceId,
+        pips: impl Iterator<Item = &'a str>,
+    ) -> Result<(), EmulatorError> {
+        let owner_key = key_of(owner);
+        let mut seen = HashSet::new();
+        for pip in pips {
+            let k = key_str(pip);
+            match ResourceId::parse(pip) {
+                Ok(pid) if pid.kind == ResourceKind::PublicIpAddress => {}
+                _ => return Err(bad_ref(format!("'{pip}' is not a public IP address id"))),
+            }
+            if !self.public_ips.contains_key(&k) {
+                return Err(bad_ref(format!("public IP address '{pip}' does not exist")));
+            }
+            let users = self.public_ip_users(&k, &owner_key);
+            if !seen.insert(k) || !users.is_empty() {
+                return Err(EmulatorError::bad_request(
+                    "PublicIPAddressInUse",
+                    format!(
+                        "public IP address '{pip}' is already used by {}",
+                        if users.is_empty() { owner.to_string() } else { users.join(", ") }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- public IP addresses ----------------------------------------------------------------------
+
+    pub(crate) fn check_put_public_ip(&self, id: &ResourceId, body: &PublicIpAddress) -> Result<(), EmulatorError> {
+        let loc = require_location(id, body.location.as_deref())?;
+        let old = self.public_ips.get(&key_of(id));
+        check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
+        if let Some(v) = &body.properties.public_ip_address_version
+            && !v.eq_ignore_ascii_case("IPv4")
+            && !v.eq_ignore_ascii_case("IPv6")
+        {
+            return Err(EmulatorError::bad_request(
+                "InvalidPublicIPAddressVersion",
+                format!("publicIPAddressVersion '{v}' of '{}' must be IPv4 or IPv6", id.name),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn put_public_ip(
+        &mut self,
+        id: &ResourceId,
+        mut body: PublicIpAddress,
+    ) -> Result<(bool, PublicIpAddress), EmulatorError> {
+        self.check_put_public_ip(id, &body)?;
+        let key = key_of(id);
+        let old_ip = self
+            .public_ips
+            .get(&key)
+            .and_then(|o| o.properties.ip_address.clone());
+        let v6 = body
+            .properties
+            .public_ip_address_version
+            .as_deref()
+            .is_some_and(|v| v.eq_ignore_ascii_case("IPv6"));
+        let ip = match old_ip {
+            Some(ip) => ip,
+            None => {
+                let n = self.serial();
+                if v6 {
+                    format!("2603:1030::{:x}", n & 0xffff_ffff)
+                } else {
+                    format!("20.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
+                }
+            }
+        };
+        body.id = Some(id.to_string());
+        body.name = Some(id.name.clone());
+        body.resource_type = Some(id.kind.arm_type());
+        body.sku.get_or_insert_with(Sku::standard);
+        let p = &mut body.properties;
+        p.ip_address = Some(ip);
+        p.public_ip_allocation_method.get_or_insert_with(|| "Static".into());
+        p.public_ip_address_version
+            .get_or_insert_with(|| if v6 { "IPv6" } else { "IPv4" }.into());
+        p.provisioning_state = Some("Succeeded".into());
+        let created = self.public_ips.insert(key, body.clone()).is_none();
+        Ok((created, body))
+    }
+
+    pub(crate) fn get_public_ip(&self, id: &ResourceId) -> Result<PublicIpAddress, EmulatorError> {
+        self.public_ips.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+    }
+
+    pub(crate) fn check_delete_public_ip(&self, id: &ResourceId) -> Result<(), EmulatorError> {
+        let users = self.public_ip_users(&key_of(id), "");
+        if !users.is_empty() {
+            return Err(EmulatorError::bad_request(
+                "InUsePublicIpAddressCannotBeDeleted",
+                format!("public IP address '{}' is used by {}", id.name, users.join(", ")),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete_public_ip(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
+        self.check_delete_public_ip(id)?;
+        Ok(self.public_ips.remove(&key_of(id)).is_some())
+    }
+
+    // ---- load balancers ---------------------------------------------------------------------------
+
+    pub(crate) fn check_put_load_balancer(&self, id: &ResourceId, body: &LoadBalancer) -> Result<(), EmulatorError> {
+        let loc = require_location(id, body.location.as_deref())?;
+        let key = key_of(id);
+        let old = self.load_balancers.get(&key);
+        check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
+        let p = &body.properties;
+        check_unique_names(id, "frontend IP configuration", p.frontend_ip_configurations.iter().map(|f| f.name.as_str()))?;
+        check_unique_names(id, "backend address pool", p.backend_address_pools.iter().map(|b| b.name.as_str()))?;
+        check_unique_names(id, "load-balancing rule", p.load_balancing_rules.iter().map(|r| r.name.as_str()))?;
+        self.check_public_ip_refs(
+            id,
+            p.frontend_ip_configurations
+                .iter()
+                .filter_map(|f| f.properties.public_ip_address.as_ref().map(|s| s.id.as_str())),
+        )?;
+        let frontends: HashSet<String> = p
+            .frontend_ip_configurations
+            .iter()
+            .map(|f| key_str(&id.frontend_ip_configuration_id(&f.name)))
+            .collect();
+        let pools: HashSet<String> = p
+            .backend_address_pools
+            .iter()
+            .map(|b| key_str(&id.backend_pool_id(&b.name)))
+            .collect();
+        let mut used = HashSet::new();
+        for r in &p.load_balancing_rules {
+            let rp = &r.properties;
+            let bad_rule = |m: String| {
+                EmulatorError::bad_request("InvalidLoadBalancingRule", format!("rule '{}' of '{}': {m}", r.name, id.name))
+            };
+            let Some(fe) = &rp.frontend_ip_configuration else {
+                return Err(bad_rule("frontendIPConfiguration is required".into()));
+            };
+            if !frontends.contains(&key_str(&fe.id)) {
+                return Err(bad_ref(format!(
+                    "rule '{}' refers to frontend '{}', which is not a frontend of '{}'",
+                    r.name, fe.id, id.name
+                )));
+            }
+            if let Some(pool) = &rp.backend_address_pool
+                && !pools.contains(&key_str(&pool.id))
+            {
+                return Err(bad_ref(format!(
+                    "rule '{}' refers to backend pool '{}', which is not a pool of '{}'",
+                    r.name, pool.id, id.name
+                )));
+            }
+            let Some(proto) = rp.protocol else {
+                return Err(bad_rule("protocol (Tcp, Udp or All) is required".into()));
+            };
+            let ports_ok = match proto {
+                TransportProtocol::All => rp.frontend_port == 0 && rp.backend_port == 0,
+                _ => rp.frontend_port >= 1 && rp.backend_port >= 1,
+            };
+            if !ports_ok {
+                return Err(bad_rule(format!(
+                    "ports {} -> {} are invalid for protocol {proto:?} (1-65535; 0 only with All)",
+                    rp.frontend_port, rp.backend_port
+                )));
+            }
+            if !used.insert((key_str(&fe.id), proto, rp.frontend_port)) {
+                return Err(EmulatorError::bad_request(
+                    "RulesUseSameFrontendIpAndPort",
+                    format!(
+                        "rule '{}' of '{}' uses frontend port {} / {proto:?} of the same frontend as another rule",
+                        r.name, id.name, rp.frontend_port
+                    ),
+                ));
+            }
+        }
+        // A backend pool still registered on a gateway cannot disappear.
+        let prefix = format!("{key}/backendaddresspools/");
+        for (pool, who) in self.service_references() {
+            if pool.starts_with(&prefix) && !pools.contains(&pool) {
+                return Err(EmulatorError::bad_request(
+                    "InUseBackendAddressPoolCannotBeDeleted",
+                    format!("backend pool '{pool}' is used by service gateway service '{who}'"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn put_load_balancer(
+        &mut self,
+        id: &ResourceId,
+        mut body: LoadBalancer,
+    ) -> Result<(bool, LoadBalancer), EmulatorError> {
+        self.check_put_load_balancer(id, &body)?;
+        body.id = Some(id.to_string());
+        body.name = Some(id.name.clone());
+        body.resource_type = Some(id.kind.arm_type());
+        body.sku.get_or_insert_with(Sku::standard);
+        let p = &mut body.properties;
+        for f in &mut p.frontend_ip_configurations {
+            f.id = Some(id.frontend_ip_configuration_id(&f.name));
+        }
+        for b in &mut p.backend_address_pools {
+            b.id = Some(id.backend_pool_id(&b.name));
+        }
+        for r in &mut p.load_balancing_rules {
+            r.id = Some(id.child("loadBalancingRules", &r.name));
+        }
+        p.provisioning_state = Some("Succeeded".into());
+        let created = self.load_balancers.insert(key_of(id), body.clone()).is_none();
+        Ok((created, body))
+    }
+
+    pub(crate) fn get_load_balancer(&self, id: &ResourceId) -> Result<LoadBalancer, EmulatorError> {
+        self.load_balancers.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+    }
+
+    pub(crate) fn check_delete_load_balancer(&self, id: &ResourceId) -> Result<(), EmulatorError> {
+        let prefix = format!("{}/", key_of(id));
+        if let Some((pool, who)) = self
+            .service_references()
+            .into_iter()
+            .find(|(p, _)| p.starts_with(&prefix))
+        {
+            return Err(EmulatorError::bad_request(
+                "InUseLoadBalancerCannotBeDeleted",
+                format!(
+                    "load balancer '{}' cannot be deleted: its backend pool '{pool}' is used by service \
+                     gateway service '{who}'",
+                    id.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete_load_balancer(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
+        self.check_delete_load_balancer(id)?;
+        Ok(self.load_balancers.remove(&key_of(id)).is_some())
+    }
+
+    // ---- NAT gateways -----------------------------------------------------------------------------
+
+    pub(crate) fn check_put_nat_gateway(&self, id: &ResourceId, body: &NatGateway) -> Result<(), EmulatorError> {
+        let loc = require_location(id, body.location.as_deref())?;
+        let old = self.nat_gateways.get(&key_of(id));
+        check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
+        self.check_public_ip_refs(
+            id,
+            body.properties.public_ip_addresses.iter().map(|p| p.id.as_str()),
+        )
+    }
+
+    pub(crate) fn put_nat_gateway(
+        &mut self,
+        id: &ResourceId,
+        mut body: NatGateway,
+    ) -> Result<(bool, NatGateway), EmulatorError> {
+        self.check_put_nat_gateway(id, &body)?;
+        body.id = Some(id.to_string());
+        body.name = Some(id.name.clone());
+        body.resource_type = Some(id.kind.arm_type());
+        body.sku.get_or_insert_with(|| Sku {
+            name: "Standard".into(),
+            tier: None,
+        });
+        body.properties.provisioning_state = Some("Succeeded".into());
+        let created = self.nat_gateways.insert(key_of(id), body.clone()).is_none();
+        Ok((created, body))
+    }
+
+    pub(crate) fn get_nat_gateway(&self, id: &ResourceId) -> Result<NatGateway, EmulatorError> {
+        self.nat_gateways.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+    }
+
+    pub(crate) fn check_delete_nat_gateway(&self, id: &ResourceId) -> Result<(), EmulatorError> {
+        if let Some(who) = self.service_references().get(&key_of(id)) {
+            return Err(EmulatorError::bad_request(
+                "InUseNatGatewayCannotBeDeleted",
+                format!("NAT gateway '{}' is used by service gateway service '{who}'", id.name),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete_nat_gateway(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
+        self.check_delete_nat_gateway(id)?;
+        Ok(self.nat_gateways.remove(&key_of(id)).is_some())
+    }
+}
