@@ -13,7 +13,7 @@
 //! See `docs/protocol.md` for the message flow.
 
 /// Messages, enums, clients and servers of package `clb.v1`, generated from `proto/clb/v1/*.proto`.
-#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/clb.v1.rs"));
 }

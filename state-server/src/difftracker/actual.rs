@@ -279,16 +279,7 @@ impl DiffTracker {
             return;
         }
         entry.actual = kind;
-        let dirty: Vec<IpAddr> = entry
-            .locations
-            .iter()
-            .filter(|(_, c)| c.desired > 0)
-            .map(|(l, _)| *l)
-            .collect();
-        for l in dirty {
-            self.dirty_locations.push(l);
-        }
-        self.dirty_service(sid);
+        self.service_changed(sid);
         self.services.release_if_unused(sid);
     }
 }

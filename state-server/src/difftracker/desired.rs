@@ -97,7 +97,7 @@ impl DiffTracker {
                 if !entry.desired_inbound {
                     entry.desired_inbound = true;
                     self.revision += 1;
-                    self.dirty_service(sid);
+                    self.service_changed(sid);
                 }
             }
             Operation::Remove => {
@@ -111,7 +111,7 @@ impl DiffTracker {
                 if entry.desired_inbound {
                     entry.desired_inbound = false;
                     self.revision += 1;
-                    self.dirty_service(sid);
+                    self.service_changed(sid);
                 }
                 for (address, location) in self.desired_addresses_of(sid) {
                     self.remove_inbound_ref(location, address, sid);
@@ -144,7 +144,7 @@ impl DiffTracker {
                     egress.declared = true;
                     self.revision += 1;
                     if !was_desired {
-                        self.dirty_service(sid);
+                        self.service_changed(sid);
                     }
                 }
             }
@@ -156,7 +156,7 @@ impl DiffTracker {
                     return Ok(());
                 }
                 self.revision += 1;
-                self.dirty_service(sid);
+                self.service_changed(sid);
                 for (address, location) in self.desired_addresses_of(sid) {
                     let Some(d) = self.desired(location, address) else {
                         continue;
@@ -391,7 +391,7 @@ impl DiffTracker {
         egress.pods += 1;
         if !was_desired {
             self.revision += 1;
-            self.dirty_service(sid);
+            self.service_changed(sid);
         }
     }
 
@@ -404,7 +404,7 @@ impl DiffTracker {
         if *egress == EgressState::default() {
             entry.egress = None;
             self.revision += 1;
-            self.dirty_service(sid);
+            self.service_changed(sid);
         }
         self.services.release_if_unused(sid);
     }

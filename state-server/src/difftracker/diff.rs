@@ -1,10 +1,10 @@
 //! The difference between desired and actual state, and its ordering rules.
 //!
-//! * An address is sent with its desired ref **filtered to services NRP has**, so a service is
-//!   always created in NRP before any address refers to it.
+//! * An address is sent with its desired ref **filtered to services NRP has** (and that are still
+//!   desired), so a service is always created in NRP before any address refers to it.
 //! * An actual address no longer desired is sent with an empty ref; a location no longer desired
-//!   at all is sent as a full update with no addresses (which deletes it in NRP); a location NRP
-//!   does not have is sent as a full update.
+//!   at all (no address with a non-empty filtered ref) is sent as a full update with no addresses,
+//!   which deletes it in NRP; a location NRP does not have is sent as a full update.
 //! * A service is deleted only once no actual address refers to it (drain first).
 //! * While removals are withheld, nothing is removed and no full update replaces NRP's content.
 
@@ -115,15 +115,9 @@ impl DiffTracker {
     pub fn location_diff(&self, location: IpAddr) -> Option<LocationDiff> {
         let loc = self.locations.get(&location)?;
         let allowed = self.removals_allowed;
-        if allowed && loc.in_nrp && loc.desired_addresses == 0 {
-            return Some(LocationDiff {
-                location,
-                action: AddressUpdateAction::Full,
-                addresses: Vec::new(),
-            });
-        }
         let full = allowed && !loc.in_nrp;
         let mut addresses = Vec::new();
+        let mut anything_wanted = false;
         for (address, slot) in &loc.addresses {
             let mut want = slot.desired.as_ref().map(|d| self.filtered(d)).unwrap_or_default();
             let have = slot.actual.as_deref().unwrap_or(&[]);
@@ -134,6 +128,7 @@ impl DiffTracker {
                     }
                 }
             }
+            anything_wanted |= !want.is_empty();
             let send = if full { !want.is_empty() } else { want[..] != *have };
             if send {
                 addresses.push(AddressUpdate {
@@ -141,6 +136,14 @@ impl DiffTracker {
                     services: self.names(&want),
                 });
             }
+        }
+        if allowed && loc.in_nrp && !anything_wanted {
+            // Nothing here can be programmed any more: delete the whole location.
+            return Some(LocationDiff {
+                location,
+                action: AddressUpdateAction::Full,
+                addresses: Vec::new(),
+            });
         }
         if addresses.is_empty() {
             return None;
@@ -213,10 +216,15 @@ impl DiffTracker {
         names
     }
 
-    /// The desired ref of an address, keeping only services NRP has (the readiness filter).
+    /// The desired ref of an address, keeping only services that NRP has **and** that are still
+    /// desired (the readiness filter). The second half keeps a late endpoint update of a Service
+    /// being deleted from re-programming it, which would block its deletion forever.
     fn filtered(&self, d: &Desired) -> RefBuf {
         let mut refs = d.refs();
-        refs.retain(|id| self.services.get(*id).actual.is_some());
+        refs.retain(|id| {
+            let e = self.services.get(*id);
+            e.actual.is_some() && e.is_desired()
+        });
         refs
     }
 }

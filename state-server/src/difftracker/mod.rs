@@ -135,6 +135,18 @@ impl DiffTracker {
         self.dirty_services.push(name.into());
     }
 
+    /// A service became (un)desired or appeared in / vanished from NRP: it, and every location
+    /// whose filtered refs depend on it, must be re-diffed.
+    fn service_changed(&mut self, id: ServiceId) {
+        let entry = self.services.get(id);
+        for (location, counts) in &entry.locations {
+            if counts.desired > 0 {
+                self.dirty_locations.push(*location);
+            }
+        }
+        self.dirty_service(id);
+    }
+
     fn dirty_service(&mut self, id: ServiceId) {
         let name = self.services.get(id).name.clone();
         self.dirty_services.push(name);

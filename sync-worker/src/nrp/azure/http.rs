@@ -255,8 +255,10 @@ impl ArmClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let remaining = opts.remaining()?;
             let token = self.token(opts).await?;
+            // Checked after token acquisition, which may have taken a while: nothing leaves once the
+            // deadline has passed, and the request cannot outlive it.
+            let remaining = opts.remaining()?;
             let timeout = remaining.map_or(self.config.request_timeout, |r| {
                 r.min(self.config.request_timeout)
             });
@@ -278,8 +280,6 @@ impl ArmClient {
                     )
                     .body(body.to_vec());
             }
-            // Last check right before the request leaves: token acquisition may have taken a while.
-            opts.remaining()?;
             let started = Instant::now();
             let result = match request.send().await {
                 Ok(resp) => {
@@ -366,6 +366,14 @@ impl ArmClient {
                     link.query_pairs_mut()
                         .append_pair("api-version", &self.config.api_version);
                 }
+                if link == url {
+                    return Err(NrpError::Server {
+                        status: 200,
+                        code: "InvalidNextLink".into(),
+                        message: "nextLink points at the page itself".into(),
+                        retry_after: None,
+                    });
+                }
                 next = Some(link);
             }
         }
@@ -404,20 +412,19 @@ impl ArmClient {
         if let Some(operation) = async_operation {
             self.poll_async_operation(&operation, first_delay, poll_opts)
                 .await?;
-            let final_url = match final_state {
-                FinalState::OriginalUri => Some(url.clone()),
-                FinalState::Location => location,
-                FinalState::Nothing => None,
-            };
-            return match final_url {
-                None => Ok(None),
-                Some(final_url) => {
-                    let done = self.send(Method::GET, &final_url, None, poll_opts).await?;
+            return match (final_state, location) {
+                (FinalState::OriginalUri, _) => {
+                    let done = self.send(Method::GET, url, None, poll_opts).await?;
                     if !done.status.is_success() {
                         return Err(error_from_response(&done));
                     }
                     Ok(non_empty(done))
                 }
+                (FinalState::Location, Some(location)) => {
+                    self.poll_location(location, Some(Duration::ZERO), poll_opts)
+                        .await
+                }
+                _ => Ok(None),
             };
         }
         if resp.status == StatusCode::ACCEPTED {

@@ -66,7 +66,9 @@ pub enum EmulatorError {
         retry_after_secs: u64,
     },
     /// Another mutating operation is in progress on the gateway (409).
-    #[error("another operation is in progress on service gateway '{gateway}'; retry after {retry_after_secs} s")]
+    #[error(
+        "another operation is in progress on service gateway '{gateway}'; retry after {retry_after_secs} s"
+    )]
     AnotherOperationInProgress {
         /// Gateway name.
         gateway: String,

@@ -9,10 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
 use super::error::EmulatorError;
-use super::state::{GatewayRec, NrpState, RemovalCause, RemovalDraft, ServiceRec, key_of, key_str, not_found};
+use super::state::{
+    GatewayRec, NrpState, RemovalCause, RemovalDraft, ServiceRec, key_of, key_str, not_found,
+};
 use crate::nrp::wire::{
     AddressLocation, GatewayService, GatewayServiceProperties, ResourceId, ResourceKind,
-    ServiceGateway, SubResource, UpdateAction, UpdateAddressLocationsRequest, UpdateServicesRequest,
+    ServiceGateway, SubResource, UpdateAction, UpdateAddressLocationsRequest,
+    UpdateServicesRequest,
 };
 
 /// A validated `updateServices` request: service name → new record (`None` = delete).
@@ -46,7 +49,10 @@ impl NormLocations {
 
 fn parse_ip(what: &'static str, code: &'static str, s: &str) -> Result<IpAddr, EmulatorError> {
     s.trim().parse::<IpAddr>().map_err(|_| {
-        EmulatorError::bad_request(code, format!("{what} '{s}' is not a valid IPv4 or IPv6 address"))
+        EmulatorError::bad_request(
+            code,
+            format!("{what} '{s}' is not a valid IPv4 or IPv6 address"),
+        )
     })
 }
 
@@ -61,7 +67,9 @@ fn check_service_name(name: &str) -> Result<(), EmulatorError> {
 }
 
 /// Validates an `updateServices` body without looking at the state.
-pub(crate) fn normalize_services(req: UpdateServicesRequest) -> Result<NormServices, EmulatorError> {
+pub(crate) fn normalize_services(
+    req: UpdateServicesRequest,
+) -> Result<NormServices, EmulatorError> {
     let mut seen = HashSet::new();
     let mut requests = Vec::with_capacity(req.service_requests.len());
     for r in req.service_requests {
@@ -86,13 +94,17 @@ pub(crate) fn normalize_services(req: UpdateServicesRequest) -> Result<NormServi
         let Some(service_type) = service_type else {
             return Err(EmulatorError::bad_request(
                 "MissingServiceType",
-                format!("service '{name}' has no serviceType (Inbound, Outbound or InboundOutbound)"),
+                format!(
+                    "service '{name}' has no serviceType (Inbound, Outbound or InboundOutbound)"
+                ),
             ));
         };
         if service_type.is_inbound() && load_balancer_backend_pools.is_empty() {
             return Err(EmulatorError::bad_request(
                 "MissingLoadBalancerBackendPool",
-                format!("inbound service '{name}' must name at least one loadBalancerBackendPools id"),
+                format!(
+                    "inbound service '{name}' must name at least one loadBalancerBackendPools id"
+                ),
             ));
         }
         if service_type.is_outbound() && public_nat_gateway_id.is_none() {
@@ -132,7 +144,10 @@ pub(crate) fn normalize_services(req: UpdateServicesRequest) -> Result<NormServi
         let rec = ServiceRec {
             service_type,
             is_default,
-            backend_pools: load_balancer_backend_pools.into_iter().map(|p| p.id).collect(),
+            backend_pools: load_balancer_backend_pools
+                .into_iter()
+                .map(|p| p.id)
+                .collect(),
             nat_gateway_id: public_nat_gateway_id,
         };
         requests.push((name, Some(rec)));
@@ -150,7 +165,11 @@ pub(crate) fn normalize_locations(
     let mut seen = HashSet::new();
     let mut locations = Vec::with_capacity(req.address_locations.len());
     for l in req.address_locations {
-        let location = parse_ip("address location", "InvalidAddressLocation", &l.address_location)?;
+        let location = parse_ip(
+            "address location",
+            "InvalidAddressLocation",
+            &l.address_location,
+        )?;
         if !seen.insert(location) {
             return Err(EmulatorError::bad_request(
                 "DuplicateLocationsInRequest",
@@ -164,7 +183,9 @@ pub(crate) fn normalize_locations(
             if address.is_ipv4() != location.is_ipv4() {
                 return Err(EmulatorError::bad_request(
                     "AddressFamilyMismatch",
-                    format!("address '{address}' and its location '{location}' are of different IP families"),
+                    format!(
+                        "address '{address}' and its location '{location}' are of different IP families"
+                    ),
                 ));
             }
             if !seen_addr.insert(address) {
@@ -196,7 +217,11 @@ impl NrpState {
         self.gateways.get(&key_of(id))
     }
 
-    fn gateway_or_err(&self, id: &ResourceId, auto_create: bool) -> Result<Option<&GatewayRec>, EmulatorError> {
+    fn gateway_or_err(
+        &self,
+        id: &ResourceId,
+        auto_create: bool,
+    ) -> Result<Option<&GatewayRec>, EmulatorError> {
         match self.gateway(id) {
             Some(g) => Ok(Some(g)),
             None if auto_create => Ok(None),
@@ -205,15 +230,21 @@ impl NrpState {
     }
 
     /// The gateway `id`, created on the spot (location `local`) when it is missing and `auto_create`.
-    fn gateway_mut(&mut self, id: &ResourceId, auto_create: bool) -> Result<&mut GatewayRec, EmulatorError> {
+    fn gateway_mut(
+        &mut self,
+        id: &ResourceId,
+        auto_create: bool,
+    ) -> Result<&mut GatewayRec, EmulatorError> {
         let key = key_of(id);
         if !self.gateways.contains_key(&key) {
             if !auto_create {
                 return Err(not_found(id));
             }
             let guid = self.guid();
-            self.gateways
-                .insert(key.clone(), GatewayRec::new(id.clone(), "local".into(), guid));
+            self.gateways.insert(
+                key.clone(),
+                GatewayRec::new(id.clone(), "local".into(), guid),
+            );
         }
         self.gateways
             .get_mut(&key)
@@ -240,7 +271,11 @@ impl NrpState {
         Ok((created, g.to_wire()))
     }
 
-    pub(crate) fn check_put_gateway(&self, id: &ResourceId, body: &ServiceGateway) -> Result<(), EmulatorError> {
+    pub(crate) fn check_put_gateway(
+        &self,
+        id: &ResourceId,
+        body: &ServiceGateway,
+    ) -> Result<(), EmulatorError> {
         let Some(location) = body.location.as_deref().filter(|l| !l.trim().is_empty()) else {
             return Err(EmulatorError::bad_request(
                 "LocationRequired",
@@ -263,7 +298,11 @@ impl NrpState {
     }
 
     /// `GET …/serviceGateways/{name}`.
-    pub(crate) fn get_gateway(&mut self, id: &ResourceId, auto_create: bool) -> Result<ServiceGateway, EmulatorError> {
+    pub(crate) fn get_gateway(
+        &mut self,
+        id: &ResourceId,
+        auto_create: bool,
+    ) -> Result<ServiceGateway, EmulatorError> {
         Ok(self.gateway_mut(id, auto_create)?.to_wire())
     }
 
@@ -300,7 +339,11 @@ impl NrpState {
                 properties: GatewayServiceProperties {
                     service_type: Some(s.service_type),
                     is_default: s.is_default,
-                    load_balancer_backend_pools: s.backend_pools.iter().map(SubResource::new).collect(),
+                    load_balancer_backend_pools: s
+                        .backend_pools
+                        .iter()
+                        .map(SubResource::new)
+                        .collect(),
                     public_nat_gateway_id: s.nat_gateway_id.clone(),
                 },
             })
@@ -357,7 +400,12 @@ impl NrpState {
             && let Some(g) = g
         {
             let listed: HashSet<&str> = req.requests.iter().map(|(n, _)| n.as_str()).collect();
-            deletes.extend(g.services.keys().map(String::as_str).filter(|n| !listed.contains(n)));
+            deletes.extend(
+                g.services
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|n| !listed.contains(n)),
+            );
         }
         if let Some(g) = g {
             for name in deletes {
@@ -519,7 +567,12 @@ impl NrpState {
                 }
             }
             for (a, services) in l.addresses {
-                removals.extend(g.set_address(l.location, a, services, RemovalCause::AddressUpdate));
+                removals.extend(g.set_address(
+                    l.location,
+                    a,
+                    services,
+                    RemovalCause::AddressUpdate,
+                ));
             }
         }
         Ok(removals)

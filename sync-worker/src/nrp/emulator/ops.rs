@@ -72,8 +72,6 @@ pub(crate) enum Mutation {
 pub(crate) enum Op {
     Read(Read),
     Mutate(Mutation),
-    OperationStatus(String),
-    OperationResult(String),
 }
 
 /// The outcome of an applied operation.
@@ -88,12 +86,17 @@ pub(crate) struct Applied {
 
 fn name_ok(name: &str, kind: ResourceKind) -> bool {
     let allowed = |c: char| {
-        c.is_ascii_alphanumeric() || c == '-' || (kind != ResourceKind::ServiceGateway && (c == '.' || c == '_'))
+        c.is_ascii_alphanumeric()
+            || c == '-'
+            || (kind != ResourceKind::ServiceGateway && (c == '.' || c == '_'))
     };
     !name.is_empty()
         && name.len() <= 80
         && name.chars().all(allowed)
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
 }
 
 /// Routes an ARM path (case-insensitive segment names, as ARM).
@@ -102,7 +105,11 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         method: method.to_string(),
         path: path.to_string(),
     };
-    let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
+    let segs: Vec<&str> = path
+        .trim_start_matches('/')
+        .trim_end_matches('/')
+        .split('/')
+        .collect();
     let eq = |i: usize, s: &str| segs.get(i).is_some_and(|x| x.eq_ignore_ascii_case(s));
     if segs.iter().any(|s| s.is_empty()) || !eq(0, "subscriptions") {
         return Err(no_route());
@@ -123,14 +130,22 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         };
         return check_method(method, path, &[Method::GET], operation, target);
     }
-    if !(segs.len() == 8 || segs.len() == 9) || !eq(2, "resourceGroups") || !eq(4, "providers") || !eq(5, PROVIDER) {
+    if !(segs.len() == 8 || segs.len() == 9)
+        || !eq(2, "resourceGroups")
+        || !eq(4, "providers")
+        || !eq(5, PROVIDER)
+    {
         return Err(no_route());
     }
     let kind = ResourceKind::from_segment(segs[6]).ok_or_else(no_route)?;
     if !name_ok(segs[7], kind) {
         return Err(EmulatorError::bad_request(
             "InvalidResourceName",
-            format!("resource name '{}' is invalid for {}", segs[7], kind.arm_type()),
+            format!(
+                "resource name '{}' is invalid for {}",
+                segs[7],
+                kind.arm_type()
+            ),
         ));
     }
     let id = ResourceId::new(segs[1], segs[3], kind, segs[7]);
@@ -161,11 +176,23 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         return Err(no_route());
     }
     let (action, operation, allowed) = if eq(8, "services") {
-        (GatewayAction::Services, "ServiceGateways_GetServices", Method::GET)
+        (
+            GatewayAction::Services,
+            "ServiceGateways_GetServices",
+            Method::GET,
+        )
     } else if eq(8, "addressLocations") {
-        (GatewayAction::AddressLocations, "ServiceGateways_GetAddressLocations", Method::GET)
+        (
+            GatewayAction::AddressLocations,
+            "ServiceGateways_GetAddressLocations",
+            Method::GET,
+        )
     } else if eq(8, "updateServices") {
-        (GatewayAction::UpdateServices, "ServiceGateways_UpdateServices", Method::POST)
+        (
+            GatewayAction::UpdateServices,
+            "ServiceGateways_UpdateServices",
+            Method::POST,
+        )
     } else if eq(8, "updateAddressLocations") {
         (
             GatewayAction::UpdateAddressLocations,
@@ -175,7 +202,13 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
     } else {
         return Err(no_route());
     };
-    check_method(method, path, &[allowed], operation, Target::Gateway(id, action))
+    check_method(
+        method,
+        path,
+        &[allowed],
+        operation,
+        Target::Gateway(id, action),
+    )
 }
 
 fn check_method(
@@ -224,13 +257,17 @@ pub(crate) fn check_api_version(q: &Query) -> Result<(), EmulatorError> {
     match q.api_version.as_deref() {
         None | Some("") => Err(EmulatorError::MissingApiVersion),
         Some(API_VERSION) => Ok(()),
-        Some(other) => Err(EmulatorError::InvalidApiVersion(other.chars().take(64).collect())),
+        Some(other) => Err(EmulatorError::InvalidApiVersion(
+            other.chars().take(64).collect(),
+        )),
     }
 }
 
 fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, EmulatorError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(EmulatorError::MalformedBody("the request body is empty".into()));
+        return Err(EmulatorError::MalformedBody(
+            "the request body is empty".into(),
+        ));
     }
     serde_json::from_slice(body).map_err(|e| EmulatorError::MalformedBody(e.to_string()))
 }
@@ -240,21 +277,32 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
     let put = route.method == Method::PUT;
     let delete = route.method == Method::DELETE;
     Ok(match &route.target {
-        Target::OperationStatus(id) => Op::OperationStatus(id.clone()),
-        Target::OperationResult(id) => Op::OperationResult(id.clone()),
+        Target::OperationStatus(_) | Target::OperationResult(_) => {
+            return Err(EmulatorError::Internal("operation polls carry no body".into()));
+        }
         Target::Resource(id) => {
             let id = id.clone();
             match id.kind {
-                ResourceKind::ServiceGateway if put => Op::Mutate(Mutation::PutGateway(id, json(body)?)),
+                ResourceKind::ServiceGateway if put => {
+                    Op::Mutate(Mutation::PutGateway(id, json(body)?))
+                }
                 ResourceKind::ServiceGateway if delete => Op::Mutate(Mutation::DeleteGateway(id)),
                 ResourceKind::ServiceGateway => Op::Read(Read::Gateway(id)),
-                ResourceKind::PublicIpAddress if put => Op::Mutate(Mutation::PutPublicIp(id, json(body)?)),
+                ResourceKind::PublicIpAddress if put => {
+                    Op::Mutate(Mutation::PutPublicIp(id, json(body)?))
+                }
                 ResourceKind::PublicIpAddress if delete => Op::Mutate(Mutation::DeletePublicIp(id)),
                 ResourceKind::PublicIpAddress => Op::Read(Read::PublicIp(id)),
-                ResourceKind::LoadBalancer if put => Op::Mutate(Mutation::PutLoadBalancer(id, json(body)?)),
-                ResourceKind::LoadBalancer if delete => Op::Mutate(Mutation::DeleteLoadBalancer(id)),
+                ResourceKind::LoadBalancer if put => {
+                    Op::Mutate(Mutation::PutLoadBalancer(id, json(body)?))
+                }
+                ResourceKind::LoadBalancer if delete => {
+                    Op::Mutate(Mutation::DeleteLoadBalancer(id))
+                }
                 ResourceKind::LoadBalancer => Op::Read(Read::LoadBalancer(id)),
-                ResourceKind::NatGateway if put => Op::Mutate(Mutation::PutNatGateway(id, json(body)?)),
+                ResourceKind::NatGateway if put => {
+                    Op::Mutate(Mutation::PutNatGateway(id, json(body)?))
+                }
                 ResourceKind::NatGateway if delete => Op::Mutate(Mutation::DeleteNatGateway(id)),
                 ResourceKind::NatGateway => Op::Read(Read::NatGateway(id)),
             }
@@ -267,7 +315,10 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
                     let after = match query.skip_token.as_deref() {
                         None => None,
                         Some(t) => Some(t.parse::<IpAddr>().map_err(|_| {
-                            EmulatorError::bad_request("InvalidSkipToken", format!("skip token '{t}' is invalid"))
+                            EmulatorError::bad_request(
+                                "InvalidSkipToken",
+                                format!("skip token '{t}' is invalid"),
+                            )
                         })?),
                     };
                     Op::Read(Read::Locations(id, after))
@@ -328,7 +379,10 @@ impl Mutation {
     pub(crate) fn is_put(&self) -> bool {
         matches!(
             self,
-            Self::PutGateway(..) | Self::PutPublicIp(..) | Self::PutLoadBalancer(..) | Self::PutNatGateway(..)
+            Self::PutGateway(..)
+                | Self::PutPublicIp(..)
+                | Self::PutLoadBalancer(..)
+                | Self::PutNatGateway(..)
         )
     }
 }
@@ -339,7 +393,11 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, EmulatorErr
 
 fn put_result<T: serde::Serialize>((created, v): (bool, T)) -> Result<Applied, EmulatorError> {
     Ok(Applied {
-        status: if created { StatusCode::CREATED } else { StatusCode::OK },
+        status: if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         body: Some(to_value(&v)?),
         removals: Vec::new(),
         next_token: None,
@@ -348,7 +406,11 @@ fn put_result<T: serde::Serialize>((created, v): (bool, T)) -> Result<Applied, E
 
 fn delete_result(existed: bool, removals: Vec<RemovalDraft>) -> Applied {
     Applied {
-        status: if existed { StatusCode::OK } else { StatusCode::NO_CONTENT },
+        status: if existed {
+            StatusCode::OK
+        } else {
+            StatusCode::NO_CONTENT
+        },
         body: None,
         removals,
         next_token: None,
@@ -382,7 +444,11 @@ impl NrpState {
     }
 
     /// Applies a mutation (checking it first; a rejected mutation changes nothing).
-    pub(crate) fn apply(&mut self, m: Mutation, auto_create: bool) -> Result<Applied, EmulatorError> {
+    pub(crate) fn apply(
+        &mut self,
+        m: Mutation,
+        auto_create: bool,
+    ) -> Result<Applied, EmulatorError> {
         match m {
             Mutation::PutGateway(id, b) => put_result(self.put_gateway(&id, b)?),
             Mutation::DeleteGateway(id) => {
@@ -393,22 +459,36 @@ impl NrpState {
                 self.update_services(&id, auto_create, n)?;
                 Ok(ok_empty(Vec::new()))
             }
-            Mutation::UpdateLocations(id, n) => Ok(ok_empty(self.update_locations(&id, auto_create, n)?)),
+            Mutation::UpdateLocations(id, n) => {
+                Ok(ok_empty(self.update_locations(&id, auto_create, n)?))
+            }
             Mutation::PutPublicIp(id, b) => put_result(self.put_public_ip(&id, b)?),
-            Mutation::DeletePublicIp(id) => Ok(delete_result(self.delete_public_ip(&id)?, Vec::new())),
+            Mutation::DeletePublicIp(id) => {
+                Ok(delete_result(self.delete_public_ip(&id)?, Vec::new()))
+            }
             Mutation::PutLoadBalancer(id, b) => put_result(self.put_load_balancer(&id, b)?),
-            Mutation::DeleteLoadBalancer(id) => Ok(delete_result(self.delete_load_balancer(&id)?, Vec::new())),
+            Mutation::DeleteLoadBalancer(id) => {
+                Ok(delete_result(self.delete_load_balancer(&id)?, Vec::new()))
+            }
             Mutation::PutNatGateway(id, b) => put_result(self.put_nat_gateway(&id, b)?),
-            Mutation::DeleteNatGateway(id) => Ok(delete_result(self.delete_nat_gateway(&id)?, Vec::new())),
+            Mutation::DeleteNatGateway(id) => {
+                Ok(delete_result(self.delete_nat_gateway(&id)?, Vec::new()))
+            }
         }
     }
 
     /// Executes a read; list reads return one page of `page_size`.
-    pub(crate) fn read(&mut self, r: Read, auto_create: bool, page_size: usize) -> Result<Applied, EmulatorError> {
+    pub(crate) fn read(
+        &mut self,
+        r: Read,
+        auto_create: bool,
+        page_size: usize,
+    ) -> Result<Applied, EmulatorError> {
         let (body, next_token) = match r {
             Read::Gateway(id) => (to_value(&self.get_gateway(&id, auto_create)?)?, None),
             Read::Services(id, after) => {
-                let (items, next) = self.list_services(&id, auto_create, after.as_deref(), page_size)?;
+                let (items, next) =
+                    self.list_services(&id, auto_create, after.as_deref(), page_size)?;
                 (serde_json::json!({ "value": to_value(&items)? }), next)
             }
             Read::Locations(id, after) => {
@@ -441,12 +521,18 @@ mod tests {
         let r = route(&Method::PUT, p).unwrap();
         assert_eq!(r.operation, "ServiceGateways_CreateOrUpdate");
         let r = route(&Method::POST, &format!("{p}/updateAddressLocations")).unwrap();
-        assert!(matches!(r.target, Target::Gateway(_, GatewayAction::UpdateAddressLocations)));
+        assert!(matches!(
+            r.target,
+            Target::Gateway(_, GatewayAction::UpdateAddressLocations)
+        ));
         assert!(matches!(
             route(&Method::GET, &format!("{p}/updateServices")),
             Err(EmulatorError::MethodNotAllowed { .. })
         ));
-        assert!(matches!(route(&Method::GET, "/foo"), Err(EmulatorError::NoRoute { .. })));
+        assert!(matches!(
+            route(&Method::GET, "/foo"),
+            Err(EmulatorError::NoRoute { .. })
+        ));
         assert!(matches!(
             route(&Method::GET, &p.replace("/sg", "/s_g")),
             Err(EmulatorError::BadRequest { .. })
@@ -454,7 +540,10 @@ mod tests {
         let lower = p.to_ascii_lowercase();
         assert!(route(&Method::GET, &lower).is_ok());
         let op = "/subscriptions/s/providers/Microsoft.Network/locations/l/operations/x";
-        assert_eq!(route(&Method::GET, op).unwrap().target, Target::OperationStatus("x".into()));
+        assert_eq!(
+            route(&Method::GET, op).unwrap().target,
+            Target::OperationStatus("x".into())
+        );
     }
 
     #[test]
@@ -462,7 +551,10 @@ mod tests {
         let q = parse_query(Some("api-version=2025-05-01&$skipToken=10.0.0.1"));
         check_api_version(&q).unwrap();
         assert_eq!(q.skip_token.as_deref(), Some("10.0.0.1"));
-        assert_eq!(check_api_version(&parse_query(None)), Err(EmulatorError::MissingApiVersion));
+        assert_eq!(
+            check_api_version(&parse_query(None)),
+            Err(EmulatorError::MissingApiVersion)
+        );
         assert!(matches!(
             check_api_version(&parse_query(Some("api-version=2020-01-01"))),
             Err(EmulatorError::InvalidApiVersion(_))

@@ -109,7 +109,11 @@ impl NrpState {
                     "PublicIPAddressInUse",
                     format!(
                         "public IP address '{pip}' is already used by {}",
-                        if users.is_empty() { owner.to_string() } else { users.join(", ") }
+                        if users.is_empty() {
+                            owner.to_string()
+                        } else {
+                            users.join(", ")
+                        }
                     ),
                 ));
             }
@@ -119,7 +123,11 @@ impl NrpState {
 
     // ---- public IP addresses ----------------------------------------------------------------------
 
-    pub(crate) fn check_put_public_ip(&self, id: &ResourceId, body: &PublicIpAddress) -> Result<(), EmulatorError> {
+    pub(crate) fn check_put_public_ip(
+        &self,
+        id: &ResourceId,
+        body: &PublicIpAddress,
+    ) -> Result<(), EmulatorError> {
         let loc = require_location(id, body.location.as_deref())?;
         let old = self.public_ips.get(&key_of(id));
         check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
@@ -129,7 +137,10 @@ impl NrpState {
         {
             return Err(EmulatorError::bad_request(
                 "InvalidPublicIPAddressVersion",
-                format!("publicIPAddressVersion '{v}' of '{}' must be IPv4 or IPv6", id.name),
+                format!(
+                    "publicIPAddressVersion '{v}' of '{}' must be IPv4 or IPv6",
+                    id.name
+                ),
             ));
         }
         Ok(())
@@ -168,7 +179,8 @@ impl NrpState {
         body.sku.get_or_insert_with(Sku::standard);
         let p = &mut body.properties;
         p.ip_address = Some(ip);
-        p.public_ip_allocation_method.get_or_insert_with(|| "Static".into());
+        p.public_ip_allocation_method
+            .get_or_insert_with(|| "Static".into());
         p.public_ip_address_version
             .get_or_insert_with(|| if v6 { "IPv6" } else { "IPv4" }.into());
         p.provisioning_state = Some("Succeeded".into());
@@ -177,7 +189,10 @@ impl NrpState {
     }
 
     pub(crate) fn get_public_ip(&self, id: &ResourceId) -> Result<PublicIpAddress, EmulatorError> {
-        self.public_ips.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+        self.public_ips
+            .get(&key_of(id))
+            .cloned()
+            .ok_or_else(|| not_found(id))
     }
 
     pub(crate) fn check_delete_public_ip(&self, id: &ResourceId) -> Result<(), EmulatorError> {
@@ -185,7 +200,11 @@ impl NrpState {
         if !users.is_empty() {
             return Err(EmulatorError::bad_request(
                 "InUsePublicIpAddressCannotBeDeleted",
-                format!("public IP address '{}' is used by {}", id.name, users.join(", ")),
+                format!(
+                    "public IP address '{}' is used by {}",
+                    id.name,
+                    users.join(", ")
+                ),
             ));
         }
         Ok(())
@@ -198,20 +217,39 @@ impl NrpState {
 
     // ---- load balancers ---------------------------------------------------------------------------
 
-    pub(crate) fn check_put_load_balancer(&self, id: &ResourceId, body: &LoadBalancer) -> Result<(), EmulatorError> {
+    pub(crate) fn check_put_load_balancer(
+        &self,
+        id: &ResourceId,
+        body: &LoadBalancer,
+    ) -> Result<(), EmulatorError> {
         let loc = require_location(id, body.location.as_deref())?;
         let key = key_of(id);
         let old = self.load_balancers.get(&key);
         check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
         let p = &body.properties;
-        check_unique_names(id, "frontend IP configuration", p.frontend_ip_configurations.iter().map(|f| f.name.as_str()))?;
-        check_unique_names(id, "backend address pool", p.backend_address_pools.iter().map(|b| b.name.as_str()))?;
-        check_unique_names(id, "load-balancing rule", p.load_balancing_rules.iter().map(|r| r.name.as_str()))?;
+        check_unique_names(
+            id,
+            "frontend IP configuration",
+            p.frontend_ip_configurations.iter().map(|f| f.name.as_str()),
+        )?;
+        check_unique_names(
+            id,
+            "backend address pool",
+            p.backend_address_pools.iter().map(|b| b.name.as_str()),
+        )?;
+        check_unique_names(
+            id,
+            "load-balancing rule",
+            p.load_balancing_rules.iter().map(|r| r.name.as_str()),
+        )?;
         self.check_public_ip_refs(
             id,
-            p.frontend_ip_configurations
-                .iter()
-                .filter_map(|f| f.properties.public_ip_address.as_ref().map(|s| s.id.as_str())),
+            p.frontend_ip_configurations.iter().filter_map(|f| {
+                f.properties
+                    .public_ip_address
+                    .as_ref()
+                    .map(|s| s.id.as_str())
+            }),
         )?;
         let frontends: HashSet<String> = p
             .frontend_ip_configurations
@@ -227,7 +265,10 @@ impl NrpState {
         for r in &p.load_balancing_rules {
             let rp = &r.properties;
             let bad_rule = |m: String| {
-                EmulatorError::bad_request("InvalidLoadBalancingRule", format!("rule '{}' of '{}': {m}", r.name, id.name))
+                EmulatorError::bad_request(
+                    "InvalidLoadBalancingRule",
+                    format!("rule '{}' of '{}': {m}", r.name, id.name),
+                )
             };
             let Some(fe) = &rp.frontend_ip_configuration else {
                 return Err(bad_rule("frontendIPConfiguration is required".into()));
@@ -303,12 +344,18 @@ impl NrpState {
             r.id = Some(id.child("loadBalancingRules", &r.name));
         }
         p.provisioning_state = Some("Succeeded".into());
-        let created = self.load_balancers.insert(key_of(id), body.clone()).is_none();
+        let created = self
+            .load_balancers
+            .insert(key_of(id), body.clone())
+            .is_none();
         Ok((created, body))
     }
 
     pub(crate) fn get_load_balancer(&self, id: &ResourceId) -> Result<LoadBalancer, EmulatorError> {
-        self.load_balancers.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+        self.load_balancers
+            .get(&key_of(id))
+            .cloned()
+            .ok_or_else(|| not_found(id))
     }
 
     pub(crate) fn check_delete_load_balancer(&self, id: &ResourceId) -> Result<(), EmulatorError> {
@@ -337,13 +384,20 @@ impl NrpState {
 
     // ---- NAT gateways -----------------------------------------------------------------------------
 
-    pub(crate) fn check_put_nat_gateway(&self, id: &ResourceId, body: &NatGateway) -> Result<(), EmulatorError> {
+    pub(crate) fn check_put_nat_gateway(
+        &self,
+        id: &ResourceId,
+        body: &NatGateway,
+    ) -> Result<(), EmulatorError> {
         let loc = require_location(id, body.location.as_deref())?;
         let old = self.nat_gateways.get(&key_of(id));
         check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
         self.check_public_ip_refs(
             id,
-            body.properties.public_ip_addresses.iter().map(|p| p.id.as_str()),
+            body.properties
+                .public_ip_addresses
+                .iter()
+                .map(|p| p.id.as_str()),
         )
     }
 
@@ -366,14 +420,20 @@ impl NrpState {
     }
 
     pub(crate) fn get_nat_gateway(&self, id: &ResourceId) -> Result<NatGateway, EmulatorError> {
-        self.nat_gateways.get(&key_of(id)).cloned().ok_or_else(|| not_found(id))
+        self.nat_gateways
+            .get(&key_of(id))
+            .cloned()
+            .ok_or_else(|| not_found(id))
     }
 
     pub(crate) fn check_delete_nat_gateway(&self, id: &ResourceId) -> Result<(), EmulatorError> {
         if let Some(who) = self.service_references().get(&key_of(id)) {
             return Err(EmulatorError::bad_request(
                 "InUseNatGatewayCannotBeDeleted",
-                format!("NAT gateway '{}' is used by service gateway service '{who}'", id.name),
+                format!(
+                    "NAT gateway '{}' is used by service gateway service '{who}'",
+                    id.name
+                ),
             ));
         }
         Ok(())

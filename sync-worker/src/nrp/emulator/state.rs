@@ -150,7 +150,11 @@ impl GatewayRec {
     }
 
     /// Removes a whole location.
-    pub(crate) fn delete_location(&mut self, location: IpAddr, cause: RemovalCause) -> Vec<RemovalDraft> {
+    pub(crate) fn delete_location(
+        &mut self,
+        location: IpAddr,
+        cause: RemovalCause,
+    ) -> Vec<RemovalDraft> {
         let addrs: Vec<IpAddr> = self
             .locations
             .get(&location)
