@@ -222,12 +222,9 @@ impl Oracle {
             .iter()
             .map(|s| (s, ServiceKind::Inbound))
             .chain(self.nat_gateways.iter().map(|s| (s, ServiceKind::Outbound)));
+        let referenced: BTreeSet<&String> = self.actual.values().flat_map(|l| l.values().flatten()).collect();
         for (name, kind) in actual {
-            let referenced = self
-                .actual
-                .values()
-                .any(|l| l.values().any(|refs| refs.contains(name)));
-            if !desired.contains_key(name) && !referenced && self.removals_allowed {
+            if !desired.contains_key(name) && !referenced.contains(name) && self.removals_allowed {
                 services.push(ServiceChange {
                     name: name.clone(),
                     kind,
@@ -236,9 +233,17 @@ impl Oracle {
             }
         }
         services.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut all: BTreeSet<IpAddr> = self.actual.keys().copied().collect();
-        all.extend(self.addresses.values().filter_map(|a| a.location));
-        let locations = all.into_iter().filter_map(|l| self.location_diff(l)).collect();
+        let mut by_location: BTreeMap<IpAddr, BTreeMap<IpAddr, &OracleAddress>> = BTreeMap::new();
+        for (addr, a) in &self.addresses {
+            by_location.entry(a.location.expect("placed")).or_default().insert(*addr, a);
+        }
+        for l in self.actual.keys() {
+            by_location.entry(*l).or_default();
+        }
+        let locations = by_location
+            .into_iter()
+            .filter_map(|(l, here)| self.diff_of(l, &here))
+            .collect();
         Diff { services, locations }
     }
 
@@ -250,6 +255,10 @@ impl Oracle {
             .filter(|(_, a)| a.location == Some(location))
             .map(|(k, a)| (*k, a))
             .collect();
+        self.diff_of(location, &here)
+    }
+
+    fn diff_of(&self, location: IpAddr, here: &BTreeMap<IpAddr, &OracleAddress>) -> Option<LocationDiff> {
         let empty = BTreeMap::new();
         let in_nrp = self.actual.contains_key(&location);
         let allowed = self.removals_allowed;

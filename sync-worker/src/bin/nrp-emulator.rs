@@ -53,7 +53,8 @@ impl Args {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+                serde_json::from_str(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
             }
             None => EmulatorConfig::default(),
         };

@@ -155,31 +155,23 @@ async fn handle(
     if mutating {
         lock(&st.emu.inner.stats).mutating_calls += 1;
     }
+    let op = parse_op(&route, &query, &body)?;
     let fault = if mutating || cfg.faults_on_reads {
         lock(&st.emu.inner.faults).draw(&cfg)
     } else {
         None
     };
-    if let Some(f) = fault {
-        return inject(st, f, &route, &query, &body, &cfg, &base, uri).await;
+    match fault {
+        Some(f) => inject(st, f, &route, op, &cfg, &base, uri).await,
+        None => execute(st, &route, op, &cfg, &base, uri).await,
     }
-    execute(
-        st,
-        &route,
-        parse_op(&route, &query, &body)?,
-        &cfg,
-        &base,
-        uri,
-    )
-    .await
 }
 
 async fn inject(
     st: &AppState,
     fault: Fault,
     route: &Route,
-    query: &super::ops::Query,
-    body: &[u8],
+    op: Op,
     cfg: &EmulatorConfig,
     base: &str,
     uri: &Uri,
@@ -200,9 +192,7 @@ async fn inject(
             retry_after_secs: cfg.retry_after_secs,
         }),
         Fault::Timeout => {
-            if cfg.timeout_applies_change
-                && let Ok(op) = parse_op(route, query, body)
-            {
+            if cfg.timeout_applies_change {
                 // The outcome is deliberately lost, as with a real timeout.
                 let _ = execute(st, route, op, cfg, base, uri).await;
             }
@@ -246,6 +236,7 @@ async fn execute(
             Ok(respond(applied, next))
         }
         Op::Mutate(m) => {
+            let m = *m;
             {
                 let mut s = lock(&st.emu.inner.stats);
                 s.addresses_carried += m.address_count() as u64;

@@ -71,7 +71,11 @@ pub(crate) enum Mutation {
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     Read(Read),
-    Mutate(Mutation),
+    Mutate(Box<Mutation>),
+}
+
+fn mutate(m: Mutation) -> Op {
+    Op::Mutate(Box::new(m))
 }
 
 /// The outcome of an applied operation.
@@ -269,6 +273,12 @@ fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, EmulatorError> {
             "the request body is empty".into(),
         ));
     }
+    // serde accepts a JSON array for a struct; ARM bodies are objects.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(EmulatorError::MalformedBody(
+            "the request body must be a JSON object".into(),
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| EmulatorError::MalformedBody(e.to_string()))
 }
 
@@ -278,32 +288,30 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
     let delete = route.method == Method::DELETE;
     Ok(match &route.target {
         Target::OperationStatus(_) | Target::OperationResult(_) => {
-            return Err(EmulatorError::Internal("operation polls carry no body".into()));
+            return Err(EmulatorError::Internal(
+                "operation polls carry no body".into(),
+            ));
         }
         Target::Resource(id) => {
             let id = id.clone();
             match id.kind {
                 ResourceKind::ServiceGateway if put => {
-                    Op::Mutate(Mutation::PutGateway(id, json(body)?))
+                    mutate(Mutation::PutGateway(id, json(body)?))
                 }
-                ResourceKind::ServiceGateway if delete => Op::Mutate(Mutation::DeleteGateway(id)),
+                ResourceKind::ServiceGateway if delete => mutate(Mutation::DeleteGateway(id)),
                 ResourceKind::ServiceGateway => Op::Read(Read::Gateway(id)),
                 ResourceKind::PublicIpAddress if put => {
-                    Op::Mutate(Mutation::PutPublicIp(id, json(body)?))
+                    mutate(Mutation::PutPublicIp(id, json(body)?))
                 }
-                ResourceKind::PublicIpAddress if delete => Op::Mutate(Mutation::DeletePublicIp(id)),
+                ResourceKind::PublicIpAddress if delete => mutate(Mutation::DeletePublicIp(id)),
                 ResourceKind::PublicIpAddress => Op::Read(Read::PublicIp(id)),
                 ResourceKind::LoadBalancer if put => {
-                    Op::Mutate(Mutation::PutLoadBalancer(id, json(body)?))
+                    mutate(Mutation::PutLoadBalancer(id, json(body)?))
                 }
-                ResourceKind::LoadBalancer if delete => {
-                    Op::Mutate(Mutation::DeleteLoadBalancer(id))
-                }
+                ResourceKind::LoadBalancer if delete => mutate(Mutation::DeleteLoadBalancer(id)),
                 ResourceKind::LoadBalancer => Op::Read(Read::LoadBalancer(id)),
-                ResourceKind::NatGateway if put => {
-                    Op::Mutate(Mutation::PutNatGateway(id, json(body)?))
-                }
-                ResourceKind::NatGateway if delete => Op::Mutate(Mutation::DeleteNatGateway(id)),
+                ResourceKind::NatGateway if put => mutate(Mutation::PutNatGateway(id, json(body)?)),
+                ResourceKind::NatGateway if delete => mutate(Mutation::DeleteNatGateway(id)),
                 ResourceKind::NatGateway => Op::Read(Read::NatGateway(id)),
             }
         }
@@ -325,11 +333,11 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
                 }
                 GatewayAction::UpdateServices => {
                     let req: UpdateServicesRequest = json(body)?;
-                    Op::Mutate(Mutation::UpdateServices(id, normalize_services(req)?))
+                    mutate(Mutation::UpdateServices(id, normalize_services(req)?))
                 }
                 GatewayAction::UpdateAddressLocations => {
                     let req: UpdateAddressLocationsRequest = json(body)?;
-                    Op::Mutate(Mutation::UpdateLocations(id, normalize_locations(req)?))
+                    mutate(Mutation::UpdateLocations(id, normalize_locations(req)?))
                 }
             }
         }

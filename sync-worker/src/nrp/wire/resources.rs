@@ -1,0 +1,231 @@
+//! Wire types of the resources the service sagas create: public IP addresses, load balancers (frontend,
+//! backend pool, load-balancing rules) and NAT gateways.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Sku, SubResource};
+
+/// A `Microsoft.Network/publicIPAddresses` resource.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicIpAddress {
+    /// Full ARM id (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `Microsoft.Network/publicIPAddresses` (read-only).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
+    /// Azure region (required on PUT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// SKU (`Standard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<Sku>,
+    /// Properties.
+    #[serde(default)]
+    pub properties: PublicIpAddressProperties,
+}
+
+/// Properties of a public IP address.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicIpAddressProperties {
+    /// `Static` or `Dynamic`.
+    #[serde(
+        default,
+        rename = "publicIPAllocationMethod",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_ip_allocation_method: Option<String>,
+    /// `IPv4` or `IPv6`.
+    #[serde(
+        default,
+        rename = "publicIPAddressVersion",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_ip_address_version: Option<String>,
+    /// The allocated address (read-only).
+    #[serde(default, rename = "ipAddress", skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    /// Read-only provisioning state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_state: Option<String>,
+}
+
+/// A `Microsoft.Network/loadBalancers` resource.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancer {
+    /// Full ARM id (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `Microsoft.Network/loadBalancers` (read-only).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
+    /// Azure region (required on PUT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// SKU (`Standard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<Sku>,
+    /// Properties.
+    #[serde(default)]
+    pub properties: LoadBalancerProperties,
+}
+
+/// Properties of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerProperties {
+    /// Frontends.
+    #[serde(default, rename = "frontendIPConfigurations")]
+    pub frontend_ip_configurations: Vec<FrontendIpConfiguration>,
+    /// Backend pools (this project uses exactly one).
+    #[serde(default)]
+    pub backend_address_pools: Vec<BackendAddressPool>,
+    /// One rule per port/protocol.
+    #[serde(default)]
+    pub load_balancing_rules: Vec<LoadBalancingRule>,
+    /// Read-only provisioning state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_state: Option<String>,
+}
+
+/// A frontend IP configuration of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendIpConfiguration {
+    /// Full id (read-only; `{lb}/frontendIPConfigurations/{name}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name, unique within the load balancer.
+    pub name: String,
+    /// Properties.
+    #[serde(default)]
+    pub properties: FrontendIpConfigurationProperties,
+}
+
+/// Properties of a frontend IP configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendIpConfigurationProperties {
+    /// The public IP address of this frontend.
+    #[serde(
+        default,
+        rename = "publicIPAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_ip_address: Option<SubResource>,
+}
+
+/// A backend address pool of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendAddressPool {
+    /// Full id (read-only; `{lb}/backendAddressPools/{name}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name, unique within the load balancer.
+    pub name: String,
+}
+
+/// Transport protocol of a load-balancing rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TransportProtocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// All protocols (HA ports).
+    All,
+}
+
+/// A load-balancing rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancingRule {
+    /// Full id (read-only; `{lb}/loadBalancingRules/{name}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name, unique within the load balancer.
+    pub name: String,
+    /// Properties.
+    pub properties: LoadBalancingRuleProperties,
+}
+
+/// Properties of a load-balancing rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancingRuleProperties {
+    /// The frontend (id of a frontend IP configuration of the same load balancer).
+    #[serde(rename = "frontendIPConfiguration")]
+    pub frontend_ip_configuration: Option<SubResource>,
+    /// The backend pool (id of a backend pool of the same load balancer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_address_pool: Option<SubResource>,
+    /// `Tcp`, `Udp` or `All`.
+    pub protocol: Option<TransportProtocol>,
+    /// Frontend port (0 only with protocol `All`).
+    pub frontend_port: u16,
+    /// Backend port.
+    #[serde(default)]
+    pub backend_port: u16,
+    /// Idle timeout in minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_in_minutes: Option<u32>,
+    /// Floating IP (direct server return).
+    #[serde(
+        default,
+        rename = "enableFloatingIP",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_floating_ip: Option<bool>,
+    /// Whether outbound SNAT is disabled for this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_outbound_snat: Option<bool>,
+}
+
+/// A `Microsoft.Network/natGateways` resource.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NatGateway {
+    /// Full ARM id (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Name (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `Microsoft.Network/natGateways` (read-only).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
+    /// Azure region (required on PUT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// SKU (`Standard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<Sku>,
+    /// Properties.
+    #[serde(default)]
+    pub properties: NatGatewayProperties,
+}
+
+/// Properties of a NAT gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NatGatewayProperties {
+    /// Public IP addresses used for SNAT.
+    #[serde(default, rename = "publicIpAddresses")]
+    pub public_ip_addresses: Vec<SubResource>,
+    /// Idle timeout in minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_in_minutes: Option<u32>,
+    /// Read-only provisioning state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_state: Option<String>,
+}
