@@ -23,6 +23,14 @@ const LOCATIONS: usize = 2_000;
 const SERVICES: usize = 5_000;
 const EGRESSES: usize = 200;
 
+/// splitmix64: a fixed pseudo-random scatter, so every run builds the same cluster.
+fn scatter(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// The synthetic cluster as strings, as writers send them.
 struct Cluster {
     addresses: Vec<String>,
@@ -37,15 +45,22 @@ impl Cluster {
         Self {
             addresses: (0..PODS).map(|i| ip(0x0a80_0000, i)).collect(),
             locations: (0..LOCATIONS).map(|i| ip(0x0a00_0000, i + 1)).collect(),
-            services: (0..SERVICES).map(|i| format!("3f2a9c1e-0000-4000-8000-{i:012}")).collect(),
+            services: (0..SERVICES)
+                .map(|i| format!("3f2a9c1e-0000-4000-8000-{i:012}"))
+                .collect(),
             egresses: (0..EGRESSES).map(|i| format!("egress-{i}")).collect(),
         }
     }
 
-    /// Pod `i` runs at location `i % LOCATIONS`, backs service `i % SERVICES` and uses egress
-    /// `i % EGRESSES`; so every service has 20 pods on 20 locations and every location 50 pods.
+    /// Pod `i` backs service `i % SERVICES` (20 pods each) and runs at a pseudo-random location
+    /// (50 pods per location on average), so a service's pods are scattered over the cluster.
     fn location_of(&self, pod: usize) -> &str {
-        &self.locations[pod % LOCATIONS]
+        &self.locations[scatter(pod as u64) as usize % LOCATIONS]
+    }
+
+    /// Pod `i` uses a pseudo-random egress (500 pods each, spread over most locations).
+    fn egress_of(pod: usize) -> usize {
+        scatter(pod as u64 ^ 0xe6e5) as usize % EGRESSES
     }
 
     fn pod(&self, i: usize, egress: usize) -> PodUpdate<'_> {
@@ -77,7 +92,8 @@ impl Cluster {
             t.set_endpoints(s, &self.endpoints(i)).unwrap();
         }
         for i in 0..PODS {
-            t.update_pod(Operation::Add, &self.pod(i, i)).unwrap();
+            t.update_pod(Operation::Add, &self.pod(i, Self::egress_of(i)))
+                .unwrap();
         }
         let diff = t.pending_diff();
         for s in &diff.services {
@@ -98,12 +114,22 @@ impl Cluster {
             o.update_service(Operation::Add, s);
         }
         for (i, s) in self.services.iter().enumerate() {
-            let eps: Vec<(&str, &str)> = self.endpoints(i).iter().map(|e| (e.address, e.location)).collect();
+            let eps: Vec<(&str, &str)> = self
+                .endpoints(i)
+                .iter()
+                .map(|e| (e.address, e.location))
+                .collect();
             o.set_endpoints(s, &eps);
         }
         for i in 0..PODS {
-            let p = self.pod(i, i);
-            o.update_pod(Operation::Add, p.address, p.location, p.outbound_identity, p.uid);
+            let p = self.pod(i, Self::egress_of(i));
+            o.update_pod(
+                Operation::Add,
+                p.address,
+                p.location,
+                p.outbound_identity,
+                p.uid,
+            );
         }
         for s in &o.diff().services {
             o.record_service(s);
@@ -121,7 +147,8 @@ fn memory_per_address(cluster: &Cluster) {
     let region = Region::new(GLOBAL);
     let tracker = cluster.tracker();
     let stats = region.change();
-    let net = stats.bytes_allocated as i64 - stats.bytes_deallocated as i64 + stats.bytes_reallocated as i64;
+    let net = stats.bytes_allocated as i64 - stats.bytes_deallocated as i64
+        + stats.bytes_reallocated as i64;
     let addresses = tracker.counts().desired_addresses;
     println!(
         "memory: {net} bytes net for {addresses} addresses (desired + actual, 2 service refs each) = {:.1} bytes/address",
@@ -141,7 +168,9 @@ fn mutations(c: &mut Criterion) {
         b.iter(|| {
             // Every update moves a pod to another egress: a real change each time.
             for i in 0..BATCH {
-                tracker.update_pod(Operation::Add, &cluster.pod(i * 7 % PODS, i + round)).unwrap();
+                tracker
+                    .update_pod(Operation::Add, &cluster.pod(i * 7 % PODS, i + round))
+                    .unwrap();
             }
             round += 1;
         });
@@ -170,9 +199,15 @@ fn one_pod_change_to_diff(c: &mut Criterion) {
     group.bench_function("incremental", |b| {
         b.iter(|| {
             k += 1;
-            tracker.update_pod(Operation::Add, &cluster.pod(12_345, k)).unwrap();
+            tracker
+                .update_pod(Operation::Add, &cluster.pod(12_345, k))
+                .unwrap();
             let dirty = tracker.take_dirty();
-            let diffs: Vec<_> = dirty.locations.iter().filter_map(|l| tracker.location_diff(*l)).collect();
+            let diffs: Vec<_> = dirty
+                .locations
+                .iter()
+                .filter_map(|l| tracker.location_diff(*l))
+                .collect();
             assert_eq!(diffs.len(), 1);
             black_box(diffs)
         });
@@ -184,7 +219,13 @@ fn one_pod_change_to_diff(c: &mut Criterion) {
             |()| {
                 k += 1;
                 let p = cluster.pod(12_345, k);
-                oracle.update_pod(Operation::Add, p.address, p.location, p.outbound_identity, p.uid);
+                oracle.update_pod(
+                    Operation::Add,
+                    p.address,
+                    p.location,
+                    p.outbound_identity,
+                    p.uid,
+                );
                 let diff = oracle.diff();
                 assert_eq!(diff.locations.len(), 1);
                 black_box(diff)
@@ -200,5 +241,7 @@ criterion_group!(benches, mutations, one_pod_change_to_diff);
 fn main() {
     memory_per_address(&Cluster::new());
     benches();
-    criterion::Criterion::default().configure_from_args().final_summary();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
 }

@@ -15,7 +15,15 @@ use support::oracle::Oracle;
 const V4_LOCATIONS: [&str; 4] = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
 const V6_LOCATIONS: [&str; 2] = ["fd00::a", "fd00::b"];
 const V4_ADDRESSES: [&str; 10] = [
-    "10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.0.5", "10.1.0.6", "10.1.0.7", "10.1.0.8", "10.1.0.9",
+    "10.1.0.1",
+    "10.1.0.2",
+    "10.1.0.3",
+    "10.1.0.4",
+    "10.1.0.5",
+    "10.1.0.6",
+    "10.1.0.7",
+    "10.1.0.8",
+    "10.1.0.9",
     "10.1.0.10",
 ];
 const V6_ADDRESSES: [&str; 3] = ["fd00::1:1", "fd00::1:2", "fd00::1:3"];
@@ -56,8 +64,17 @@ enum Step {
     Service(Operation, usize),
     Egress(Operation, usize),
     Level(usize, Vec<(&'static str, &'static str)>),
-    Edge(usize, Vec<(&'static str, &'static str)>, Vec<(&'static str, &'static str)>),
-    Pod(Operation, (&'static str, &'static str), Option<usize>, usize),
+    Edge(
+        usize,
+        Vec<(&'static str, &'static str)>,
+        Vec<(&'static str, &'static str)>,
+    ),
+    Pod(
+        Operation,
+        (&'static str, &'static str),
+        Option<usize>,
+        usize,
+    ),
     Invalid(usize),
     Sync(Accept),
 }
@@ -76,7 +93,9 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn endpoints<'a>(v: &'a [(&'a str, &'a str)]) -> Vec<Endpoint<'a>> {
-    v.iter().map(|(address, location)| Endpoint { address, location }).collect()
+    v.iter()
+        .map(|(address, location)| Endpoint { address, location })
+        .collect()
 }
 
 /// The tracker, the oracle (whose actual state plays NRP) and what the worker model holds.
@@ -114,7 +133,8 @@ impl Harness {
                 o.set_endpoints(SERVICES[*s], set);
             }
             Step::Edge(s, old, new) => {
-                t.update_endpoints(SERVICES[*s], &endpoints(old), &endpoints(new)).unwrap();
+                t.update_endpoints(SERVICES[*s], &endpoints(old), &endpoints(new))
+                    .unwrap();
                 o.update_endpoints(SERVICES[*s], old, new);
             }
             Step::Pod(op, (address, location), egress, uid) => {
@@ -131,23 +151,44 @@ impl Harness {
             Step::Invalid(kind) => {
                 let before = (t.revision(), t.pending_diff(), t.counts());
                 let result = match kind {
-                    0 => t.set_endpoints("svc-a", &[Endpoint { address: "10.1.0.1", location: "10.0.0.999" }]),
+                    0 => t.set_endpoints(
+                        "svc-a",
+                        &[Endpoint {
+                            address: "10.1.0.1",
+                            location: "10.0.0.999",
+                        }],
+                    ),
                     1 => t.update_pod(
                         Operation::Add,
-                        &PodUpdate { address: "fd00::9", location: "10.0.0.1", outbound_identity: "eg-a", uid: "" },
+                        &PodUpdate {
+                            address: "fd00::9",
+                            location: "10.0.0.1",
+                            outbound_identity: "eg-a",
+                            uid: "",
+                        },
                     ),
                     2 => t.update_service(Operation::Add, ""),
                     _ => t.update_endpoints(
                         "svc-b",
                         &[],
                         &[
-                            Endpoint { address: "10.1.0.1", location: "10.0.0.1" },
-                            Endpoint { address: "10.1.0.1", location: "10.0.0.2" },
+                            Endpoint {
+                                address: "10.1.0.1",
+                                location: "10.0.0.1",
+                            },
+                            Endpoint {
+                                address: "10.1.0.1",
+                                location: "10.0.0.2",
+                            },
                         ],
                     ),
                 };
                 assert!(result.is_err());
-                assert_eq!(before, (t.revision(), t.pending_diff(), t.counts()), "bad input changed state");
+                assert_eq!(
+                    before,
+                    (t.revision(), t.pending_diff(), t.counts()),
+                    "bad input changed state"
+                );
             }
             Step::Sync(accept) => self.sync(accept),
         }
@@ -166,7 +207,8 @@ impl Harness {
         let mut i = 0;
         self.take_dirty();
         for name in self.pending_services.clone() {
-            if let clb_state_server::difftracker::ServiceStatus::Pending(c) = self.tracker.service_status(&name)
+            if let clb_state_server::difftracker::ServiceStatus::Pending(c) =
+                self.tracker.service_status(&name)
                 && c.action == ServiceAction::Create
             {
                 i += 1;
@@ -192,12 +234,17 @@ impl Harness {
                     }
                 }
             }
-            assert!(self.oracle.actual_refs_are_known(), "NRP refers to a service it lacks");
+            assert!(
+                self.oracle.actual_refs_are_known(),
+                "NRP refers to a service it lacks"
+            );
         }
         self.take_dirty();
         for name in self.pending_services.clone() {
             match self.tracker.service_status(&name) {
-                clb_state_server::difftracker::ServiceStatus::Pending(c) if c.action == ServiceAction::Delete => {
+                clb_state_server::difftracker::ServiceStatus::Pending(c)
+                    if c.action == ServiceAction::Delete =>
+                {
                     i += 1;
                     if Self::accepted(accept, i) {
                         let referenced = self
@@ -232,7 +279,8 @@ impl Harness {
         assert_eq!(self.tracker.pending_diff(), expected);
         for l in &expected.locations {
             assert!(
-                self.tracker.is_location_dirty(l.location) || self.pending_locations.contains(&l.location),
+                self.tracker.is_location_dirty(l.location)
+                    || self.pending_locations.contains(&l.location),
                 "location {} has a pending change but is not tracked",
                 l.location
             );

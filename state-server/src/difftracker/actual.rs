@@ -1,7 +1,7 @@
 //! Actual-state mutations: what NRP accepted (recorded exactly as sent, never what is desired now)
 //! and what an observation read back from NRP.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::net::IpAddr;
 
 use super::DiffTracker;
@@ -14,7 +14,9 @@ use super::location::Refs;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReportError {
     /// An address refers to a service NRP does not have (NRP refuses such a call).
-    #[error("location {location}, address {address}: service {service:?} is not in NRP's actual state")]
+    #[error(
+        "location {location}, address {address}: service {service:?} is not in NRP's actual state"
+    )]
     UnknownService {
         /// The location of the address.
         location: IpAddr,
@@ -24,7 +26,9 @@ pub enum ReportError {
         service: String,
     },
     /// A service was reported deleted while NRP addresses still refer to it (NRP refuses that).
-    #[error("service {service:?} cannot have been deleted: {count} addresses in NRP still refer to it")]
+    #[error(
+        "service {service:?} cannot have been deleted: {count} addresses in NRP still refer to it"
+    )]
     StillReferenced {
         /// The service.
         service: String,
@@ -71,15 +75,18 @@ impl DiffTracker {
         let name = normalize_identity("service", &change.name)?;
         match change.action {
             ServiceAction::Create => {
-                let sid = self.services.intern(&name, change.kind).map_err(|existing| {
-                    InvalidInput::new(
-                        "service",
-                        &change.name,
-                        super::Reason::KindConflict {
-                            existing: existing.as_str(),
-                        },
-                    )
-                })?;
+                let sid = self
+                    .services
+                    .intern(&name, change.kind)
+                    .map_err(|existing| {
+                        InvalidInput::new(
+                            "service",
+                            &change.name,
+                            super::Reason::KindConflict {
+                                existing: existing.as_str(),
+                            },
+                        )
+                    })?;
                 self.set_service_actual(sid, Some(change.kind));
             }
             ServiceAction::Delete => {
@@ -88,7 +95,10 @@ impl DiffTracker {
                 };
                 let count = self.services.get(sid).actual_refs;
                 if count > 0 {
-                    return Err(ReportError::StillReferenced { service: name, count });
+                    return Err(ReportError::StillReferenced {
+                        service: name.into_owned(),
+                        count,
+                    });
                 }
                 self.set_service_actual(sid, None);
             }
@@ -124,11 +134,11 @@ impl DiffTracker {
             (&snapshot.nat_gateways, ServiceKind::Outbound),
         ] {
             for n in names {
-                services.push((normalize_identity("service", n)?, kind));
+                services.push((normalize_identity("service", n)?.into_owned(), kind));
             }
         }
         let observed: HashSet<&str> = services.iter().map(|(n, _)| n.as_str()).collect();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for (location, addresses) in &snapshot.locations {
             if !seen.insert(*location) {
                 return Err(ReportError::DuplicateLocation(*location));
@@ -136,7 +146,7 @@ impl DiffTracker {
             for (address, refs) in addresses {
                 for r in refs {
                     let n = normalize_identity("service", r)?;
-                    if !observed.contains(n.as_str()) {
+                    if !observed.contains(n.as_ref()) {
                         return Err(ReportError::UnknownService {
                             location: *location,
                             address: *address,
@@ -174,15 +184,16 @@ impl DiffTracker {
         let stale: Vec<IpAddr> = self
             .locations
             .iter()
-            .filter(|(l, loc)| (loc.in_nrp || loc.actual_addresses > 0) && !seen.contains(*l))
-            .map(|(l, _)| *l)
+            .filter(|(l, loc)| (loc.in_nrp || loc.actual_addresses > 0) && !seen.contains(l))
+            .map(|(l, _)| l)
             .collect();
         for location in stale {
             summary.locations_changed += 1;
             self.apply_actual_location(location, AddressUpdateAction::Full, Vec::new());
         }
         for (location, addresses) in &snapshot.locations {
-            let pairs: Vec<(IpAddr, &[String])> = addresses.iter().map(|(a, r)| (*a, r.as_slice())).collect();
+            let pairs: Vec<(IpAddr, &[String])> =
+                addresses.iter().map(|(a, r)| (*a, r.as_slice())).collect();
             let resolved = self.resolve_actual(*location, &pairs)?;
             if self.actual_differs(*location, &resolved) {
                 summary.locations_changed += 1;
@@ -241,13 +252,22 @@ impl DiffTracker {
         !loc.in_nrp
             || listed != loc.actual_addresses as usize
             || resolved.iter().any(|(a, r)| {
-                let have = loc.addresses.get(a).and_then(|s| s.actual.as_deref()).unwrap_or(&[]);
+                let have = loc
+                    .addresses
+                    .get(a)
+                    .and_then(|s| s.actual.as_deref())
+                    .unwrap_or(&[]);
                 have != &r[..]
             })
     }
 
     /// Applies a full or partial update to the actual state of one location.
-    fn apply_actual_location(&mut self, location: IpAddr, action: AddressUpdateAction, addresses: Vec<(IpAddr, Refs)>) {
+    fn apply_actual_location(
+        &mut self,
+        location: IpAddr,
+        action: AddressUpdateAction,
+        addresses: Vec<(IpAddr, Refs)>,
+    ) {
         if action == AddressUpdateAction::Full {
             let listed: HashSet<IpAddr> = addresses.iter().map(|(a, _)| *a).collect();
             let dropped: Vec<IpAddr> = self

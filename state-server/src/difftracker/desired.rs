@@ -1,7 +1,7 @@
 //! Desired-state mutations (what Kubernetes wants). Each validates all of its input first and
 //! changes nothing when it fails.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::net::IpAddr;
 
 use super::DiffTracker;
@@ -52,16 +52,16 @@ fn conflict(field: &str, value: &str, existing: ServiceKind) -> InvalidInput {
 }
 
 /// Parses a set of endpoints; an address listed twice is refused.
-fn parse_endpoints(field: &str, endpoints: &[Endpoint<'_>]) -> Result<Vec<(IpAddr, IpAddr)>, InvalidInput> {
+fn parse_endpoints(
+    field: &str,
+    endpoints: &[Endpoint<'_>],
+) -> Result<Vec<(IpAddr, IpAddr)>, InvalidInput> {
     let mut seen: HashMap<IpAddr, usize> = HashMap::with_capacity(endpoints.len());
     let mut out = Vec::with_capacity(endpoints.len());
     for (i, e) in endpoints.iter().enumerate() {
-        let (addr, loc) = parse_address_at(
-            &format!("{field}[{i}].address"),
-            e.address,
-            &format!("{field}[{i}].location"),
-            e.location,
-        )?;
+        // Field paths are only formatted for an error: this runs for every endpoint.
+        let (addr, loc) = parse_address_at("address", e.address, "location", e.location)
+            .map_err(|err| err.within(&format!("{field}[{i}]")))?;
         if let Some(first) = seen.insert(addr, i) {
             return Err(InvalidInput::new(
                 format!("{field}[{i}].address"),
@@ -158,17 +158,12 @@ impl DiffTracker {
                 self.revision += 1;
                 self.service_changed(sid);
                 for (address, location) in self.desired_addresses_of(sid) {
-                    let Some(d) = self.desired(location, address) else {
-                        continue;
-                    };
-                    if d.outbound == Some(sid) {
-                        let new = Desired {
-                            outbound: None,
-                            pod: None,
-                            ..d
-                        };
-                        self.set_desired(location, address, Some(new));
-                    }
+                    self.update_desired(location, address, |d| {
+                        if d.outbound == Some(sid) {
+                            d.outbound = None;
+                            d.pod = None;
+                        }
+                    });
                 }
                 self.services.release_if_unused(sid);
             }
@@ -177,13 +172,21 @@ impl DiffTracker {
     }
 
     /// Level update: `endpoints` is the whole set of backends of inbound identity `service` now.
-    pub fn set_endpoints(&mut self, service: &str, endpoints: &[Endpoint<'_>]) -> Result<(), InvalidInput> {
+    pub fn set_endpoints(
+        &mut self,
+        service: &str,
+        endpoints: &[Endpoint<'_>],
+    ) -> Result<(), InvalidInput> {
         let result = self.set_endpoints_inner(service, endpoints);
         self.services.collect_unused();
         result
     }
 
-    fn set_endpoints_inner(&mut self, service: &str, endpoints: &[Endpoint<'_>]) -> Result<(), InvalidInput> {
+    fn set_endpoints_inner(
+        &mut self,
+        service: &str,
+        endpoints: &[Endpoint<'_>],
+    ) -> Result<(), InvalidInput> {
         let name = normalize_identity("service_id", service)?;
         let new = parse_endpoints("endpoints", endpoints)?;
         let sid = self
@@ -254,7 +257,8 @@ impl DiffTracker {
     }
 
     fn update_pod_inner(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
-        let (address, location) = parse_address_at("address", pod.address, "location", pod.location)?;
+        let (address, location) =
+            parse_address_at("address", pod.address, "location", pod.location)?;
         let uid = PodUid::of(pod.uid);
         match op {
             Operation::Add => {
@@ -269,29 +273,31 @@ impl DiffTracker {
                     Some(sid)
                 };
                 self.move_if_elsewhere(address, location);
-                let current = self.desired(location, address).unwrap_or_default();
-                let old_outbound = current.outbound;
-                let new = Desired {
-                    outbound,
-                    pod: outbound.and(uid),
-                    ..current
-                };
-                if let Some(sid) = outbound {
-                    // Count first, so that the set below never sees the egress as unused.
-                    if old_outbound != outbound {
+                let mut old_outbound = None;
+                self.update_desired(location, address, |d| {
+                    old_outbound = d.outbound;
+                    d.outbound = outbound;
+                    d.pod = outbound.and(uid);
+                });
+                if old_outbound != outbound {
+                    if let Some(sid) = outbound {
                         self.add_egress_pod(sid);
                     }
-                }
-                self.set_desired(location, address, Some(new));
-                if let Some(old) = old_outbound.filter(|o| Some(*o) != outbound) {
-                    self.remove_egress_pod(old);
+                    if let Some(old) = old_outbound {
+                        self.remove_egress_pod(old);
+                    }
                 }
                 if let Some(sid) = outbound {
                     self.services.release_if_unused(sid);
                 }
             }
             Operation::Remove => {
-                if self.desired_at.get(&address) != Some(&location) {
+                if self
+                    .desired_at
+                    .get(&address)
+                    .map(|id| self.locations.ip(*id))
+                    != Some(location)
+                {
                     return Ok(());
                 }
                 let Some(current) = self.desired(location, address) else {
@@ -305,46 +311,40 @@ impl DiffTracker {
                 {
                     return Ok(());
                 }
-                let new = Desired {
-                    outbound: None,
-                    pod: None,
-                    ..current
-                };
-                self.set_desired(location, address, Some(new));
+                self.update_desired(location, address, |d| {
+                    d.outbound = None;
+                    d.pod = None;
+                });
                 self.remove_egress_pod(old_outbound);
             }
         }
         Ok(())
     }
 
-    /// The desired part of an address at a location, cloned.
-    fn desired(&self, location: IpAddr, address: IpAddr) -> Option<Desired> {
+    /// The desired part of an address at a location.
+    fn desired(&self, location: IpAddr, address: IpAddr) -> Option<&Desired> {
         self.locations
             .get(&location)?
             .addresses
             .get(&address)?
             .desired
-            .clone()
+            .as_ref()
     }
 
     /// Every desired (address, location) whose ref includes `sid`: proportional to the locations
     /// that use it, thanks to the reverse index.
     fn desired_addresses_of(&self, sid: ServiceId) -> Vec<(IpAddr, IpAddr)> {
         let mut out = Vec::new();
-        for (location, counts) in &self.services.get(sid).locations {
-            if counts.desired == 0 {
-                continue;
-            }
-            let Some(loc) = self.locations.get(location) else {
+        for location in self.services.get(sid).locations.keys() {
+            let location = self.locations.ip(*location);
+            let Some(loc) = self.locations.get(&location) else {
                 continue;
             };
             for (address, slot) in &loc.addresses {
-                if slot
-                    .desired
-                    .as_ref()
-                    .is_some_and(|d| d.inbound.binary_search(&sid).is_ok() || d.outbound == Some(sid))
-                {
-                    out.push((*address, *location));
+                if slot.desired.as_ref().is_some_and(|d| {
+                    d.inbound.binary_search(&sid).is_ok() || d.outbound == Some(sid)
+                }) {
+                    out.push((*address, location));
                 }
             }
         }
@@ -353,36 +353,32 @@ impl DiffTracker {
 
     /// An address desired at another location moves here, with everything it carries.
     fn move_if_elsewhere(&mut self, address: IpAddr, location: IpAddr) {
-        if let Some(&from) = self.desired_at.get(&address)
+        if let Some(from) = self
+            .desired_at
+            .get(&address)
+            .map(|id| self.locations.ip(*id))
             && from != location
         {
-            let moved = self.set_desired(from, address, None);
-            self.set_desired(location, address, moved);
+            if let Some(moved) = self.take_desired(from, address) {
+                self.update_desired(location, address, |d| *d = moved);
+            }
         }
     }
 
     fn add_inbound_ref(&mut self, location: IpAddr, address: IpAddr, sid: ServiceId) {
         self.move_if_elsewhere(address, location);
-        let current = self.desired(location, address).unwrap_or_default();
-        let new = Desired {
-            inbound: with_ref(&current.inbound, sid),
-            ..current
-        };
-        self.set_desired(location, address, Some(new));
+        self.update_desired(location, address, |d| d.inbound = with_ref(&d.inbound, sid));
     }
 
     fn remove_inbound_ref(&mut self, location: IpAddr, address: IpAddr, sid: ServiceId) {
-        let Some(current) = self.desired(location, address) else {
-            return;
-        };
-        if current.inbound.binary_search(&sid).is_err() {
-            return;
+        if self
+            .desired(location, address)
+            .is_some_and(|d| d.inbound.binary_search(&sid).is_ok())
+        {
+            self.update_desired(location, address, |d| {
+                d.inbound = without_ref(&d.inbound, sid)
+            });
         }
-        let new = Desired {
-            inbound: without_ref(&current.inbound, sid),
-            ..current
-        };
-        self.set_desired(location, address, Some(new));
     }
 
     fn add_egress_pod(&mut self, sid: ServiceId) {

@@ -119,7 +119,11 @@ impl DiffTracker {
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for (address, slot) in &loc.addresses {
-            let mut want = slot.desired.as_ref().map(|d| self.filtered(d)).unwrap_or_default();
+            let mut want = slot
+                .desired
+                .as_ref()
+                .map(|d| self.filtered(d))
+                .unwrap_or_default();
             let have = slot.actual.as_deref().unwrap_or(&[]);
             if !allowed {
                 for id in have {
@@ -129,7 +133,11 @@ impl DiffTracker {
                 }
             }
             anything_wanted |= !want.is_empty();
-            let send = if full { !want.is_empty() } else { want[..] != *have };
+            let send = if full {
+                !want.is_empty()
+            } else {
+                want[..] != *have
+            };
             if send {
                 addresses.push(AddressUpdate {
                     address: *address,
@@ -181,11 +189,14 @@ impl DiffTracker {
         services.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let mut locations: Vec<LocationDiff> = self
             .locations
-            .keys()
-            .filter_map(|l| self.location_diff(*l))
+            .iter()
+            .filter_map(|(l, _)| self.location_diff(l))
             .collect();
         locations.sort_unstable_by_key(|l| l.location);
-        Diff { services, locations }
+        Diff {
+            services,
+            locations,
+        }
     }
 
     fn status_of(&self, sid: ServiceId) -> ServiceStatus {
@@ -211,7 +222,10 @@ impl DiffTracker {
 
     /// Canonical names of a ref, sorted by name.
     pub(crate) fn names(&self, refs: &[ServiceId]) -> Vec<String> {
-        let mut names: Vec<String> = refs.iter().map(|id| self.services.name(*id).to_owned()).collect();
+        let mut names: Vec<String> = refs
+            .iter()
+            .map(|id| self.services.name(*id).to_owned())
+            .collect();
         names.sort_unstable();
         names
     }

@@ -1,7 +1,9 @@
 //! A FIFO set: each key once, oldest first, so the dispatcher serves changes in arrival order.
 
 use std::borrow::Borrow;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashSet;
 use std::hash::Hash;
 
 /// Keys waiting to be re-diffed.
@@ -15,7 +17,7 @@ impl<K> Default for DirtyQueue<K> {
     fn default() -> Self {
         Self {
             order: VecDeque::new(),
-            members: HashSet::new(),
+            members: HashSet::default(),
         }
     }
 }

@@ -4,17 +4,18 @@
 //! service → locations (with separate desired and actual reference counts) that makes the diff
 //! incremental: a service that becomes ready, or is deleted, dirties only the locations that use it.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use foldhash::HashMap;
+use std::borrow::Cow;
 use std::num::NonZeroU32;
 
 use super::error::{InvalidInput, Reason};
+use super::location::LocationId;
 
 /// Longest identity accepted (Azure resource names allow 80 characters).
 pub const MAX_IDENTITY_LEN: usize = 80;
 
-/// Validates an identity and returns its canonical (lower-case) form.
-pub fn normalize_identity(field: &str, value: &str) -> Result<String, InvalidInput> {
+/// Validates an identity and returns its canonical (lower-case) form, borrowed when it already is.
+pub fn normalize_identity<'a>(field: &str, value: &'a str) -> Result<Cow<'a, str>, InvalidInput> {
     if value.is_empty() {
         return Err(InvalidInput::new(field, value, Reason::Empty));
     }
@@ -34,7 +35,11 @@ pub fn normalize_identity(field: &str, value: &str) -> Result<String, InvalidInp
     {
         return Err(InvalidInput::new(field, value, Reason::InvalidCharacter(c)));
     }
-    Ok(value.to_ascii_lowercase())
+    if value.bytes().any(|b| b.is_ascii_uppercase()) {
+        Ok(Cow::Owned(value.to_ascii_lowercase()))
+    } else {
+        Ok(Cow::Borrowed(value))
+    }
 }
 
 /// Whether an identity is a load balancer (inbound) or a NAT gateway (outbound) in NRP.
@@ -73,13 +78,6 @@ pub(crate) struct EgressState {
     pub pods: u32,
 }
 
-/// How many addresses of one location refer to a service, in the desired and the actual state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RefCounts {
-    pub desired: u32,
-    pub actual: u32,
-}
-
 /// Everything the tracker knows of one identity.
 #[derive(Debug)]
 pub(crate) struct ServiceEntry {
@@ -92,8 +90,8 @@ pub(crate) struct ServiceEntry {
     pub actual: Option<ServiceKind>,
     pub desired_refs: u32,
     pub actual_refs: u32,
-    /// Reverse index: locations where some address refers to this service.
-    pub locations: HashMap<IpAddr, RefCounts>,
+    /// Reverse index: locations where desired addresses refer to this service, with how many.
+    pub locations: HashMap<LocationId, u32>,
 }
 
 impl ServiceEntry {
@@ -133,7 +131,11 @@ impl ServiceTable {
     pub fn intern(&mut self, name: &str, kind: ServiceKind) -> Result<ServiceId, ServiceKind> {
         if let Some(id) = self.by_name.get(name) {
             let existing = self.get(*id).kind;
-            return if existing == kind { Ok(*id) } else { Err(existing) };
+            return if existing == kind {
+                Ok(*id)
+            } else {
+                Err(existing)
+            };
         }
         let entry = ServiceEntry {
             name: name.into(),
@@ -143,7 +145,7 @@ impl ServiceTable {
             actual: None,
             desired_refs: 0,
             actual_refs: 0,
-            locations: HashMap::new(),
+            locations: HashMap::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -184,7 +186,10 @@ impl ServiceTable {
     /// Called at the end of every public operation.
     pub fn collect_unused(&mut self) {
         while let Some(id) = self.maybe_unused.pop() {
-            if self.entries[id.index()].as_ref().is_some_and(ServiceEntry::unused) {
+            if self.entries[id.index()]
+                .as_ref()
+                .is_some_and(ServiceEntry::unused)
+            {
                 let entry = self.entries[id.index()].take().expect("checked live");
                 self.by_name.remove(&entry.name);
                 self.free.push(id);
@@ -200,17 +205,27 @@ impl ServiceTable {
         })
     }
 
-    /// Adjusts the reference counts of `id` at `location` by the given deltas.
-    pub fn add_refs(&mut self, id: ServiceId, location: IpAddr, desired: i32, actual: i32) {
+    /// Adjusts the desired references of `id` at `location` by `delta`.
+    pub fn add_desired_ref(&mut self, id: ServiceId, location: LocationId, delta: i32) {
         let entry = self.get_mut(id);
-        entry.desired_refs = entry.desired_refs.checked_add_signed(desired).expect("refcount");
-        entry.actual_refs = entry.actual_refs.checked_add_signed(actual).expect("refcount");
-        let counts = entry.locations.entry(location).or_default();
-        counts.desired = counts.desired.checked_add_signed(desired).expect("refcount");
-        counts.actual = counts.actual.checked_add_signed(actual).expect("refcount");
-        if *counts == RefCounts::default() {
+        entry.desired_refs = entry
+            .desired_refs
+            .checked_add_signed(delta)
+            .expect("refcount");
+        let count = entry.locations.entry(location).or_default();
+        *count = count.checked_add_signed(delta).expect("refcount");
+        if *count == 0 {
             entry.locations.remove(&location);
         }
+    }
+
+    /// Adjusts the actual (NRP) references of `id` by `delta`.
+    pub fn add_actual_ref(&mut self, id: ServiceId, delta: i32) {
+        let entry = self.get_mut(id);
+        entry.actual_refs = entry
+            .actual_refs
+            .checked_add_signed(delta)
+            .expect("refcount");
     }
 }
 
@@ -221,13 +236,18 @@ mod tests {
     #[test]
     fn identities_are_lower_cased_and_validated() {
         assert_eq!(normalize_identity("id", "AbC-1.x_y").unwrap(), "abc-1.x_y");
-        assert_eq!(normalize_identity("id", "").unwrap_err().reason, Reason::Empty);
+        assert_eq!(
+            normalize_identity("id", "").unwrap_err().reason,
+            Reason::Empty
+        );
         assert_eq!(
             normalize_identity("id", "a b").unwrap_err().reason,
             Reason::InvalidCharacter(' ')
         );
         assert!(matches!(
-            normalize_identity("id", &"a".repeat(81)).unwrap_err().reason,
+            normalize_identity("id", &"a".repeat(81))
+                .unwrap_err()
+                .reason,
             Reason::TooLong { len: 81, max: 80 }
         ));
     }
@@ -240,7 +260,10 @@ mod tests {
         t.collect_unused();
         assert!(t.id("a").is_none());
         let b = t.intern("b", ServiceKind::Outbound).unwrap();
-        assert_eq!(t.intern("b", ServiceKind::Inbound), Err(ServiceKind::Outbound));
+        assert_eq!(
+            t.intern("b", ServiceKind::Inbound),
+            Err(ServiceKind::Outbound)
+        );
         assert_eq!(a, b);
         assert_eq!(t.name(b), "b");
     }

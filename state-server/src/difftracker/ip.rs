@@ -61,12 +61,22 @@ mod tests {
             parse_ip("a", "2001:DB8:0:0::1").unwrap().to_string(),
             "2001:db8::1"
         );
-        assert_eq!(parse_ip("a", "::ffff:10.0.0.1").unwrap().to_string(), "10.0.0.1");
+        assert_eq!(
+            parse_ip("a", "::ffff:10.0.0.1").unwrap().to_string(),
+            "10.0.0.1"
+        );
     }
 
     #[test]
     fn malformed_and_non_unicast_ips_are_rejected_with_the_field() {
-        for bad in ["10.0.0", "10.0.0.256", " 10.0.0.1", "010.0.0.1", "fe80::1%eth0", "x"] {
+        for bad in [
+            "10.0.0",
+            "10.0.0.256",
+            " 10.0.0.1",
+            "010.0.0.1",
+            "fe80::1%eth0",
+            "x",
+        ] {
             let err = parse_ip("pod.address", bad).unwrap_err();
             assert_eq!(err.field, "pod.address");
             assert_eq!(err.value, bad);
@@ -83,6 +93,9 @@ mod tests {
         let err = parse_address_at("address", "fd00::5", "location", "10.0.0.1").unwrap_err();
         assert_eq!(err.field, "address");
         assert!(matches!(err.reason, Reason::MixedFamily { .. }));
-        assert!(err.to_string().contains("IPv6 but its location 10.0.0.1 is IPv4"));
+        assert!(
+            err.to_string()
+                .contains("IPv6 but its location 10.0.0.1 is IPv4")
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Per-location storage: each address holds its desired part and its actual (NRP) part side by side.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::num::NonZeroU64;
@@ -108,7 +108,11 @@ pub(crate) fn without_ref(refs: &[ServiceId], id: ServiceId) -> Refs {
 }
 
 /// Calls `f(id, delta)` for every id whose membership differs between two sorted lists.
-pub(crate) fn for_each_change(before: &[ServiceId], after: &[ServiceId], mut f: impl FnMut(ServiceId, i32)) {
+pub(crate) fn for_each_change(
+    before: &[ServiceId],
+    after: &[ServiceId],
+    mut f: impl FnMut(ServiceId, i32),
+) {
     let (mut i, mut j) = (0, 0);
     while i < before.len() || j < after.len() {
         match (before.get(i), after.get(j)) {
@@ -134,5 +138,87 @@ pub(crate) fn for_each_change(before: &[ServiceId], after: &[ServiceId], mut f: 
             }
             (None, None) => unreachable!("loop condition"),
         }
+    }
+}
+
+/// Interned location: the reverse index and the address index store this instead of an IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LocationId(u32);
+
+/// Every location, addressable by IP or by id; an id is freed when its location empties.
+#[derive(Debug, Default)]
+pub(crate) struct LocationTable {
+    by_ip: HashMap<IpAddr, LocationId>,
+    slots: Vec<Option<(IpAddr, Location)>>,
+    free: Vec<LocationId>,
+}
+
+impl LocationTable {
+    /// The id of a location, if known.
+    pub fn id(&self, ip: &IpAddr) -> Option<LocationId> {
+        self.by_ip.get(ip).copied()
+    }
+
+    /// The IP of a live id.
+    pub fn ip(&self, id: LocationId) -> IpAddr {
+        self.slots[id.0 as usize]
+            .as_ref()
+            .expect("live location id")
+            .0
+    }
+
+    /// A location by IP.
+    pub fn get(&self, ip: &IpAddr) -> Option<&Location> {
+        let id = self.id(ip)?;
+        self.slots[id.0 as usize].as_ref().map(|(_, l)| l)
+    }
+
+    /// A location by IP, mutably.
+    pub fn get_mut(&mut self, ip: &IpAddr) -> Option<&mut Location> {
+        let id = self.id(ip)?;
+        self.slots[id.0 as usize].as_mut().map(|(_, l)| l)
+    }
+
+    /// A location by IP, created empty if unknown.
+    pub fn get_or_create(&mut self, ip: IpAddr) -> (LocationId, &mut Location) {
+        let id = match self.by_ip.get(&ip) {
+            Some(id) => *id,
+            None => {
+                let id = match self.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        self.slots.push(None);
+                        LocationId(
+                            u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 locations"),
+                        )
+                    }
+                };
+                self.slots[id.0 as usize] = Some((ip, Location::default()));
+                self.by_ip.insert(ip, id);
+                id
+            }
+        };
+        (
+            id,
+            &mut self.slots[id.0 as usize].as_mut().expect("just ensured").1,
+        )
+    }
+
+    /// Forgets a location that holds nothing.
+    pub fn remove_if_empty(&mut self, ip: &IpAddr) {
+        if let Some(id) = self.id(ip)
+            && self.slots[id.0 as usize]
+                .as_ref()
+                .is_some_and(|(_, l)| l.is_empty())
+        {
+            self.slots[id.0 as usize] = None;
+            self.by_ip.remove(ip);
+            self.free.push(id);
+        }
+    }
+
+    /// Every location with its IP.
+    pub fn iter(&self) -> impl Iterator<Item = (IpAddr, &Location)> {
+        self.slots.iter().flatten().map(|(ip, l)| (*ip, l))
     }
 }

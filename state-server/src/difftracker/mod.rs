@@ -19,19 +19,22 @@ pub mod ip;
 mod location;
 pub mod view;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::net::IpAddr;
 
 pub use actual::{ActualSnapshot, ReportError};
 pub use desired::{Endpoint, Operation, PodUpdate};
-pub use diff::{AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange, ServiceStatus};
+pub use diff::{
+    AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange,
+    ServiceStatus,
+};
 pub use error::{InvalidInput, Reason};
 pub use identity::ServiceKind;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
 
 use dirty::DirtyQueue;
 use identity::{ServiceId, ServiceTable};
-use location::{Desired, Location, Refs, for_each_change};
+use location::{Desired, LocationId, LocationTable, Refs, for_each_change};
 
 /// Dirty work taken from the tracker: locations and services whose diff may be non-empty.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -46,9 +49,9 @@ pub struct DirtyWork {
 #[derive(Debug)]
 pub struct DiffTracker {
     services: ServiceTable,
-    locations: HashMap<IpAddr, Location>,
+    locations: LocationTable,
     /// Where each desired address lives (an address is desired at one location at most).
-    desired_at: HashMap<IpAddr, IpAddr>,
+    desired_at: HashMap<IpAddr, LocationId>,
     dirty_locations: DirtyQueue<IpAddr>,
     dirty_services: DirtyQueue<Box<str>>,
     removals_allowed: bool,
@@ -68,8 +71,8 @@ impl DiffTracker {
     pub fn new() -> Self {
         Self {
             services: ServiceTable::default(),
-            locations: HashMap::new(),
-            desired_at: HashMap::new(),
+            locations: LocationTable::default(),
+            desired_at: HashMap::default(),
             dirty_locations: DirtyQueue::default(),
             dirty_services: DirtyQueue::default(),
             removals_allowed: true,
@@ -96,8 +99,8 @@ impl DiffTracker {
     /// and service so that what was withheld is sent.
     pub fn set_removals_allowed(&mut self, allowed: bool) {
         if allowed && !self.removals_allowed {
-            for loc in self.locations.keys() {
-                self.dirty_locations.push(*loc);
+            for (loc, _) in self.locations.iter() {
+                self.dirty_locations.push(loc);
             }
             for (_, e) in self.services.iter() {
                 self.dirty_services.push(e.name.clone());
@@ -139,10 +142,8 @@ impl DiffTracker {
     /// whose filtered refs depend on it, must be re-diffed.
     fn service_changed(&mut self, id: ServiceId) {
         let entry = self.services.get(id);
-        for (location, counts) in &entry.locations {
-            if counts.desired > 0 {
-                self.dirty_locations.push(*location);
-            }
+        for location in entry.locations.keys() {
+            self.dirty_locations.push(self.locations.ip(*location));
         }
         self.dirty_service(id);
     }
@@ -152,33 +153,36 @@ impl DiffTracker {
         self.dirty_services.push(name);
     }
 
-    /// Replaces the desired part of `address` at `location`, keeping counts, the reverse index,
-    /// the address index and the dirty set in step. Egress pod counts are the caller's.
-    fn set_desired(&mut self, location: IpAddr, address: IpAddr, new: Option<Desired>) -> Option<Desired> {
-        let new = new.filter(|d| !d.is_empty());
-        let loc = self.locations.entry(location).or_default();
+    /// Changes the desired part of `address` at `location` in place (an empty result removes it),
+    /// keeping counts, the reverse index, the address index and the dirty set in step. Egress pod
+    /// counts are the caller's.
+    fn update_desired(&mut self, location: IpAddr, address: IpAddr, f: impl FnOnce(&mut Desired)) {
+        let (location_id, loc) = self.locations.get_or_create(location);
         let slot = loc.addresses.entry(address).or_default();
-        if slot.desired == new {
-            let old = slot.desired.clone();
+        let was = slot.desired.is_some();
+        let mut desired = slot.desired.take().unwrap_or_default();
+        let (before, before_pod) = (desired.refs(), desired.pod);
+        f(&mut desired);
+        let after = desired.refs();
+        let changed = before != after || before_pod != desired.pod;
+        let is = !desired.is_empty();
+        slot.desired = is.then_some(desired);
+        if !changed && was == is {
             self.cleanup(location, address);
-            return old;
+            return;
         }
-        let before = slot.desired.as_ref().map(Desired::refs).unwrap_or_default();
-        let after = new.as_ref().map(Desired::refs).unwrap_or_default();
-        let (was, is) = (slot.desired.is_some(), new.is_some());
-        let old = std::mem::replace(&mut slot.desired, new);
         if was != is {
             if is {
                 loc.desired_addresses += 1;
-                self.desired_at.insert(address, location);
+                self.desired_at.insert(address, location_id);
             } else {
                 loc.desired_addresses -= 1;
                 self.desired_at.remove(&address);
             }
         }
         let services = &mut self.services;
-        for_each_change(&before, &after, |id, d| services.add_refs(id, location, d, 0));
         for_each_change(&before, &after, |id, d| {
+            services.add_desired_ref(id, location_id, d);
             if d < 0 {
                 services.release_if_unused(id);
             }
@@ -186,14 +190,20 @@ impl DiffTracker {
         self.revision += 1;
         self.dirty_locations.push(location);
         self.cleanup(location, address);
-        old
+    }
+
+    /// Takes the whole desired part of an address away from a location.
+    fn take_desired(&mut self, location: IpAddr, address: IpAddr) -> Option<Desired> {
+        let mut taken = None;
+        self.update_desired(location, address, |d| taken = Some(std::mem::take(d)));
+        taken.filter(|d| !d.is_empty())
     }
 
     /// Replaces the actual part of `address` at `location` (NRP's confirmed ref; `None` or an
     /// empty ref = NRP does not have the address there).
     fn set_actual(&mut self, location: IpAddr, address: IpAddr, new: Option<Refs>) {
         let new = new.filter(|r| !r.is_empty());
-        let loc = self.locations.entry(location).or_default();
+        let (_, loc) = self.locations.get_or_create(location);
         let slot = loc.addresses.entry(address).or_default();
         if slot.actual == new {
             self.cleanup(location, address);
@@ -214,7 +224,7 @@ impl DiffTracker {
         let services = &mut self.services;
         let mut drained = Vec::new();
         for_each_change(&before, &after, |id, d| {
-            services.add_refs(id, location, 0, d);
+            services.add_actual_ref(id, d);
             if d < 0 && services.get(id).actual_refs == 0 {
                 drained.push(id);
             }
@@ -230,7 +240,7 @@ impl DiffTracker {
 
     /// Records whether NRP has a location at all.
     fn set_in_nrp(&mut self, location: IpAddr, in_nrp: bool) {
-        let loc = self.locations.entry(location).or_default();
+        let (_, loc) = self.locations.get_or_create(location);
         if loc.in_nrp != in_nrp {
             loc.in_nrp = in_nrp;
             if in_nrp {
@@ -240,9 +250,7 @@ impl DiffTracker {
             }
             self.dirty_locations.push(location);
         }
-        if self.locations.get(&location).is_some_and(Location::is_empty) {
-            self.locations.remove(&location);
-        }
+        self.locations.remove_if_empty(&location);
     }
 
     /// Drops an address that neither side has any more, and a location left with nothing.
@@ -257,9 +265,7 @@ impl DiffTracker {
         {
             loc.addresses.remove(&address);
         }
-        if loc.is_empty() {
-            self.locations.remove(&location);
-        }
+        self.locations.remove_if_empty(&location);
     }
 }
 

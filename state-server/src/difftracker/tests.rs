@@ -25,7 +25,11 @@ fn pod<'a>(address: &'a str, location: &'a str, outbound: &'a str, uid: &'a str)
 fn converge(t: &mut DiffTracker) {
     for _ in 0..4 {
         let diff = t.pending_diff();
-        for s in diff.services.iter().filter(|s| s.action == ServiceAction::Create) {
+        for s in diff
+            .services
+            .iter()
+            .filter(|s| s.action == ServiceAction::Create)
+        {
             t.record_service_applied(s).unwrap();
         }
         for l in &t.pending_diff().locations {
@@ -40,14 +44,20 @@ fn converge(t: &mut DiffTracker) {
 
 fn actual_refs(t: &DiffTracker, location: &str, address: &str) -> Option<Vec<String>> {
     let view = t.location_view(ip(location))?;
-    view.addresses.into_iter().find(|a| a.address == ip(address))?.actual
+    view.addresses
+        .into_iter()
+        .find(|a| a.address == ip(address))?
+        .actual
 }
 
 fn one_service_cluster() -> DiffTracker {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc-a").unwrap();
-    t.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.2", "10.0.0.2")])
-        .unwrap();
+    t.set_endpoints(
+        "svc-a",
+        &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.2", "10.0.0.2")],
+    )
+    .unwrap();
     converge(&mut t);
     t
 }
@@ -55,8 +65,11 @@ fn one_service_cluster() -> DiffTracker {
 #[test]
 fn an_address_moving_between_locations_is_removed_at_the_old_and_added_at_the_new() {
     let mut t = one_service_cluster();
-    t.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.3"), ep("10.1.0.2", "10.0.0.2")])
-        .unwrap();
+    t.set_endpoints(
+        "svc-a",
+        &[ep("10.1.0.1", "10.0.0.3"), ep("10.1.0.2", "10.0.0.2")],
+    )
+    .unwrap();
     let diff = t.pending_diff();
     assert_eq!(diff.locations.len(), 2);
     // 10.0.0.1 is left with nothing desired: the whole location goes.
@@ -66,29 +79,50 @@ fn an_address_moving_between_locations_is_removed_at_the_old_and_added_at_the_ne
     assert_eq!(diff.locations[1].action, AddressUpdateAction::Full);
     assert_eq!(diff.locations[1].addresses[0].services, vec!["svc-a"]);
     converge(&mut t);
-    assert_eq!(actual_refs(&t, "10.0.0.3", "10.1.0.1"), Some(vec!["svc-a".into()]));
+    assert_eq!(
+        actual_refs(&t, "10.0.0.3", "10.1.0.1"),
+        Some(vec!["svc-a".into()])
+    );
     assert!(t.location_view(ip("10.0.0.1")).is_none());
 }
 
 #[test]
 fn a_pod_moving_to_another_location_carries_its_refs() {
     let mut t = one_service_cluster();
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.9", "", "u1")).unwrap();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.9", "", "u1"))
+        .unwrap();
     let v = t.location_view(ip("10.0.0.9")).unwrap();
     assert_eq!(v.addresses[0].desired, Some(vec!["svc-a".to_owned()]));
-    assert!(t.location_view(ip("10.0.0.1")).unwrap().addresses[0].desired.is_none());
+    assert!(
+        t.location_view(ip("10.0.0.1")).unwrap().addresses[0]
+            .desired
+            .is_none()
+    );
 }
 
 #[test]
 fn changing_a_pods_outbound_identity_moves_its_count() {
     let mut t = DiffTracker::new();
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "egress-a", "u1")).unwrap();
-    t.update_pod(Operation::Add, &pod("10.1.0.2", "10.0.0.1", "egress-a", "u2")).unwrap();
+    t.update_pod(
+        Operation::Add,
+        &pod("10.1.0.1", "10.0.0.1", "egress-a", "u1"),
+    )
+    .unwrap();
+    t.update_pod(
+        Operation::Add,
+        &pod("10.1.0.2", "10.0.0.1", "egress-a", "u2"),
+    )
+    .unwrap();
     assert_eq!(t.service_view("egress-a").unwrap().egress_pods, 2);
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "egress-b", "u1")).unwrap();
+    t.update_pod(
+        Operation::Add,
+        &pod("10.1.0.1", "10.0.0.1", "egress-b", "u1"),
+    )
+    .unwrap();
     assert_eq!(t.service_view("egress-a").unwrap().egress_pods, 1);
     assert_eq!(t.service_view("egress-b").unwrap().egress_pods, 1);
-    t.update_pod(Operation::Remove, &pod("10.1.0.2", "10.0.0.1", "", "u2")).unwrap();
+    t.update_pod(Operation::Remove, &pod("10.1.0.2", "10.0.0.1", "", "u2"))
+        .unwrap();
     // The last pod of egress-a went: it is no longer desired.
     assert!(t.service_view("egress-a").is_none());
     assert_eq!(t.counts().desired_egresses, 1);
@@ -111,8 +145,10 @@ fn re_adding_an_identity_in_different_case_is_not_counted_twice() {
 fn removing_an_unknown_pod_is_a_no_op() {
     let mut t = one_service_cluster();
     let rev = t.revision();
-    t.update_pod(Operation::Remove, &pod("10.9.9.9", "10.0.0.1", "", "x")).unwrap();
-    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.7", "", "x")).unwrap();
+    t.update_pod(Operation::Remove, &pod("10.9.9.9", "10.0.0.1", "", "x"))
+        .unwrap();
+    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.7", "", "x"))
+        .unwrap();
     assert_eq!(t.revision(), rev);
     assert!(t.pending_diff().is_empty());
 }
@@ -120,11 +156,15 @@ fn removing_an_unknown_pod_is_a_no_op() {
 #[test]
 fn removing_a_replaced_pod_by_its_old_uid_is_a_no_op() {
     let mut t = DiffTracker::new();
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "old")).unwrap();
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "new")).unwrap();
-    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "old")).unwrap();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "old"))
+        .unwrap();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "new"))
+        .unwrap();
+    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "old"))
+        .unwrap();
     assert_eq!(t.service_view("eg").unwrap().egress_pods, 1);
-    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "new")).unwrap();
+    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "new"))
+        .unwrap();
     assert!(t.service_view("eg").is_none());
 }
 
@@ -132,14 +172,27 @@ fn removing_a_replaced_pod_by_its_old_uid_is_a_no_op() {
 fn removing_a_pod_keeps_the_address_while_an_inbound_identity_uses_it() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
-    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
-    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "u")).unwrap();
+    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg", "u"))
+        .unwrap();
     converge(&mut t);
-    assert_eq!(actual_refs(&t, "10.0.0.1", "10.1.0.1"), Some(vec!["eg".into(), "svc".into()]));
-    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "u")).unwrap();
+    assert_eq!(
+        actual_refs(&t, "10.0.0.1", "10.1.0.1"),
+        Some(vec!["eg".into(), "svc".into()])
+    );
+    t.update_pod(Operation::Remove, &pod("10.1.0.1", "10.0.0.1", "", "u"))
+        .unwrap();
     converge(&mut t);
-    assert_eq!(actual_refs(&t, "10.0.0.1", "10.1.0.1"), Some(vec!["svc".into()]));
-    assert_eq!(t.counts().actual_nat_gateways, 0, "the egress lost its last pod and was deleted");
+    assert_eq!(
+        actual_refs(&t, "10.0.0.1", "10.1.0.1"),
+        Some(vec!["svc".into()])
+    );
+    assert_eq!(
+        t.counts().actual_nat_gateways,
+        0,
+        "the egress lost its last pod and was deleted"
+    );
 }
 
 #[test]
@@ -152,7 +205,9 @@ fn empty_location_or_address_is_rejected_and_changes_nothing() {
         .unwrap_err();
     assert_eq!(err.field, "endpoints[1].location");
     assert_eq!(err.reason, Reason::Empty);
-    let err = t.update_pod(Operation::Add, &pod("", "10.0.0.1", "", "")).unwrap_err();
+    let err = t
+        .update_pod(Operation::Add, &pod("", "10.0.0.1", "", ""))
+        .unwrap_err();
     assert_eq!(err.field, "address");
     let err = t.update_service(Operation::Add, "").unwrap_err();
     assert_eq!((err.field.as_str(), err.reason), ("id", Reason::Empty));
@@ -165,31 +220,51 @@ fn malformed_and_mixed_family_ips_are_rejected_and_change_nothing() {
     let mut t = one_service_cluster();
     let rev = t.revision();
     let err = t
-        .set_endpoints("svc-a", &[ep("10.1.0.9", "10.0.0.1"), ep("10.1.0.999", "10.0.0.1")])
+        .set_endpoints(
+            "svc-a",
+            &[ep("10.1.0.9", "10.0.0.1"), ep("10.1.0.999", "10.0.0.1")],
+        )
         .unwrap_err();
-    assert_eq!((err.field.as_str(), err.value.as_str()), ("endpoints[1].address", "10.1.0.999"));
+    assert_eq!(
+        (err.field.as_str(), err.value.as_str()),
+        ("endpoints[1].address", "10.1.0.999")
+    );
     assert_eq!(err.reason, Reason::MalformedIp);
     let err = t
         .update_pod(Operation::Add, &pod("fd00::1", "10.0.0.1", "eg", "u"))
         .unwrap_err();
     assert!(matches!(err.reason, Reason::MixedFamily { .. }), "{err}");
     let err = t
-        .update_endpoints("svc-a", &[], &[ep("10.1.0.7", "10.0.0.1"), ep("10.1.0.7", "10.0.0.2")])
+        .update_endpoints(
+            "svc-a",
+            &[],
+            &[ep("10.1.0.7", "10.0.0.1"), ep("10.1.0.7", "10.0.0.2")],
+        )
         .unwrap_err();
     assert_eq!(err.field, "new_endpoints[1].address");
     assert!(matches!(err.reason, Reason::Duplicate { .. }));
     assert_eq!(t.revision(), rev);
     assert!(t.pending_diff().is_empty());
-    assert!(t.service_view("eg").is_none(), "the rejected pod interned nothing");
+    assert!(
+        t.service_view("eg").is_none(),
+        "the rejected pod interned nothing"
+    );
 }
 
 #[test]
 fn dual_stack_addresses_live_in_their_own_family_location() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
-    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1"), ep("FD00:0::1", "fd00::a")]).unwrap();
+    t.set_endpoints(
+        "svc",
+        &[ep("10.1.0.1", "10.0.0.1"), ep("FD00:0::1", "fd00::a")],
+    )
+    .unwrap();
     converge(&mut t);
-    assert_eq!(actual_refs(&t, "fd00::a", "fd00::1"), Some(vec!["svc".into()]));
+    assert_eq!(
+        actual_refs(&t, "fd00::a", "fd00::1"),
+        Some(vec!["svc".into()])
+    );
 }
 
 #[test]
@@ -197,7 +272,12 @@ fn an_identity_used_as_both_kinds_is_rejected() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "shared").unwrap();
     let err = t.update_egress(Operation::Add, "SHARED").unwrap_err();
-    assert_eq!(err.reason, Reason::KindConflict { existing: "inbound" });
+    assert_eq!(
+        err.reason,
+        Reason::KindConflict {
+            existing: "inbound"
+        }
+    );
     let err = t
         .update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "shared", "u"))
         .unwrap_err();
@@ -207,8 +287,11 @@ fn an_identity_used_as_both_kinds_is_rejected() {
 #[test]
 fn a_vanished_address_is_sent_with_an_empty_ref() {
     let mut t = one_service_cluster();
-    t.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.3", "10.0.0.2")])
-        .unwrap();
+    t.set_endpoints(
+        "svc-a",
+        &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.3", "10.0.0.2")],
+    )
+    .unwrap();
     let diff = t.location_diff(ip("10.0.0.2")).unwrap();
     assert_eq!(diff.action, AddressUpdateAction::Partial);
     assert_eq!(
@@ -229,7 +312,8 @@ fn a_vanished_address_is_sent_with_an_empty_ref() {
 #[test]
 fn a_vanished_location_is_sent_with_an_empty_address_list() {
     let mut t = one_service_cluster();
-    t.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
+    t.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
     let diff = t.location_diff(ip("10.0.0.2")).unwrap();
     assert!(diff.deletes_location());
     t.record_location_applied(&diff).unwrap();
@@ -241,7 +325,8 @@ fn a_vanished_location_is_sent_with_an_empty_address_list() {
 fn an_address_is_withheld_until_its_service_exists_in_actual_state() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
-    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
+    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
     let diff = t.pending_diff();
     assert!(diff.locations.is_empty());
     assert_eq!(diff.services[0].action, ServiceAction::Create);
@@ -268,7 +353,10 @@ fn an_address_is_withheld_until_its_service_exists_in_actual_state() {
 fn a_service_is_only_safe_to_delete_once_no_actual_address_refers_to_it() {
     let mut t = one_service_cluster();
     t.update_service(Operation::Remove, "svc-a").unwrap();
-    assert_eq!(t.service_status("svc-a"), ServiceStatus::AwaitingDrain { actual_refs: 2 });
+    assert_eq!(
+        t.service_status("svc-a"),
+        ServiceStatus::AwaitingDrain { actual_refs: 2 }
+    );
     let diff = t.pending_diff();
     assert!(diff.services.is_empty());
     assert_eq!(diff.locations.len(), 2);
@@ -282,7 +370,10 @@ fn a_service_is_only_safe_to_delete_once_no_actual_address_refers_to_it() {
     assert!(matches!(err, ReportError::StillReferenced { count: 2, .. }));
     t.take_dirty();
     t.record_location_applied(&diff.locations[0]).unwrap();
-    assert_eq!(t.service_status("svc-a"), ServiceStatus::AwaitingDrain { actual_refs: 1 });
+    assert_eq!(
+        t.service_status("svc-a"),
+        ServiceStatus::AwaitingDrain { actual_refs: 1 }
+    );
     t.record_location_applied(&diff.locations[1]).unwrap();
     assert!(t.take_dirty().services.contains(&"svc-a".to_owned()));
     assert!(matches!(
@@ -299,7 +390,8 @@ fn a_service_becoming_ready_dirties_only_the_locations_that_use_it() {
     let mut t = DiffTracker::new();
     for (svc, loc) in [("a", "10.0.0.1"), ("b", "10.0.0.2"), ("c", "10.0.0.3")] {
         t.update_service(Operation::Add, svc).unwrap();
-        t.set_endpoints(svc, &[ep(&loc.replace("10.0.", "10.1."), loc)]).unwrap();
+        t.set_endpoints(svc, &[ep(&loc.replace("10.0.", "10.1."), loc)])
+            .unwrap();
     }
     t.take_dirty();
     t.record_service_applied(&ServiceChange {
@@ -326,29 +418,43 @@ fn withheld_removals_only_add_until_allowed() {
             .locations()
             .map(|l| {
                 let v = t.location_view(l).unwrap();
-                (l, v.addresses.into_iter().map(|a| (a.address, a.actual.unwrap())).collect())
+                (
+                    l,
+                    v.addresses
+                        .into_iter()
+                        .map(|a| (a.address, a.actual.unwrap()))
+                        .collect(),
+                )
             })
             .collect(),
     };
     restarted.observe(&snapshot).unwrap();
     restarted.update_service(Operation::Add, "svc-a").unwrap();
     restarted.update_service(Operation::Add, "svc-new").unwrap();
-    restarted.set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
-    restarted.set_endpoints("svc-new", &[ep("10.1.0.2", "10.0.0.2")]).unwrap();
+    restarted
+        .set_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
+    restarted
+        .set_endpoints("svc-new", &[ep("10.1.0.2", "10.0.0.2")])
+        .unwrap();
     restarted.update_egress(Operation::Add, "eg").unwrap();
-    restarted.record_service_applied(&ServiceChange {
-        name: "svc-new".into(),
-        kind: ServiceKind::Inbound,
-        action: ServiceAction::Create,
-    })
-    .unwrap();
+    restarted
+        .record_service_applied(&ServiceChange {
+            name: "svc-new".into(),
+            kind: ServiceKind::Inbound,
+            action: ServiceAction::Create,
+        })
+        .unwrap();
     let diff = restarted.pending_diff();
     for l in &diff.locations {
         assert_eq!(l.action, AddressUpdateAction::Partial);
     }
     // 10.1.0.2 keeps svc-a (withheld removal) and gains svc-new.
     assert_eq!(diff.locations.len(), 1);
-    assert_eq!(diff.locations[0].addresses[0].services, vec!["svc-a", "svc-new"]);
+    assert_eq!(
+        diff.locations[0].addresses[0].services,
+        vec!["svc-a", "svc-new"]
+    );
     restarted.take_dirty();
     restarted.set_removals_allowed(true);
     assert!(!restarted.take_dirty().locations.is_empty());
@@ -368,7 +474,10 @@ fn observe_repairs_drift_made_outside_the_system() {
         nat_gateways: vec![],
         locations: vec![
             (ip("10.0.0.1"), vec![(ip("10.1.0.1"), vec!["svc-a".into()])]),
-            (ip("10.0.0.99"), vec![(ip("10.1.0.99"), vec!["svc-a".into()])]),
+            (
+                ip("10.0.0.99"),
+                vec![(ip("10.1.0.99"), vec!["svc-a".into()])],
+            ),
         ],
     };
     let summary = t.observe(&snapshot).unwrap();
@@ -385,8 +494,14 @@ fn observe_repairs_drift_made_outside_the_system() {
         locations: vec![(ip("10.0.0.1"), vec![(ip("10.1.0.1"), vec!["ghost".into()])])],
         ..snapshot
     };
-    assert!(matches!(t.observe(&bad), Err(ReportError::UnknownService { .. })));
-    assert!(t.pending_diff().is_empty(), "a refused snapshot changes nothing");
+    assert!(matches!(
+        t.observe(&bad),
+        Err(ReportError::UnknownService { .. })
+    ));
+    assert!(
+        t.pending_diff().is_empty(),
+        "a refused snapshot changes nothing"
+    );
 }
 
 #[test]
@@ -394,7 +509,11 @@ fn removing_a_service_strips_it_and_drops_empty_addresses_and_locations() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "a").unwrap();
     t.update_service(Operation::Add, "b").unwrap();
-    t.set_endpoints("a", &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.2", "10.0.0.2")]).unwrap();
+    t.set_endpoints(
+        "a",
+        &[ep("10.1.0.1", "10.0.0.1"), ep("10.1.0.2", "10.0.0.2")],
+    )
+    .unwrap();
     t.set_endpoints("b", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
     t.update_service(Operation::Remove, "a").unwrap();
     assert_eq!(t.counts().desired_addresses, 1);
@@ -415,7 +534,8 @@ fn edge_updates_apply_only_the_difference() {
         &[ep("10.1.0.2", "10.0.0.2"), ep("10.1.0.3", "10.0.0.2")],
     )
     .unwrap();
-    t.update_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")], &[]).unwrap();
+    t.update_endpoints("svc-a", &[ep("10.1.0.1", "10.0.0.1")], &[])
+        .unwrap();
     converge(&mut t);
     let v = t.location_view(ip("10.0.0.2")).unwrap();
     assert_eq!(v.addresses.len(), 2);

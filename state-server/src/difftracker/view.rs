@@ -69,7 +69,7 @@ pub struct ServiceView {
     pub desired_addresses: u32,
     /// NRP addresses referring to it.
     pub actual_addresses: u32,
-    /// Locations where some address (either side) refers to it.
+    /// Locations where some desired address refers to it.
     pub locations: usize,
 }
 
@@ -79,7 +79,11 @@ impl DiffTracker {
         let mut c = Counts {
             desired_addresses: self.desired_at.len() as u64,
             actual_addresses: self.actual_addresses,
-            desired_locations: self.locations.values().filter(|l| l.desired_addresses > 0).count() as u64,
+            desired_locations: self
+                .locations
+                .iter()
+                .filter(|(_, l)| l.desired_addresses > 0)
+                .count() as u64,
             actual_locations: self.actual_locations,
             dirty_locations: self.dirty_locations.len() as u64,
             dirty_services: self.dirty_services.len() as u64,
@@ -132,6 +136,6 @@ impl DiffTracker {
 
     /// Every location either side knows.
     pub fn locations(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.locations.keys().copied()
+        self.locations.iter().map(|(l, _)| l)
     }
 }

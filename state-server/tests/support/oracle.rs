@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use clb_state_server::difftracker::{
-    AddressUpdate, AddressUpdateAction, Diff, LocationDiff, Operation, ServiceAction, ServiceChange, ServiceKind,
+    AddressUpdate, AddressUpdateAction, Diff, LocationDiff, Operation, ServiceAction,
+    ServiceChange, ServiceKind,
 };
 
 /// One desired address.
@@ -48,7 +49,9 @@ impl Default for Oracle {
 }
 
 fn ip(s: &str) -> IpAddr {
-    s.parse::<IpAddr>().expect("oracle inputs are valid").to_canonical()
+    s.parse::<IpAddr>()
+        .expect("oracle inputs are valid")
+        .to_canonical()
 }
 
 impl Oracle {
@@ -146,7 +149,14 @@ impl Oracle {
         }
     }
 
-    pub fn update_pod(&mut self, op: Operation, address: &str, location: &str, outbound: &str, uid: &str) {
+    pub fn update_pod(
+        &mut self,
+        op: Operation,
+        address: &str,
+        location: &str,
+        outbound: &str,
+        uid: &str,
+    ) {
         let (address, location) = (ip(address), ip(location));
         let uid = (!uid.is_empty()).then(|| uid.to_owned());
         match op {
@@ -194,7 +204,9 @@ impl Oracle {
         a.inbound
             .iter()
             .chain(a.outbound.iter())
-            .filter(|s| self.in_nrp(s) && (self.services.contains(*s) || self.egresses.contains_key(*s)))
+            .filter(|s| {
+                self.in_nrp(s) && (self.services.contains(*s) || self.egresses.contains_key(*s))
+            })
             .cloned()
             .collect()
     }
@@ -222,7 +234,11 @@ impl Oracle {
             .iter()
             .map(|s| (s, ServiceKind::Inbound))
             .chain(self.nat_gateways.iter().map(|s| (s, ServiceKind::Outbound)));
-        let referenced: BTreeSet<&String> = self.actual.values().flat_map(|l| l.values().flatten()).collect();
+        let referenced: BTreeSet<&String> = self
+            .actual
+            .values()
+            .flat_map(|l| l.values().flatten())
+            .collect();
         for (name, kind) in actual {
             if !desired.contains_key(name) && !referenced.contains(name) && self.removals_allowed {
                 services.push(ServiceChange {
@@ -235,7 +251,10 @@ impl Oracle {
         services.sort_by(|a, b| a.name.cmp(&b.name));
         let mut by_location: BTreeMap<IpAddr, BTreeMap<IpAddr, &OracleAddress>> = BTreeMap::new();
         for (addr, a) in &self.addresses {
-            by_location.entry(a.location.expect("placed")).or_default().insert(*addr, a);
+            by_location
+                .entry(a.location.expect("placed"))
+                .or_default()
+                .insert(*addr, a);
         }
         for l in self.actual.keys() {
             by_location.entry(*l).or_default();
@@ -244,7 +263,10 @@ impl Oracle {
             .into_iter()
             .filter_map(|(l, here)| self.diff_of(l, &here))
             .collect();
-        Diff { services, locations }
+        Diff {
+            services,
+            locations,
+        }
     }
 
     /// The diff of one location, by scanning every address of the cluster.
@@ -258,7 +280,11 @@ impl Oracle {
         self.diff_of(location, &here)
     }
 
-    fn diff_of(&self, location: IpAddr, here: &BTreeMap<IpAddr, &OracleAddress>) -> Option<LocationDiff> {
+    fn diff_of(
+        &self,
+        location: IpAddr,
+        here: &BTreeMap<IpAddr, &OracleAddress>,
+    ) -> Option<LocationDiff> {
         let empty = BTreeMap::new();
         let in_nrp = self.actual.contains_key(&location);
         let allowed = self.removals_allowed;
@@ -353,7 +379,9 @@ impl Oracle {
                 .cloned()
                 .collect();
             if !refs.is_empty() {
-                want.entry(a.location.expect("placed")).or_default().insert(*addr, refs);
+                want.entry(a.location.expect("placed"))
+                    .or_default()
+                    .insert(*addr, refs);
             }
         }
         let egresses: BTreeSet<String> = self.egresses.keys().cloned().collect();
