@@ -218,7 +218,7 @@ fn one_pod_change_to_diff(c: &mut Criterion) {
             || (),
             |()| {
                 k += 1;
-                let p = cluster.pod(12_345, k);
+                let p = cluster.pod(POD, other_egress(k));
                 oracle.update_pod(
                     Operation::Add,
                     p.address,

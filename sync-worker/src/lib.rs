@@ -1,3 +1,4 @@
 //! clb sync worker: executes work units from the state server against Azure NRP (or the NRP emulator).
 
 pub mod nrp;
+pub mod worker;

@@ -295,7 +295,7 @@ impl DiffTracker {
                 if self
                     .desired_at
                     .get(&address)
-                    .map(|id| self.locations.ip(*id))
+                    .map(|id| self.locations.ip(id))
                     != Some(location)
                 {
                     return Ok(());
@@ -340,7 +340,7 @@ impl DiffTracker {
             let Some(loc) = self.locations.get(&location) else {
                 continue;
             };
-            for (address, slot) in &loc.addresses {
+            for (address, slot) in loc.addresses.iter() {
                 if slot.desired.as_ref().is_some_and(|d| {
                     d.inbound.binary_search(&sid).is_ok() || d.outbound == Some(sid)
                 }) {
@@ -356,7 +356,7 @@ impl DiffTracker {
         if let Some(from) = self
             .desired_at
             .get(&address)
-            .map(|id| self.locations.ip(*id))
+            .map(|id| self.locations.ip(id))
             && from != location
         {
             if let Some(moved) = self.take_desired(from, address) {

@@ -118,7 +118,7 @@ impl DiffTracker {
         let full = allowed && !loc.in_nrp;
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
-        for (address, slot) in &loc.addresses {
+        for (address, slot) in loc.addresses.iter() {
             let mut want = slot
                 .desired
                 .as_ref()

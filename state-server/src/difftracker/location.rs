@@ -2,12 +2,13 @@
 
 use foldhash::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
 use super::identity::ServiceId;
+use super::vecmap::VecMap;
 
 /// A sorted, duplicate-free list of services; the empty list costs no allocation.
 pub(crate) type Refs = Box<[ServiceId]>;
@@ -72,7 +73,7 @@ pub(crate) struct Slot {
 /// One location (node IP): its addresses and whether NRP has it.
 #[derive(Debug, Default)]
 pub(crate) struct Location {
-    pub addresses: HashMap<IpAddr, Slot>,
+    pub addresses: VecMap<IpAddr, Slot>,
     /// NRP has this location (possibly with no addresses).
     pub in_nrp: bool,
     /// Number of addresses with a desired part.
@@ -142,7 +143,7 @@ pub(crate) fn for_each_change(
 }
 
 /// Interned location: the reverse index and the address index store this instead of an IP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct LocationId(u32);
 
 /// Every location, addressable by IP or by id; an id is freed when its location empties.
@@ -220,5 +221,43 @@ impl LocationTable {
     /// Every location with its IP.
     pub fn iter(&self) -> impl Iterator<Item = (IpAddr, &Location)> {
         self.slots.iter().flatten().map(|(ip, l)| (*ip, l))
+    }
+}
+
+/// Where each desired address lives, split by family so an IPv4 entry costs 8 bytes, not 24.
+#[derive(Debug, Default)]
+pub(crate) struct AddressIndex {
+    v4: HashMap<Ipv4Addr, LocationId>,
+    v6: HashMap<Ipv6Addr, LocationId>,
+}
+
+impl AddressIndex {
+    /// The location an address is desired at.
+    pub fn get(&self, address: &IpAddr) -> Option<LocationId> {
+        match address {
+            IpAddr::V4(a) => self.v4.get(a).copied(),
+            IpAddr::V6(a) => self.v6.get(a).copied(),
+        }
+    }
+
+    /// Records where an address is desired.
+    pub fn insert(&mut self, address: IpAddr, location: LocationId) {
+        match address {
+            IpAddr::V4(a) => self.v4.insert(a, location),
+            IpAddr::V6(a) => self.v6.insert(a, location),
+        };
+    }
+
+    /// Forgets an address.
+    pub fn remove(&mut self, address: &IpAddr) {
+        match address {
+            IpAddr::V4(a) => self.v4.remove(a),
+            IpAddr::V6(a) => self.v6.remove(a),
+        };
+    }
+
+    /// Number of desired addresses.
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
     }
 }

@@ -17,9 +17,9 @@ pub mod error;
 pub mod identity;
 pub mod ip;
 mod location;
+mod vecmap;
 pub mod view;
 
-use foldhash::HashMap;
 use std::net::IpAddr;
 
 pub use actual::{ActualSnapshot, ReportError};
@@ -34,7 +34,7 @@ pub use view::{AddressView, Counts, LocationView, ServiceView};
 
 use dirty::DirtyQueue;
 use identity::{ServiceId, ServiceTable};
-use location::{Desired, LocationId, LocationTable, Refs, for_each_change};
+use location::{AddressIndex, Desired, LocationTable, Refs, for_each_change};
 
 /// Dirty work taken from the tracker: locations and services whose diff may be non-empty.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub struct DiffTracker {
     services: ServiceTable,
     locations: LocationTable,
     /// Where each desired address lives (an address is desired at one location at most).
-    desired_at: HashMap<IpAddr, LocationId>,
+    desired_at: AddressIndex,
     dirty_locations: DirtyQueue<IpAddr>,
     dirty_services: DirtyQueue<Box<str>>,
     removals_allowed: bool,
@@ -72,7 +72,7 @@ impl DiffTracker {
         Self {
             services: ServiceTable::default(),
             locations: LocationTable::default(),
-            desired_at: HashMap::default(),
+            desired_at: AddressIndex::default(),
             dirty_locations: DirtyQueue::default(),
             dirty_services: DirtyQueue::default(),
             removals_allowed: true,
@@ -158,7 +158,7 @@ impl DiffTracker {
     /// counts are the caller's.
     fn update_desired(&mut self, location: IpAddr, address: IpAddr, f: impl FnOnce(&mut Desired)) {
         let (location_id, loc) = self.locations.get_or_create(location);
-        let slot = loc.addresses.entry(address).or_default();
+        let slot = loc.addresses.get_or_insert_default(address);
         let was = slot.desired.is_some();
         let mut desired = slot.desired.take().unwrap_or_default();
         let (before, before_pod) = (desired.refs(), desired.pod);
@@ -204,7 +204,7 @@ impl DiffTracker {
     fn set_actual(&mut self, location: IpAddr, address: IpAddr, new: Option<Refs>) {
         let new = new.filter(|r| !r.is_empty());
         let (_, loc) = self.locations.get_or_create(location);
-        let slot = loc.addresses.entry(address).or_default();
+        let slot = loc.addresses.get_or_insert_default(address);
         if slot.actual == new {
             self.cleanup(location, address);
             return;

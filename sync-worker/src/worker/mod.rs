@@ -1,0 +1,94 @@
+//! The sync worker: receives leased work units from the state server over one bidirectional gRPC
+//! stream, executes them against NRP, and reports each outcome on the same stream
+//! (ARCHITECTURE.md §5, docs/protocol.md "Worker").
+//!
+//! ```no_run
+//! # async fn demo(nrp: std::sync::Arc<dyn clb_sync_worker::nrp::Nrp>) {
+//! use clb_sync_worker::worker::{WorkerConfig, run};
+//! let config = WorkerConfig::new("http://127.0.0.1:50051", "worker-1");
+//! run(config, nrp, async { let _ = tokio::signal::ctrl_c().await; }).await.unwrap();
+//! # }
+//! ```
+//!
+//! - **Session.** Connect, send `Hello {worker_id, capacity, gateways}`, wait for `Welcome`, then run
+//!   up to `capacity` units concurrently and send one `Report` per unit (several `Observed` parts for a
+//!   large observe unit). A broken stream or connection ends the session: in-flight units stop at once
+//!   (the server has released their leases), and the worker reconnects with capped exponential backoff
+//!   and jitter.
+//! - **Leases.** A unit's lease ends at the earlier of `lease_deadline_unix_ms` and receipt +
+//!   `lease_duration_ms` (monotonic clock). Every NRP call carries it as its deadline, and no call
+//!   starts after it; a unit that runs out of lease is reported `Retryable` with code `LeaseExpired`.
+//! - **Work.** Location changes become as few `updateAddressLocations` calls as the [`Limits`] allow;
+//!   service changes run as sagas of idempotent steps; observe units read the gateway back. A unit that
+//!   went through only in part reports the `applied_indices` of what NRP accepted.
+//! - **Concurrency.** Mutating calls per gateway are bounded by an AIMD limit (halved on throttling,
+//!   +1 after a run of successes, within `[1, max]`); waiting for it respects the lease.
+//! - **Shutdown.** When `shutdown` completes, no new unit is taken and no new NRP call starts; in-flight
+//!   calls may finish and their units report, within [`WorkerConfig::shutdown_grace`]; then the stream
+//!   is closed.
+
+mod config;
+mod limiter;
+mod locations;
+mod observe;
+mod services;
+mod session;
+mod unit;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use config::{Backoff, Limits, WorkerConfig};
+pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
+pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
+pub use observe::snapshot_parts;
+pub use services::{
+    BACKEND_POOL_NAME, FRONTEND_NAME, load_balancer, load_balancer_name, nat_gateway_name,
+    public_ip_name,
+};
+pub use unit::lease_deadline;
+
+use crate::nrp::Nrp;
+
+/// Why [`run`] could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    /// The configuration cannot work (e.g. a malformed server URL or a capacity of 0).
+    #[error("invalid worker configuration: {0}")]
+    InvalidConfig(String),
+}
+
+/// Runs the worker until `shutdown` completes: connects to the state server at `config.server`,
+/// executes the units it receives against `nrp`, reconnects whenever the stream or the connection
+/// breaks, and ends gracefully (see the module documentation). Returns an error only for an unusable
+/// configuration; connection problems are retried for as long as the worker runs.
+pub async fn run(
+    config: WorkerConfig,
+    nrp: Arc<dyn Nrp>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    if config.capacity == 0 {
+        return Err(WorkerError::InvalidConfig(
+            "capacity must be at least 1".into(),
+        ));
+    }
+    if config.worker_id.trim().is_empty() {
+        return Err(WorkerError::InvalidConfig("worker id is empty".into()));
+    }
+    let endpoint = session::endpoint(&config)?;
+    let stop = CancellationToken::new();
+    let main = session::supervise(Arc::new(config), endpoint, nrp, stop.clone());
+    tokio::pin!(main);
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut main => return Ok(()),
+        () = &mut shutdown => {
+            tracing::info!("shutdown requested");
+            stop.cancel();
+        }
+    }
+    main.await;
+    Ok(())
+}

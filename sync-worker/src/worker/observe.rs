@@ -1,0 +1,151 @@
+//! Observe work (anti-entropy): read the gateway's services and address locations back from NRP and
+//! report them as `Observed` parts, split when large.
+
+use clb_proto::v1::{self, AddressChange, LocationChange, NrpSnapshot, Report, report};
+
+use super::unit::{UnitCtx, UnitError, report};
+use crate::nrp::wire::{AddressLocation, GatewayService};
+
+/// Builds the snapshot parts: services in the first part, locations packed greedily so that a part
+/// carries at most `max_addresses` addresses (a larger location goes alone), each location in exactly
+/// one part. There is always at least one part.
+pub fn snapshot_parts(
+    services: Vec<GatewayService>,
+    locations: Vec<AddressLocation>,
+    max_addresses: usize,
+) -> Vec<NrpSnapshot> {
+    let max_addresses = max_addresses.max(1);
+    let mut first = NrpSnapshot::default();
+    for s in services {
+        let t = s.properties.service_type;
+        if t.is_some_and(|t| t.is_inbound()) {
+            first.load_balancers.push(s.name.clone());
+        }
+        if t.is_some_and(|t| t.is_outbound()) {
+            first.nat_gateways.push(s.name);
+        }
+    }
+    let mut parts = vec![first];
+    let mut addresses = 0usize;
+    for l in locations {
+        let n = l.addresses.len();
+        let current = parts.last_mut().map_or(0, |p| p.locations.len());
+        if current > 0 && addresses + n > max_addresses {
+            parts.push(NrpSnapshot::default());
+            addresses = 0;
+        }
+        addresses += n;
+        let mut change = LocationChange {
+            location: l.address_location,
+            action: 0,
+            addresses: l
+                .addresses
+                .into_iter()
+                .map(|a| AddressChange {
+                    address: a.address,
+                    services: a.services,
+                })
+                .collect(),
+        };
+        change.set_action(v1::AddressUpdateAction::FullUpdate);
+        if let Some(part) = parts.last_mut() {
+            part.locations.push(change);
+        }
+    }
+    parts
+}
+
+/// A gateway that does not exist has no services and no locations.
+fn empty_if_missing<T>(result: Result<Vec<T>, UnitError>) -> Result<Vec<T>, UnitError> {
+    match result {
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        r => r,
+    }
+}
+
+/// Reads the gateway back and returns the report parts (the last one with `last = true`), or one
+/// failure report.
+pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
+    let read = async {
+        let services =
+            empty_if_missing(ctx.read(|o| ctx.nrp().list_services(ctx.gateway, o)).await)?;
+        let locations = empty_if_missing(
+            ctx.read(|o| ctx.nrp().list_address_locations(ctx.gateway, o))
+                .await,
+        )?;
+        Ok::<_, UnitError>((services, locations))
+    };
+    match read.await {
+        Ok((services, locations)) => {
+            let parts = snapshot_parts(
+                services,
+                locations,
+                ctx.env.config.limits.max_addresses_per_report,
+            );
+            let n = parts.len();
+            tracing::debug!(parts = n, "observed");
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, snapshot)| {
+                    report(
+                        work_id,
+                        Vec::new(),
+                        report::Outcome::Observed(v1::Observed {
+                            snapshot: Some(snapshot),
+                            last: i + 1 == n,
+                        }),
+                    )
+                })
+                .collect()
+        }
+        Err(e) => {
+            tracing::warn!(error = ?e, "observe failed");
+            vec![report(work_id, Vec::new(), e.outcome())]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nrp::wire::GatewayAddress;
+
+    fn loc(name: &str, n: usize) -> AddressLocation {
+        AddressLocation {
+            address_location: name.into(),
+            addresses: (0..n)
+                .map(|i| GatewayAddress {
+                    address: format!("10.1.0.{i}"),
+                    services: vec!["a".into()],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn splits_by_addresses_without_splitting_locations() {
+        let services = vec![
+            GatewayService::inbound("a", "/x/backendAddressPools/p"),
+            GatewayService::outbound("e", "/n"),
+        ];
+        let parts = snapshot_parts(
+            services,
+            vec![loc("1", 3), loc("2", 3), loc("3", 9), loc("4", 1)],
+            6,
+        );
+        let shape: Vec<Vec<usize>> = parts
+            .iter()
+            .map(|p| p.locations.iter().map(|l| l.addresses.len()).collect())
+            .collect();
+        assert_eq!(shape, vec![vec![3, 3], vec![9], vec![1]]);
+        assert_eq!(parts[0].load_balancers, vec!["a"]);
+        assert_eq!(parts[0].nat_gateways, vec!["e"]);
+        assert!(parts[1].load_balancers.is_empty());
+        assert_eq!(
+            parts[0].locations[0].action(),
+            v1::AddressUpdateAction::FullUpdate
+        );
+        assert_eq!(snapshot_parts(Vec::new(), Vec::new(), 6).len(), 1);
+    }
+}

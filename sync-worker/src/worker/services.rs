@@ -1,0 +1,308 @@
+//! Service work: each `ServiceChange` is a saga of idempotent steps (PUT is create-or-update, DELETE
+//! of a missing resource is success), so that a saga interrupted anywhere can simply run again.
+//!
+//! - inbound create: public IP `pip-{name}`, load balancer `lb-{name}` (frontend on that IP, backend
+//!   pool, one rule per port/protocol), register the service with its backend pool;
+//! - outbound create: public IP `pip-{name}`, NAT gateway `natgw-{name}` on it, register the service
+//!   with the NAT gateway id;
+//! - delete (sent only after the drain): unregister, then the load balancer or NAT gateway, then the
+//!   public IP.
+//!
+//! The changes of a unit run concurrently (bounded by the gateway's limiter).
+
+use std::collections::BTreeSet;
+
+use clb_proto::v1::{self, Report, ServiceChange, ServiceWork};
+
+use super::unit::{UnitCtx, UnitError, partial_report};
+use crate::nrp::wire::{
+    BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, GatewayService,
+    LoadBalancer, LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties,
+    NatGateway, NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, ResourceId,
+    ResourceKind, ServiceRequest, Sku, SubResource, TransportProtocol, UpdateAction,
+    UpdateServicesRequest,
+};
+
+/// Name of the frontend IP configuration of every load balancer the worker creates.
+pub const FRONTEND_NAME: &str = "frontend";
+/// Name of the backend pool of every load balancer the worker creates.
+pub const BACKEND_POOL_NAME: &str = "backend";
+
+/// Name of the public IP address of service `name`.
+pub fn public_ip_name(name: &str) -> String {
+    format!("pip-{name}")
+}
+
+/// Name of the load balancer of inbound service `name`.
+pub fn load_balancer_name(name: &str) -> String {
+    format!("lb-{name}")
+}
+
+/// Name of the NAT gateway of outbound service `name`.
+pub fn nat_gateway_name(name: &str) -> String {
+    format!("natgw-{name}")
+}
+
+fn invalid(message: String) -> UnitError {
+    UnitError::Invalid {
+        code: "InvalidServiceChange",
+        message,
+    }
+}
+
+/// The load-balancing rules of `ports`: `(protocol, port)`, deduplicated and checked.
+fn rules(change: &ServiceChange) -> Result<BTreeSet<(&'static str, u16)>, UnitError> {
+    let mut rules = BTreeSet::new();
+    for p in &change.ports {
+        let proto = match p.protocol() {
+            v1::Protocol::Tcp => "tcp",
+            v1::Protocol::Udp => "udp",
+            v1::Protocol::Unspecified => {
+                return Err(invalid(format!(
+                    "service {}: port {} has no protocol ({})",
+                    change.name, p.port, p.protocol
+                )));
+            }
+        };
+        let port = u16::try_from(p.port)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| invalid(format!("service {}: invalid port {}", change.name, p.port)))?;
+        rules.insert((proto, port));
+    }
+    Ok(rules)
+}
+
+fn public_ip(region: &str) -> PublicIpAddress {
+    PublicIpAddress {
+        location: Some(region.into()),
+        sku: Some(Sku::standard()),
+        properties: PublicIpAddressProperties {
+            public_ip_allocation_method: Some("Static".into()),
+            public_ip_address_version: Some("IPv4".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The load balancer `lb` of an inbound service: one frontend on `pip_id`, one backend pool, one rule
+/// per `(protocol, port)` (frontend port = backend port: the backends are pod IPs).
+pub fn load_balancer(
+    lb: &ResourceId,
+    region: &str,
+    pip_id: &str,
+    rules: impl IntoIterator<Item = (&'static str, u16)>,
+) -> LoadBalancer {
+    let frontend = lb.frontend_ip_configuration_id(FRONTEND_NAME);
+    let pool = lb.backend_pool_id(BACKEND_POOL_NAME);
+    LoadBalancer {
+        location: Some(region.into()),
+        sku: Some(Sku::standard()),
+        properties: LoadBalancerProperties {
+            frontend_ip_configurations: vec![FrontendIpConfiguration {
+                name: FRONTEND_NAME.into(),
+                properties: FrontendIpConfigurationProperties {
+                    public_ip_address: Some(SubResource::new(pip_id)),
+                },
+                ..Default::default()
+            }],
+            backend_address_pools: vec![BackendAddressPool {
+                id: None,
+                name: BACKEND_POOL_NAME.into(),
+            }],
+            load_balancing_rules: rules
+                .into_iter()
+                .map(|(proto, port)| LoadBalancingRule {
+                    id: None,
+                    name: format!("{proto}-{port}"),
+                    properties: LoadBalancingRuleProperties {
+                        frontend_ip_configuration: Some(SubResource::new(&frontend)),
+                        backend_address_pool: Some(SubResource::new(&pool)),
+                        protocol: Some(if proto == "udp" {
+                            TransportProtocol::Udp
+                        } else {
+                            TransportProtocol::Tcp
+                        }),
+                        frontend_port: port,
+                        backend_port: port,
+                        ..Default::default()
+                    },
+                })
+                .collect(),
+            provisioning_state: None,
+        },
+        ..Default::default()
+    }
+}
+
+fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
+    UpdateServicesRequest {
+        action: UpdateAction::PartialUpdate,
+        service_requests: vec![ServiceRequest { is_delete, service }],
+    }
+}
+
+/// Treats NRP's `NotFound` as success (deleting what is gone).
+fn gone_ok(result: Result<(), UnitError>) -> Result<(), UnitError> {
+    match result {
+        Err(e) if e.is_not_found() => Ok(()),
+        r => r,
+    }
+}
+
+/// Creates the public IP of `name` and returns its id.
+async fn ensure_public_ip(
+    ctx: &UnitCtx<'_>,
+    name: &str,
+    region: &str,
+) -> Result<String, UnitError> {
+    let pip_name = public_ip_name(name);
+    let body = public_ip(region);
+    let pip = ctx
+        .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
+        .await?;
+    pip.id.ok_or_else(|| {
+        UnitError::Nrp(crate::nrp::NrpError::Server {
+            status: 200,
+            code: "MissingResourceId".into(),
+            message: format!("public IP {pip_name} came back without an id"),
+            retry_after: None,
+        })
+    })
+}
+
+/// The id of the top-level resource `name` of `kind` in the same subscription and resource group as
+/// `sibling` (an id NRP returned).
+fn sibling_id(sibling: &str, kind: ResourceKind, name: &str) -> Result<ResourceId, UnitError> {
+    let id = ResourceId::parse(sibling).map_err(|e| UnitError::Invalid {
+        code: "InvalidResourceId",
+        message: e.to_string(),
+    })?;
+    Ok(ResourceId::new(
+        id.subscription,
+        id.resource_group,
+        kind,
+        name,
+    ))
+}
+
+async fn create_inbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+    let rules = rules(change)?;
+    let region = ctx.ensure_gateway().await?;
+    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?;
+    let lb_name = load_balancer_name(&change.name);
+    let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
+    let body = load_balancer(&lb_id, &region, &pip_id, rules);
+    let lb = ctx
+        .mutate(|o| ctx.nrp().put_load_balancer(&lb_name, &body, o))
+        .await?;
+    let pool = lb
+        .properties
+        .backend_address_pools
+        .iter()
+        .find(|p| p.name == BACKEND_POOL_NAME)
+        .and_then(|p| p.id.clone())
+        .unwrap_or_else(|| lb_id.backend_pool_id(BACKEND_POOL_NAME));
+    let req = update(false, GatewayService::inbound(&change.name, pool));
+    ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &req, o))
+        .await
+}
+
+async fn create_outbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+    let region = ctx.ensure_gateway().await?;
+    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?;
+    let nat_name = nat_gateway_name(&change.name);
+    let body = NatGateway {
+        location: Some(region.clone()),
+        sku: Some(Sku {
+            name: "Standard".into(),
+            tier: None,
+        }),
+        properties: NatGatewayProperties {
+            public_ip_addresses: vec![SubResource::new(&pip_id)],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let nat = ctx
+        .mutate(|o| ctx.nrp().put_nat_gateway(&nat_name, &body, o))
+        .await?;
+    let nat_id = match nat.id {
+        Some(id) => id,
+        None => sibling_id(&pip_id, ResourceKind::NatGateway, &nat_name)?.to_string(),
+    };
+    let req = update(false, GatewayService::outbound(&change.name, nat_id));
+    ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &req, o))
+        .await
+}
+
+async fn delete(ctx: &UnitCtx<'_>, change: &ServiceChange, inbound: bool) -> Result<(), UnitError> {
+    let unregister = update(
+        true,
+        GatewayService {
+            name: change.name.clone(),
+            properties: Default::default(),
+        },
+    );
+    gone_ok(
+        ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &unregister, o))
+            .await,
+    )?;
+    if inbound {
+        let lb = load_balancer_name(&change.name);
+        gone_ok(ctx.mutate(|o| ctx.nrp().delete_load_balancer(&lb, o)).await)?;
+    } else {
+        let nat = nat_gateway_name(&change.name);
+        gone_ok(ctx.mutate(|o| ctx.nrp().delete_nat_gateway(&nat, o)).await)?;
+    }
+    let pip = public_ip_name(&change.name);
+    gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
+}
+
+async fn saga(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+    if change.name.trim().is_empty() {
+        return Err(invalid("a service change without a name".into()));
+    }
+    use v1::{ServiceAction as A, ServiceKind as K};
+    match (change.kind(), change.action()) {
+        (K::Inbound, A::Create) => create_inbound(ctx, change).await,
+        (K::Outbound, A::Create) => create_outbound(ctx, change).await,
+        (K::Inbound, A::Delete) => delete(ctx, change, true).await,
+        (K::Outbound, A::Delete) => delete(ctx, change, false).await,
+        _ => Err(invalid(format!(
+            "service {}: unknown kind {} or action {}",
+            change.name, change.kind, change.action
+        ))),
+    }
+}
+
+/// Runs every saga of `work` concurrently. A retryable failure stops the sagas that have not started
+/// their next call yet; a terminal one fails only its own change.
+pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork) -> Report {
+    let results = futures::future::join_all(work.changes.iter().enumerate().map(
+        |(i, change)| async move {
+            let span = tracing::debug_span!("saga", service = %change.name, kind = change.kind, action = change.action);
+            let result = tracing::Instrument::instrument(saga(ctx, change), span).await;
+            if let Err(e) = &result {
+                if e.is_retryable() {
+                    ctx.abort();
+                }
+                if *e != UnitError::Aborted {
+                    tracing::warn!(service = %change.name, error = ?e, "service saga failed");
+                }
+            }
+            (i, result)
+        },
+    ))
+    .await;
+    let mut applied = Vec::new();
+    let mut errors = Vec::new();
+    for (i, r) in results {
+        match r {
+            Ok(()) => applied.push(u32::try_from(i).unwrap_or(u32::MAX)),
+            Err(e) => errors.push(e),
+        }
+    }
+    partial_report(work_id, applied, errors)
+}
