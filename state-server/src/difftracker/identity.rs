@@ -10,7 +10,6 @@ use std::num::NonZeroU32;
 
 use super::error::{InvalidInput, Reason};
 use super::location::LocationId;
-use super::vecmap::VecMap;
 
 /// Longest identity accepted (Azure resource names allow 80 characters).
 pub const MAX_IDENTITY_LEN: usize = 80;
@@ -92,7 +91,7 @@ pub(crate) struct ServiceEntry {
     pub desired_refs: u32,
     pub actual_refs: u32,
     /// Reverse index: locations where desired addresses refer to this service, with how many.
-    pub locations: VecMap<LocationId, u32>,
+    pub locations: HashMap<LocationId, u32>,
 }
 
 impl ServiceEntry {
@@ -146,7 +145,7 @@ impl ServiceTable {
             actual: None,
             desired_refs: 0,
             actual_refs: 0,
-            locations: VecMap::default(),
+            locations: HashMap::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -213,7 +212,7 @@ impl ServiceTable {
             .desired_refs
             .checked_add_signed(delta)
             .expect("refcount");
-        let count = entry.locations.get_or_insert_default(location);
+        let count = entry.locations.entry(location).or_default();
         *count = count.checked_add_signed(delta).expect("refcount");
         if *count == 0 {
             entry.locations.remove(&location);

@@ -167,8 +167,12 @@ impl DiffTracker {
         let changed = before != after || before_pod != desired.pod;
         let is = !desired.is_empty();
         slot.desired = is.then_some(desired);
+        // Only an emptied slot needs the (three-lookup) cleanup: skip it on the hot path.
+        let emptied = !is && slot.actual.is_none();
         if !changed && was == is {
-            self.cleanup(location, address);
+            if emptied {
+                self.cleanup(location, address);
+            }
             return;
         }
         if was != is {
@@ -189,7 +193,9 @@ impl DiffTracker {
         });
         self.revision += 1;
         self.dirty_locations.push(location);
-        self.cleanup(location, address);
+        if emptied {
+            self.cleanup(location, address);
+        }
     }
 
     /// Takes the whole desired part of an address away from a location.

@@ -60,6 +60,16 @@ impl Oracle {
             .retain(|_, a| !(a.inbound.is_empty() && a.outbound.is_none()));
     }
 
+    fn drop_if_empty(&mut self, address: IpAddr) {
+        if self
+            .addresses
+            .get(&address)
+            .is_some_and(|a| a.inbound.is_empty() && a.outbound.is_none())
+        {
+            self.addresses.remove(&address);
+        }
+    }
+
     fn place(&mut self, address: IpAddr, location: IpAddr) -> &mut OracleAddress {
         let a = self.addresses.entry(address).or_default();
         a.location = Some(location);
@@ -105,7 +115,7 @@ impl Oracle {
         {
             a.inbound.remove(service);
         }
-        self.drop_empty();
+        self.drop_if_empty(address);
     }
 
     pub fn set_endpoints(&mut self, service: &str, endpoints: &[(&str, &str)]) {
@@ -174,7 +184,7 @@ impl Oracle {
                         self.egress_pod(o, -1);
                     }
                 }
-                self.drop_empty();
+                self.drop_if_empty(address);
             }
             Operation::Remove => {
                 let Some(a) = self.addresses.get_mut(&address) else {
@@ -191,7 +201,7 @@ impl Oracle {
                 let old = a.outbound.take().expect("checked");
                 a.pod = None;
                 self.egress_pod(&old, -1);
-                self.drop_empty();
+                self.drop_if_empty(address);
             }
         }
     }
