@@ -1,3 +1,7 @@
-//! clb state server: owns the DiffTracker (desired vs actual state) per gateway.
+//! clb state server: owns the DiffTracker (desired vs actual state) per gateway, hands the difference
+//! out to sync workers as leased work units, and serves the Writer, Worker and Admin gRPC APIs.
 
 pub mod difftracker;
+pub mod dispatch;
+pub mod grpc;
+pub mod state;

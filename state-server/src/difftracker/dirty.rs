@@ -38,6 +38,25 @@ impl<K: Hash + Eq + Clone> DirtyQueue<K> {
         self.members.contains(key)
     }
 
+    /// Puts a key at the front (work taken out and given back keeps its place), unless waiting.
+    pub fn push_front(&mut self, key: K) {
+        if self.members.insert(key.clone()) {
+            self.order.push_front(key);
+        }
+    }
+
+    /// Takes the oldest key.
+    pub fn pop(&mut self) -> Option<K> {
+        let key = self.order.pop_front()?;
+        self.members.remove(&key);
+        Some(key)
+    }
+
+    /// True if nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
     /// Number of keys waiting.
     pub fn len(&self) -> usize {
         self.order.len()

@@ -12,11 +12,12 @@
 pub mod actual;
 pub mod desired;
 pub mod diff;
-mod dirty;
+pub(crate) mod dirty;
 pub mod error;
 pub mod identity;
 pub mod ip;
 mod location;
+pub mod scope;
 mod vecmap;
 pub mod view;
 

@@ -63,16 +63,6 @@ impl<K: Ord + Copy, V> VecMap<K, V> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
 
-    /// Keys in order.
-    pub fn keys(&self) -> impl Iterator<Item = &K> {
-        self.entries.iter().map(|(k, _)| k)
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     /// True if empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
@@ -89,8 +79,8 @@ mod tests {
         for k in (0..1000).rev() {
             *m.get_or_insert_default(k) += k;
         }
-        assert_eq!(m.len(), 1000);
-        assert!(m.keys().copied().eq(0..1000));
+        assert_eq!(m.entries.len(), 1000);
+        assert!(m.iter().map(|(k, _)| *k).eq(0..1000));
         assert!(m.entries.capacity() <= 1000 + 1000 / 8 + 1);
         for k in 0..900 {
             assert_eq!(m.remove(&k), Some(k));

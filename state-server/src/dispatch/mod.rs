@@ -1,0 +1,642 @@
+//! The dispatcher of one gateway: turns the DiffTracker's dirty locations and services into work
+//! units under leases, and folds the workers' reports back into the actual state.
+//!
+//! * at most one unit in flight per location and per service, so changes to one location are applied
+//!   in order; a location changed while in flight is re-diffed when its unit's result arrives;
+//! * many locations are packed into one unit up to the configured limits;
+//! * a unit's lease ends at its deadline; a disconnect releases a worker's units at once; a late
+//!   report (after expiry or release) is ignored, so it cannot corrupt the actual state;
+//! * failures come back with a retry hint (backoff with jitter, capped) or are parked until the
+//!   desired state of what they carried changes;
+//! * observe units read NRP back at start-up and periodically (anti-entropy).
+//!
+//! Synchronous and clock-injected (`now` is passed in), so it is tested without a runtime.
+
+mod unit;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::difftracker::dirty::DirtyQueue as Queue;
+use crate::difftracker::{ActualSnapshot, DiffTracker, LocationDiff, ServiceChange, ServiceStatus};
+use crate::state::unix_ms;
+pub use unit::{Outcome, Report, Unit, UnitKind, UnitWork};
+
+/// Dispatcher settings.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    /// How long a worker holds a unit.
+    pub lease: Duration,
+    /// Most locations in one unit.
+    pub max_locations_per_unit: usize,
+    /// Most addresses in one unit (a single larger location still goes, alone).
+    pub max_addresses_per_unit: usize,
+    /// Most service changes in one unit.
+    pub max_services_per_unit: usize,
+    /// First retry delay; doubles per attempt, with jitter.
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+    /// How often NRP is read back to repair drift.
+    pub anti_entropy_interval: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            max_locations_per_unit: 100,
+            max_addresses_per_unit: 5_000,
+            max_services_per_unit: 16,
+            retry_base: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+            anti_entropy_interval: Duration::from_secs(300),
+        }
+    }
+}
+
+/// An error kept for status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRecord {
+    /// When (Unix ms).
+    pub at_unix_ms: i64,
+    /// The unit that failed.
+    pub work_id: u64,
+    /// Error code (ARM code or a stable label).
+    pub code: String,
+    /// Message.
+    pub message: String,
+    /// Whether the work was parked (terminal) rather than retried.
+    pub terminal: bool,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Units handed out.
+    pub units_cut: u64,
+    /// Reports by (kind, result, code).
+    pub outcomes: HashMap<(&'static str, &'static str, String), u64>,
+    /// Leases that expired.
+    pub lease_expiries: u64,
+    /// Reports for units no longer leased to their sender.
+    pub late_reports: u64,
+}
+
+/// Something a unit carries: the key of the one-in-flight rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Location(IpAddr),
+    Service(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    attempts: u32,
+    not_before: Instant,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    worker: u64,
+    deadline: Instant,
+    work: UnitWork,
+}
+
+#[derive(Debug, Default)]
+struct ObserveState {
+    requested: bool,
+    in_flight: Option<u64>,
+    parts: ActualSnapshot,
+    observed_once: bool,
+    last_at: Option<Instant>,
+    not_before: Option<Instant>,
+}
+
+const MAX_ERRORS: usize = 20;
+
+/// Work units, leases, retries and anti-entropy for one gateway.
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: DispatchConfig,
+    in_flight: HashMap<u64, InFlight>,
+    busy: HashSet<Key>,
+    /// In-flight location units naming each service: a service is not deleted under them.
+    service_refs_in_flight: HashMap<String, u32>,
+    pending_locations: Queue<IpAddr>,
+    pending_services: Queue<String>,
+    /// When each pending key first became pending (for staleness).
+    pending_since: HashMap<Key, Instant>,
+    backoff: HashMap<Key, Backoff>,
+    parked: HashMap<Key, ErrorRecord>,
+    observe: ObserveState,
+    errors: VecDeque<ErrorRecord>,
+    stats: DispatchStats,
+}
+
+impl Dispatcher {
+    /// A dispatcher that will start by observing NRP.
+    pub fn new(config: DispatchConfig) -> Self {
+        Self {
+            config,
+            in_flight: HashMap::new(),
+            busy: HashSet::new(),
+            service_refs_in_flight: HashMap::new(),
+            pending_locations: Queue::default(),
+            pending_services: Queue::default(),
+            pending_since: HashMap::new(),
+            backoff: HashMap::new(),
+            parked: HashMap::new(),
+            observe: ObserveState {
+                requested: true,
+                ..ObserveState::default()
+            },
+            errors: VecDeque::new(),
+            stats: DispatchStats::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DispatchConfig {
+        &self.config
+    }
+
+    /// Whether NRP's actual state has been read back at least once.
+    pub fn nrp_observed(&self) -> bool {
+        self.observe.observed_once
+    }
+
+    /// Asks for an observe unit as soon as possible.
+    pub fn request_observe(&mut self) {
+        self.observe.requested = true;
+    }
+
+    /// Units leased out now.
+    pub fn units_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Units leased to one worker session.
+    pub fn units_of(&self, worker: u64) -> usize {
+        self.in_flight
+            .values()
+            .filter(|u| u.worker == worker)
+            .count()
+    }
+
+    /// Locations and services parked after a terminal error.
+    pub fn parked_units(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// The most recent errors, newest last.
+    pub fn last_errors(&self) -> Vec<ErrorRecord> {
+        self.errors.iter().cloned().collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &DispatchStats {
+        &self.stats
+    }
+
+    /// Age of the oldest change not yet applied in NRP.
+    pub fn oldest_pending_age(&self, now: Instant) -> Option<Duration> {
+        self.pending_since
+            .values()
+            .min()
+            .map(|t| now.saturating_duration_since(*t))
+    }
+
+    /// Moves the tracker's dirty work into the pending queues. A parked key that changes again
+    /// is unparked (its desired state changed).
+    fn absorb(&mut self, tracker: &mut DiffTracker, now: Instant) {
+        let dirty = tracker.take_dirty();
+        for l in dirty.locations {
+            let key = Key::Location(l);
+            self.parked.remove(&key);
+            self.pending_since.entry(key).or_insert(now);
+            self.pending_locations.push(l);
+        }
+        for s in dirty.services {
+            let key = Key::Service(s.clone());
+            self.parked.remove(&key);
+            self.pending_since.entry(key).or_insert(now);
+            self.pending_services.push(s);
+        }
+    }
+
+    fn ready(&self, key: &Key, now: Instant) -> bool {
+        !self.busy.contains(key) && self.backoff.get(key).is_none_or(|b| b.not_before <= now)
+    }
+
+    /// Cuts the next unit for `worker`, if there is work: an observe first (start-up, anti-entropy),
+    /// then service changes, then packed location changes.
+    pub fn next_unit(
+        &mut self,
+        tracker: &mut DiffTracker,
+        worker: u64,
+        work_id: u64,
+        now: Instant,
+    ) -> Option<Unit> {
+        self.absorb(tracker, now);
+        if let Some(last) = self.observe.last_at
+            && now.saturating_duration_since(last) >= self.config.anti_entropy_interval
+        {
+            self.observe.requested = true;
+        }
+        let work = if self.observe.requested
+            && self.observe.in_flight.is_none()
+            && self.observe.not_before.is_none_or(|t| t <= now)
+        {
+            self.observe.in_flight = Some(work_id);
+            self.observe.parts = ActualSnapshot::default();
+            Some(UnitWork::Observe)
+        } else {
+            self.cut_services(tracker, now)
+                .or_else(|| self.cut_locations(tracker, now))
+        }?;
+        self.stats.units_cut += 1;
+        let deadline = now + self.config.lease;
+        let unit = Unit {
+            work_id,
+            revision: tracker.revision(),
+            lease_deadline_unix_ms: unix_ms(SystemTime::now() + self.config.lease),
+            lease: self.config.lease,
+            work: work.clone(),
+        };
+        self.in_flight.insert(
+            work_id,
+            InFlight {
+                worker,
+                deadline,
+                work,
+            },
+        );
+        Some(unit)
+    }
+
+    fn cut_services(&mut self, tracker: &DiffTracker, now: Instant) -> Option<UnitWork> {
+        let mut changes: Vec<ServiceChange> = Vec::new();
+        let max = self.config.max_services_per_unit.max(1);
+        let mut keep = Vec::new();
+        while changes.len() < max {
+            let Some(name) = self.pending_services.pop() else {
+                break;
+            };
+            let key = Key::Service(name.clone());
+            if !self.ready(&key, now) {
+                keep.push(name);
+                continue;
+            }
+            match tracker.service_status(&name) {
+                ServiceStatus::Pending(change) => {
+                    let referenced =
+                        self.service_refs_in_flight.get(&name).copied().unwrap_or(0) > 0;
+                    if change.action == crate::difftracker::ServiceAction::Delete && referenced {
+                        keep.push(name);
+                    } else {
+                        self.busy.insert(key);
+                        changes.push(change);
+                    }
+                }
+                _ => {
+                    // In sync, draining or withheld: it is dirtied again when that changes.
+                    self.pending_since.remove(&key);
+                }
+            }
+        }
+        for name in keep.into_iter().rev() {
+            self.pending_services.push_front(name);
+        }
+        (!changes.is_empty()).then_some(UnitWork::Services(changes))
+    }
+
+    fn cut_locations(&mut self, tracker: &DiffTracker, now: Instant) -> Option<UnitWork> {
+        let mut diffs: Vec<LocationDiff> = Vec::new();
+        let mut addresses = 0usize;
+        let mut keep = Vec::new();
+        let mut scanned = 0usize;
+        let budget = self.pending_locations.len();
+        while diffs.len() < self.config.max_locations_per_unit.max(1) && scanned < budget {
+            let Some(location) = self.pending_locations.pop() else {
+                break;
+            };
+            scanned += 1;
+            let key = Key::Location(location);
+            if !self.ready(&key, now) {
+                keep.push(location);
+                continue;
+            }
+            let Some(diff) = tracker.location_diff(location) else {
+                self.pending_since.remove(&key);
+                self.backoff.remove(&key);
+                continue;
+            };
+            if !diffs.is_empty()
+                && addresses + diff.addresses.len() > self.config.max_addresses_per_unit
+            {
+                keep.push(location);
+                break;
+            }
+            addresses += diff.addresses.len();
+            self.busy.insert(key);
+            diffs.push(diff);
+        }
+        for location in keep.into_iter().rev() {
+            self.pending_locations.push_front(location);
+        }
+        if diffs.is_empty() {
+            return None;
+        }
+        for name in diffs
+            .iter()
+            .flat_map(|d| d.addresses.iter().flat_map(|a| a.services.iter()))
+        {
+            *self.service_refs_in_flight.entry(name.clone()).or_default() += 1;
+        }
+        Some(UnitWork::Locations(diffs))
+    }
+
+    /// Frees what a unit held and returns it.
+    fn finish(&mut self, work_id: u64) -> Option<InFlight> {
+        let unit = self.in_flight.remove(&work_id)?;
+        match &unit.work {
+            UnitWork::Observe => self.observe.in_flight = None,
+            UnitWork::Services(changes) => {
+                for c in changes {
+                    self.busy.remove(&Key::Service(c.name.clone()));
+                }
+            }
+            UnitWork::Locations(diffs) => {
+                for d in diffs {
+                    self.busy.remove(&Key::Location(d.location));
+                    for name in d.addresses.iter().flat_map(|a| a.services.iter()) {
+                        if let Some(n) = self.service_refs_in_flight.get_mut(name) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.service_refs_in_flight.remove(name);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(unit)
+    }
+
+    /// Puts what a unit carried back in the queues (after a failure, release or expiry).
+    fn requeue(&mut self, work: &UnitWork, skip: &[u32], backoff: Option<(Duration, Instant)>) {
+        if let UnitWork::Observe = work {
+            self.observe.requested = true;
+            if let Some((delay, now)) = backoff {
+                self.observe.not_before = Some(now + delay);
+            }
+            return;
+        }
+        for (i, key) in work.keys().into_iter().enumerate() {
+            if skip.contains(&(i as u32)) {
+                continue;
+            }
+            if let Some((hint, now)) = backoff {
+                let attempts = self.backoff.get(&key).map_or(0, |b| b.attempts) + 1;
+                let delay = hint.max(self.retry_delay(attempts));
+                self.backoff.insert(
+                    key.clone(),
+                    Backoff {
+                        attempts,
+                        not_before: now + delay,
+                    },
+                );
+            }
+            match key {
+                Key::Location(l) => self.pending_locations.push_front(l),
+                Key::Service(s) => self.pending_services.push_front(s),
+            }
+        }
+    }
+
+    /// Exponential backoff with full jitter in [delay/2, delay], capped.
+    fn retry_delay(&self, attempts: u32) -> Duration {
+        let exp = self
+            .config
+            .retry_base
+            .saturating_mul(1u32 << attempts.saturating_sub(1).min(16));
+        let capped = exp.min(self.config.retry_max);
+        let jitter = rand::random_range(0.5..=1.0);
+        capped.mul_f64(jitter)
+    }
+
+    fn error(&mut self, work_id: u64, code: &str, message: &str, terminal: bool) {
+        if self.errors.len() == MAX_ERRORS {
+            self.errors.pop_front();
+        }
+        self.errors.push_back(ErrorRecord {
+            at_unix_ms: unix_ms(SystemTime::now()),
+            work_id,
+            code: code.to_owned(),
+            message: message.to_owned(),
+            terminal,
+        });
+    }
+
+    /// Folds a worker's report into the actual state. A report for a unit that is not (or no
+    /// longer) leased to `worker` is ignored and counted: NRP may or may not have applied it, and
+    /// the re-cut unit carries the same change again, which NRP applies idempotently.
+    pub fn on_report(
+        &mut self,
+        tracker: &mut DiffTracker,
+        worker: u64,
+        report: Report,
+        now: Instant,
+    ) {
+        match self.in_flight.get(&report.work_id) {
+            Some(u) if u.worker == worker => {}
+            _ => {
+                self.stats.late_reports += 1;
+                return;
+            }
+        }
+        if let Outcome::Observed { snapshot, last } = report.outcome {
+            self.merge_observed(tracker, report.work_id, snapshot, last, now);
+            return;
+        }
+        let unit = self.finish(report.work_id).expect("checked in flight");
+        let kind = unit.work.kind().as_str();
+        match report.outcome {
+            Outcome::Applied => {
+                self.count(kind, "applied", "");
+                let all: Vec<u32> = (0..unit.work.len() as u32).collect();
+                self.record(tracker, report.work_id, &unit.work, &all);
+            }
+            Outcome::Retryable {
+                retry_after,
+                code,
+                message,
+            } => {
+                self.count(kind, "retryable", &code);
+                self.error(report.work_id, &code, &message, false);
+                self.record(tracker, report.work_id, &unit.work, &report.applied);
+                self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+            }
+            Outcome::Terminal { code, message } => {
+                self.count(kind, "terminal", &code);
+                self.error(report.work_id, &code, &message, true);
+                self.record(tracker, report.work_id, &unit.work, &report.applied);
+                if let UnitWork::Observe = unit.work {
+                    self.requeue(&unit.work, &[], Some((self.config.retry_max, now)));
+                }
+                let record = self.errors.back().cloned().expect("just pushed");
+                for (i, key) in unit.work.keys().into_iter().enumerate() {
+                    if !report.applied.contains(&(i as u32)) {
+                        self.backoff.remove(&key);
+                        self.parked.insert(key, record.clone());
+                    }
+                }
+            }
+            Outcome::Observed { .. } => unreachable!("handled above"),
+        }
+    }
+
+    fn merge_observed(
+        &mut self,
+        tracker: &mut DiffTracker,
+        work_id: u64,
+        part: ActualSnapshot,
+        last: bool,
+        now: Instant,
+    ) {
+        let parts = &mut self.observe.parts;
+        parts.load_balancers.extend(part.load_balancers);
+        parts.nat_gateways.extend(part.nat_gateways);
+        parts.locations.extend(part.locations);
+        if !last {
+            return;
+        }
+        self.finish(work_id);
+        let snapshot = std::mem::take(&mut self.observe.parts);
+        match tracker.observe(&snapshot) {
+            Ok(_) => {
+                self.count("observe", "observed", "");
+                self.observe.requested = false;
+                self.observe.observed_once = true;
+                self.observe.last_at = Some(now);
+                self.observe.not_before = None;
+            }
+            Err(e) => {
+                self.count("observe", "terminal", "InconsistentSnapshot");
+                self.error(work_id, "InconsistentSnapshot", &e.to_string(), false);
+                self.requeue(&UnitWork::Observe, &[], Some((self.config.retry_base, now)));
+            }
+        }
+    }
+
+    /// Records the listed parts of a unit as applied in the actual state.
+    fn record(&mut self, tracker: &mut DiffTracker, work_id: u64, work: &UnitWork, which: &[u32]) {
+        let mut failures = Vec::new();
+        match work {
+            UnitWork::Observe => {}
+            UnitWork::Services(changes) => {
+                for i in which {
+                    if let Some(c) = changes.get(*i as usize) {
+                        self.backoff.remove(&Key::Service(c.name.clone()));
+                        self.pending_since.remove(&Key::Service(c.name.clone()));
+                        if let Err(e) = tracker.record_service_applied(c) {
+                            failures.push(e.to_string());
+                        }
+                    }
+                }
+            }
+            UnitWork::Locations(diffs) => {
+                for i in which {
+                    if let Some(d) = diffs.get(*i as usize) {
+                        self.backoff.remove(&Key::Location(d.location));
+                        self.pending_since.remove(&Key::Location(d.location));
+                        if let Err(e) = tracker.record_location_applied(d) {
+                            failures.push(e.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for f in failures {
+            // A report NRP could not have accepted: keep the tracker as it is and read NRP back.
+            self.error(work_id, "InconsistentReport", &f, false);
+            self.observe.requested = true;
+        }
+    }
+
+    fn count(&mut self, kind: &'static str, result: &'static str, code: &str) {
+        *self
+            .stats
+            .outcomes
+            .entry((kind, result, code.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Releases every unit of a worker that disconnected, at once.
+    pub fn release_worker(&mut self, worker: u64) -> usize {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, u)| u.worker == worker)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some(unit) = self.finish(*id) {
+                self.requeue(&unit.work, &[], None);
+            }
+        }
+        ids.len()
+    }
+
+    /// Takes back every unit whose lease has expired; returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, u)| u.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some(unit) = self.finish(*id) {
+                let kind = unit.work.kind().as_str();
+                self.count(kind, "lease_expired", "LeaseExpired");
+                self.requeue(&unit.work, &[], Some((Duration::ZERO, now)));
+            }
+        }
+        self.stats.lease_expiries += ids.len() as u64;
+        ids.len()
+    }
+
+    /// Whether `work_id` is leased out by this dispatcher.
+    pub fn holds(&self, work_id: u64) -> bool {
+        self.in_flight.contains_key(&work_id)
+    }
+
+    /// Counts a report nobody holds (late or unknown).
+    pub fn count_late_report(&mut self) {
+        self.stats.late_reports += 1;
+    }
+
+    /// Whether work may be ready now (pending keys or a due observe).
+    pub fn has_pending(&self) -> bool {
+        !self.pending_locations.is_empty()
+            || !self.pending_services.is_empty()
+            || self.observe.requested
+    }
+}
+
+impl UnitWork {
+    /// The one-in-flight keys of what this unit carries, in order.
+    fn keys(&self) -> Vec<Key> {
+        match self {
+            UnitWork::Observe => Vec::new(),
+            UnitWork::Services(c) => c.iter().map(|c| Key::Service(c.name.clone())).collect(),
+            UnitWork::Locations(d) => d.iter().map(|d| Key::Location(d.location)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+//! The gRPC edge: proto ↔ domain conversion, validation, and the Writer, Worker and Admin services,
+//! plus standard health and reflection. `serve` runs them on a bound listener until `shutdown`.
+
+pub mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clb_proto::v1::worker_server::WorkerServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::info;
+
+use crate::state::StateServer;
+use worker::WorkerService;
+
+/// Runs the gRPC services on `listener` until `shutdown` resolves; streams are then ended (worker
+/// sessions release their units) rather than cut.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<StateServer>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<WorkerServer<WorkerService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(clb_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the descriptor set is generated at build time");
+    let ticker = tokio::spawn(lease_ticker(state.clone(), stop_rx.clone()));
+    let max = state.config().max_message_bytes;
+    let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    info!(addr = ?listener.local_addr().ok(), "state server listening");
+    let result = tonic::transport::Server::builder()
+        .trace_fn(|req| tracing::info_span!("rpc", path = %req.uri().path()))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(worker)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await;
+    ticker.abort();
+    result
+}
+
+/// Takes back units whose lease expired, and wakes sessions when it did.
+async fn lease_ticker(state: Arc<StateServer>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let period =
+        (state.lease_duration() / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let mut interval = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let mut expired = 0;
+        for g in state.gateways() {
+            expired += g.lock().dispatch.expire(Instant::now());
+        }
+        if expired > 0 {
+            info!(expired, "leases expired; units go back to the queue");
+            state.notify_work();
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The Worker service: one bidirectional `Sync` stream per sync worker. The server pushes leased
+//! work units while the worker has capacity and folds its reports back; when the stream ends, for
+//! whatever reason, the worker's units are released at once.
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use clb_proto::v1;
+use clb_proto::v1::worker_server::Worker;
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::difftracker::{
+    ActualSnapshot, AddressUpdateAction, LocationDiff, ServiceAction, ServiceChange, ServiceKind,
+};
+use crate::dispatch::{Outcome, Report, Unit, UnitWork};
+use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
+
+/// How often an idle session looks for work whose backoff has ended.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// Serves `clb.v1.Worker`.
+#[derive(Debug, Clone)]
+pub struct WorkerService {
+    state: Arc<StateServer>,
+    sessions: Arc<AtomicU64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl WorkerService {
+    /// A service over the shared state; sessions end when `shutdown` turns true.
+    pub fn new(state: Arc<StateServer>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self {
+            state,
+            sessions: Arc::new(AtomicU64::new(1)),
+            shutdown,
+        }
+    }
+}
+
+type SyncStream = Pin<Box<dyn Stream<Item = Result<v1::ServerMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Worker for WorkerService {
+    type SyncStream = SyncStream;
+
+    async fn sync(
+        &self,
+        request: Request<Streaming<v1::WorkerMessage>>,
+    ) -> Result<Response<SyncStream>, Status> {
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await?.and_then(|m| m.kind) {
+            Some(v1::worker_message::Kind::Hello(h)) => h,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message of Sync must be a hello",
+                ));
+            }
+        };
+        if hello.worker_id.is_empty() {
+            return Err(Status::invalid_argument(
+                "hello.worker_id: must not be empty",
+            ));
+        }
+        if hello.capacity == 0 {
+            return Err(Status::invalid_argument(
+                "hello.capacity = 0: must be at least 1",
+            ));
+        }
+        let gateways: Vec<Arc<GatewayHandle>> = if hello.gateways.is_empty() {
+            self.state.gateways().to_vec()
+        } else {
+            hello
+                .gateways
+                .iter()
+                .map(|g| {
+                    self.state
+                        .gateway(g)
+                        .map_err(|e| Status::not_found(format!("hello.gateways: {e}")))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(hello.capacity as usize + 2);
+        let welcome = v1::ServerMessage {
+            kind: Some(v1::server_message::Kind::Welcome(v1::Welcome {
+                server_id: self.state.config().server_id.clone(),
+                lease_duration_ms: self.state.lease_duration().as_millis() as u64,
+            })),
+        };
+        tx.send(Ok(welcome))
+            .await
+            .map_err(|_| Status::cancelled("worker went away"))?;
+        self.state.set_worker(
+            session,
+            Some(WorkerInfo {
+                session,
+                worker_id: hello.worker_id.clone(),
+                capacity: hello.capacity,
+                gateways: gateways.iter().map(|g| g.name().to_owned()).collect(),
+                units_in_flight: 0,
+                connected_at_unix_ms: unix_ms(SystemTime::now()),
+            }),
+        );
+        let span = info_span!("worker_session", session, worker_id = %hello.worker_id);
+        let run = Session {
+            state: self.state.clone(),
+            session,
+            capacity: hello.capacity as usize,
+            gateways,
+            tx,
+            shutdown: self.shutdown.clone(),
+            next_gateway: 0,
+        };
+        tokio::spawn(run.run(inbound).instrument(span));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// One connected worker.
+struct Session {
+    state: Arc<StateServer>,
+    session: u64,
+    capacity: usize,
+    gateways: Vec<Arc<GatewayHandle>>,
+    tx: mpsc::Sender<Result<v1::ServerMessage, Status>>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    next_gateway: usize,
+}
+
+impl Session {
+    async fn run(mut self, mut inbound: Streaming<v1::WorkerMessage>) {
+        info!("worker connected");
+        let state = self.state.clone();
+        let mut shutdown = self.shutdown.clone();
+        let tx = self.tx.clone();
+        loop {
+            let notified = state.work_notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.fill().await.is_err() {
+                break;
+            }
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(v1::WorkerMessage { kind: Some(v1::worker_message::Kind::Report(r)) })) => self.report(r),
+                    Ok(Some(_)) => debug!("ignoring a message that is not a report"),
+                    Ok(None) => break,
+                    Err(status) => {
+                        debug!(%status, "worker stream failed");
+                        break;
+                    }
+                },
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+                _ = tx.closed() => break,
+                _ = shutdown.changed() => break,
+            }
+        }
+        // Disconnect: the worker's units go back at once, to be cut for another worker.
+        let mut released = 0;
+        for g in &self.gateways {
+            released += g.lock().dispatch.release_worker(self.session);
+        }
+        self.state.set_worker(self.session, None);
+        self.state.notify_work();
+        info!(released, "worker disconnected");
+    }
+
+    fn in_flight(&self) -> usize {
+        self.gateways
+            .iter()
+            .map(|g| g.lock().dispatch.units_of(self.session))
+            .sum()
+    }
+
+    /// Sends units while the worker has capacity and some gateway has work.
+    async fn fill(&mut self) -> Result<(), ()> {
+        let mut in_flight = self.in_flight();
+        while in_flight < self.capacity {
+            let Some((gateway, unit)) = self.cut() else {
+                break;
+            };
+            debug!(
+                work_id = unit.work_id,
+                gateway,
+                kind = unit.work.kind().as_str(),
+                "unit leased"
+            );
+            let msg = v1::ServerMessage {
+                kind: Some(v1::server_message::Kind::Unit(unit_to_proto(
+                    &gateway, unit,
+                ))),
+            };
+            if self.tx.send(Ok(msg)).await.is_err() {
+                return Err(());
+            }
+            in_flight += 1;
+        }
+        self.update_info(in_flight);
+        Ok(())
+    }
+
+    /// Cuts one unit from the next gateway (round robin) that has work.
+    fn cut(&mut self) -> Option<(String, Unit)> {
+        for i in 0..self.gateways.len() {
+            let g = &self.gateways[(self.next_gateway + i) % self.gateways.len()];
+            let mut gw = g.lock();
+            let work_id = self.state.next_work_id();
+            let gw = &mut *gw;
+            if let Some(unit) =
+                gw.dispatch
+                    .next_unit(&mut gw.tracker, self.session, work_id, Instant::now())
+            {
+                self.next_gateway = (self.next_gateway + i + 1) % self.gateways.len();
+                return Some((gw.name.clone(), unit));
+            }
+        }
+        None
+    }
+
+    fn update_info(&self, units_in_flight: usize) {
+        if let Some(mut info) = self
+            .state
+            .workers()
+            .into_iter()
+            .find(|w| w.session == self.session)
+            && info.units_in_flight as usize != units_in_flight
+        {
+            info.units_in_flight = units_in_flight as u32;
+            self.state.set_worker(self.session, Some(info));
+        }
+    }
+
+    fn report(&mut self, report: v1::Report) {
+        let work_id = report.work_id;
+        let report = report_from_proto(report);
+        for g in &self.gateways {
+            let handled = {
+                let mut guard = g.lock();
+                let gw = &mut *guard;
+                let held = gw.dispatch.holds(work_id);
+                if held {
+                    gw.dispatch.on_report(
+                        &mut gw.tracker,
+                        self.session,
+                        report.clone(),
+                        Instant::now(),
+                    );
+                    gw.update_gates();
+                }
+                held
+            };
+            if handled {
+                self.state.notify_work();
+                return;
+            }
+        }
+        warn!(
+            work_id,
+            "report for a unit this worker does not hold (late or unknown): ignored"
+        );
+        if let Some(g) = self.gateways.first() {
+            g.lock().dispatch.count_late_report();
+        }
+    }
+}
+
+fn kind_to_proto(kind: ServiceKind) -> i32 {
+    match kind {
+        ServiceKind::Inbound => v1::ServiceKind::Inbound as i32,
+        ServiceKind::Outbound => v1::ServiceKind::Outbound as i32,
+    }
+}
+
+/// A domain location diff as the wire's `LocationChange`.
+pub fn location_to_proto(d: &LocationDiff) -> v1::LocationChange {
+    v1::LocationChange {
+        location: d.location.to_string(),
+        action: match d.action {
+            AddressUpdateAction::Full => v1::AddressUpdateAction::FullUpdate as i32,
+            AddressUpdateAction::Partial => v1::AddressUpdateAction::PartialUpdate as i32,
+        },
+        addresses: d
+            .addresses
+            .iter()
+            .map(|a| v1::AddressChange {
+                address: a.address.to_string(),
+                services: a.services.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A domain service change as the wire's `ServiceChange` (ports are filled by the caller).
+pub fn service_to_proto(c: &ServiceChange) -> v1::ServiceChange {
+    v1::ServiceChange {
+        name: c.name.clone(),
+        kind: kind_to_proto(c.kind),
+        action: match c.action {
+            ServiceAction::Create => v1::ServiceAction::Create as i32,
+            ServiceAction::Delete => v1::ServiceAction::Delete as i32,
+        },
+        ports: Vec::new(),
+    }
+}
+
+fn unit_to_proto(gateway: &str, unit: Unit) -> v1::WorkUnit {
+    let work = match &unit.work {
+        UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
+        UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
+            changes: changes.iter().map(service_to_proto).collect(),
+        }),
+        UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
+            locations: diffs.iter().map(location_to_proto).collect(),
+        }),
+    };
+    v1::WorkUnit {
+        work_id: unit.work_id,
+        gateway: gateway.to_owned(),
+        revision: unit.revision,
+        lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
+        lease_duration_ms: unit.lease.as_millis() as u64,
+        attempt: 1,
+        work: Some(work),
+    }
+}
+
+/// A report from the wire; a malformed one becomes a retryable failure (the unit is cut again).
+fn report_from_proto(r: v1::Report) -> Report {
+    let invalid = |message: String| Outcome::Retryable {
+        retry_after: Duration::ZERO,
+        code: "InvalidReport".into(),
+        message,
+    };
+    let outcome = match r.outcome {
+        Some(v1::report::Outcome::Applied(_)) => Outcome::Applied,
+        Some(v1::report::Outcome::Retryable(e)) => Outcome::Retryable {
+            retry_after: Duration::from_millis(e.retry_after_ms),
+            code: e.code,
+            message: e.message,
+        },
+        Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
+            code: e.code,
+            message: e.message,
+        },
+        Some(v1::report::Outcome::Observed(o)) => {
+            match snapshot_from_proto(o.snapshot.unwrap_or_default()) {
+                Ok(snapshot) => Outcome::Observed {
+                    snapshot,
+                    last: o.last,
+                },
+                Err(message) => invalid(message),
+            }
+        }
+        None => invalid("report.outcome: missing".into()),
+    };
+    Report {
+        work_id: r.work_id,
+        applied: r.applied_indices,
+        outcome,
+    }
+}
+
+fn snapshot_from_proto(s: v1::NrpSnapshot) -> Result<ActualSnapshot, String> {
+    let ip = |field: String, v: &str| -> Result<IpAddr, String> {
+        v.parse::<IpAddr>()
+            .map(|ip| ip.to_canonical())
+            .map_err(|_| format!("{field} = {v:?}: not an IP address"))
+    };
+    let mut locations = Vec::with_capacity(s.locations.len());
+    for (i, l) in s.locations.iter().enumerate() {
+        let location = ip(
+            format!("observed.snapshot.locations[{i}].location"),
+            &l.location,
+        )?;
+        let mut addresses = Vec::with_capacity(l.addresses.len());
+        for (j, a) in l.addresses.iter().enumerate() {
+            let address = ip(
+                format!("observed.snapshot.locations[{i}].addresses[{j}].address"),
+                &a.address,
+            )?;
+            addresses.push((address, a.services.clone()));
+        }
+        locations.push((location, addresses));
+    }
+    Ok(ActualSnapshot {
+        load_balancers: s.load_balancers,
+        nat_gateways: s.nat_gateways,
+        locations,
+    })
+}
