@@ -394,7 +394,8 @@ impl Dispatcher {
             }
             return;
         }
-        for (i, key) in work.keys().into_iter().enumerate() {
+        // Pushed to the front in reverse, so the unit's order is kept.
+        for (i, key) in work.keys().into_iter().enumerate().rev() {
             if skip.contains(&(i as u32)) {
                 continue;
             }
@@ -590,7 +591,7 @@ impl Dispatcher {
         ids.len()
     }
 
-    /// Takes back every unit whose lease has expired; returns how many.
+    /// Takes back every unit whose lease has expired (at `now`); returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let ids: Vec<u64> = self
             .in_flight
@@ -602,7 +603,8 @@ impl Dispatcher {
             if let Some(unit) = self.finish(*id) {
                 let kind = unit.work.kind().as_str();
                 self.count(kind, "lease_expired", "LeaseExpired");
-                self.requeue(&unit.work, &[], Some((Duration::ZERO, now)));
+                // The worker hung, not NRP: no backoff.
+                self.requeue(&unit.work, &[], None);
             }
         }
         self.stats.lease_expiries += ids.len() as u64;

@@ -2,6 +2,7 @@
 //! work units while the worker has capacity and folds its reports back; when the stream ends, for
 //! whatever reason, the worker's units are released at once.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -117,6 +118,7 @@ impl Worker for WorkerService {
             tx,
             shutdown: self.shutdown.clone(),
             next_gateway: 0,
+            outstanding: HashSet::new(),
         };
         tokio::spawn(run.run(inbound).instrument(span));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -132,6 +134,9 @@ struct Session {
     tx: mpsc::Sender<Result<v1::ServerMessage, Status>>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     next_gateway: usize,
+    /// Units sent and not yet answered. A unit whose lease expired still occupies the worker
+    /// until it answers: a hung worker is not handed more work.
+    outstanding: HashSet<u64>,
 }
 
 impl Session {
@@ -173,17 +178,9 @@ impl Session {
         info!(released, "worker disconnected");
     }
 
-    fn in_flight(&self) -> usize {
-        self.gateways
-            .iter()
-            .map(|g| g.lock().dispatch.units_of(self.session))
-            .sum()
-    }
-
     /// Sends units while the worker has capacity and some gateway has work.
     async fn fill(&mut self) -> Result<(), ()> {
-        let mut in_flight = self.in_flight();
-        while in_flight < self.capacity {
+        while self.outstanding.len() < self.capacity {
             let Some((gateway, unit)) = self.cut() else {
                 break;
             };
@@ -198,12 +195,12 @@ impl Session {
                     &gateway, unit,
                 ))),
             };
+            self.outstanding.insert(unit_id(&msg));
             if self.tx.send(Ok(msg)).await.is_err() {
                 return Err(());
             }
-            in_flight += 1;
         }
-        self.update_info(in_flight);
+        self.update_info(self.outstanding.len());
         Ok(())
     }
 
@@ -240,6 +237,10 @@ impl Session {
 
     fn report(&mut self, report: v1::Report) {
         let work_id = report.work_id;
+        let partial = matches!(&report.outcome, Some(v1::report::Outcome::Observed(o)) if !o.last);
+        if !partial {
+            self.outstanding.remove(&work_id);
+        }
         let report = report_from_proto(report);
         for g in &self.gateways {
             let handled = {
@@ -269,6 +270,13 @@ impl Session {
         if let Some(g) = self.gateways.first() {
             g.lock().dispatch.count_late_report();
         }
+    }
+}
+
+fn unit_id(msg: &v1::ServerMessage) -> u64 {
+    match &msg.kind {
+        Some(v1::server_message::Kind::Unit(u)) => u.work_id,
+        _ => 0,
     }
 }
 

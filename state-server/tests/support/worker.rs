@@ -1,0 +1,242 @@
+//! A test sync worker over the generated gRPC client, and a fake NRP it applies units to, with a
+//! log of every removal (so tests can assert that no still-desired address was ever removed).
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clb_proto::v1;
+use clb_proto::v1::worker_client::WorkerClient;
+use clb_state_server::state::{ServerConfig, StateServer};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A running in-process state server on 127.0.0.1:0.
+pub struct TestServer {
+    pub state: Arc<StateServer>,
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(config: ServerConfig) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = StateServer::new(config);
+        let (tx, rx) = oneshot::channel::<()>();
+        let s = state.clone();
+        let task = tokio::spawn(async move {
+            clb_state_server::grpc::serve(listener, s, async move {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self {
+            state,
+            addr,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+    }
+}
+
+/// One address removal NRP performed: (location, address, services it lost).
+pub type Removal = (String, String, BTreeSet<String>);
+
+/// NRP as a map, applying units as NRP would.
+#[derive(Debug, Default)]
+pub struct FakeNrp {
+    pub services: BTreeMap<String, i32>,
+    pub locations: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    pub removals: Vec<Removal>,
+    pub calls: u64,
+}
+
+impl FakeNrp {
+    fn remove(&mut self, location: &str, address: &str, lost: BTreeSet<String>) {
+        if !lost.is_empty() {
+            self.removals
+                .push((location.to_owned(), address.to_owned(), lost));
+        }
+    }
+
+    /// Applies one unit's work; returns the outcome NRP would give.
+    pub fn apply(&mut self, unit: &v1::WorkUnit) -> v1::report::Outcome {
+        self.calls += 1;
+        match unit.work.as_ref().unwrap() {
+            v1::work_unit::Work::Observe(_) => v1::report::Outcome::Observed(v1::Observed {
+                snapshot: Some(self.snapshot()),
+                last: true,
+            }),
+            v1::work_unit::Work::Services(w) => {
+                for c in &w.changes {
+                    if c.action == v1::ServiceAction::Create as i32 {
+                        self.services.insert(c.name.clone(), c.kind);
+                    } else {
+                        let used = self
+                            .locations
+                            .values()
+                            .any(|l| l.values().any(|s| s.contains(&c.name)));
+                        assert!(!used, "NRP: service {} deleted while referenced", c.name);
+                        self.services.remove(&c.name);
+                    }
+                }
+                v1::report::Outcome::Applied(v1::Applied {})
+            }
+            v1::work_unit::Work::Locations(w) => {
+                for l in &w.locations {
+                    for a in &l.addresses {
+                        for s in &a.services {
+                            assert!(
+                                self.services.contains_key(s),
+                                "NRP: address {} refers to unknown {s}",
+                                a.address
+                            );
+                        }
+                    }
+                    let full = l.action == v1::AddressUpdateAction::FullUpdate as i32;
+                    let old = self.locations.remove(&l.location).unwrap_or_default();
+                    let mut new = if full { BTreeMap::new() } else { old.clone() };
+                    for a in &l.addresses {
+                        if a.services.is_empty() {
+                            new.remove(&a.address);
+                        } else {
+                            new.insert(a.address.clone(), a.services.iter().cloned().collect());
+                        }
+                    }
+                    for (addr, had) in &old {
+                        let now = new.get(addr).cloned().unwrap_or_default();
+                        self.remove(&l.location, addr, had.difference(&now).cloned().collect());
+                    }
+                    if !(full && l.addresses.is_empty()) {
+                        self.locations.insert(l.location.clone(), new);
+                    }
+                }
+                v1::report::Outcome::Applied(v1::Applied {})
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> v1::NrpSnapshot {
+        v1::NrpSnapshot {
+            load_balancers: self
+                .services
+                .iter()
+                .filter(|(_, k)| **k == v1::ServiceKind::Inbound as i32)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            nat_gateways: self
+                .services
+                .iter()
+                .filter(|(_, k)| **k == v1::ServiceKind::Outbound as i32)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            locations: self
+                .locations
+                .iter()
+                .map(|(l, a)| v1::LocationChange {
+                    location: l.clone(),
+                    action: v1::AddressUpdateAction::FullUpdate as i32,
+                    addresses: a
+                        .iter()
+                        .map(|(addr, s)| v1::AddressChange {
+                            address: addr.clone(),
+                            services: s.iter().cloned().collect(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A worker connection driven by the test.
+pub struct TestWorker {
+    pub units: tonic::Streaming<v1::ServerMessage>,
+    pub out: mpsc::Sender<v1::WorkerMessage>,
+}
+
+impl TestWorker {
+    pub async fn connect(url: &str, id: &str, capacity: u32) -> Self {
+        let mut client = WorkerClient::connect(url.to_owned()).await.unwrap();
+        let (out, rx) = mpsc::channel(64);
+        out.send(v1::WorkerMessage {
+            kind: Some(v1::worker_message::Kind::Hello(v1::Hello {
+                worker_id: id.into(),
+                capacity,
+                gateways: vec![],
+            })),
+        })
+        .await
+        .unwrap();
+        let mut units = client
+            .sync(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        match units.message().await.unwrap().unwrap().kind {
+            Some(v1::server_message::Kind::Welcome(_)) => {}
+            other => panic!("expected a welcome, got {other:?}"),
+        }
+        Self { units, out }
+    }
+
+    /// The next unit, or `None` if none comes within `wait`.
+    pub async fn next_unit(&mut self, wait: Duration) -> Option<v1::WorkUnit> {
+        match tokio::time::timeout(wait, self.units.message()).await {
+            Ok(Ok(Some(v1::ServerMessage {
+                kind: Some(v1::server_message::Kind::Unit(u)),
+            }))) => Some(u),
+            _ => None,
+        }
+    }
+
+    pub async fn report(&self, work_id: u64, outcome: v1::report::Outcome) {
+        self.out
+            .send(v1::WorkerMessage {
+                kind: Some(v1::worker_message::Kind::Report(v1::Report {
+                    work_id,
+                    applied_indices: vec![],
+                    outcome: Some(outcome),
+                })),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Applies units to `nrp` until none arrives for `idle`.
+    pub async fn run_until_idle(&mut self, nrp: &Arc<Mutex<FakeNrp>>, idle: Duration) -> usize {
+        let mut n = 0;
+        while let Some(u) = self.next_unit(idle).await {
+            let outcome = nrp.lock().unwrap().apply(&u);
+            self.report(u.work_id, outcome).await;
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Locations (IPs as strings) a unit carries.
+pub fn unit_locations(u: &v1::WorkUnit) -> Vec<String> {
+    match u.work.as_ref() {
+        Some(v1::work_unit::Work::Locations(w)) => {
+            w.locations.iter().map(|l| l.location.clone()).collect()
+        }
+        _ => vec![],
+    }
+}
