@@ -64,6 +64,9 @@ pub struct Gateway {
     pub dispatch: Dispatcher,
     /// Writers seen, by source name.
     pub writers: BTreeMap<String, WriterRecord>,
+    /// Ports of inbound identities (canonical name), for the load balancer rules of their creation.
+    /// Kept beside the DiffTracker: the diff does not depend on them.
+    pub service_ports: HashMap<String, Vec<clb_proto::v1::ServicePort>>,
     expected_writers: Vec<String>,
 }
 
@@ -77,7 +80,21 @@ impl Gateway {
             tracker,
             dispatch: Dispatcher::new(config.dispatch.clone()),
             writers: BTreeMap::new(),
+            service_ports: HashMap::new(),
             expected_writers: config.expected_writers.clone(),
+        }
+    }
+
+    /// Remembers (or forgets) the ports of a service from an update that was applied.
+    pub fn remember_ports(&mut self, update: &clb_proto::v1::Update) {
+        use clb_proto::v1::{Operation, update::Kind};
+        if let Some(Kind::Service(s)) = &update.kind {
+            let id = s.id.to_ascii_lowercase();
+            if s.operation == Operation::Add as i32 {
+                self.service_ports.insert(id, s.ports.clone());
+            } else {
+                self.service_ports.remove(&id);
+            }
         }
     }
 

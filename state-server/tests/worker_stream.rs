@@ -101,14 +101,15 @@ async fn updates_become_units_and_reports_converge_the_actual_state() {
     // Packing: 6 locations with a limit of 4 per unit need 2 location units, plus 1 observe and
     // the service units.
     assert!(units <= 6, "{units} units");
-    let g = server.state.gateway("").unwrap();
-    let gw = g.lock();
-    assert_eq!(gw.tracker.counts().actual_addresses, 12);
-    assert!(
-        gw.tracker.removals_allowed(),
-        "gate opens after the observe with no expected writers"
-    );
-    drop(gw);
+    {
+        let g = server.state.gateway("").unwrap();
+        let gw = g.lock();
+        assert_eq!(gw.tracker.counts().actual_addresses, 12);
+        assert!(
+            gw.tracker.removals_allowed(),
+            "gate opens after the observe with no expected writers"
+        );
+    }
     server.stop().await;
 }
 

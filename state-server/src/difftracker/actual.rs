@@ -43,6 +43,9 @@ pub enum ReportError {
     Invalid(#[from] InvalidInput),
 }
 
+/// One location as NRP holds it: its addresses with their service names.
+pub type ObservedLocation = (IpAddr, Vec<(IpAddr, Vec<String>)>);
+
 /// NRP's whole state for one gateway, as read back by an observe unit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActualSnapshot {
@@ -51,7 +54,7 @@ pub struct ActualSnapshot {
     /// Outbound services (NAT gateways) registered on the gateway.
     pub nat_gateways: Vec<String>,
     /// Every location with its addresses and their service refs.
-    pub locations: Vec<(IpAddr, Vec<(IpAddr, Vec<String>)>)>,
+    pub locations: Vec<ObservedLocation>,
 }
 
 /// What an observation changed in the actual state.

@@ -358,10 +358,9 @@ impl DiffTracker {
             .get(&address)
             .map(|id| self.locations.ip(id))
             && from != location
+            && let Some(moved) = self.take_desired(from, address)
         {
-            if let Some(moved) = self.take_desired(from, address) {
-                self.update_desired(location, address, |d| *d = moved);
-            }
+            self.update_desired(location, address, |d| *d = moved);
         }
     }
 

@@ -1,16 +1,24 @@
 //! The gRPC edge: proto ↔ domain conversion, validation, and the Writer, Worker and Admin services,
 //! plus standard health and reflection. `serve` runs them on a bound listener until `shutdown`.
 
+pub mod admin;
+pub mod convert;
+pub mod resync;
 pub mod worker;
+pub mod writer;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use admin::AdminService;
+use clb_proto::v1::admin_server::AdminServer;
 use clb_proto::v1::worker_server::WorkerServer;
+use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
+use writer::WriterService;
 
 use crate::state::StateServer;
 use worker::WorkerService;
@@ -34,12 +42,22 @@ pub async fn serve(
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+    let writer = WriterServer::new(WriterService::new(state.clone()))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let admin = AdminServer::new(AdminService::new(state.clone()))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    health.set_serving::<WriterServer<WriterService>>().await;
+    health.set_serving::<AdminServer<AdminService>>().await;
     info!(addr = ?listener.local_addr().ok(), "state server listening");
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::info_span!("rpc", path = %req.uri().path()))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(worker)
+        .add_service(writer)
+        .add_service(admin)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.await;
             let _ = stop_tx.send(true);

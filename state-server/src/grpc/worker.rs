@@ -17,11 +17,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::difftracker::{
-    ActualSnapshot, AddressUpdateAction, LocationDiff, ServiceAction, ServiceChange, ServiceKind,
-};
+use super::convert::{location_change, service_change};
+use crate::difftracker::ActualSnapshot;
 use crate::dispatch::{Outcome, Report, Unit, UnitWork};
-use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
+use crate::state::{Gateway, GatewayHandle, StateServer, WorkerInfo, unix_ms};
 
 /// How often an idle session looks for work whose backoff has ended.
 const IDLE_POLL: Duration = Duration::from_millis(50);
@@ -181,19 +180,12 @@ impl Session {
     /// Sends units while the worker has capacity and some gateway has work.
     async fn fill(&mut self) -> Result<(), ()> {
         while self.outstanding.len() < self.capacity {
-            let Some((gateway, unit)) = self.cut() else {
+            let Some(unit) = self.cut() else {
                 break;
             };
-            debug!(
-                work_id = unit.work_id,
-                gateway,
-                kind = unit.work.kind().as_str(),
-                "unit leased"
-            );
+            debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
             let msg = v1::ServerMessage {
-                kind: Some(v1::server_message::Kind::Unit(unit_to_proto(
-                    &gateway, unit,
-                ))),
+                kind: Some(v1::server_message::Kind::Unit(unit)),
             };
             self.outstanding.insert(unit_id(&msg));
             if self.tx.send(Ok(msg)).await.is_err() {
@@ -205,7 +197,7 @@ impl Session {
     }
 
     /// Cuts one unit from the next gateway (round robin) that has work.
-    fn cut(&mut self) -> Option<(String, Unit)> {
+    fn cut(&mut self) -> Option<v1::WorkUnit> {
         for i in 0..self.gateways.len() {
             let g = &self.gateways[(self.next_gateway + i) % self.gateways.len()];
             let mut gw = g.lock();
@@ -216,7 +208,7 @@ impl Session {
                     .next_unit(&mut gw.tracker, self.session, work_id, Instant::now())
             {
                 self.next_gateway = (self.next_gateway + i + 1) % self.gateways.len();
-                return Some((gw.name.clone(), unit));
+                return Some(unit_to_proto(gw, unit));
             }
         }
         None
@@ -280,58 +272,31 @@ fn unit_id(msg: &v1::ServerMessage) -> u64 {
     }
 }
 
-fn kind_to_proto(kind: ServiceKind) -> i32 {
-    match kind {
-        ServiceKind::Inbound => v1::ServiceKind::Inbound as i32,
-        ServiceKind::Outbound => v1::ServiceKind::Outbound as i32,
-    }
-}
-
-/// A domain location diff as the wire's `LocationChange`.
-pub fn location_to_proto(d: &LocationDiff) -> v1::LocationChange {
-    v1::LocationChange {
-        location: d.location.to_string(),
-        action: match d.action {
-            AddressUpdateAction::Full => v1::AddressUpdateAction::FullUpdate as i32,
-            AddressUpdateAction::Partial => v1::AddressUpdateAction::PartialUpdate as i32,
-        },
-        addresses: d
-            .addresses
-            .iter()
-            .map(|a| v1::AddressChange {
-                address: a.address.to_string(),
-                services: a.services.clone(),
-            })
-            .collect(),
-    }
-}
-
-/// A domain service change as the wire's `ServiceChange` (ports are filled by the caller).
-pub fn service_to_proto(c: &ServiceChange) -> v1::ServiceChange {
-    v1::ServiceChange {
-        name: c.name.clone(),
-        kind: kind_to_proto(c.kind),
-        action: match c.action {
-            ServiceAction::Create => v1::ServiceAction::Create as i32,
-            ServiceAction::Delete => v1::ServiceAction::Delete as i32,
-        },
-        ports: Vec::new(),
-    }
-}
-
-fn unit_to_proto(gateway: &str, unit: Unit) -> v1::WorkUnit {
+fn unit_to_proto(gateway: &Gateway, unit: Unit) -> v1::WorkUnit {
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
         UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
-            changes: changes.iter().map(service_to_proto).collect(),
+            changes: changes
+                .iter()
+                .map(|c| {
+                    service_change(
+                        c,
+                        gateway
+                            .service_ports
+                            .get(&c.name)
+                            .cloned()
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect(),
         }),
         UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
-            locations: diffs.iter().map(location_to_proto).collect(),
+            locations: diffs.iter().map(location_change).collect(),
         }),
     };
     v1::WorkUnit {
         work_id: unit.work_id,
-        gateway: gateway.to_owned(),
+        gateway: gateway.name.clone(),
         revision: unit.revision,
         lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
         lease_duration_ms: unit.lease.as_millis() as u64,

@@ -326,7 +326,7 @@ impl Oracle {
                 addresses: vec![],
             });
         }
-        (!addresses.is_empty()).then(|| LocationDiff {
+        (!addresses.is_empty()).then_some(LocationDiff {
             location,
             action: if full {
                 AddressUpdateAction::Full

@@ -1,0 +1,100 @@
+//! `clb-state-server`: parses flags, wires the state server, its gRPC API and its metrics endpoint,
+//! and runs until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clb_state_server::config::Args;
+use clb_state_server::metrics::{Metrics, serve_metrics};
+use clb_state_server::state::StateServer;
+use clb_state_server::{grpc, telemetry};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let args = Args::parse_and_validate();
+    let _telemetry = telemetry::init("clb-state-server")?;
+
+    let config = args.to_server_config();
+    tracing::info!(server_id = %config.server_id, gateways = ?config.gateways, "starting");
+    let state = StateServer::new(config);
+    let metrics = Arc::new(Metrics::new());
+
+    let grpc_listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding the gRPC listener on {}", args.listen))?;
+    let metrics_listener = TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("binding the metrics listener on {}", args.metrics_listen))?;
+    tracing::info!(
+        grpc = ?grpc_listener.local_addr().ok(),
+        metrics = ?metrics_listener.local_addr().ok(),
+        "listening"
+    );
+
+    // Cancelled by SIGINT/SIGTERM, or when either server stops, so the other stops too.
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            stop.cancel();
+        }
+    });
+
+    let refresh = {
+        let (metrics, state) = (metrics.clone(), state.clone());
+        move || metrics.refresh_from(&state)
+    };
+    let grpc = async {
+        let r = grpc::serve(grpc_listener, state, stop.clone().cancelled_owned()).await;
+        stop.cancel();
+        r
+    };
+    let http = async {
+        let r = serve_metrics(
+            metrics_listener,
+            metrics.clone(),
+            refresh,
+            stop.clone().cancelled_owned(),
+        )
+        .await;
+        stop.cancel();
+        r
+    };
+    let (grpc_result, metrics_result) = tokio::join!(grpc, http);
+    grpc_result.context("gRPC server")?;
+    metrics_result.context("metrics server")?;
+    Ok(())
+}
+
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM (Kubernetes pod termination).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,397 @@
+//! Command-line flags of `clb-state-server`, each with a `CLB_*` environment fallback.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+
+use crate::dispatch::DispatchConfig;
+use crate::state::ServerConfig;
+
+/// Server id used when neither `--server-id` nor `HOSTNAME` is set.
+pub const DEFAULT_SERVER_ID: &str = "clb-state-server";
+
+/// Flags of `clb-state-server`.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "clb-state-server",
+    version,
+    about = "clb state server: DiffTracker, dispatcher and gRPC API"
+)]
+pub struct Args {
+    /// Address of the gRPC API (Writer, Worker, Admin, health, reflection).
+    #[arg(long, env = "CLB_LISTEN", default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+
+    /// Address of the HTTP endpoint serving /metrics and /healthz.
+    #[arg(long, env = "CLB_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+
+    /// Identity of this server instance (default: $HOSTNAME, i.e. the pod name).
+    #[arg(long, env = "CLB_SERVER_ID")]
+    pub server_id: Option<String>,
+
+    /// Gateways this server drives, comma-separated; the first is the default gateway.
+    #[arg(
+        long,
+        env = "CLB_GATEWAYS",
+        value_delimiter = ',',
+        default_value = "default"
+    )]
+    pub gateways: Vec<String>,
+
+    /// Writers whose first resync must complete before removals are sent to NRP, comma-separated.
+    #[arg(long, env = "CLB_EXPECTED_WRITERS", value_delimiter = ',')]
+    pub expected_writers: Vec<String>,
+
+    /// Lease of a work unit, in milliseconds.
+    #[arg(long, env = "CLB_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+
+    /// Most locations in one work unit.
+    #[arg(long, env = "CLB_MAX_LOCATIONS_PER_UNIT", default_value_t = 100)]
+    pub max_locations_per_unit: usize,
+
+    /// Most addresses in one work unit (a single larger location still goes, alone).
+    #[arg(long, env = "CLB_MAX_ADDRESSES_PER_UNIT", default_value_t = 5_000)]
+    pub max_addresses_per_unit: usize,
+
+    /// Most service changes in one work unit.
+    #[arg(long, env = "CLB_MAX_SERVICES_PER_UNIT", default_value_t = 16)]
+    pub max_services_per_unit: usize,
+
+    /// Most updates accepted in one batch (Apply, one ApplyStream message, one resync chunk).
+    #[arg(long, env = "CLB_MAX_ITEMS_PER_BATCH", default_value_t = 10_000)]
+    pub max_items_per_batch: usize,
+
+    /// Largest gRPC message accepted or sent, in bytes.
+    #[arg(long, env = "CLB_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// First retry delay of a failed unit, in milliseconds (doubles per attempt, with jitter).
+    #[arg(long, env = "CLB_RETRY_BASE_MS", default_value_t = 200)]
+    pub retry_base_ms: u64,
+
+    /// Longest retry delay, in milliseconds.
+    #[arg(long, env = "CLB_RETRY_MAX_MS", default_value_t = 30_000)]
+    pub retry_max_ms: u64,
+
+    /// How often NRP's actual state is read back to repair drift, in seconds.
+    #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL_S", default_value_t = 300)]
+    pub anti_entropy_interval_s: u64,
+}
+
+/// A flag value that parses but makes no sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A number is below its minimum.
+    #[error("--{flag} must be at least {min}, got {value}")]
+    TooSmall {
+        /// Flag name (without `--`).
+        flag: &'static str,
+        /// Smallest accepted value.
+        min: u64,
+        /// Value given.
+        value: u64,
+    },
+    /// `--retry-base-ms` exceeds `--retry-max-ms`.
+    #[error("--retry-base-ms ({base}) must not exceed --retry-max-ms ({max})")]
+    RetryBaseAboveMax {
+        /// `--retry-base-ms`.
+        base: u64,
+        /// `--retry-max-ms`.
+        max: u64,
+    },
+    /// A list holds an empty name (e.g. `a,,b`).
+    #[error("--{flag} contains an empty name")]
+    EmptyName {
+        /// Flag name.
+        flag: &'static str,
+    },
+    /// A list names the same thing twice.
+    #[error("--{flag} names {name:?} twice")]
+    Duplicate {
+        /// Flag name.
+        flag: &'static str,
+        /// The repeated name.
+        name: String,
+    },
+    /// `--server-id` is empty.
+    #[error("--server-id must not be empty")]
+    EmptyServerId,
+}
+
+fn at_least(flag: &'static str, value: u64, min: u64) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(ConfigError::TooSmall { flag, min, value });
+    }
+    Ok(())
+}
+
+fn names(flag: &'static str, list: &[String]) -> Result<(), ConfigError> {
+    let mut seen = HashSet::new();
+    for name in list {
+        if name.trim().is_empty() {
+            return Err(ConfigError::EmptyName { flag });
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(ConfigError::Duplicate {
+                flag,
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Args {
+    /// Parses the process's flags and environment and validates them; on error prints a clap-style
+    /// message and exits with status 2.
+    pub fn parse_and_validate() -> Self {
+        let args = Self::parse();
+        if let Err(e) = args.validate() {
+            Self::command()
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit();
+        }
+        args
+    }
+
+    /// Checks what clap cannot: minimums, orderings, names.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let usize_flags = [
+            ("max-locations-per-unit", self.max_locations_per_unit),
+            ("max-addresses-per-unit", self.max_addresses_per_unit),
+            ("max-services-per-unit", self.max_services_per_unit),
+            ("max-items-per-batch", self.max_items_per_batch),
+        ];
+        at_least("lease-ms", self.lease_ms, 1)?;
+        for (flag, v) in usize_flags {
+            at_least(flag, v as u64, 1)?;
+        }
+        // Room for at least a small batch plus gRPC framing.
+        at_least("max-message-bytes", self.max_message_bytes as u64, 1024)?;
+        at_least("retry-base-ms", self.retry_base_ms, 1)?;
+        at_least("retry-max-ms", self.retry_max_ms, 1)?;
+        if self.retry_base_ms > self.retry_max_ms {
+            return Err(ConfigError::RetryBaseAboveMax {
+                base: self.retry_base_ms,
+                max: self.retry_max_ms,
+            });
+        }
+        at_least("anti-entropy-interval-s", self.anti_entropy_interval_s, 1)?;
+        if self.gateways.is_empty() {
+            return Err(ConfigError::EmptyName { flag: "gateways" });
+        }
+        names("gateways", &self.gateways)?;
+        names("expected-writers", &self.expected_writers)?;
+        if self
+            .server_id
+            .as_deref()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            return Err(ConfigError::EmptyServerId);
+        }
+        Ok(())
+    }
+
+    /// `--server-id`, else `$HOSTNAME` (the pod name in Kubernetes), else [`DEFAULT_SERVER_ID`].
+    pub fn resolved_server_id(&self) -> String {
+        self.server_id
+            .clone()
+            .or_else(|| {
+                std::env::var("HOSTNAME")
+                    .ok()
+                    .filter(|h| !h.trim().is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_SERVER_ID.to_owned())
+    }
+
+    /// The server core's configuration (call [`Args::validate`] first).
+    pub fn to_server_config(&self) -> ServerConfig {
+        ServerConfig {
+            server_id: self.resolved_server_id(),
+            gateways: self.gateways.iter().map(|g| g.trim().to_owned()).collect(),
+            expected_writers: self
+                .expected_writers
+                .iter()
+                .map(|w| w.trim().to_owned())
+                .collect(),
+            max_items_per_batch: self.max_items_per_batch,
+            max_message_bytes: self.max_message_bytes,
+            dispatch: DispatchConfig {
+                lease: Duration::from_millis(self.lease_ms),
+                max_locations_per_unit: self.max_locations_per_unit,
+                max_addresses_per_unit: self.max_addresses_per_unit,
+                max_services_per_unit: self.max_services_per_unit,
+                retry_base: Duration::from_millis(self.retry_base_ms),
+                retry_max: Duration::from_millis(self.retry_max_ms),
+                anti_entropy_interval: Duration::from_secs(self.anti_entropy_interval_s),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("clb-state-server").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_match_the_library_defaults() {
+        let a = parse(&[]);
+        a.validate().unwrap();
+        assert_eq!(a.listen, "0.0.0.0:50051".parse().unwrap());
+        assert_eq!(a.metrics_listen, "0.0.0.0:9090".parse().unwrap());
+        assert_eq!(a.gateways, ["default"]);
+        assert!(a.expected_writers.is_empty());
+        let c = a.to_server_config();
+        let d = ServerConfig::default();
+        assert_eq!(c.gateways, d.gateways);
+        assert_eq!(c.max_items_per_batch, d.max_items_per_batch);
+        assert_eq!(c.max_message_bytes, d.max_message_bytes);
+        assert_eq!(c.dispatch.lease, d.dispatch.lease);
+        assert_eq!(
+            c.dispatch.max_locations_per_unit,
+            d.dispatch.max_locations_per_unit
+        );
+        assert_eq!(
+            c.dispatch.max_addresses_per_unit,
+            d.dispatch.max_addresses_per_unit
+        );
+        assert_eq!(
+            c.dispatch.max_services_per_unit,
+            d.dispatch.max_services_per_unit
+        );
+        assert_eq!(c.dispatch.retry_base, d.dispatch.retry_base);
+        assert_eq!(c.dispatch.retry_max, d.dispatch.retry_max);
+        assert_eq!(
+            c.dispatch.anti_entropy_interval,
+            d.dispatch.anti_entropy_interval
+        );
+    }
+
+    #[test]
+    fn flags_reach_the_server_config() {
+        let a = parse(&[
+            "--listen=127.0.0.1:1",
+            "--metrics-listen=[::1]:2",
+            "--server-id=s1",
+            "--gateways=east,west",
+            "--expected-writers=watcher,node-agent/n1",
+            "--lease-ms=1500",
+            "--max-locations-per-unit=3",
+            "--max-addresses-per-unit=40",
+            "--max-services-per-unit=5",
+            "--max-items-per-batch=60",
+            "--max-message-bytes=4096",
+            "--retry-base-ms=10",
+            "--retry-max-ms=20",
+            "--anti-entropy-interval-s=7",
+        ]);
+        a.validate().unwrap();
+        assert_eq!(a.listen, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(a.metrics_listen, "[::1]:2".parse().unwrap());
+        let c = a.to_server_config();
+        assert_eq!(c.max_message_bytes, 4096);
+        assert_eq!(c.server_id, "s1");
+        assert_eq!(c.gateways, ["east", "west"]);
+        assert_eq!(c.expected_writers, ["watcher", "node-agent/n1"]);
+        assert_eq!(c.max_items_per_batch, 60);
+        assert_eq!(c.dispatch.lease, Duration::from_millis(1500));
+        assert_eq!(c.dispatch.max_locations_per_unit, 3);
+        assert_eq!(c.dispatch.max_addresses_per_unit, 40);
+        assert_eq!(c.dispatch.max_services_per_unit, 5);
+        assert_eq!(c.dispatch.retry_base, Duration::from_millis(10));
+        assert_eq!(c.dispatch.retry_max, Duration::from_millis(20));
+        assert_eq!(c.dispatch.anti_entropy_interval, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn every_flag_has_a_clb_env_fallback() {
+        let cmd = Args::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let want = format!("CLB_{}", id.to_uppercase());
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(want.as_str()),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_values_are_rejected_by_clap() {
+        let bad = [
+            &["--listen=nowhere"][..],
+            &["--lease-ms=-1"],
+            &["--max-locations-per-unit=many"],
+        ];
+        for args in bad {
+            let argv = std::iter::once("clb-state-server").chain(args.iter().copied());
+            assert!(Args::try_parse_from(argv).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn validation_errors_are_precise() {
+        let cases: [(&[&str], &str); 10] = [
+            (&["--lease-ms=0"], "--lease-ms must be at least 1, got 0"),
+            (
+                &["--max-locations-per-unit=0"],
+                "--max-locations-per-unit must be at least 1, got 0",
+            ),
+            (
+                &["--max-addresses-per-unit=0"],
+                "--max-addresses-per-unit must be at least 1, got 0",
+            ),
+            (
+                &["--max-services-per-unit=0"],
+                "--max-services-per-unit must be at least 1, got 0",
+            ),
+            (
+                &["--max-items-per-batch=0"],
+                "--max-items-per-batch must be at least 1, got 0",
+            ),
+            (
+                &["--max-message-bytes=10"],
+                "--max-message-bytes must be at least 1024, got 10",
+            ),
+            (
+                &["--retry-base-ms=50", "--retry-max-ms=10"],
+                "--retry-base-ms (50) must not exceed --retry-max-ms (10)",
+            ),
+            (
+                &["--anti-entropy-interval-s=0"],
+                "--anti-entropy-interval-s must be at least 1, got 0",
+            ),
+            (&["--gateways=a,,b"], "--gateways contains an empty name"),
+            (
+                &["--expected-writers=w,w"],
+                "--expected-writers names \"w\" twice",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).validate().unwrap_err();
+            assert_eq!(err.to_string(), want, "{args:?}");
+        }
+        assert_eq!(
+            parse(&["--server-id="]).validate().unwrap_err(),
+            ConfigError::EmptyServerId
+        );
+    }
+}

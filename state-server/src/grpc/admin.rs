@@ -1,0 +1,253 @@
+//! The `Admin` gRPC service: read-only status, the state of a location or service, and the
+//! pending diff, for operators (`clbctl`) and tests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clb_proto::v1::admin_server::{Admin, AdminServer};
+use clb_proto::v1::{
+    DiffQuery, ErrorRecord, GatewayStatus, InitGates, LocationQuery, LocationState,
+    PendingDiffResponse, ServiceQuery, ServiceState, StatusRequest, StatusResponse, WorkerStatus,
+    WriterStatus,
+};
+use tonic::{Request, Response, Status};
+
+use super::convert::{
+    invalid_argument, location_change, location_state, service_change, service_kind,
+    unknown_gateway,
+};
+use crate::difftracker::identity::normalize_identity;
+use crate::difftracker::ip::parse_ip;
+use crate::state::{Gateway, StateServer};
+
+/// Entries of each `PendingDiff` list when the query leaves the limit to the server.
+pub const DEFAULT_DIFF_LIMIT: usize = 1000;
+
+/// Implements `clb.v1.Admin` on the shared [`StateServer`]. Never changes anything.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    state: Arc<StateServer>,
+}
+
+impl AdminService {
+    /// An Admin service reading the gateways of `state`.
+    pub fn new(state: Arc<StateServer>) -> Self {
+        Self { state }
+    }
+
+    /// The service wrapped for a tonic server.
+    pub fn into_server(self) -> AdminServer<Self> {
+        AdminServer::new(self)
+    }
+}
+
+fn gateway_status(g: &Gateway, now: Instant) -> GatewayStatus {
+    let c = g.tracker.counts();
+    let mut last_errors: Vec<ErrorRecord> = g
+        .dispatch
+        .last_errors()
+        .into_iter()
+        .map(|e| ErrorRecord {
+            at_unix_ms: e.at_unix_ms,
+            work_id: e.work_id,
+            code: e.code,
+            message: e.message,
+            terminal: e.terminal,
+        })
+        .collect();
+    last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
+    let oldest = g.dispatch.oldest_pending_age(now).unwrap_or_default();
+    GatewayStatus {
+        name: g.name.clone(),
+        revision: g.tracker.revision(),
+        desired_addresses: c.desired_addresses,
+        actual_addresses: c.actual_addresses,
+        desired_locations: c.desired_locations,
+        actual_locations: c.actual_locations,
+        desired_services: c.desired_services,
+        actual_services: c.actual_load_balancers,
+        desired_egresses: c.desired_egresses,
+        actual_nat_gateways: c.actual_nat_gateways,
+        dirty_locations: c.dirty_locations,
+        units_in_flight: g.dispatch.units_in_flight() as u64,
+        parked_units: g.dispatch.parked_units() as u64,
+        init: Some(InitGates {
+            nrp_observed: g.dispatch.nrp_observed(),
+            pending_writers: g.pending_writers(),
+            removals_allowed: g.tracker.removals_allowed(),
+        }),
+        last_errors,
+        oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Adds a gateway's writers (and the expected writers it still waits for) to the server-wide
+/// table: counts are summed over gateways, the latest resync wins.
+fn merge_writers(g: &Gateway, writers: &mut BTreeMap<String, WriterStatus>) {
+    let pending = g.pending_writers();
+    for source in &pending {
+        writers
+            .entry(source.clone())
+            .or_insert_with(|| WriterStatus {
+                source: source.clone(),
+                ..WriterStatus::default()
+            });
+    }
+    for (source, record) in &g.writers {
+        let w = writers
+            .entry(source.clone())
+            .or_insert_with(|| WriterStatus {
+                source: source.clone(),
+                ..WriterStatus::default()
+            });
+        w.updates_applied += record.updates_applied;
+        w.items_rejected += record.items_rejected;
+        if let Some(at) = record.last_resync_unix_ms {
+            w.last_resync_unix_ms = w.last_resync_unix_ms.max(at);
+        }
+    }
+}
+
+impl AdminService {
+    #[tracing::instrument(name = "Admin.Status", skip_all)]
+    fn status(&self) -> StatusResponse {
+        let now = Instant::now();
+        let mut gateways = Vec::new();
+        let mut writers = BTreeMap::new();
+        for handle in self.state.gateways() {
+            let g = handle.lock();
+            gateways.push(gateway_status(&g, now));
+            merge_writers(&g, &mut writers);
+        }
+        let workers = self
+            .state
+            .workers()
+            .into_iter()
+            .map(|w| WorkerStatus {
+                worker_id: w.worker_id,
+                capacity: w.capacity,
+                units_in_flight: w.units_in_flight,
+                connected_at_unix_ms: w.connected_at_unix_ms,
+                gateways: w.gateways,
+            })
+            .collect();
+        StatusResponse {
+            server_id: self.state.config().server_id.clone(),
+            gateways,
+            workers,
+            writers: writers.into_values().collect(),
+        }
+    }
+
+    #[tracing::instrument(name = "Admin.GetLocation", skip_all, fields(gateway = %q.gateway, location = %q.location))]
+    fn get_location(&self, q: &LocationQuery) -> Result<LocationState, Status> {
+        let ip = parse_ip("location", &q.location)
+            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
+        let handle = self
+            .state
+            .gateway(&q.gateway)
+            .map_err(|e| unknown_gateway(&e))?;
+        let g = handle.lock();
+        let view = g.tracker.location_view(ip).ok_or_else(|| {
+            Status::not_found(format!(
+                "location {ip} is neither desired nor in NRP in gateway {:?}",
+                g.name
+            ))
+        })?;
+        Ok(location_state(&g.name, &view))
+    }
+
+    #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.id))]
+    fn get_service(&self, q: &ServiceQuery) -> Result<ServiceState, Status> {
+        normalize_identity("id", &q.id)
+            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
+        let handle = self
+            .state
+            .gateway(&q.gateway)
+            .map_err(|e| unknown_gateway(&e))?;
+        let g = handle.lock();
+        let view = g.tracker.service_view(&q.id).ok_or_else(|| {
+            Status::not_found(format!(
+                "service {:?} is unknown in gateway {:?}",
+                q.id, g.name
+            ))
+        })?;
+        Ok(ServiceState {
+            gateway: g.name.clone(),
+            id: view.name.clone(),
+            kind: service_kind(view.kind) as i32,
+            desired: view.desired,
+            actual: view.actual,
+            desired_addresses: u64::from(view.desired_addresses),
+            actual_addresses: u64::from(view.actual_addresses),
+            desired_locations: view.locations as u64,
+            actual_locations: g.tracker.actual_locations_of(&view.name),
+            // The DiffTracker does not keep ports yet.
+            ports: Vec::new(),
+        })
+    }
+
+    #[tracing::instrument(name = "Admin.PendingDiff", skip_all, fields(gateway = %q.gateway, limit = q.limit))]
+    fn pending_diff(&self, q: &DiffQuery) -> Result<PendingDiffResponse, Status> {
+        let limit = match q.limit {
+            0 => DEFAULT_DIFF_LIMIT,
+            n => n as usize,
+        };
+        let handle = self
+            .state
+            .gateway(&q.gateway)
+            .map_err(|e| unknown_gateway(&e))?;
+        let g = handle.lock();
+        let diff = g.tracker.pending_diff();
+        let truncated = diff.services.len() > limit || diff.locations.len() > limit;
+        Ok(PendingDiffResponse {
+            gateway: g.name.clone(),
+            revision: g.tracker.revision(),
+            services: diff
+                .services
+                .iter()
+                .take(limit)
+                .map(|s| service_change(s, Vec::new()))
+                .collect(),
+            locations: diff
+                .locations
+                .iter()
+                .take(limit)
+                .map(location_change)
+                .collect(),
+            truncated,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        Ok(Response::new(AdminService::status(self)))
+    }
+
+    async fn get_location(
+        &self,
+        request: Request<LocationQuery>,
+    ) -> Result<Response<LocationState>, Status> {
+        AdminService::get_location(self, request.get_ref()).map(Response::new)
+    }
+
+    async fn get_service(
+        &self,
+        request: Request<ServiceQuery>,
+    ) -> Result<Response<ServiceState>, Status> {
+        AdminService::get_service(self, request.get_ref()).map(Response::new)
+    }
+
+    async fn pending_diff(
+        &self,
+        request: Request<DiffQuery>,
+    ) -> Result<Response<PendingDiffResponse>, Status> {
+        AdminService::pending_diff(self, request.get_ref()).map(Response::new)
+    }
+}

@@ -1,0 +1,299 @@
+//! The `Writer` gRPC service: watchers and node agents change the desired state with batches
+//! (`Apply`), streams of batches (`ApplyStream`) and resyncs of their whole scope (`Resync`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use clb_proto::v1::writer_server::{Writer, WriterServer};
+use clb_proto::v1::{
+    ApplyRequest, ApplyResponse, ResyncHeader, ResyncRequest, ResyncResponse, Update,
+    resync_request::Part,
+};
+use futures::Stream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use super::convert::{apply_update, invalid_argument, unknown_gateway};
+use super::resync::{Scope, replace_scope};
+use crate::state::{GatewayHandle, StateServer};
+
+/// The responses of `ApplyStream`, one per request, in request order.
+pub type ApplyResponseStream = Pin<Box<dyn Stream<Item = Result<ApplyResponse, Status>> + Send>>;
+
+/// Implements `clb.v1.Writer` on the shared [`StateServer`].
+#[derive(Debug, Clone)]
+pub struct WriterService {
+    state: Arc<StateServer>,
+}
+
+impl WriterService {
+    /// A Writer service changing the gateways of `state`.
+    pub fn new(state: Arc<StateServer>) -> Self {
+        Self { state }
+    }
+
+    /// The service wrapped for a tonic server.
+    pub fn into_server(self) -> WriterServer<Self> {
+        WriterServer::new(self)
+    }
+}
+
+/// Checks a writer's source name.
+fn check_source(field: &str, source: &str) -> Result<(), Status> {
+    if source.is_empty() {
+        return Err(invalid_argument(
+            field,
+            source,
+            "must not be empty: name the writer, such as `watcher` or `node-agent/<node>`",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a batch larger than the server accepts.
+fn check_batch_size(state: &StateServer, field: &str, len: usize) -> Result<(), Status> {
+    let max = state.config().max_items_per_batch;
+    if len > max {
+        return Err(invalid_argument(
+            field,
+            &format!("{len} updates"),
+            &format!("holds {len} updates; at most {max} are allowed in one batch"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates and applies one batch under one lock of its gateway.
+fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse, Status> {
+    let span = tracing::info_span!(
+        "apply_batch",
+        gateway = %req.gateway,
+        source = %req.source,
+        batch_id = req.batch_id,
+        updates = req.updates.len(),
+        applied = tracing::field::Empty,
+        rejected = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+    check_source("source", &req.source)?;
+    check_batch_size(state, "updates", req.updates.len())?;
+    let handle = state
+        .gateway(&req.gateway)
+        .map_err(|e| unknown_gateway(&e))?;
+    let (revision, applied, rejected) = {
+        let mut gateway = handle.lock();
+        let mut applied = 0u32;
+        let mut rejected = Vec::new();
+        for (index, update) in req.updates.iter().enumerate() {
+            match apply_update(&mut gateway.tracker, update, index) {
+                Ok(()) => {
+                    applied += 1;
+                    gateway.remember_ports(update);
+                }
+                Err(e) => rejected.push(e),
+            }
+        }
+        gateway.record_writes(&req.source, u64::from(applied), rejected.len() as u64);
+        (gateway.tracker.revision(), applied, rejected)
+    };
+    span.record("applied", applied);
+    span.record("rejected", rejected.len());
+    if applied > 0 {
+        state.notify_work();
+    }
+    if !rejected.is_empty() {
+        tracing::debug!(first = ?rejected[0], "items rejected");
+    }
+    Ok(ApplyResponse {
+        batch_id: req.batch_id,
+        revision,
+        applied,
+        rejected,
+    })
+}
+
+/// Reads a resync stream to its clean end and returns the header's gateway, source, scope and the
+/// whole view. Any error (a broken stream included) means nothing is applied.
+async fn read_resync(
+    state: &StateServer,
+    stream: &mut Streaming<ResyncRequest>,
+) -> Result<(Arc<GatewayHandle>, String, Scope, Vec<Update>), Status> {
+    let header: ResyncHeader = match stream.message().await? {
+        Some(ResyncRequest {
+            part: Some(Part::Header(h)),
+        }) => h,
+        Some(_) => {
+            return Err(invalid_argument(
+                "header",
+                "",
+                "the first message of a resync must be its header",
+            ));
+        }
+        None => {
+            return Err(invalid_argument(
+                "header",
+                "",
+                "the resync stream ended before its header",
+            ));
+        }
+    };
+    let span = tracing::Span::current();
+    span.record("gateway", header.gateway.as_str());
+    span.record("source", header.source.as_str());
+    check_source("header.source", &header.source)?;
+    let scope = Scope::from_proto(header.scope.as_ref())
+        .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
+    let handle = state
+        .gateway(&header.gateway)
+        .map_err(|e| unknown_gateway(&e))?;
+    let mut view = Vec::new();
+    let mut chunks = 0usize;
+    while let Some(msg) = stream.message().await? {
+        match msg.part {
+            Some(Part::Chunk(chunk)) => {
+                check_batch_size(
+                    state,
+                    &format!("chunk[{chunks}].updates"),
+                    chunk.updates.len(),
+                )?;
+                chunks += 1;
+                view.extend(chunk.updates);
+            }
+            Some(Part::Header(_)) => {
+                return Err(invalid_argument(
+                    "header",
+                    "",
+                    "a resync has exactly one header, as its first message",
+                ));
+            }
+            None => {
+                return Err(invalid_argument(
+                    "part",
+                    "",
+                    "neither header nor chunk is set",
+                ));
+            }
+        }
+    }
+    Ok((handle, header.source, scope, view))
+}
+
+impl WriterService {
+    #[tracing::instrument(name = "Writer.Apply", skip_all)]
+    fn apply(&self, req: &ApplyRequest) -> Result<ApplyResponse, Status> {
+        apply_batch(&self.state, req)
+    }
+
+    fn apply_stream(&self, incoming: Streaming<ApplyRequest>) -> ApplyResponseStream {
+        let span = tracing::info_span!("Writer.ApplyStream");
+        let state = self.state.clone();
+        // Each request is answered before the next is read: responses keep request order, and a
+        // slow reader slows the writer down. A request-level error ends the stream.
+        let stream = futures::stream::unfold(
+            (incoming, state, span, false),
+            |(mut incoming, state, span, done)| async move {
+                if done {
+                    return None;
+                }
+                let next = incoming.message().instrument(span.clone()).await;
+                match next {
+                    Ok(Some(req)) => {
+                        let result = span.in_scope(|| apply_batch(&state, &req));
+                        let done = result.is_err();
+                        Some((result, (incoming, state, span, done)))
+                    }
+                    Ok(None) => None,
+                    Err(status) => {
+                        span.in_scope(|| tracing::debug!(%status, "apply stream broke"));
+                        None
+                    }
+                }
+            },
+        );
+        Box::pin(stream)
+    }
+
+    #[tracing::instrument(
+        name = "Writer.Resync",
+        skip_all,
+        fields(gateway, source, updates, applied, removed, rejected)
+    )]
+    async fn resync(
+        &self,
+        mut incoming: Streaming<ResyncRequest>,
+    ) -> Result<ResyncResponse, Status> {
+        let (handle, source, scope, view) = match read_resync(&self.state, &mut incoming).await {
+            Ok(read) => read,
+            Err(status) => {
+                tracing::info!(%status, "resync abandoned; nothing changed");
+                return Err(status);
+            }
+        };
+        // tonic ends a request stream cleanly both on the client's half-close and when the client
+        // cancels the call (RST_STREAM CANCEL: `Streaming` maps a cancelled request body to its
+        // end), so the end of the stream alone does not prove a complete view. Yielding once lets
+        // the HTTP/2 server check for a reset stream (it does whenever the handler is pending),
+        // which drops this handler before anything is applied: a cancelled resync changes nothing.
+        tokio::task::yield_now().await;
+        let (revision, outcome) = {
+            let mut gateway = handle.lock();
+            let outcome = replace_scope(&mut gateway.tracker, &scope, &view);
+            for (index, update) in view.iter().enumerate() {
+                if !outcome.rejected.iter().any(|e| e.index as usize == index) {
+                    gateway.remember_ports(update);
+                }
+            }
+            gateway.record_writes(
+                &source,
+                u64::from(outcome.applied),
+                outcome.rejected.len() as u64,
+            );
+            gateway.resync_completed(&source);
+            (gateway.tracker.revision(), outcome)
+        };
+        self.state.notify_work();
+        let span = tracing::Span::current();
+        span.record("updates", view.len());
+        span.record("applied", outcome.applied);
+        span.record("removed", outcome.removed);
+        span.record("rejected", outcome.rejected.len());
+        tracing::info!(%scope, "resync completed");
+        Ok(ResyncResponse {
+            revision,
+            applied: outcome.applied,
+            removed: outcome.removed,
+            rejected: outcome.rejected,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Writer for WriterService {
+    async fn apply(
+        &self,
+        request: Request<ApplyRequest>,
+    ) -> Result<Response<ApplyResponse>, Status> {
+        WriterService::apply(self, request.get_ref()).map(Response::new)
+    }
+
+    type ApplyStreamStream = ApplyResponseStream;
+
+    async fn apply_stream(
+        &self,
+        request: Request<Streaming<ApplyRequest>>,
+    ) -> Result<Response<Self::ApplyStreamStream>, Status> {
+        Ok(Response::new(WriterService::apply_stream(
+            self,
+            request.into_inner(),
+        )))
+    }
+
+    async fn resync(
+        &self,
+        request: Request<Streaming<ResyncRequest>>,
+    ) -> Result<Response<ResyncResponse>, Status> {
+        WriterService::resync(self, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+}

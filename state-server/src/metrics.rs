@@ -1,0 +1,503 @@
+//! Prometheus metrics of the state server (OpenMetrics text on `GET /metrics`).
+//!
+//! Counters are incremented where things happen (`update_rpc`, `rejected`, `unit_outcome`,
+//! `lease_expired`, `late_report`). Per-gateway gauges are set from a [`GatewaySnapshot`], usually
+//! by the `refresh` callback of [`serve_metrics`] right before each scrape (see
+//! [`Metrics::refresh_from`]). Every name starts with `clb_`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::state::StateServer;
+
+/// Content type of the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Final result of a work unit, the `result` label of `clb_units_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnitResult {
+    /// NRP accepted every change.
+    Applied,
+    /// Failed, will be retried.
+    Retryable,
+    /// Failed, parked until the desired state changes.
+    Terminal,
+    /// An observe unit read NRP back.
+    Observed,
+    /// The lease ran out before a report arrived.
+    LeaseExpired,
+}
+
+impl UnitResult {
+    /// The label value: `applied`, `retryable`, `terminal`, `observed` or `lease_expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Retryable => "retryable",
+            Self::Terminal => "terminal",
+            Self::Observed => "observed",
+            Self::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+impl AsRef<str> for UnitResult {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    rpc: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnitLabels {
+    kind: String,
+    result: String,
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GatewayLabels {
+    gateway: String,
+}
+
+type GatewayGauge = Family<GatewayLabels, Gauge>;
+
+/// Everything the gauges of one gateway show, at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewaySnapshot {
+    /// Gateway name.
+    pub gateway: String,
+    /// Desired-state revision.
+    pub revision: u64,
+    /// Desired addresses.
+    pub desired_addresses: u64,
+    /// Addresses NRP has.
+    pub actual_addresses: u64,
+    /// Desired locations.
+    pub desired_locations: u64,
+    /// Locations NRP has.
+    pub actual_locations: u64,
+    /// Desired services (inbound load balancers and outbound NAT gateways).
+    pub desired_services: u64,
+    /// Services NRP has.
+    pub actual_services: u64,
+    /// Locations whose desired state differs from what was last sent.
+    pub dirty_locations: u64,
+    /// Work units leased to workers.
+    pub units_in_flight: u64,
+    /// Work parked after a terminal error.
+    pub parked_units: u64,
+    /// Age of the oldest change not yet applied in NRP (zero when nothing is pending).
+    pub staleness: Duration,
+    /// Connected workers serving this gateway.
+    pub workers: u64,
+}
+
+#[derive(Debug, Default)]
+struct GatewayGauges {
+    revision: GatewayGauge,
+    desired_addresses: GatewayGauge,
+    actual_addresses: GatewayGauge,
+    desired_locations: GatewayGauge,
+    actual_locations: GatewayGauge,
+    desired_services: GatewayGauge,
+    actual_services: GatewayGauge,
+    dirty_locations: GatewayGauge,
+    units_in_flight: GatewayGauge,
+    parked_units: GatewayGauge,
+    staleness_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
+    workers: GatewayGauge,
+}
+
+/// The server's metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    update_rpcs: Family<RpcLabels, Counter>,
+    rejected_items: Counter,
+    units: Family<UnitLabels, Counter>,
+    lease_expiries: Counter,
+    late_reports: Counter,
+    gw: GatewayGauges,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("clb");
+        let update_rpcs = Family::<RpcLabels, Counter>::default();
+        let rejected_items = Counter::default();
+        let units = Family::<UnitLabels, Counter>::default();
+        let lease_expiries = Counter::default();
+        let late_reports = Counter::default();
+        let gw = GatewayGauges::default();
+
+        registry.register(
+            "update_rpcs",
+            "Writer RPCs received, by rpc",
+            update_rpcs.clone(),
+        );
+        registry.register(
+            "rejected_items",
+            "Updates rejected as invalid",
+            rejected_items.clone(),
+        );
+        registry.register(
+            "units",
+            "Work unit outcomes, by unit kind, result and error code",
+            units.clone(),
+        );
+        registry.register(
+            "lease_expiries",
+            "Work unit leases that expired",
+            lease_expiries.clone(),
+        );
+        registry.register(
+            "late_reports",
+            "Reports for units no longer leased to their sender (ignored)",
+            late_reports.clone(),
+        );
+
+        let gauges: [(&str, &str, &GatewayGauge); 11] = [
+            ("revision", "Desired-state revision", &gw.revision),
+            (
+                "desired_addresses",
+                "Desired addresses",
+                &gw.desired_addresses,
+            ),
+            (
+                "actual_addresses",
+                "Addresses NRP has",
+                &gw.actual_addresses,
+            ),
+            (
+                "desired_locations",
+                "Desired locations",
+                &gw.desired_locations,
+            ),
+            (
+                "actual_locations",
+                "Locations NRP has",
+                &gw.actual_locations,
+            ),
+            (
+                "desired_services",
+                "Desired services (load balancers and NAT gateways)",
+                &gw.desired_services,
+            ),
+            ("actual_services", "Services NRP has", &gw.actual_services),
+            (
+                "dirty_locations",
+                "Locations with changes not yet sent",
+                &gw.dirty_locations,
+            ),
+            (
+                "units_in_flight",
+                "Work units leased to workers",
+                &gw.units_in_flight,
+            ),
+            (
+                "parked_units",
+                "Work parked after a terminal error",
+                &gw.parked_units,
+            ),
+            (
+                "workers",
+                "Connected workers serving the gateway",
+                &gw.workers,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            registry.register(name, help, gauge.clone());
+        }
+        registry.register_with_unit(
+            "staleness",
+            "Age of the oldest change not yet applied in NRP",
+            Unit::Seconds,
+            gw.staleness_seconds.clone(),
+        );
+
+        Self {
+            registry,
+            update_rpcs,
+            rejected_items,
+            units,
+            lease_expiries,
+            late_reports,
+            gw,
+        }
+    }
+
+    /// Counts one Writer RPC (`apply`, `apply_stream`, `resync`, ...).
+    pub fn update_rpc(&self, rpc: &str) {
+        self.update_rpcs
+            .get_or_create(&RpcLabels {
+                rpc: rpc.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts `n` rejected updates.
+    pub fn rejected(&self, n: u64) {
+        self.rejected_items.inc_by(n);
+    }
+
+    /// Counts one unit outcome: `kind` (`services`, `locations`, `observe`), `result` (a
+    /// [`UnitResult`] or its label) and `code` (error code; empty on success).
+    pub fn unit_outcome(
+        &self,
+        kind: impl AsRef<str>,
+        result: impl AsRef<str>,
+        code: impl AsRef<str>,
+    ) {
+        let labels = UnitLabels {
+            kind: kind.as_ref().to_owned(),
+            result: result.as_ref().to_owned(),
+            code: code.as_ref().to_owned(),
+        };
+        self.units.get_or_create(&labels).inc();
+    }
+
+    /// Counts `n` expired leases.
+    pub fn lease_expired(&self, n: u64) {
+        self.lease_expiries.inc_by(n);
+    }
+
+    /// Counts one late report.
+    pub fn late_report(&self) {
+        self.late_reports.inc();
+    }
+
+    /// Sets the gauges of `s.gateway`.
+    pub fn set_gateway(&self, s: &GatewaySnapshot) {
+        let l = GatewayLabels {
+            gateway: s.gateway.clone(),
+        };
+        let g = &self.gw;
+        let set = |family: &GatewayGauge, v: u64| {
+            family
+                .get_or_create(&l)
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        set(&g.revision, s.revision);
+        set(&g.desired_addresses, s.desired_addresses);
+        set(&g.actual_addresses, s.actual_addresses);
+        set(&g.desired_locations, s.desired_locations);
+        set(&g.actual_locations, s.actual_locations);
+        set(&g.desired_services, s.desired_services);
+        set(&g.actual_services, s.actual_services);
+        set(&g.dirty_locations, s.dirty_locations);
+        set(&g.units_in_flight, s.units_in_flight);
+        set(&g.parked_units, s.parked_units);
+        set(&g.workers, s.workers);
+        g.staleness_seconds
+            .get_or_create(&l)
+            .set(s.staleness.as_secs_f64());
+    }
+
+    /// Sets every gateway's gauges from the server's current state.
+    pub fn refresh_from(&self, state: &StateServer) {
+        for s in gateway_snapshots(state, Instant::now()) {
+            self.set_gateway(&s);
+        }
+    }
+
+    /// All metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// One [`GatewaySnapshot`] per gateway of `state` (default first), each taken under its gateway lock.
+pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapshot> {
+    let workers = state.workers();
+    state
+        .gateways()
+        .iter()
+        .map(|handle| {
+            let name = handle.name().to_owned();
+            let gw = handle.lock();
+            let c = gw.tracker.counts();
+            let serving = workers
+                .iter()
+                .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
+                .count();
+            GatewaySnapshot {
+                revision: gw.tracker.revision(),
+                desired_addresses: c.desired_addresses,
+                actual_addresses: c.actual_addresses,
+                desired_locations: c.desired_locations,
+                actual_locations: c.actual_locations,
+                desired_services: c.desired_services + c.desired_egresses,
+                actual_services: c.actual_load_balancers + c.actual_nat_gateways,
+                dirty_locations: c.dirty_locations,
+                units_in_flight: gw.dispatch.units_in_flight() as u64,
+                parked_units: gw.dispatch.parked_units() as u64,
+                staleness: gw.dispatch.oldest_pending_age(now).unwrap_or_default(),
+                workers: serving as u64,
+                gateway: name,
+            }
+        })
+        .collect()
+}
+
+type Refresh = Arc<dyn Fn() + Send + Sync>;
+
+async fn metrics_handler(
+    State((metrics, refresh)): State<(Arc<Metrics>, Refresh)>,
+) -> impl IntoResponse {
+    refresh();
+    (
+        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+        metrics.encode(),
+    )
+}
+
+/// The metrics HTTP routes: `GET /metrics` (calls `refresh` first, so gauges are current) and
+/// `GET /healthz`.
+pub fn router(metrics: Arc<Metrics>, refresh: impl Fn() + Send + Sync + 'static) -> Router {
+    let refresh: Refresh = Arc::new(refresh);
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .with_state((metrics, refresh))
+}
+
+/// Serves [`router`] on `listener` until `shutdown` resolves, then finishes open requests.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    refresh: impl Fn() + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(metrics, refresh))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ServerConfig;
+
+    #[test]
+    fn counters_are_encoded_with_labels() {
+        let m = Metrics::new();
+        m.update_rpc("apply");
+        m.update_rpc("apply");
+        m.update_rpc("resync");
+        m.rejected(3);
+        m.unit_outcome("locations", UnitResult::Retryable, "TooManyRequests");
+        m.unit_outcome("services", "applied", "");
+        m.lease_expired(2);
+        m.late_report();
+        let text = m.encode();
+        for line in [
+            "clb_update_rpcs_total{rpc=\"apply\"} 2",
+            "clb_update_rpcs_total{rpc=\"resync\"} 1",
+            "clb_rejected_items_total 3",
+            "clb_units_total{kind=\"locations\",result=\"retryable\",code=\"TooManyRequests\"} 1",
+            "clb_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
+            "clb_lease_expiries_total 2",
+            "clb_late_reports_total 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn gauges_are_set_per_gateway() {
+        let m = Metrics::new();
+        let mut s = GatewaySnapshot {
+            gateway: "east".into(),
+            revision: 7,
+            desired_addresses: 10,
+            actual_addresses: 9,
+            desired_locations: 2,
+            actual_locations: 1,
+            desired_services: 3,
+            actual_services: 3,
+            dirty_locations: 1,
+            units_in_flight: 1,
+            parked_units: 0,
+            staleness: Duration::from_millis(1500),
+            workers: 2,
+        };
+        m.set_gateway(&s);
+        s.gateway = "west".into();
+        s.revision = 1;
+        m.set_gateway(&s);
+        let text = m.encode();
+        for line in [
+            "clb_revision{gateway=\"east\"} 7",
+            "clb_revision{gateway=\"west\"} 1",
+            "clb_desired_addresses{gateway=\"east\"} 10",
+            "clb_actual_addresses{gateway=\"east\"} 9",
+            "clb_desired_locations{gateway=\"east\"} 2",
+            "clb_actual_locations{gateway=\"east\"} 1",
+            "clb_desired_services{gateway=\"east\"} 3",
+            "clb_actual_services{gateway=\"east\"} 3",
+            "clb_dirty_locations{gateway=\"east\"} 1",
+            "clb_units_in_flight{gateway=\"east\"} 1",
+            "clb_parked_units{gateway=\"east\"} 0",
+            "clb_staleness_seconds{gateway=\"east\"} 1.5",
+            "clb_workers{gateway=\"east\"} 2",
+            "# UNIT clb_staleness_seconds seconds",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn snapshots_cover_every_gateway() {
+        let state = StateServer::new(ServerConfig {
+            gateways: vec!["a".into(), "b".into()],
+            ..ServerConfig::default()
+        });
+        let snaps = gateway_snapshots(&state, Instant::now());
+        let names: Vec<_> = snaps.iter().map(|s| s.gateway.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(
+            snaps
+                .iter()
+                .all(|s| s.desired_addresses == 0 && s.workers == 0)
+        );
+        let m = Metrics::new();
+        m.refresh_from(&state);
+        assert!(m.encode().contains("clb_revision{gateway=\"b\"}"));
+    }
+}

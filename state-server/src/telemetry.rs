@@ -1,0 +1,329 @@
+//! Logging and distributed tracing, shared by every clb binary (state server, sync worker, clients).
+//!
+//! [`init`] installs a `tracing` subscriber: an [`EnvFilter`] (`RUST_LOG`, default `info`) and a fmt
+//! layer on stderr. When the standard `OTEL_EXPORTER_OTLP_ENDPOINT` variable is set (and not empty),
+//! spans are also exported over OTLP/gRPC with a batch exporter, under the given `service.name`.
+//!
+//! Trace context crosses gRPC calls as W3C `traceparent`/`tracestate` metadata:
+//! - clients add [`TraceContextInterceptor`] (or call [`inject`]) so each call carries the caller's span;
+//! - servers pass [`grpc_server_span`] to `tonic::transport::Server::builder().trace_fn(..)`, which
+//!   makes every incoming RPC's span a child of the incoming `traceparent` (see also [`extract_parent`]).
+//!
+//! The module depends on nothing else in this crate, so other crates can use it as is.
+
+use std::io::IsTerminal as _;
+
+use anyhow::Context as _;
+use opentelemetry::Context;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The standard variable naming the OTLP collector; span export is enabled only when it is set.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+
+/// Keeps the span exporter alive; on drop it flushes pending spans and shuts the provider down.
+///
+/// Hold it for the life of the program (`let _guard = telemetry::init(..)?;`). Drop it inside a
+/// multi-threaded Tokio runtime (or outside any runtime), since the final export uses the gRPC channel.
+#[derive(Debug)]
+#[must_use = "dropping the guard shuts span export down"]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl TelemetryGuard {
+    /// Whether spans are exported over OTLP.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            if let Err(e) = provider.force_flush() {
+                eprintln!("telemetry: flushing spans failed: {e}");
+            }
+            if let Err(e) = provider.shutdown() {
+                eprintln!("telemetry: shutting the tracer provider down failed: {e}");
+            }
+        }
+    }
+}
+
+/// Installs the global `tracing` subscriber and the W3C trace-context propagator.
+///
+/// `service_name` becomes the OTLP resource's `service.name`. Must be called inside a Tokio runtime
+/// when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the gRPC exporter's channel needs one). Fails if
+/// `RUST_LOG` is invalid, the exporter cannot be built, or a global subscriber is already installed.
+pub fn init(service_name: &str) -> anyhow::Result<TelemetryGuard> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env()
+        .context("invalid RUST_LOG")?;
+
+    let provider = match std::env::var(OTLP_ENDPOINT_ENV) {
+        Ok(endpoint) if !endpoint.trim().is_empty() => {
+            Some(build_provider(service_name, &endpoint)?)
+        }
+        _ => None,
+    };
+    let otel_layer = provider
+        .as_ref()
+        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service_name.to_owned())));
+
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .with(otel_layer)
+        .try_init()
+        .context("a global tracing subscriber is already installed")?;
+
+    if let Some(p) = &provider {
+        opentelemetry::global::set_tracer_provider(p.clone());
+    }
+    Ok(TelemetryGuard { provider })
+}
+
+fn build_provider(service_name: &str, endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
+    // The builder reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS and _TIMEOUT itself.
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+        .with_context(|| format!("building the OTLP/gRPC span exporter for {endpoint:?}"))?;
+    let resource = Resource::builder()
+        .with_service_name(service_name.to_owned())
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+/// Reads W3C trace context from HTTP headers.
+struct HeaderExtractor<'a>(&'a http::HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// Writes W3C trace context into HTTP headers.
+struct HeaderInjector<'a>(&'a mut http::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        let name = http::HeaderName::from_bytes(key.as_bytes());
+        let value = http::HeaderValue::from_str(&value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// The parent context carried by `headers` (`traceparent`/`tracestate`); an empty context if none.
+pub fn extract_parent_headers(headers: &http::HeaderMap) -> Context {
+    TraceContextPropagator::new().extract(&HeaderExtractor(headers))
+}
+
+/// Writes `cx`'s span context into `headers` as `traceparent`/`tracestate`.
+pub fn inject_headers(cx: &Context, headers: &mut http::HeaderMap) {
+    TraceContextPropagator::new().inject_context(cx, &mut HeaderInjector(headers));
+}
+
+/// The parent context carried by gRPC `metadata`; an empty context if none.
+pub fn extract_parent(metadata: &tonic::metadata::MetadataMap) -> Context {
+    extract_parent_headers(metadata.as_ref())
+}
+
+/// Writes `cx`'s span context into gRPC `metadata` as `traceparent`/`tracestate`.
+pub fn inject(cx: &Context, metadata: &mut tonic::metadata::MetadataMap) {
+    inject_headers(cx, metadata.as_mut());
+}
+
+/// The OpenTelemetry context of the current `tracing` span (what a client call should carry).
+pub fn current_context() -> Context {
+    tracing::Span::current().context()
+}
+
+/// Makes `span` a child of the trace context carried by `metadata`, if any.
+///
+/// For handlers that create their own spans; a no-op when no OpenTelemetry layer is installed.
+pub fn set_parent_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    let _ = span.set_parent(extract_parent(metadata));
+}
+
+/// A span for one incoming gRPC request, child of its `traceparent`: pass it to
+/// `tonic::transport::Server::builder().trace_fn(telemetry::grpc_server_span)`.
+pub fn grpc_server_span(req: &http::Request<()>) -> tracing::Span {
+    let path = req.uri().path();
+    let (service, method) = split_grpc_path(path);
+    let span = tracing::info_span!(
+        "grpc",
+        otel.name = %path.trim_start_matches('/'),
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.service = %service,
+        rpc.method = %method,
+    );
+    let _ = span.set_parent(extract_parent_headers(req.headers()));
+    span
+}
+
+/// `/pkg.Service/Method` → (`pkg.Service`, `Method`).
+fn split_grpc_path(path: &str) -> (&str, &str) {
+    path.trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or((path, ""))
+}
+
+/// A client interceptor that sends the current span's trace context with every call:
+/// `WriterClient::with_interceptor(channel, TraceContextInterceptor)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TraceContextInterceptor;
+
+impl tonic::service::Interceptor for TraceContextInterceptor {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        inject(&current_context(), req.metadata_mut());
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tonic::metadata::MetadataMap;
+
+    fn remote_context() -> (Context, TraceId, SpanId) {
+        let trace_id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+        let span_id = SpanId::from_hex("00f067aa0ba902b7").unwrap();
+        let sc = SpanContext::new(
+            trace_id,
+            span_id,
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        (
+            Context::new().with_remote_span_context(sc),
+            trace_id,
+            span_id,
+        )
+    }
+
+    #[test]
+    fn inject_then_extract_keeps_trace_and_span_id() {
+        let (cx, trace_id, span_id) = remote_context();
+        let mut md = MetadataMap::new();
+        inject(&cx, &mut md);
+        assert_eq!(
+            md.get("traceparent").unwrap().to_str().unwrap(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        let back = extract_parent(&md);
+        let span = back.span();
+        let sc = span.span_context();
+        assert!(sc.is_valid());
+        assert!(sc.is_remote());
+        assert_eq!(sc.trace_id(), trace_id);
+        assert_eq!(sc.span_id(), span_id);
+        assert!(sc.is_sampled());
+    }
+
+    #[test]
+    fn extract_without_traceparent_is_empty() {
+        let cx = extract_parent(&MetadataMap::new());
+        assert!(!cx.span().span_context().is_valid());
+    }
+
+    #[test]
+    fn extract_ignores_malformed_traceparent() {
+        let mut md = MetadataMap::new();
+        md.insert("traceparent", "00-zz-00f067aa0ba902b7-01".parse().unwrap());
+        assert!(!extract_parent(&md).span().span_context().is_valid());
+    }
+
+    #[test]
+    fn interceptor_without_span_adds_nothing() {
+        use tonic::service::Interceptor;
+        let req = TraceContextInterceptor
+            .call(tonic::Request::new(()))
+            .unwrap();
+        assert!(req.metadata().get("traceparent").is_none());
+    }
+
+    #[test]
+    fn server_span_reads_http_headers() {
+        let (cx, trace_id, _) = remote_context();
+        let mut req = http::Request::builder()
+            .uri("http://x/clb.v1.Writer/Apply")
+            .body(())
+            .unwrap();
+        inject_headers(&cx, req.headers_mut());
+        assert_eq!(
+            extract_parent_headers(req.headers())
+                .span()
+                .span_context()
+                .trace_id(),
+            trace_id
+        );
+        // No subscriber here: the span is disabled, but building it must not panic.
+        let _ = grpc_server_span(&req);
+        assert_eq!(
+            split_grpc_path("/clb.v1.Writer/Apply"),
+            ("clb.v1.Writer", "Apply")
+        );
+    }
+
+    #[test]
+    fn server_span_is_a_child_of_the_incoming_traceparent() {
+        let (cx, trace_id, parent_span_id) = remote_context();
+        let mut req = http::Request::builder()
+            .uri("http://x/clb.v1.Admin/Status")
+            .body(())
+            .unwrap();
+        inject_headers(&cx, req.headers_mut());
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = grpc_server_span(&req);
+            let _entered = span.enter();
+            let own = current_context();
+            let own = own.span();
+            let own = own.span_context();
+            assert_eq!(own.trace_id(), trace_id);
+            assert_ne!(own.span_id(), parent_span_id);
+            // A client call made inside the handler carries the same trace onwards.
+            use tonic::service::Interceptor;
+            let out = TraceContextInterceptor
+                .call(tonic::Request::new(()))
+                .unwrap();
+            let next = extract_parent(out.metadata());
+            assert_eq!(next.span().span_context().trace_id(), trace_id);
+            assert_eq!(next.span().span_context().span_id(), own.span_id());
+        });
+    }
+}

@@ -1,0 +1,109 @@
+//! The metrics HTTP endpoint, over real loopback HTTP/1.1.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clb_state_server::metrics::{GatewaySnapshot, Metrics, UnitResult, serve_metrics};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// Sends `GET path` and returns (status line, headers, body).
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    (
+        status.to_owned(),
+        headers.to_ascii_lowercase(),
+        body.to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn metrics_and_healthz_are_served() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let refreshes = Arc::new(AtomicUsize::new(0));
+    let refresh = {
+        let (metrics, refreshes) = (metrics.clone(), refreshes.clone());
+        move || {
+            let n = refreshes.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+            metrics.set_gateway(&GatewaySnapshot {
+                gateway: "default".into(),
+                revision: 40 + n,
+                desired_addresses: 12,
+                staleness: Duration::from_secs(3),
+                workers: 2,
+                ..GatewaySnapshot::default()
+            });
+        }
+    };
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve_metrics(listener, metrics.clone(), refresh, async {
+        let _ = stop_rx.await;
+    }));
+
+    metrics.update_rpc("apply");
+    metrics.update_rpc("apply");
+    metrics.update_rpc("resync");
+    metrics.rejected(4);
+    metrics.unit_outcome("locations", UnitResult::Applied, "");
+    metrics.unit_outcome("locations", UnitResult::LeaseExpired, "LeaseExpired");
+    metrics.lease_expired(1);
+    metrics.late_report();
+
+    let (status, headers, body) = get(addr, "/metrics").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        headers.contains("content-type: application/openmetrics-text"),
+        "{headers}"
+    );
+    for line in [
+        "clb_update_rpcs_total{rpc=\"apply\"} 2",
+        "clb_update_rpcs_total{rpc=\"resync\"} 1",
+        "clb_rejected_items_total 4",
+        "clb_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
+        "clb_units_total{kind=\"locations\",result=\"lease_expired\",code=\"LeaseExpired\"} 1",
+        "clb_lease_expiries_total 1",
+        "clb_late_reports_total 1",
+        // Set by `refresh`, which runs before each scrape.
+        "clb_revision{gateway=\"default\"} 41",
+        "clb_desired_addresses{gateway=\"default\"} 12",
+        "clb_staleness_seconds{gateway=\"default\"} 3.0",
+        "clb_workers{gateway=\"default\"} 2",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    assert!(body.ends_with("# EOF\n"));
+
+    // A second scrape refreshes again and sees new counts.
+    metrics.update_rpc("apply");
+    let (_, _, body) = get(addr, "/metrics").await;
+    assert!(body.contains("clb_update_rpcs_total{rpc=\"apply\"} 3\n"));
+    assert!(body.contains("clb_revision{gateway=\"default\"} 42\n"));
+    assert_eq!(refreshes.load(Ordering::SeqCst), 2);
+
+    let (status, _, body) = get(addr, "/healthz").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, "ok\n");
+
+    let (status, _, _) = get(addr, "/nope").await;
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("server stops after shutdown")
+        .unwrap()
+        .unwrap();
+}
