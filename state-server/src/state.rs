@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::difftracker::DiffTracker;
 use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::metrics::Metrics;
 
 /// Configuration of the server core (the binary fills it from flags).
 #[derive(Debug, Clone)]
@@ -71,14 +72,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    fn new(name: String, config: &ServerConfig) -> Self {
+    fn new(name: String, config: &ServerConfig, metrics: Arc<Metrics>) -> Self {
         let mut tracker = DiffTracker::new();
         // Initialization gate: nothing is removed until NRP was read back and writers resynced.
         tracker.set_removals_allowed(false);
         Self {
             name,
             tracker,
-            dispatch: Dispatcher::new(config.dispatch.clone()),
+            dispatch: Dispatcher::new(config.dispatch.clone(), metrics),
             writers: BTreeMap::new(),
             service_ports: HashMap::new(),
             expected_writers: config.expected_writers.clone(),
@@ -187,6 +188,7 @@ pub struct StateServer {
     work: Notify,
     next_work_id: AtomicU64,
     workers: Mutex<BTreeMap<u64, WorkerInfo>>,
+    metrics: Arc<Metrics>,
 }
 
 impl StateServer {
@@ -195,13 +197,14 @@ impl StateServer {
         if config.gateways.is_empty() {
             config.gateways.push("default".into());
         }
+        let metrics = Arc::new(Metrics::new());
         let order: Vec<Arc<GatewayHandle>> = config
             .gateways
             .iter()
             .map(|name| {
                 Arc::new(GatewayHandle {
                     name: name.clone(),
-                    inner: Mutex::new(Gateway::new(name.clone(), &config)),
+                    inner: Mutex::new(Gateway::new(name.clone(), &config, metrics.clone())),
                 })
             })
             .collect();
@@ -213,7 +216,13 @@ impl StateServer {
             work: Notify::new(),
             next_work_id: AtomicU64::new(1),
             workers: Mutex::new(BTreeMap::new()),
+            metrics,
         })
+    }
+
+    /// The Prometheus metrics of this server.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The configuration.

@@ -1,11 +1,9 @@
 //! `clb-state-server`: parses flags, wires the state server, its gRPC API and its metrics endpoint,
 //! and runs until SIGINT or SIGTERM.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use clb_state_server::config::Args;
-use clb_state_server::metrics::{Metrics, serve_metrics};
+use clb_state_server::metrics::serve_metrics;
 use clb_state_server::state::StateServer;
 use clb_state_server::{grpc, telemetry};
 use tokio::net::TcpListener;
@@ -20,7 +18,7 @@ async fn main() -> anyhow::Result<()> {
     let config = args.to_server_config();
     tracing::info!(server_id = %config.server_id, gateways = ?config.gateways, "starting");
     let state = StateServer::new(config);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = state.metrics().clone();
 
     let grpc_listener = TcpListener::bind(args.listen)
         .await

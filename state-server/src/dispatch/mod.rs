@@ -16,10 +16,12 @@ mod unit;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::difftracker::dirty::DirtyQueue as Queue;
 use crate::difftracker::{ActualSnapshot, DiffTracker, LocationDiff, ServiceChange, ServiceStatus};
+use crate::metrics::Metrics;
 use crate::state::unix_ms;
 pub use unit::{Outcome, Report, Unit, UnitKind, UnitWork};
 
@@ -133,11 +135,12 @@ pub struct Dispatcher {
     observe: ObserveState,
     errors: VecDeque<ErrorRecord>,
     stats: DispatchStats,
+    metrics: Arc<Metrics>,
 }
 
 impl Dispatcher {
-    /// A dispatcher that will start by observing NRP.
-    pub fn new(config: DispatchConfig) -> Self {
+    /// A dispatcher that will start by observing NRP; outcomes are also counted in `metrics`.
+    pub fn new(config: DispatchConfig, metrics: Arc<Metrics>) -> Self {
         Self {
             config,
             in_flight: HashMap::new(),
@@ -154,6 +157,7 @@ impl Dispatcher {
             },
             errors: VecDeque::new(),
             stats: DispatchStats::default(),
+            metrics,
         }
     }
 
@@ -454,7 +458,7 @@ impl Dispatcher {
         match self.in_flight.get(&report.work_id) {
             Some(u) if u.worker == worker => {}
             _ => {
-                self.stats.late_reports += 1;
+                self.count_late_report();
                 return;
             }
         }
@@ -608,6 +612,7 @@ impl Dispatcher {
             }
         }
         self.stats.lease_expiries += ids.len() as u64;
+        self.metrics.lease_expired(ids.len() as u64);
         ids.len()
     }
 
@@ -619,6 +624,7 @@ impl Dispatcher {
     /// Counts a report nobody holds (late or unknown).
     pub fn count_late_report(&mut self) {
         self.stats.late_reports += 1;
+        self.metrics.late_report();
     }
 
     /// Whether work may be ready now (pending keys or a due observe).

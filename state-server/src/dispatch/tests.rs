@@ -55,10 +55,13 @@ fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
 fn locations_are_packed_up_to_the_address_limit() {
     let now = Instant::now();
     let mut t = tracker_with(5, 3);
-    let mut d = Dispatcher::new(DispatchConfig {
-        max_addresses_per_unit: 7,
-        ..DispatchConfig::default()
-    });
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_addresses_per_unit: 7,
+            ..DispatchConfig::default()
+        },
+        Arc::default(),
+    );
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     assert!(matches!(s.work, UnitWork::Services(_)));
@@ -81,7 +84,7 @@ fn locations_are_packed_up_to_the_address_limit() {
 fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default());
+    let mut d = Dispatcher::new(DispatchConfig::default(), Arc::default());
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     d.on_report(&mut t, 1, applied(s.work_id), now);
@@ -119,7 +122,7 @@ fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
 fn a_service_is_not_deleted_while_a_location_unit_naming_it_is_in_flight() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default());
+    let mut d = Dispatcher::new(DispatchConfig::default(), Arc::default());
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     d.on_report(&mut t, 1, applied(s.work_id), now);
@@ -144,11 +147,14 @@ fn a_service_is_not_deleted_while_a_location_unit_naming_it_is_in_flight() {
 fn retries_back_off_and_expired_leases_come_back_without_backoff() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig {
-        retry_base: Duration::from_secs(1),
-        lease: Duration::from_secs(5),
-        ..DispatchConfig::default()
-    });
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            retry_base: Duration::from_secs(1),
+            lease: Duration::from_secs(5),
+            ..DispatchConfig::default()
+        },
+        Arc::default(),
+    );
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     d.on_report(

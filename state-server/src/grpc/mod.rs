@@ -52,7 +52,7 @@ pub async fn serve(
     health.set_serving::<AdminServer<AdminService>>().await;
     info!(addr = ?listener.local_addr().ok(), "state server listening");
     let result = tonic::transport::Server::builder()
-        .trace_fn(|req| tracing::info_span!("rpc", path = %req.uri().path()))
+        .trace_fn(crate::telemetry::grpc_server_span)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(worker)

@@ -94,6 +94,7 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
             }
         }
         gateway.record_writes(&req.source, u64::from(applied), rejected.len() as u64);
+        state.metrics().rejected(rejected.len() as u64);
         (gateway.tracker.revision(), applied, rejected)
     };
     span.record("applied", applied);
@@ -248,6 +249,7 @@ impl WriterService {
                 u64::from(outcome.applied),
                 outcome.rejected.len() as u64,
             );
+            self.state.metrics().rejected(outcome.rejected.len() as u64);
             gateway.resync_completed(&source);
             (gateway.tracker.revision(), outcome)
         };
@@ -273,6 +275,7 @@ impl Writer for WriterService {
         &self,
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
+        self.state.metrics().update_rpc("apply");
         WriterService::apply(self, request.get_ref()).map(Response::new)
     }
 
@@ -282,6 +285,7 @@ impl Writer for WriterService {
         &self,
         request: Request<Streaming<ApplyRequest>>,
     ) -> Result<Response<Self::ApplyStreamStream>, Status> {
+        self.state.metrics().update_rpc("apply_stream");
         Ok(Response::new(WriterService::apply_stream(
             self,
             request.into_inner(),
@@ -292,6 +296,7 @@ impl Writer for WriterService {
         &self,
         request: Request<Streaming<ResyncRequest>>,
     ) -> Result<Response<ResyncResponse>, Status> {
+        self.state.metrics().update_rpc("resync");
         WriterService::resync(self, request.into_inner())
             .await
             .map(Response::new)
