@@ -68,18 +68,27 @@ pub fn domain_error(index: usize, prefix: &str, err: InvalidInput) -> ItemError 
 
 /// Converts a proto operation: `OPERATION_UNSPECIFIED` and unknown values are refused.
 pub fn operation(index: usize, field: &str, raw: i32) -> Result<Operation, ItemError> {
+    operation_lazy(index, || field.to_owned(), raw)
+}
+
+/// [`operation`] with the field path built only for an error (this runs for every update).
+pub fn operation_lazy(
+    index: usize,
+    field: impl FnOnce() -> String,
+    raw: i32,
+) -> Result<Operation, ItemError> {
     match v1::Operation::try_from(raw) {
         Ok(v1::Operation::Add) => Ok(Operation::Add),
         Ok(v1::Operation::Remove) => Ok(Operation::Remove),
         Ok(v1::Operation::Unspecified) => Err(item_error(
             index,
-            field,
+            field(),
             v1::Operation::Unspecified.as_str_name(),
             "unknown operation: must be OPERATION_ADD or OPERATION_REMOVE",
         )),
         Err(_) => Err(item_error(
             index,
-            field,
+            field(),
             raw.to_string(),
             "unknown operation: must be OPERATION_ADD or OPERATION_REMOVE",
         )),
@@ -151,52 +160,53 @@ pub fn apply_update(
     update: &Update,
     index: usize,
 ) -> Result<(), ItemError> {
-    let base = update_path(index);
+    let base = || update_path(index);
     let Some(kind) = &update.kind else {
         return Err(item_error(
             index,
-            format!("{base}.kind"),
+            format!("{}.kind", base()),
             "",
             "no kind set: expected one of service, egress, endpoints, pod",
         ));
     };
-    let prefix = format!("{base}.{}", kind_name(kind));
+    // Field paths are only formatted for an error: this runs for every update of every batch.
+    let prefix = || format!("{}.{}", base(), kind_name(kind));
     match kind {
         Kind::Service(s) => {
-            let op = operation(index, &format!("{prefix}.operation"), s.operation)?;
+            let op = operation_lazy(index, || format!("{}.operation", prefix()), s.operation)?;
             if op == Operation::Add {
-                validate_ports(index, &prefix, &s.ports)?;
+                validate_ports(index, &prefix(), &s.ports)?;
             }
             tracker
                 .update_service(op, &s.id)
-                .map_err(|e| domain_error(index, &prefix, e))
+                .map_err(|e| domain_error(index, &prefix(), e))
         }
         Kind::Egress(e) => {
-            let op = operation(index, &format!("{prefix}.operation"), e.operation)?;
+            let op = operation_lazy(index, || format!("{}.operation", prefix()), e.operation)?;
             tracker
                 .update_egress(op, &e.id)
-                .map_err(|err| domain_error(index, &prefix, err))
+                .map_err(|err| domain_error(index, &prefix(), err))
         }
         Kind::Endpoints(e) => match &e.change {
             None => Err(item_error(
                 index,
-                format!("{prefix}.change"),
+                format!("{}.change", prefix()),
                 "",
                 "neither level nor edge is set",
             )),
             Some(Change::Level(set)) => tracker
                 .set_endpoints(&e.service_id, &endpoints(&set.endpoints))
-                .map_err(|err| endpoints_error(index, &prefix, "level", err)),
+                .map_err(|err| endpoints_error(index, &prefix(), "level", err)),
             Some(Change::Edge(edge)) => tracker
                 .update_endpoints(
                     &e.service_id,
                     &endpoints(&edge.old_endpoints),
                     &endpoints(&edge.new_endpoints),
                 )
-                .map_err(|err| endpoints_error(index, &prefix, "edge", err)),
+                .map_err(|err| endpoints_error(index, &prefix(), "edge", err)),
         },
         Kind::Pod(p) => {
-            let op = operation(index, &format!("{prefix}.operation"), p.operation)?;
+            let op = operation_lazy(index, || format!("{}.operation", prefix()), p.operation)?;
             let pod = difftracker::PodUpdate {
                 address: &p.address,
                 location: &p.location,
@@ -205,7 +215,7 @@ pub fn apply_update(
             };
             tracker
                 .update_pod(op, &pod)
-                .map_err(|e| domain_error(index, &prefix, e))
+                .map_err(|e| domain_error(index, &prefix(), e))
         }
     }
 }
