@@ -120,14 +120,10 @@ async fn a_worker_that_disconnects_mid_unit_loses_its_units_at_once() {
     let nrp = Arc::new(Mutex::new(FakeNrp::default()));
     let mut a = TestWorker::connect(&server.url(), "a", 1).await;
     // Let a do the observe and service work, then hold a location unit and vanish.
-    let held = loop {
-        let u = a.next_unit(IDLE).await.expect("a unit");
-        if !unit_locations(&u).is_empty() {
-            break u;
-        }
-        let outcome = nrp.lock().unwrap().apply(&u);
-        a.report(u.work_id, outcome).await;
-    };
+    let held = a
+        .first_location_unit(&nrp, IDLE)
+        .await
+        .expect("a location unit");
     drop(a);
     let mut b = TestWorker::connect(&server.url(), "b", 1).await;
     // The lease is 10 minutes: b can only get the locations because the disconnect released them.
@@ -149,14 +145,10 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
     seed(&server.state, 2);
     let nrp = Arc::new(Mutex::new(FakeNrp::default()));
     let mut a = TestWorker::connect(&server.url(), "hung", 1).await;
-    let held = loop {
-        let u = a.next_unit(IDLE).await.expect("a unit");
-        if !unit_locations(&u).is_empty() {
-            break u;
-        }
-        let outcome = nrp.lock().unwrap().apply(&u);
-        a.report(u.work_id, outcome).await;
-    };
+    let held = a
+        .first_location_unit(&nrp, IDLE)
+        .await
+        .expect("a location unit");
     // a hangs (keeps its stream open, says nothing). b arrives and gets the unit after expiry.
     let mut b = TestWorker::connect(&server.url(), "b", 1).await;
     let u = b
@@ -312,16 +304,10 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
     let nrp = Arc::new(Mutex::new(FakeNrp::default()));
     let mut w = TestWorker::connect(&server.url(), "w", 1).await;
     // Observe + services go through.
-    let mut location_unit = None;
-    while let Some(u) = w.next_unit(IDLE).await {
-        if !unit_locations(&u).is_empty() {
-            location_unit = Some(u);
-            break;
-        }
-        let outcome = nrp.lock().unwrap().apply(&u);
-        w.report(u.work_id, outcome).await;
-    }
-    let u = location_unit.expect("a location unit");
+    let u = w
+        .first_location_unit(&nrp, IDLE)
+        .await
+        .expect("a location unit");
     w.report(
         u.work_id,
         v1::report::Outcome::Retryable(v1::Retryable {

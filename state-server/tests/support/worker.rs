@@ -219,6 +219,23 @@ impl TestWorker {
             .unwrap();
     }
 
+    /// Applies units to `nrp` (the observe, the services) until a location unit arrives, and
+    /// returns that one unanswered.
+    pub async fn first_location_unit(
+        &mut self,
+        nrp: &Arc<Mutex<FakeNrp>>,
+        idle: Duration,
+    ) -> Option<v1::WorkUnit> {
+        while let Some(u) = self.next_unit(idle).await {
+            if !unit_locations(&u).is_empty() {
+                return Some(u);
+            }
+            let outcome = nrp.lock().unwrap().apply(&u);
+            self.report(u.work_id, outcome).await;
+        }
+        None
+    }
+
     /// Applies units to `nrp` until none arrives for `idle`.
     pub async fn run_until_idle(&mut self, nrp: &Arc<Mutex<FakeNrp>>, idle: Duration) -> usize {
         let mut n = 0;
