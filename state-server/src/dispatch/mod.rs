@@ -257,8 +257,16 @@ impl Dispatcher {
             self.observe.parts = ActualSnapshot::default();
             Some(UnitWork::Observe)
         } else {
-            self.cut_services(tracker, now)
-                .or_else(|| self.cut_locations(tracker, now))
+            // No location work before NRP has been read back: a partial update sets an address's
+            // whole ref, so a cut from a partial view of NRP would drop refs NRP has.
+            let observed = self.observe.observed_once;
+            self.cut_services(tracker, now).or_else(|| {
+                if observed {
+                    self.cut_locations(tracker, now)
+                } else {
+                    None
+                }
+            })
         }?;
         self.stats.units_cut += 1;
         let deadline = now + self.config.lease;
@@ -579,8 +587,18 @@ impl Dispatcher {
             .or_default() += 1;
     }
 
+    /// After units were taken back from a worker, a call of theirs may still be under way in NRP and
+    /// land after newer changes. Once no such call can be (one lease later: a worker sends no call
+    /// after its lease and bounds each call's timeout by it), NRP is read back so that anything the
+    /// late call undid is seen and sent again.
+    fn observe_after_uncertainty(&mut self, now: Instant) {
+        let at = now + self.config.lease;
+        self.observe.requested = true;
+        self.observe.not_before = Some(self.observe.not_before.map_or(at, |t| t.max(at)));
+    }
+
     /// Releases every unit of a worker that disconnected, at once.
-    pub fn release_worker(&mut self, worker: u64) -> usize {
+    pub fn release_worker(&mut self, worker: u64, now: Instant) -> usize {
         let ids: Vec<u64> = self
             .in_flight
             .iter()
@@ -589,6 +607,9 @@ impl Dispatcher {
             .collect();
         for id in &ids {
             if let Some(unit) = self.finish(*id) {
+                if !matches!(unit.work, UnitWork::Observe) {
+                    self.observe_after_uncertainty(now);
+                }
                 self.requeue(&unit.work, &[], None);
             }
         }
@@ -608,6 +629,9 @@ impl Dispatcher {
                 let kind = unit.work.kind().as_str();
                 self.count(kind, "lease_expired", "LeaseExpired");
                 // The worker hung, not NRP: no backoff.
+                if !matches!(unit.work, UnitWork::Observe) {
+                    self.observe_after_uncertainty(now);
+                }
                 self.requeue(&unit.work, &[], None);
             }
         }

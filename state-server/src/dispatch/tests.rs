@@ -187,3 +187,72 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
     d.on_report(&mut t, 1, applied(4), now + Duration::from_secs(9));
     assert_eq!(d.stats().late_reports, 1);
 }
+
+#[test]
+fn no_location_work_is_cut_before_nrp_has_been_read_back() {
+    let now = Instant::now();
+    let mut t = tracker_with(2, 1);
+    let mut d = Dispatcher::new(DispatchConfig::default(), Arc::default());
+    let observe = d.next_unit(&mut t, 1, 1, now).unwrap();
+    assert_eq!(observe.work, UnitWork::Observe);
+    let s = d
+        .next_unit(&mut t, 2, 2, now)
+        .expect("service creation only adds: allowed");
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 2, applied(2), now);
+    assert!(
+        d.next_unit(&mut t, 2, 3, now).is_none(),
+        "locations wait for the read-back"
+    );
+    d.on_report(
+        &mut t,
+        1,
+        Report {
+            work_id: 1,
+            applied: vec![],
+            outcome: Outcome::Observed {
+                // NRP has the service the unit above created.
+                snapshot: ActualSnapshot {
+                    load_balancers: vec!["svc".into()],
+                    ..ActualSnapshot::default()
+                },
+                last: true,
+            },
+        },
+        now,
+    );
+    assert!(matches!(
+        d.next_unit(&mut t, 2, 4, now).unwrap().work,
+        UnitWork::Locations(_)
+    ));
+}
+
+#[test]
+fn nrp_is_read_back_one_lease_after_units_were_taken_from_a_worker() {
+    let now = Instant::now();
+    let lease = Duration::from_secs(5);
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            lease,
+            ..DispatchConfig::default()
+        },
+        Arc::default(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let u = d.next_unit(&mut t, 1, 3, now).unwrap();
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    assert_eq!(d.release_worker(1, now), 1);
+    // The released location goes out again at once; the read-back waits until the killed
+    // worker's call can no longer be under way.
+    let again = d.next_unit(&mut t, 2, 4, now).unwrap();
+    assert_eq!(again.work, u.work);
+    d.on_report(&mut t, 2, applied(4), now);
+    assert!(d.next_unit(&mut t, 2, 5, now + lease / 2).is_none());
+    assert_eq!(
+        d.next_unit(&mut t, 2, 6, now + lease).unwrap().work,
+        UnitWork::Observe
+    );
+}

@@ -170,7 +170,10 @@ impl Session {
         // Disconnect: the worker's units go back at once, to be cut for another worker.
         let mut released = 0;
         for g in &self.gateways {
-            released += g.lock().dispatch.release_worker(self.session);
+            released += g
+                .lock()
+                .dispatch
+                .release_worker(self.session, Instant::now());
         }
         self.state.set_worker(self.session, None);
         self.state.notify_work();
