@@ -305,6 +305,79 @@ impl Cluster {
     pub fn roll_all(&mut self) -> Vec<Vec<Update>> {
         (0..self.spec.apps).flat_map(|a| self.roll_app(a)).collect()
     }
+    /// Scales every app down to `keep` pods (the newest are deleted first, as a ReplicaSet does
+    /// not guarantee, but any choice will do) and returns the watcher's batch: the endpoints
+    /// without the deleted pods, then the removal of those pods.
+    pub fn scale_down(&mut self, keep: usize) -> Vec<Vec<Update>> {
+        let mut batches = Vec::new();
+        for app in 0..self.spec.apps {
+            let gone: Vec<Pod> = self
+                .pods
+                .values()
+                .filter(|p| p.app == app)
+                .skip(keep)
+                .cloned()
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            for p in &gone {
+                self.pods.remove(&p.address);
+            }
+            let mut batch: Vec<Update> = self
+                .services_of(app)
+                .iter()
+                .map(|s| self.endpoints_update(s))
+                .collect();
+            batch.extend(gone.iter().map(|p| self.pod_update(REMOVE, p)));
+            batches.push(batch);
+        }
+        batches
+    }
+
+    /// Drains node `location`: every pod on it is replaced by a new one (new IP) on another node,
+    /// and the watcher's batches are returned, oldest first: (1) the new pods and the endpoints
+    /// with old and new pods, (2) the endpoints with only the new pods and the removal of the old
+    /// pods. Needs at least two nodes.
+    pub fn drain_node(&mut self, location: &str) -> Vec<Vec<Update>> {
+        assert!(self.spec.locations > 1, "nowhere to move the pods to");
+        let old: Vec<Pod> = self
+            .pods
+            .values()
+            .filter(|p| p.location == location)
+            .cloned()
+            .collect();
+        let apps: BTreeSet<usize> = old.iter().map(|p| p.app).collect();
+        let services: Vec<String> = apps.iter().flat_map(|a| self.services_of(*a)).collect();
+        let mut surge = Vec::new();
+        for p in &old {
+            let mut pod = self.new_pod(p.app);
+            while pod.location == location {
+                pod = self.new_pod(p.app);
+            }
+            surge.push(self.pod_update(ADD, &pod));
+            self.pods.insert(pod.address.clone(), pod);
+        }
+        surge.extend(services.iter().map(|s| self.endpoints_update(s)));
+        for p in &old {
+            self.pods.remove(&p.address);
+        }
+        let mut finish: Vec<Update> = services.iter().map(|s| self.endpoints_update(s)).collect();
+        finish.extend(old.iter().map(|p| self.pod_update(REMOVE, p)));
+        vec![surge, finish]
+    }
+
+    /// The node with the most pods (the one the demo drains).
+    pub fn busiest_node(&self) -> Option<String> {
+        let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in self.pods.values() {
+            *count.entry(&p.location).or_default() += 1;
+        }
+        count
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(l, _)| l.to_owned())
+    }
 
     /// Deletes inbound service `name` (the watcher sees the Service disappear).
     pub fn remove_service(&mut self, name: &str) -> Vec<Update> {
@@ -401,5 +474,27 @@ mod tests {
         let old: BTreeSet<_> = before.addresses.keys().map(|(_, a)| a).collect();
         assert!(after.addresses.keys().all(|(_, a)| !old.contains(a)));
         assert_eq!(c.pods().len(), 80);
+    }
+
+    #[test]
+    fn scaling_down_keeps_the_asked_pods_per_app() {
+        let mut c = Cluster::generate(ClusterSpec::small(20, 10, 8));
+        let batches = c.scale_down(3);
+        assert_eq!(batches.len(), 10);
+        assert_eq!(c.pods().len(), 30);
+        assert!(c.scale_down(3).is_empty());
+    }
+
+    #[test]
+    fn draining_a_node_moves_its_pods_elsewhere() {
+        let mut c = Cluster::generate(ClusterSpec::small(20, 10, 8));
+        let node = c.busiest_node().expect("a node");
+        let before = c.pods().values().filter(|p| p.location == node).count();
+        assert!(before > 0);
+        let batches = c.drain_node(&node);
+        assert_eq!(batches.len(), 2);
+        assert_eq!(c.pods().len(), 80);
+        assert!(c.pods().values().all(|p| p.location != node));
+        assert!(c.expected().locations().iter().all(|l| *l != node));
     }
 }
