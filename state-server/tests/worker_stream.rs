@@ -158,10 +158,6 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
     assert_eq!(unit_locations(&u), unit_locations(&held));
     assert_ne!(u.work_id, held.work_id);
     // a wakes up and reports success for what it held, claiming an address NRP never got.
-    let mut bogus = FakeNrp::default();
-    bogus
-        .services
-        .insert("svc-a".into(), v1::ServiceKind::Inbound as i32);
     a.report(held.work_id, v1::report::Outcome::Applied(v1::Applied {}))
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;

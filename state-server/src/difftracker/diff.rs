@@ -116,6 +116,7 @@ impl DiffTracker {
         let loc = self.locations.get(&location)?;
         let allowed = self.removals_allowed;
         let full = allowed && !loc.in_nrp;
+        // The location's addresses are kept sorted by IP, so the output is sorted too.
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for (address, slot) in loc.addresses.iter() {
@@ -156,7 +157,6 @@ impl DiffTracker {
         if addresses.is_empty() {
             return None;
         }
-        addresses.sort_unstable_by_key(|a| a.address);
         Some(LocationDiff {
             location,
             action: if full {

@@ -52,11 +52,6 @@ impl<K: Hash + Eq + Clone> DirtyQueue<K> {
         Some(key)
     }
 
-    /// True if nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
-    }
-
     /// Number of keys waiting.
     pub fn len(&self) -> usize {
         self.order.len()

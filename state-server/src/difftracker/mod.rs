@@ -129,16 +129,6 @@ impl DiffTracker {
         self.dirty_services.contains(name)
     }
 
-    /// Marks a location dirty again, e.g. when the unit that carried it failed.
-    pub fn mark_location_dirty(&mut self, location: IpAddr) {
-        self.dirty_locations.push(location);
-    }
-
-    /// Marks a service dirty again, e.g. when the unit that carried it failed.
-    pub fn mark_service_dirty(&mut self, name: &str) {
-        self.dirty_services.push(name.into());
-    }
-
     /// A service became (un)desired or appeared in / vanished from NRP: it, and every location
     /// whose filtered refs depend on it, must be re-diffed.
     fn service_changed(&mut self, id: ServiceId) {

@@ -101,7 +101,7 @@ impl DiffTracker {
     /// Both sides of one location.
     pub fn location_view(&self, location: IpAddr) -> Option<LocationView> {
         let loc = self.locations.get(&location)?;
-        let mut addresses: Vec<AddressView> = loc
+        let addresses: Vec<AddressView> = loc
             .addresses
             .iter()
             .map(|(a, s)| AddressView {
@@ -110,7 +110,6 @@ impl DiffTracker {
                 actual: s.actual.as_deref().map(|r| self.names(r)),
             })
             .collect();
-        addresses.sort_unstable_by_key(|a| a.address);
         Some(LocationView {
             location,
             in_nrp: loc.in_nrp,

@@ -181,14 +181,6 @@ impl Dispatcher {
         self.in_flight.len()
     }
 
-    /// Units leased to one worker session.
-    pub fn units_of(&self, worker: u64) -> usize {
-        self.in_flight
-            .values()
-            .filter(|u| u.worker == worker)
-            .count()
-    }
-
     /// Locations and services parked after a terminal error.
     pub fn parked_units(&self) -> usize {
         self.parked.len()
@@ -649,13 +641,6 @@ impl Dispatcher {
     pub fn count_late_report(&mut self) {
         self.stats.late_reports += 1;
         self.metrics.late_report();
-    }
-
-    /// Whether work may be ready now (pending keys or a due observe).
-    pub fn has_pending(&self) -> bool {
-        !self.pending_locations.is_empty()
-            || !self.pending_services.is_empty()
-            || self.observe.requested
     }
 }
 
