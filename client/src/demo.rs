@@ -12,16 +12,17 @@
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
+use crate::client::{Writer, scope};
+use crate::embedded::{Harness, Options, WATCHER};
 use clb_proto::v1::Update;
 use clb_state_server::dispatch::DispatchConfig;
 use clb_state_server::state::ServerConfig;
 use clb_sync_worker::nrp::emulator::{EmulatorConfig, Stats};
 use clb_sync_worker::worker::Limits;
-use clb_tests::{Harness, Options, WATCHER, Watcher};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use clb_tests::{Cluster, ClusterSpec, Expected};
+use crate::embedded::{Cluster, ClusterSpec, Expected};
 
 const UAL: &str = "ServiceGateways_UpdateAddressLocations";
 
@@ -282,9 +283,35 @@ async fn progress_line(h: &Harness, start: Instant) -> String {
     )
 }
 
+/// Sends a phase's writes; any failed call or rejected item fails the phase.
+async fn write(watcher: &mut Writer, writes: Writes) -> Result<(), String> {
+    let rejected = match writes {
+        Writes::Resync(view) => {
+            let r = watcher
+                .resync(scope::all(), view)
+                .await
+                .map_err(|e| e.to_string())?;
+            r.describe_rejected()
+        }
+        Writes::Apply(batches) => {
+            let mut rejected = String::new();
+            for b in batches {
+                let r = watcher.apply(b).await.map_err(|e| e.to_string())?;
+                rejected.push_str(&r.describe_rejected());
+            }
+            rejected
+        }
+    };
+    if rejected.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the state server rejected updates:\n{rejected}"))
+    }
+}
+
 async fn phase(
     h: &Harness,
-    watcher: &mut Watcher,
+    watcher: &mut Writer,
     name: &str,
     writes: Writes,
     expected: &Expected,
@@ -294,12 +321,7 @@ async fn phase(
     h.emulator().reset_stats();
     let start = Instant::now();
     let work = async {
-        match writes {
-            Writes::Resync(view) => {
-                watcher.resync(view).await;
-            }
-            Writes::Apply(batches) => watcher.apply_all(batches).await,
-        }
+        write(watcher, writes).await?;
         h.try_converge(expected, config.patience).await
     };
     tokio::pin!(work);

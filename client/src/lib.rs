@@ -1,14 +1,18 @@
-//! clb client: `clbctl` and the embedded demo.
+//! clb client: the typed gRPC client of the state server, `clbctl`, the kube watcher and node agent,
+//! and the embedded system the demo plays.
 //!
-//! - [`demo`]: `clbctl demo`, the whole system (NRP emulator, state server, two sync workers) in
-//!   one process over loopback, driven by a synthetic cluster through create → rollout → scale down
-//!   → delete a service → node drained, with progress and a summary table.
-//!
-//! The synthetic cluster and the in-process harness the demo plays come from `clb-tests`
-//! (`tests/src/`), shared with the end-to-end tests.
+//! - [`client`]: [`client::Client`] (connect with retry, optional TLS, Admin reads) and
+//!   [`client::Writer`] (single updates, bulk streaming, resync); [`updates`] builds updates.
+//! - [`embedded`]: the NRP emulator, state server and sync workers in one process over loopback, and
+//!   a synthetic cluster (shared with the end-to-end tests in `tests/`).
+//! - [`demo`]: `clbctl demo`, the README's main job: create → rollout → scale down → delete a
+//!   service → node drained, with progress and a summary table.
 //! - [`status`]: `clbctl status`, the state server's Admin Status as tables.
-//!
-//! The typed client, the kube watcher and the node agent arrive with the client issue.
 
+pub mod client;
 pub mod demo;
+pub mod embedded;
 pub mod status;
+pub mod updates;
+
+pub use client::{Client, ClientError, ConnectOptions, Writer};

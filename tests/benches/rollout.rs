@@ -21,7 +21,7 @@ use clb_state_server::dispatch::DispatchConfig;
 use clb_state_server::state::ServerConfig;
 use clb_sync_worker::nrp::emulator::{EmulatorConfig, Stats};
 use clb_sync_worker::worker::Limits;
-use clb_tests::{Cluster, ClusterSpec, Harness, Options, WATCHER};
+use clb_tests::{Cluster, ClusterSpec, Harness, Options, WATCHER, WriterExt};
 
 const LATENCY_MS: u64 = 100;
 const LATENCY_PER_ADDRESS_US: u64 = 50;
@@ -113,7 +113,7 @@ async fn run(s: Scenario) -> Outcome {
     let mut cluster = Cluster::generate(spec());
     let h = Harness::start(options).await;
     let mut watcher = h.watcher().await;
-    watcher.resync(cluster.full_view()).await;
+    watcher.resync_ok(cluster.full_view()).await;
     h.converge(&cluster.expected(), PATIENCE).await;
 
     h.emulator().set_config(costly()).expect("valid config");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clb_sync_worker::nrp::emulator::{EmulatorConfig, Removal, Stats};
 use clb_tests::nrp::Detached;
 use clb_tests::{
-    Cluster, ClusterSpec, Expected, Harness, Options, PATIENCE, StalledWorker, WATCHER,
+    Cluster, ClusterSpec, Expected, Harness, Options, PATIENCE, StalledWorker, WATCHER, WriterExt,
 };
 
 /// 30 nodes, 12 apps of 20 pods (240 pods), 16 Services, 3 egresses, every 10th pod not ready.
@@ -59,7 +59,7 @@ fn spurious(removals: &[Removal], desired: &Expected) -> Vec<Removal> {
 async fn converged(options: Options, cluster: &Cluster) -> Harness {
     clb_tests::init_tracing();
     let h = Harness::start(options).await;
-    let r = h.watcher().await.resync(cluster.full_view()).await;
+    let r = h.watcher().await.resync_ok(cluster.full_view()).await;
     assert!(r.applied > 0);
     h.converge(&cluster.expected(), PATIENCE).await;
     h
@@ -198,7 +198,7 @@ async fn a_late_call_of_a_killed_worker_does_not_undo_a_newer_change() {
     h.spawn_worker_with("w0", Detached::wrap);
     h.spawn_worker_with("w1", Detached::wrap);
     let mut watcher = h.watcher().await;
-    watcher.resync(cluster.full_view()).await;
+    watcher.resync_ok(cluster.full_view()).await;
     h.converge(&cluster.expected(), PATIENCE).await;
 
     // Change 1 (roll app 0 out) is sent while NRP is slow; a worker is killed while its call is
@@ -318,7 +318,7 @@ async fn half_rollout(h: &Harness, cluster: &mut Cluster) -> Expected {
 async fn finish_after_restart(
     h: &Harness,
     cluster: &mut Cluster,
-    watcher: &mut clb_tests::Watcher,
+    watcher: &mut clb_tests::Writer,
     initial: &Expected,
     at_restart: &Expected,
     seq_at_restart: u64,
@@ -378,7 +378,7 @@ async fn a_state_server_restarted_mid_rollout_recovers_without_spurious_removals
     })
     .await;
     let mut watcher = h.watcher().await;
-    watcher.resync(cluster.full_view()).await;
+    watcher.resync_ok(cluster.full_view()).await;
     h.wait_status("removals allowed again", PATIENCE, |s| {
         s.gateways[0]
             .init
@@ -422,7 +422,7 @@ async fn a_resync_that_arrives_before_nrp_is_read_back_removes_nothing() {
         stalled.unit
     );
     let mut watcher = h.watcher().await;
-    watcher.resync(cluster.full_view()).await;
+    watcher.resync_ok(cluster.full_view()).await;
     for id in ids {
         h.spawn_worker(&id);
     }
@@ -476,7 +476,7 @@ async fn deleting_services_and_egresses_drains_their_addresses_first() {
         updates.extend(cluster.set_app_egress(app, Some("egress-1")));
     }
     updates.extend(cluster.remove_egress("egress-2"));
-    h.watcher().await.apply(updates).await;
+    h.watcher().await.apply_ok(updates).await;
 
     let expected = cluster.expected();
     for s in ["svc-0", "svc-1", "svc-4", "egress-2"] {

@@ -32,8 +32,11 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::cluster::Expected;
-use crate::writer::{WATCHER, Watcher};
+use crate::client::{Client, ConnectOptions, Writer};
+use crate::embedded::cluster::Expected;
+
+/// Source name of the cluster-wide watcher.
+pub const WATCHER: &str = "watcher";
 
 /// The gateway the state server drives by default (and the Service Gateway's name in NRP).
 pub const GATEWAY: &str = "default";
@@ -315,10 +318,15 @@ impl Harness {
     }
 
     /// A writer connected as the watcher.
-    pub async fn watcher(&self) -> Watcher {
-        Watcher::connect(&self.url(), WATCHER)
+    pub async fn watcher(&self) -> Writer {
+        self.client().await.writer(WATCHER)
+    }
+
+    /// A typed client of the state server.
+    pub async fn client(&self) -> Client {
+        Client::connect(ConnectOptions::new(self.url()))
             .await
-            .expect("writer connects")
+            .expect("client connects")
     }
 
     /// Ids of the running workers.
@@ -332,7 +340,7 @@ impl Harness {
     }
 
     /// Starts another worker named `id` whose NRP client is wrapped by `wrap` (e.g.
-    /// [`crate::nrp::Detached::wrap`]).
+    /// `clb_tests::nrp::Detached::wrap`).
     pub fn spawn_worker_with(&mut self, id: &str, wrap: impl FnOnce(Arc<dyn Nrp>) -> Arc<dyn Nrp>) {
         let nrp = wrap(WorkerProc::arm_client(&self.nrp_url()));
         let w = WorkerProc::start(id, &self.url(), nrp, &self.options);

@@ -1,0 +1,606 @@
+//! The typed async client of the state server: one [`Client`] per server (a shared HTTP/2 channel,
+//! cheap to clone), a [`Writer`] per source of desired state (single updates, bulk streaming,
+//! resync), and the Admin reads.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), clb_client::client::ClientError> {
+//! use clb_client::client::{Client, ConnectOptions, scope};
+//! use clb_client::updates;
+//! let client = Client::connect(ConnectOptions::new("http://127.0.0.1:50051")).await?;
+//! let mut writer = client.writer("watcher");
+//! writer.resync(scope::all(), vec![updates::service_add("svc-a", &[])]).await?;
+//! let outcome = writer
+//!     .apply(vec![updates::pod_add("10.1.0.5", "10.0.0.1", "", "default/web-0", "")])
+//!     .await?;
+//! assert!(outcome.rejected.is_empty(), "{}", outcome.describe_rejected());
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use clb_proto::v1::admin_client::AdminClient;
+use clb_proto::v1::writer_client::WriterClient;
+use clb_proto::v1::{
+    ApplyRequest, DiffQuery, ItemError, LocationQuery, LocationState, PendingDiffResponse,
+    ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery, ServiceState,
+    StatusRequest, StatusResponse, Update, resync_request::Part,
+};
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// Updates per `Apply` batch and per resync chunk (below the server's default batch limit).
+pub const CHUNK: usize = 2_000;
+
+/// Why a call failed. Rejected items are not errors: they are in the outcome of the call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint is not a valid URI, or its TLS settings are invalid.
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// No connection could be made within the retry budget.
+    #[error("cannot connect to {endpoint} after {attempts} attempt(s): {source}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The server answered with an error status.
+    #[error("{rpc}: {code:?}: {message}", code = .status.code(), message = .status.message())]
+    Rpc {
+        /// The RPC, e.g. `Writer.Apply`.
+        rpc: &'static str,
+        /// The status.
+        status: tonic::Status,
+    },
+    /// A stream ended before its answer.
+    #[error("{rpc}: the server closed the stream before answering batch {batch_id}")]
+    StreamClosed {
+        /// The RPC.
+        rpc: &'static str,
+        /// The batch that got no answer.
+        batch_id: u64,
+    },
+}
+
+impl ClientError {
+    /// The gRPC status of an `Rpc` error.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            ClientError::Rpc { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+
+    fn rpc(rpc: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
+        move |status| ClientError::Rpc { rpc, status }
+    }
+}
+
+/// TLS to the state server.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM of the CA that signs the server's certificate; `None` uses the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The name to check in the server's certificate; `None` uses the endpoint's host.
+    pub domain: Option<String>,
+    /// PEM certificate and key of this client, for mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// How to reach the state server.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The server's URL, e.g. `http://127.0.0.1:50051` (`https://` with [`ConnectOptions::tls`]).
+    pub endpoint: String,
+    /// Connection attempts before giving up (at least 1).
+    pub attempts: u32,
+    /// Delay before the second attempt; doubled after each failure up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// The largest delay between attempts.
+    pub max_backoff: Duration,
+    /// Timeout of one connection attempt.
+    pub connect_timeout: Duration,
+    /// Deadline of each unary call (`None`: none).
+    pub request_timeout: Option<Duration>,
+    /// TLS settings; `None` is plaintext HTTP/2.
+    pub tls: Option<TlsOptions>,
+    /// The gateway every call names; empty is the server's default gateway.
+    pub gateway: String,
+}
+
+impl ConnectOptions {
+    /// Defaults: 5 attempts, 100 ms doubling to 5 s, 5 s connect timeout, 30 s per call, plaintext,
+    /// the default gateway.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            attempts: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Some(Duration::from_secs(30)),
+            tls: None,
+            gateway: String::new(),
+        }
+    }
+
+    /// Retries the connection for as long as it takes (a long-running writer's start-up).
+    pub fn retry_forever(mut self) -> Self {
+        self.attempts = u32::MAX;
+        self
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, ClientError> {
+        let invalid = |reason: String| ClientError::InvalidEndpoint {
+            endpoint: self.endpoint.clone(),
+            reason,
+        };
+        let mut ep = Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|e| invalid(e.to_string()))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        if let Some(t) = self.request_timeout {
+            ep = ep.timeout(t);
+        }
+        if let Some(tls) = &self.tls {
+            let mut cfg = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = &tls.ca_pem {
+                cfg = cfg.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some(d) = &tls.domain {
+                cfg = cfg.domain_name(d.clone());
+            }
+            if let Some((cert, key)) = &tls.identity {
+                cfg = cfg.identity(Identity::from_pem(cert, key));
+            }
+            ep = ep.tls_config(cfg).map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(ep)
+    }
+}
+
+/// A connection to one state server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    channel: Channel,
+    gateway: String,
+    endpoint: String,
+}
+
+impl Client {
+    /// Connects, retrying with exponential backoff as `options` say.
+    pub async fn connect(options: ConnectOptions) -> Result<Self, ClientError> {
+        let endpoint = options.endpoint()?;
+        let attempts = options.attempts.max(1);
+        let mut backoff = options.initial_backoff;
+        let mut attempt = 1;
+        loop {
+            match endpoint.connect().await {
+                Ok(channel) => {
+                    return Ok(Self {
+                        channel,
+                        gateway: options.gateway,
+                        endpoint: options.endpoint,
+                    });
+                }
+                Err(source) if attempt >= attempts => {
+                    return Err(ClientError::Connect {
+                        endpoint: options.endpoint,
+                        attempts: attempt,
+                        source,
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(endpoint = %options.endpoint, attempt, error = %e, "connect failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(options.max_backoff);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// A client over an existing channel (e.g. a lazily connected one).
+    pub fn from_channel(channel: Channel, gateway: impl Into<String>) -> Self {
+        Self {
+            channel,
+            gateway: gateway.into(),
+            endpoint: String::new(),
+        }
+    }
+
+    /// The endpoint this client was connected to (empty for [`Client::from_channel`]).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The gateway the calls name (empty: the server's default).
+    pub fn gateway(&self) -> &str {
+        &self.gateway
+    }
+
+    /// The same connection, naming another gateway.
+    pub fn with_gateway(&self, gateway: impl Into<String>) -> Self {
+        Self {
+            gateway: gateway.into(),
+            ..self.clone()
+        }
+    }
+
+    /// A writer of desired state named `source` (e.g. `watcher`, `node-agent/<node>`).
+    pub fn writer(&self, source: impl Into<String>) -> Writer {
+        Writer {
+            client: WriterClient::new(self.channel.clone()),
+            gateway: self.gateway.clone(),
+            source: source.into(),
+            next_batch: 1,
+            chunk: CHUNK,
+        }
+    }
+
+    fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::new(self.channel.clone())
+    }
+
+    /// `Admin.Status`: gateways, workers, writers.
+    pub async fn status(&self) -> Result<StatusResponse, ClientError> {
+        Ok(self
+            .admin()
+            .status(StatusRequest {})
+            .await
+            .map_err(ClientError::rpc("Admin.Status"))?
+            .into_inner())
+    }
+
+    /// `Admin.GetLocation`: desired and actual addresses of one location (a node IP).
+    pub async fn location(&self, location: &str) -> Result<LocationState, ClientError> {
+        Ok(self
+            .admin()
+            .get_location(LocationQuery {
+                gateway: self.gateway.clone(),
+                location: location.to_owned(),
+            })
+            .await
+            .map_err(ClientError::rpc("Admin.GetLocation"))?
+            .into_inner())
+    }
+
+    /// `Admin.GetService`: desired and actual state of one service (inbound UID or egress name).
+    pub async fn service(&self, id: &str) -> Result<ServiceState, ClientError> {
+        Ok(self
+            .admin()
+            .get_service(ServiceQuery {
+                gateway: self.gateway.clone(),
+                id: id.to_owned(),
+            })
+            .await
+            .map_err(ClientError::rpc("Admin.GetService"))?
+            .into_inner())
+    }
+
+    /// `Admin.PendingDiff`: what is desired but not yet confirmed by NRP (at most `limit` entries
+    /// per list; 0 lets the server choose).
+    pub async fn pending_diff(&self, limit: u32) -> Result<PendingDiffResponse, ClientError> {
+        Ok(self
+            .admin()
+            .pending_diff(DiffQuery {
+                gateway: self.gateway.clone(),
+                limit,
+            })
+            .await
+            .map_err(ClientError::rpc("Admin.PendingDiff"))?
+            .into_inner())
+    }
+}
+
+/// One rejected update: its position in what the caller passed, and the server's reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    /// Position of the update in the caller's list (or in the whole stream).
+    pub position: usize,
+    /// The server's error (field, value, reason).
+    pub error: ItemError,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "update #{}: field {} = {:?}: {}",
+            self.position, self.error.field, self.error.value, self.error.reason
+        )
+    }
+}
+
+/// What an `Apply` (single, batched or streamed) did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApplyOutcome {
+    /// The state revision after the last batch.
+    pub revision: u64,
+    /// Updates applied.
+    pub applied: u64,
+    /// Updates rejected (nothing of them was applied).
+    pub rejected: Vec<Rejected>,
+    /// Batches sent.
+    pub batches: u64,
+}
+
+impl ApplyOutcome {
+    /// The rejected items, one per line (empty when none).
+    pub fn describe_rejected(&self) -> String {
+        describe(&self.rejected)
+    }
+
+    fn add(&mut self, offset: usize, revision: u64, applied: u32, rejected: Vec<ItemError>) {
+        self.revision = self.revision.max(revision);
+        self.applied += u64::from(applied);
+        self.batches += 1;
+        self.rejected
+            .extend(rejected.into_iter().map(|error| Rejected {
+                position: offset + error.index as usize,
+                error,
+            }));
+    }
+}
+
+/// What a `Resync` did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResyncOutcome {
+    /// The state revision after the resync.
+    pub revision: u64,
+    /// Updates applied.
+    pub applied: u64,
+    /// Entries of the scope that the view no longer held, removed.
+    pub removed: u64,
+    /// Updates rejected.
+    pub rejected: Vec<Rejected>,
+}
+
+impl ResyncOutcome {
+    /// The rejected items, one per line (empty when none).
+    pub fn describe_rejected(&self) -> String {
+        describe(&self.rejected)
+    }
+}
+
+fn describe(rejected: &[Rejected]) -> String {
+    rejected
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Resync scopes.
+pub mod scope {
+    use clb_proto::v1::ResyncScope;
+
+    /// Everything a cluster-wide watcher writes: services, egresses, endpoints and pods.
+    pub fn all() -> ResyncScope {
+        ResyncScope {
+            services: true,
+            egresses: true,
+            endpoints: true,
+            pods: true,
+            location: String::new(),
+        }
+    }
+
+    /// The pods of one location (a node agent's view of its node).
+    pub fn pods_at(location: &str) -> ResyncScope {
+        ResyncScope {
+            pods: true,
+            location: location.to_owned(),
+            ..ResyncScope::default()
+        }
+    }
+
+    /// The pods this source wrote, at every location.
+    pub fn pods() -> ResyncScope {
+        ResyncScope {
+            pods: true,
+            ..ResyncScope::default()
+        }
+    }
+}
+
+/// A writer of desired state: one source, one gateway.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    client: WriterClient<Channel>,
+    gateway: String,
+    source: String,
+    next_batch: u64,
+    chunk: usize,
+}
+
+impl Writer {
+    /// The source name.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Sets the number of updates per batch and per resync chunk (at least 1).
+    pub fn with_chunk(mut self, chunk: usize) -> Self {
+        self.chunk = chunk.max(1);
+        self
+    }
+
+    fn request(&mut self, updates: Vec<Update>) -> ApplyRequest {
+        let batch_id = self.next_batch;
+        self.next_batch += 1;
+        ApplyRequest {
+            gateway: self.gateway.clone(),
+            source: self.source.clone(),
+            batch_id,
+            updates,
+        }
+    }
+
+    /// Applies one update (`Writer.Apply`).
+    pub async fn apply_one(&mut self, update: Update) -> Result<ApplyOutcome, ClientError> {
+        self.apply(vec![update]).await
+    }
+
+    /// Applies `updates` with unary `Writer.Apply` calls of at most the chunk size, in order.
+    /// Stops at the first failed call; what earlier calls applied stays applied.
+    pub async fn apply(&mut self, updates: Vec<Update>) -> Result<ApplyOutcome, ClientError> {
+        let mut outcome = ApplyOutcome::default();
+        let mut offset = 0;
+        let mut rest = updates;
+        loop {
+            let tail = rest.split_off(rest.len().min(self.chunk));
+            let n = rest.len();
+            let request = self.request(rest);
+            let r = self
+                .client
+                .apply(request)
+                .await
+                .map_err(ClientError::rpc("Writer.Apply"))?
+                .into_inner();
+            outcome.add(offset, r.revision, r.applied, r.rejected);
+            offset += n;
+            if tail.is_empty() {
+                return Ok(outcome);
+            }
+            rest = tail;
+        }
+    }
+
+    /// Streams batches over one `Writer.ApplyStream` call (the bulk path: no round trip per
+    /// batch). Positions of rejected items count across the whole stream.
+    pub async fn apply_stream<S>(&mut self, batches: S) -> Result<ApplyOutcome, ClientError>
+    where
+        S: Stream<Item = Vec<Update>> + Send + 'static,
+    {
+        const RPC: &str = "Writer.ApplyStream";
+        let (tx, rx) = mpsc::channel::<ApplyRequest>(16);
+        let (offsets_tx, mut offsets_rx) = mpsc::unbounded_channel::<(u64, usize)>();
+        let gateway = self.gateway.clone();
+        let source = self.source.clone();
+        let first_batch = self.next_batch;
+        let chunk = self.chunk;
+        let (count_tx, count_rx) = tokio::sync::oneshot::channel::<u64>();
+        let send = tokio::spawn(async move {
+            let mut batches = std::pin::pin!(batches);
+            let mut batch_id = first_batch;
+            let mut offset = 0usize;
+            while let Some(mut updates) = batches.next().await {
+                loop {
+                    let tail = updates.split_off(updates.len().min(chunk));
+                    let n = updates.len();
+                    let _ = offsets_tx.send((batch_id, offset));
+                    let request = ApplyRequest {
+                        gateway: gateway.clone(),
+                        source: source.clone(),
+                        batch_id,
+                        updates,
+                    };
+                    if tx.send(request).await.is_err() {
+                        let _ = count_tx.send(batch_id - first_batch);
+                        return;
+                    }
+                    batch_id += 1;
+                    offset += n;
+                    if tail.is_empty() {
+                        break;
+                    }
+                    updates = tail;
+                }
+            }
+            let _ = count_tx.send(batch_id - first_batch);
+        });
+        let mut responses = self
+            .client
+            .apply_stream(ReceiverStream::new(rx))
+            .await
+            .map_err(ClientError::rpc(RPC))?
+            .into_inner();
+        let mut outcome = ApplyOutcome::default();
+        let mut offsets = std::collections::HashMap::new();
+        while let Some(r) = responses.message().await.map_err(ClientError::rpc(RPC))? {
+            while let Ok((id, off)) = offsets_rx.try_recv() {
+                offsets.insert(id, off);
+            }
+            let offset = offsets.remove(&r.batch_id).unwrap_or_default();
+            outcome.add(offset, r.revision, r.applied, r.rejected);
+        }
+        let _ = send.await;
+        let sent = count_rx.await.unwrap_or(outcome.batches);
+        self.next_batch = first_batch + sent;
+        if outcome.batches < sent {
+            return Err(ClientError::StreamClosed {
+                rpc: RPC,
+                batch_id: first_batch + outcome.batches,
+            });
+        }
+        Ok(outcome)
+    }
+
+    /// Sends `view` as this writer's complete view of `scope` (`Writer.Resync`), in chunks: the
+    /// server replaces the scope's desired state with it, so what the view no longer holds is
+    /// removed.
+    pub async fn resync(
+        &mut self,
+        scope: ResyncScope,
+        view: Vec<Update>,
+    ) -> Result<ResyncOutcome, ClientError> {
+        const RPC: &str = "Writer.Resync";
+        let (tx, rx) = mpsc::channel(4);
+        let header = ResyncRequest {
+            part: Some(Part::Header(ResyncHeader {
+                gateway: self.gateway.clone(),
+                source: self.source.clone(),
+                scope: Some(scope),
+            })),
+        };
+        let chunk = self.chunk;
+        let send = async move {
+            if tx.send(header).await.is_err() {
+                return;
+            }
+            let mut view = view;
+            while !view.is_empty() {
+                let rest = view.split_off(view.len().min(chunk));
+                let part = ResyncRequest {
+                    part: Some(Part::Chunk(ResyncChunk { updates: view })),
+                };
+                if tx.send(part).await.is_err() {
+                    return;
+                }
+                view = rest;
+            }
+        };
+        let mut client = self.client.clone();
+        let call = async move { client.resync(ReceiverStream::new(rx)).await };
+        let ((), response) = tokio::join!(send, call);
+        let r = response.map_err(ClientError::rpc(RPC))?.into_inner();
+        Ok(ResyncOutcome {
+            revision: r.revision,
+            applied: u64::from(r.applied),
+            removed: u64::from(r.removed),
+            rejected: r
+                .rejected
+                .into_iter()
+                .map(|error| Rejected {
+                    position: error.index as usize,
+                    error,
+                })
+                .collect(),
+        })
+    }
+}

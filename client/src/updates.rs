@@ -1,0 +1,116 @@
+//! Builders of `clb.v1.Update` messages, so callers do not assemble the proto `oneof`s by hand.
+
+use clb_proto::v1::update::Kind;
+use clb_proto::v1::{
+    EgressUpdate, Endpoint, EndpointEdge, EndpointSet, EndpointsUpdate, Operation, PodUpdate,
+    Protocol, ServicePort, ServiceUpdate, Update, endpoints_update::Change,
+};
+
+/// A `(port, protocol)` pair of an inbound service.
+pub fn port(port: u16, protocol: Protocol) -> ServicePort {
+    ServicePort {
+        port: u32::from(port),
+        protocol: protocol as i32,
+    }
+}
+
+/// Declares the inbound service `id` (a Service UID) with its load balancer ports.
+pub fn service_add(id: &str, ports: &[ServicePort]) -> Update {
+    service(Operation::Add, id, ports.to_vec())
+}
+
+/// Withdraws the inbound service `id`.
+pub fn service_remove(id: &str) -> Update {
+    service(Operation::Remove, id, Vec::new())
+}
+
+fn service(op: Operation, id: &str, ports: Vec<ServicePort>) -> Update {
+    Update {
+        kind: Some(Kind::Service(ServiceUpdate {
+            operation: op as i32,
+            id: id.to_owned(),
+            ports,
+        })),
+    }
+}
+
+/// Declares the egress (outbound service) `id`.
+pub fn egress_add(id: &str) -> Update {
+    egress(Operation::Add, id)
+}
+
+/// Withdraws the egress `id`.
+pub fn egress_remove(id: &str) -> Update {
+    egress(Operation::Remove, id)
+}
+
+fn egress(op: Operation, id: &str) -> Update {
+    Update {
+        kind: Some(Kind::Egress(EgressUpdate {
+            operation: op as i32,
+            id: id.to_owned(),
+        })),
+    }
+}
+
+/// One endpoint: a pod `address` at its node IP `location`.
+pub fn endpoint(address: &str, location: &str) -> Endpoint {
+    Endpoint {
+        address: address.to_owned(),
+        location: location.to_owned(),
+    }
+}
+
+/// The complete set of ready endpoints of service `id` (level-triggered).
+pub fn endpoints_level(id: &str, endpoints: Vec<Endpoint>) -> Update {
+    Update {
+        kind: Some(Kind::Endpoints(EndpointsUpdate {
+            service_id: id.to_owned(),
+            change: Some(Change::Level(EndpointSet { endpoints })),
+        })),
+    }
+}
+
+/// A change of the endpoints of service `id` from `old` to `new` (edge-triggered).
+pub fn endpoints_edge(id: &str, old: Vec<Endpoint>, new: Vec<Endpoint>) -> Update {
+    Update {
+        kind: Some(Kind::Endpoints(EndpointsUpdate {
+            service_id: id.to_owned(),
+            change: Some(Change::Edge(EndpointEdge {
+                old_endpoints: old,
+                new_endpoints: new,
+            })),
+        })),
+    }
+}
+
+/// A pod at `address` on `location`, using egress `outbound` (empty: none); `key` is
+/// `namespace/name`, `uid` the pod UID (may be empty).
+pub fn pod_add(address: &str, location: &str, outbound: &str, key: &str, uid: &str) -> Update {
+    pod(Operation::Add, address, location, outbound, key, uid)
+}
+
+/// The pod at `address` on `location` is gone.
+pub fn pod_remove(address: &str, location: &str, key: &str, uid: &str) -> Update {
+    pod(Operation::Remove, address, location, "", key, uid)
+}
+
+fn pod(
+    op: Operation,
+    address: &str,
+    location: &str,
+    outbound: &str,
+    key: &str,
+    uid: &str,
+) -> Update {
+    Update {
+        kind: Some(Kind::Pod(PodUpdate {
+            operation: op as i32,
+            address: address.to_owned(),
+            location: location.to_owned(),
+            outbound_identity: outbound.to_owned(),
+            pod_key: key.to_owned(),
+            pod_uid: uid.to_owned(),
+        })),
+    }
+}
