@@ -9,10 +9,12 @@
 //!   service → node drained, with progress and a summary table.
 //! - [`status`]: `clbctl status`, the state server's Admin Status as tables.
 
+pub mod cli;
 pub mod client;
 pub mod demo;
 pub mod embedded;
 pub mod status;
 pub mod updates;
+pub mod watcher;
 
 pub use client::{Client, ClientError, ConnectOptions, Writer};

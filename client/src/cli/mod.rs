@@ -1,0 +1,1 @@
+//! `clbctl` subcommands (in progress).

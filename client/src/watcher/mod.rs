@@ -1,0 +1,1 @@
+//! The kube watcher and node agent (in progress).
