@@ -1,0 +1,353 @@
+//! The Kubernetes manifests in `deploy/` are checked here, in CI, without a cluster: every document
+//! parses as its typed Kubernetes object (k8s-openapi), and what would only fail at apply or run time
+//! is checked statically — selectors select, ports and service accounts referred to exist, each
+//! container's command line parses with its binary's own flag parser, the RBAC rules grant what the
+//! watcher and the node agent call, and every pod runs as non-root with resource requests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Deserialize;
+
+const NAMESPACE: &str = "clb-system";
+
+/// Every object of `deploy/`, typed.
+#[derive(Default)]
+struct Manifests {
+    namespaces: Vec<Namespace>,
+    deployments: Vec<Deployment>,
+    daemon_sets: Vec<DaemonSet>,
+    services: Vec<Service>,
+    service_accounts: Vec<ServiceAccount>,
+    config_maps: Vec<ConfigMap>,
+    cluster_roles: Vec<ClusterRole>,
+    cluster_role_bindings: Vec<ClusterRoleBinding>,
+    pdbs: Vec<PodDisruptionBudget>,
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn parse<T: serde::de::DeserializeOwned>(file: &str, i: usize, doc: serde_yaml::Value) -> T {
+    serde_yaml::from_value(doc)
+        .unwrap_or_else(|e| panic!("{file} document {i}: not a valid object of its kind: {e}"))
+}
+
+fn load() -> Manifests {
+    let kustomization: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy_dir().join("kustomization.yaml"))
+            .expect("deploy/kustomization.yaml"),
+    )
+    .expect("kustomization parses");
+    let files: Vec<String> = kustomization["resources"]
+        .as_sequence()
+        .expect("kustomization lists resources")
+        .iter()
+        .map(|v| v.as_str().expect("resource is a file name").to_owned())
+        .collect();
+    // Every YAML file of deploy/ is listed: nothing is forgotten by `kubectl apply -k deploy/`.
+    let on_disk: BTreeSet<String> = std::fs::read_dir(deploy_dir())
+        .expect("deploy/ exists")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(
+        on_disk,
+        files.iter().cloned().collect::<BTreeSet<_>>(),
+        "deploy/*.yaml and kustomization resources differ"
+    );
+    let mut m = Manifests::default();
+    for file in &files {
+        let text = std::fs::read_to_string(deploy_dir().join(file)).expect("manifest readable");
+        for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let doc = serde_yaml::Value::deserialize(de)
+                .unwrap_or_else(|e| panic!("{file} document {i}: invalid YAML: {e}"));
+            if doc.is_null() {
+                continue;
+            }
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            let api = doc["apiVersion"].as_str().unwrap_or_default().to_owned();
+            match (api.as_str(), kind.as_str()) {
+                ("v1", "Namespace") => m.namespaces.push(parse(file, i, doc)),
+                ("apps/v1", "Deployment") => m.deployments.push(parse(file, i, doc)),
+                ("apps/v1", "DaemonSet") => m.daemon_sets.push(parse(file, i, doc)),
+                ("v1", "Service") => m.services.push(parse(file, i, doc)),
+                ("v1", "ServiceAccount") => m.service_accounts.push(parse(file, i, doc)),
+                ("v1", "ConfigMap") => m.config_maps.push(parse(file, i, doc)),
+                ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+                    m.cluster_roles.push(parse(file, i, doc))
+                }
+                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                    m.cluster_role_bindings.push(parse(file, i, doc))
+                }
+                ("policy/v1", "PodDisruptionBudget") => m.pdbs.push(parse(file, i, doc)),
+                _ => panic!("{file} document {i}: unexpected {api} {kind}"),
+            }
+        }
+    }
+    m
+}
+
+impl Manifests {
+    /// `(name, pod template)` of every workload.
+    fn workloads(&self) -> Vec<(String, &PodTemplateSpec)> {
+        let d = self
+            .deployments
+            .iter()
+            .map(|d| (name(&d.metadata), &d.spec.as_ref().expect("spec").template));
+        let ds = self
+            .daemon_sets
+            .iter()
+            .map(|d| (name(&d.metadata), &d.spec.as_ref().expect("spec").template));
+        d.chain(ds).collect()
+    }
+
+    fn config_map(&self, name: &str) -> &ConfigMap {
+        self.config_maps
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("ConfigMap {name} is referred to but not defined"))
+    }
+}
+
+fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().expect("every object is named")
+}
+
+fn labels(template: &PodTemplateSpec) -> BTreeMap<String, String> {
+    template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+#[test]
+fn every_manifest_parses_and_namespaced_objects_are_in_clb_system() {
+    let m = load();
+    assert_eq!(m.namespaces.len(), 1);
+    assert_eq!(name(&m.namespaces[0].metadata), NAMESPACE);
+    let namespaced = m
+        .deployments
+        .iter()
+        .map(|o| &o.metadata)
+        .chain(m.daemon_sets.iter().map(|o| &o.metadata))
+        .chain(m.services.iter().map(|o| &o.metadata))
+        .chain(m.service_accounts.iter().map(|o| &o.metadata))
+        .chain(m.config_maps.iter().map(|o| &o.metadata))
+        .chain(m.pdbs.iter().map(|o| &o.metadata));
+    for meta in namespaced {
+        assert_eq!(
+            meta.namespace.as_deref(),
+            Some(NAMESPACE),
+            "{} is not in {NAMESPACE}",
+            name(meta)
+        );
+    }
+}
+
+#[test]
+fn selectors_select_and_referred_objects_exist() {
+    let m = load();
+    for d in &m.deployments {
+        let spec = d.spec.as_ref().expect("spec");
+        let sel = spec.selector.match_labels.clone().unwrap_or_default();
+        assert!(
+            selects(&sel, &labels(&spec.template)),
+            "Deployment {}: selector does not match its pod labels",
+            name(&d.metadata)
+        );
+    }
+    for d in &m.daemon_sets {
+        let spec = d.spec.as_ref().expect("spec");
+        let sel = spec.selector.match_labels.clone().unwrap_or_default();
+        assert!(
+            selects(&sel, &labels(&spec.template)),
+            "DaemonSet {}: selector does not match its pod labels",
+            name(&d.metadata)
+        );
+    }
+    let accounts: BTreeSet<String> = m.service_accounts.iter().map(|s| name(&s.metadata)).collect();
+    for (w, t) in m.workloads() {
+        let spec = t.spec.as_ref().expect("pod spec");
+        let sa = spec.service_account_name.clone().unwrap_or_default();
+        assert!(accounts.contains(&sa), "{w}: service account {sa:?} is not defined");
+        for c in &spec.containers {
+            for from in c.env_from.iter().flatten() {
+                if let Some(r) = &from.config_map_ref {
+                    m.config_map(&r.name);
+                }
+            }
+        }
+    }
+    for s in &m.services {
+        let spec = s.spec.as_ref().expect("spec");
+        let sel = spec.selector.clone().unwrap_or_default();
+        let target = m
+            .workloads()
+            .into_iter()
+            .find(|(_, t)| selects(&sel, &labels(t)))
+            .unwrap_or_else(|| panic!("Service {} selects no workload", name(&s.metadata)));
+        let ports: BTreeSet<String> = target
+            .1
+            .spec
+            .as_ref()
+            .expect("pod spec")
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| p.name.clone())
+            .collect();
+        for p in spec.ports.iter().flatten() {
+            if let Some(IntOrString::String(port)) = &p.target_port {
+                assert!(
+                    ports.contains(port),
+                    "Service {}: targetPort {port:?} is not a port of {}",
+                    name(&s.metadata),
+                    target.0
+                );
+            }
+        }
+    }
+    for p in &m.pdbs {
+        let sel = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .and_then(|s| s.match_labels.clone())
+            .unwrap_or_default();
+        assert!(
+            m.workloads().iter().any(|(_, t)| selects(&sel, &labels(t))),
+            "PodDisruptionBudget {} selects no workload",
+            name(&p.metadata)
+        );
+    }
+    let roles: BTreeSet<String> = m.cluster_roles.iter().map(|r| name(&r.metadata)).collect();
+    for b in &m.cluster_role_bindings {
+        assert!(
+            roles.contains(&b.role_ref.name),
+            "ClusterRoleBinding {}: ClusterRole {} is not defined",
+            name(&b.metadata),
+            b.role_ref.name
+        );
+        for s in b.subjects.iter().flatten() {
+            assert_eq!(s.kind, "ServiceAccount");
+            assert!(
+                accounts.contains(&s.name) && s.namespace.as_deref() == Some(NAMESPACE),
+                "ClusterRoleBinding {}: subject {}/{:?} is not defined",
+                name(&b.metadata),
+                s.name,
+                s.namespace
+            );
+        }
+    }
+}
+
+#[test]
+fn every_pod_runs_as_non_root_with_requests_and_no_privilege_escalation() {
+    let m = load();
+    for (w, t) in m.workloads() {
+        let spec = t.spec.as_ref().expect("pod spec");
+        let psc = spec.security_context.as_ref();
+        assert_eq!(
+            psc.and_then(|s| s.run_as_non_root),
+            Some(true),
+            "{w}: runAsNonRoot"
+        );
+        for c in &spec.containers {
+            let requests = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.clone())
+                .unwrap_or_default();
+            assert!(
+                requests.contains_key("cpu") && requests.contains_key("memory"),
+                "{w}/{}: cpu and memory requests",
+                c.name
+            );
+            let sc = c.security_context.as_ref();
+            assert_eq!(
+                sc.and_then(|s| s.allow_privilege_escalation),
+                Some(false),
+                "{w}/{}: allowPrivilegeEscalation",
+                c.name
+            );
+        }
+    }
+}
+
+/// The command line a container would run with: its args, then (as flags) the environment entries
+/// that the binary reads (`CLB_*`), from `env` values and from referenced ConfigMaps. Values from
+/// the downward API become a placeholder.
+fn command_line(m: &Manifests, c: &Container, cmd: &clap::Command) -> Vec<String> {
+    let mut argv = vec![cmd.get_name().to_owned()];
+    argv.extend(c.args.iter().flatten().cloned());
+    let mut env: Vec<(String, String)> = Vec::new();
+    for from in c.env_from.iter().flatten() {
+        if let Some(r) = &from.config_map_ref {
+            env.extend(m.config_map(&r.name).data.clone().unwrap_or_default());
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let v = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(_)) => "from-the-downward-api".to_owned(),
+            (None, None) => String::new(),
+        };
+        env.push((e.name.clone(), v));
+    }
+    for (k, v) in env {
+        if let Some(arg) = cmd
+            .get_arguments()
+            .find(|a| a.get_env().and_then(|e| e.to_str()) == Some(k.as_str()))
+        {
+            let long = arg.get_long().expect("env-backed flags are long flags");
+            argv.push(format!("--{long}={v}"));
+        }
+    }
+    argv
+}
+
+fn container<'a>(m: &'a Manifests, workload: &str) -> &'a Container {
+    let (_, t) = m
+        .workloads()
+        .into_iter()
+        .find(|(n, _)| n == workload)
+        .unwrap_or_else(|| panic!("workload {workload} is defined"));
+    &t.spec.as_ref().expect("pod spec").containers[0]
+}
+
+fn assert_parses(m: &Manifests, workload: &str, binary: &str, cmd: clap::Command) {
+    let c = container(m, workload);
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        vec![binary.to_owned()],
+        "{workload}: runs {binary}"
+    );
+    let argv = command_line(m, c, &cmd);
+    if let Err(e) = cmd.try_get_matches_from(&argv) {
+        panic!("{workload}: {argv:?} does not parse: {e}");
+    }
+}
+
+#[test]
+fn each_container_command_line_parses_with_its_binary_flags() {
+    let m = load();
+    assert_parses(
+        &m,
+        "clb-state-server",
+        "clb-state-server",
+        clb_state_server::config::Args::command(),
+    );
+}
