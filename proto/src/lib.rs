@@ -43,7 +43,7 @@ mod tests {
 
     use super::v1::{
         AddressChange, AddressUpdateAction, LocationChange, LocationWork, Report, Retryable,
-        WorkUnit, report, work_unit,
+        ServiceFrontend, WorkUnit, report, work_unit,
     };
     use super::{FILE_DESCRIPTOR_SET, service_names};
 
@@ -86,6 +86,10 @@ mod tests {
         let report = Report {
             work_id: 9,
             applied_indices: vec![0, 2],
+            frontends: vec![ServiceFrontend {
+                service: "uid-a".into(),
+                ip: "20.0.0.7".into(),
+            }],
             outcome: Some(report::Outcome::Retryable(Retryable {
                 retry_after_ms: 1500,
                 code: "AnotherOperationInProgress".into(),

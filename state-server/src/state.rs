@@ -1,16 +1,18 @@
-//! The server's shared state: one [`Gateway`] (DiffTracker + dispatcher + writer table) per gateway
-//! name, each behind its own mutex. The server is the single writer of every DiffTracker: gRPC handlers
-//! lock a gateway briefly, mutate, and wake the worker sessions.
+//! The server's shared state: one [`Gateway`] (DiffTracker + dispatcher + writer table, and what is
+//! kept beside the tracker: service ports and frontends) per gateway name, each behind its own mutex.
+//! The server is the single writer of every DiffTracker: gRPC handlers lock a gateway briefly,
+//! mutate, and wake the worker sessions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clb_proto::v1::ServicePort;
 use tokio::sync::Notify;
 
-use crate::difftracker::DiffTracker;
-use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::difftracker::{DiffTracker, ServiceAction, ServiceChange, ServiceKind};
+use crate::dispatch::{DispatchConfig, Dispatcher, Outcome, Report};
 use crate::metrics::Metrics;
 
 /// Configuration of the server core (the binary fills it from flags).
@@ -54,7 +56,8 @@ pub struct WriterRecord {
     pub items_rejected: u64,
 }
 
-/// One gateway: its DiffTracker, its dispatcher and its writers.
+/// One gateway: its DiffTracker, its dispatcher, its writers, and beside the tracker the ports and
+/// frontend IPs of its inbound services.
 #[derive(Debug)]
 pub struct Gateway {
     /// Gateway name (never empty).
@@ -67,8 +70,25 @@ pub struct Gateway {
     pub writers: BTreeMap<String, WriterRecord>,
     /// Ports of inbound identities (canonical name), for the load balancer rules of their creation.
     /// Kept beside the DiffTracker: the diff does not depend on them.
-    pub service_ports: HashMap<String, Vec<clb_proto::v1::ServicePort>>,
+    pub service_ports: HashMap<String, Vec<ServicePort>>,
+    /// Frontend IPs of inbound identities (canonical name → canonical IP) as NRP last reported
+    /// them: set by the report of a service's creation, replaced by each completed observe,
+    /// dropped when its deletion is recorded. Kept beside the DiffTracker, which knows nothing of
+    /// them.
+    pub frontends: HashMap<String, String>,
+    /// The ports each inbound identity's load balancer rules were last created with in NRP, as
+    /// far as this server saw: a change of the desired ports against these re-creates the service.
+    programmed_ports: HashMap<String, Vec<ServicePort>>,
+    /// The ports that the creation unit in flight for a service carries (one unit per service).
+    ports_in_flight: HashMap<String, Vec<ServicePort>>,
+    /// The frontends of the parts received so far of an observe unit (by work id).
+    observing: Option<(u64, HashMap<String, String>)>,
     expected_writers: Vec<String>,
+}
+
+/// Ports as a set of (protocol, port): the order and repetition of a list do not change the rules.
+fn port_set(ports: &[ServicePort]) -> BTreeSet<(i32, u32)> {
+    ports.iter().map(|p| (p.protocol, p.port)).collect()
 }
 
 impl Gateway {
@@ -82,19 +102,131 @@ impl Gateway {
             dispatch: Dispatcher::new(config.dispatch.clone(), metrics),
             writers: BTreeMap::new(),
             service_ports: HashMap::new(),
+            frontends: HashMap::new(),
+            programmed_ports: HashMap::new(),
+            ports_in_flight: HashMap::new(),
+            observing: None,
             expected_writers: config.expected_writers.clone(),
         }
     }
 
-    /// Remembers (or forgets) the ports of a service from an update that was applied.
+    /// Remembers (or forgets) the ports of a service from an update that was applied. When the
+    /// ports of a service whose load balancer NRP has differ from those it was created with, the
+    /// service is created again (its saga re-programs the rules).
     pub fn remember_ports(&mut self, update: &clb_proto::v1::Update) {
         use clb_proto::v1::{Operation, update::Kind};
         if let Some(Kind::Service(s)) = &update.kind {
             let id = s.id.to_ascii_lowercase();
             if s.operation == Operation::Add as i32 {
+                self.reprogram_if_changed(&id, &s.ports);
                 self.service_ports.insert(id, s.ports.clone());
             } else {
                 self.service_ports.remove(&id);
+            }
+        }
+    }
+
+    /// Asks the tracker to create `id` again if `desired` differs from the ports NRP has.
+    fn reprogram_if_changed(&mut self, id: &str, desired: &[ServicePort]) {
+        let changed = self
+            .programmed_ports
+            .get(id)
+            .is_some_and(|have| port_set(have) != port_set(desired));
+        if changed && let Ok(true) = self.tracker.reprogram_service(id) {
+            tracing::debug!(service = id, "ports changed: the service is created again");
+        }
+    }
+
+    /// The ports to send with the creation of `change`'s inbound service, remembered as in flight
+    /// so that the report can tell which rules NRP got. Empty for anything else.
+    pub fn ports_for(&mut self, change: &ServiceChange) -> Vec<ServicePort> {
+        if change.kind != ServiceKind::Inbound || change.action != ServiceAction::Create {
+            return Vec::new();
+        }
+        let ports = self
+            .service_ports
+            .get(&change.name)
+            .cloned()
+            .unwrap_or_default();
+        self.ports_in_flight
+            .insert(change.name.clone(), ports.clone());
+        ports
+    }
+
+    /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
+    /// the tracker follows. `frontends` are the (service, IP) pairs the report carried, already
+    /// canonical: for a service unit, those of its creations; for an observe, those of this part.
+    /// Returns false when the report was ignored (not a unit leased to `worker`).
+    pub fn on_report(
+        &mut self,
+        worker: u64,
+        report: Report,
+        frontends: Vec<(String, String)>,
+        now: Instant,
+    ) -> bool {
+        let work_id = report.work_id;
+        let observe_part = match &report.outcome {
+            Outcome::Observed { last, .. } => Some(*last),
+            _ => None,
+        };
+        let Some(folded) = self
+            .dispatch
+            .on_report(&mut self.tracker, worker, report, now)
+        else {
+            return false;
+        };
+        match observe_part {
+            Some(last) => {
+                // Only the union of the parts is complete: replace the frontends at the end.
+                let parts = match &mut self.observing {
+                    Some((id, parts)) if *id == work_id => parts,
+                    slot => &mut slot.insert((work_id, HashMap::new())).1,
+                };
+                parts.extend(frontends);
+                if last
+                    && let Some((_, observed)) = self.observing.take()
+                    && folded.observed
+                {
+                    self.frontends = observed;
+                    let tracker = &self.tracker;
+                    self.programmed_ports
+                        .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
+                }
+            }
+            None => {
+                let mut reported: HashMap<String, String> = frontends.into_iter().collect();
+                for change in folded.services {
+                    self.service_recorded(&change, &mut reported);
+                }
+            }
+        }
+        self.update_gates();
+        true
+    }
+
+    /// Keeps the frontends and programmed ports in step with a service change NRP accepted.
+    fn service_recorded(&mut self, change: &ServiceChange, reported: &mut HashMap<String, String>) {
+        if change.kind != ServiceKind::Inbound {
+            return;
+        }
+        let name = &change.name;
+        match change.action {
+            ServiceAction::Create => {
+                if let Some(ip) = reported.remove(name) {
+                    self.frontends.insert(name.clone(), ip);
+                }
+                if let Some(sent) = self.ports_in_flight.remove(name) {
+                    self.programmed_ports.insert(name.clone(), sent);
+                    // Changed while the creation was under way: send the new ports too.
+                    if let Some(desired) = self.service_ports.get(name).cloned() {
+                        self.reprogram_if_changed(name, &desired);
+                    }
+                }
+            }
+            ServiceAction::Delete => {
+                self.frontends.remove(name);
+                self.programmed_ports.remove(name);
+                self.ports_in_flight.remove(name);
             }
         }
     }
@@ -294,4 +426,84 @@ impl StateServer {
 pub fn unix_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::difftracker::{ActualSnapshot, Operation};
+    use crate::dispatch::UnitWork;
+
+    fn gateway() -> Gateway {
+        Gateway::new(
+            "gw".into(),
+            &ServerConfig::default(),
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    fn frontends(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(s, ip)| (s.to_string(), ip.to_string()))
+            .collect()
+    }
+
+    fn observed(work_id: u64, load_balancers: &[&str], last: bool) -> Report {
+        Report {
+            work_id,
+            applied: Vec::new(),
+            outcome: Outcome::Observed {
+                snapshot: ActualSnapshot {
+                    load_balancers: load_balancers.iter().map(|s| s.to_string()).collect(),
+                    ..ActualSnapshot::default()
+                },
+                last,
+            },
+        }
+    }
+
+    #[test]
+    fn an_observe_replaces_the_frontends_with_the_union_of_its_parts_at_the_last_part() {
+        let mut g = gateway();
+        g.tracker.update_service(Operation::Add, "a").unwrap();
+        g.tracker.update_service(Operation::Add, "b").unwrap();
+        g.frontends.insert("old".into(), "20.0.0.1".into());
+        let now = Instant::now();
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        // Another worker's report, or one for another unit, is ignored.
+        assert!(!g.on_report(2, observed(7, &[], true), frontends(&[("a", "x")]), now));
+        assert!(!g.on_report(1, observed(8, &[], true), frontends(&[("a", "x")]), now));
+        let part = frontends(&[("a", "20.0.0.2")]);
+        assert!(g.on_report(1, observed(7, &["a", "b"], false), part, now));
+        assert_eq!(
+            g.frontends,
+            HashMap::from([("old".to_string(), "20.0.0.1".to_string())]),
+            "nothing changes before the last part"
+        );
+        let part = frontends(&[("b", "20.0.0.3")]);
+        assert!(g.on_report(1, observed(7, &[], true), part, now));
+        assert_eq!(
+            g.frontends,
+            HashMap::from([
+                ("a".to_string(), "20.0.0.2".to_string()),
+                ("b".to_string(), "20.0.0.3".to_string()),
+            ])
+        );
+        assert!(g.dispatch.nrp_observed());
+        // The parts of an observe that was given up do not leak into the next one.
+        g.dispatch.request_observe();
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 9, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        let part = frontends(&[("a", "20.0.0.4")]);
+        assert!(g.on_report(1, observed(9, &["a", "b"], false), part, now));
+        g.dispatch.release_worker(1, now);
+        g.dispatch.request_observe();
+        let unit = g
+            .dispatch
+            .next_unit(&mut g.tracker, 1, 10, now + Duration::from_secs(60));
+        assert_eq!(unit.map(|u| u.work), Some(UnitWork::Observe));
+        assert!(g.on_report(1, observed(10, &["a", "b"], true), Vec::new(), now));
+        assert!(g.frontends.is_empty(), "{:?}", g.frontends);
+    }
 }

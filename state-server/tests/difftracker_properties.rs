@@ -62,6 +62,8 @@ enum Accept {
 #[derive(Debug, Clone)]
 enum Step {
     Service(Operation, usize),
+    /// The service's ports changed: create it again.
+    Reprogram(usize),
     Egress(Operation, usize),
     Level(usize, Vec<(&'static str, &'static str)>),
     Edge(
@@ -82,6 +84,7 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         2 => (op(), 0..SERVICES.len()).prop_map(|(o, s)| Step::Service(o, s)),
+        1 => (0..SERVICES.len()).prop_map(Step::Reprogram),
         1 => (op(), 0..EGRESSES.len()).prop_map(|(o, e)| Step::Egress(o, e)),
         3 => (0..SERVICES.len(), endpoint_set()).prop_map(|(s, e)| Step::Level(s, e)),
         1 => (0..SERVICES.len(), endpoint_set(), endpoint_set()).prop_map(|(s, o, n)| Step::Edge(s, o, n)),
@@ -123,6 +126,10 @@ impl Harness {
             Step::Service(op, s) => {
                 t.update_service(*op, SERVICES[*s]).unwrap();
                 o.update_service(*op, SERVICES[*s]);
+            }
+            Step::Reprogram(s) => {
+                t.reprogram_service(SERVICES[*s]).unwrap();
+                o.reprogram_service(SERVICES[*s]);
             }
             Step::Egress(op, e) => {
                 t.update_egress(*op, EGRESSES[*e]).unwrap();

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -108,6 +108,17 @@ async fn updates_become_units_and_reports_converge_the_actual_state() {
         assert!(
             gw.tracker.removals_allowed(),
             "gate opens after the observe with no expected writers"
+        );
+        // The creation reports told the server each inbound service's frontend.
+        let frontends: BTreeMap<String, String> = gw
+            .frontends
+            .iter()
+            .map(|(s, ip)| (s.clone(), ip.clone()))
+            .collect();
+        assert_eq!(frontends, nrp.lock().unwrap().frontends);
+        assert_eq!(
+            frontends.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["svc-a", "svc-b"]
         );
     }
     server.stop().await;
@@ -282,6 +293,14 @@ async fn after_a_restart_no_still_desired_address_is_ever_in_a_removal() {
     second.state.notify_work();
     w.run_until_idle(&nrp, IDLE).await;
     assert!(converged(&second.state));
+    // The new server learnt the frontends from its observe of NRP.
+    {
+        let g = second.state.gateway("").unwrap();
+        let frontends: BTreeMap<String, String> = g.lock().frontends.clone().into_iter().collect();
+        let nrp = nrp.lock().unwrap();
+        assert_eq!(frontends, nrp.frontends);
+        assert_eq!(frontends.len(), 2);
+    }
     let removals = nrp.lock().unwrap().removals.clone();
     assert!(
         !removals.is_empty(),

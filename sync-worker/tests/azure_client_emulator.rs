@@ -133,7 +133,7 @@ async fn saga_round_trip(config: EmulatorConfig) {
         .put_public_ip("pip-a", &public_ip(), opts())
         .await
         .unwrap();
-    let pip_id = pip.id.expect("public IP id");
+    let pip_id = pip.id.clone().expect("public IP id");
     assert_eq!(
         pip_id,
         rid(ResourceKind::PublicIpAddress, "pip-a").to_string()
@@ -162,12 +162,44 @@ async fn saga_round_trip(config: EmulatorConfig) {
         location: Some("eastus".into()),
         sku: Some(Sku::standard()),
         properties: NatGatewayProperties {
-            public_ip_addresses: vec![SubResource::new(nat_pip.id.unwrap())],
+            public_ip_addresses: vec![SubResource::new(nat_pip.id.clone().unwrap())],
             ..Default::default()
         },
         ..Default::default()
     };
     let nat = nrp.put_nat_gateway("nat-e", &nat, opts()).await.unwrap();
+
+    // NRP allocates the public IPs' addresses, and one listing (paged: three over pages of two)
+    // reads them back; a name that does not exist is left out.
+    let spare = nrp
+        .put_public_ip("pip-spare", &public_ip(), opts())
+        .await
+        .unwrap();
+    let allocated = |p: &PublicIpAddress| {
+        p.properties
+            .ip_address
+            .clone()
+            .expect("the PUT's result has the allocated address")
+    };
+    let ip_a = allocated(&pip);
+    assert_ne!(ip_a, allocated(&nat_pip));
+    let wanted = ["PIP-A", "pip-nat", "pip-spare", "pip-missing"].map(String::from);
+    let mut found: Vec<(String, String)> = nrp
+        .find_public_ips(&wanted, opts())
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| (p.name.clone().unwrap(), allocated(p)))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("pip-a".to_string(), ip_a.clone()),
+            ("pip-nat".to_string(), allocated(&nat_pip)),
+            ("pip-spare".to_string(), allocated(&spare)),
+        ]
+    );
     let egress = GatewayService::outbound("egress-e", nat.id.unwrap());
     nrp.update_services(
         GW,
@@ -254,6 +286,8 @@ async fn saga_round_trip(config: EmulatorConfig) {
     nrp.delete_public_ip("pip-a", opts()).await.unwrap();
     let err = nrp.get_load_balancer("lb-a", opts()).await.unwrap_err();
     assert!(matches!(err, NrpError::NotFound { .. }), "{err:?}");
+    let found = nrp.find_public_ips(&wanted, opts()).await.unwrap();
+    assert_eq!(found.len(), 2, "pip-a is gone: {found:?}");
 
     let dump = server.emulator().dump();
     let gw = dump.gateway(GW).unwrap();

@@ -3,7 +3,9 @@
 mod emulator_common;
 
 use clb_sync_worker::nrp::emulator::{EmulatorConfig, RemovalCause};
-use clb_sync_worker::nrp::wire::{AddressLocationsPage, ResourceKind, ServicesPage};
+use clb_sync_worker::nrp::wire::{
+    AddressLocationsPage, PublicIpAddressesPage, ResourceId, ResourceKind, ServicesPage,
+};
 use emulator_common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -494,4 +496,94 @@ async fn garbage_never_crashes_the_emulator() {
         }
     }
     assert_eq!(h.get(&g, None).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn public_ips_get_stable_distinct_addresses_and_are_listed_by_resource_group() {
+    let h = Harness::start(EmulatorConfig {
+        page_size: 2,
+        ..Default::default()
+    })
+    .await;
+    let ip_of = |r: &Resp| {
+        r.body["properties"]["ipAddress"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let a = id(ResourceKind::PublicIpAddress, "pip-a");
+    let r = h.put(&a, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let ip_a = ip_of(&r).expect("the PUT's answer has the allocated address");
+    let v4: std::net::Ipv4Addr = ip_a.parse().expect("an IPv4 address by default");
+    assert_eq!(v4.octets()[0], 20, "{ip_a}");
+    assert_eq!(r.body["properties"]["publicIPAddressVersion"], "IPv4");
+
+    // A re-PUT keeps it, even one that names another address (ipAddress is read-only); so does GET.
+    let r = h
+        .put(
+            &a,
+            json!({"location": "eastus", "properties": {"ipAddress": "1.2.3.4"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(ip_of(&r), Some(ip_a.clone()));
+    assert_eq!(ip_of(&h.get(&a, None).await), Some(ip_a.clone()));
+
+    // Another public IP gets another address; an IPv6 one an address of the IPv6 range.
+    let b = id(ResourceKind::PublicIpAddress, "pip-b");
+    let ip_b = ip_of(&h.put(&b, json!({"location": "eastus"})).await).unwrap();
+    assert_ne!(ip_b, ip_a);
+    let c = id(ResourceKind::PublicIpAddress, "pip-c");
+    let r = h
+        .put(
+            &c,
+            json!({"location": "eastus", "properties": {"publicIPAddressVersion": "IPv6"}}),
+        )
+        .await;
+    let ip_c: std::net::Ipv6Addr = ip_of(&r).unwrap().parse().expect("an IPv6 address");
+    assert_eq!(ip_c.segments()[..3], [0x2001, 0xdb8, 0xc1b]);
+    // A public IP in another resource group, which the listing below must not show.
+    let elsewhere = ResourceId::new(SUB, "rg-other", ResourceKind::PublicIpAddress, "pip-z");
+    let ip_z = ip_of(&h.put(&elsewhere, json!({"location": "eastus"})).await).unwrap();
+    assert!(![&ip_a, &ip_b].contains(&&ip_z), "unique across groups");
+
+    // GET …/publicIPAddresses lists the resource group's public IPs by name, paged.
+    let mut url = format!(
+        "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/publicIPAddresses?api-version={}",
+        h.server.base_url(),
+        api_version()
+    );
+    let mut listed = Vec::new();
+    let mut pages = 0;
+    loop {
+        let r = h.call(Method::GET, &url, None).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        pages += 1;
+        let page: PublicIpAddressesPage = serde_json::from_value(r.body).unwrap();
+        listed.extend(
+            page.value
+                .into_iter()
+                .map(|p| (p.name.unwrap(), p.properties.ip_address.unwrap())),
+        );
+        match page.next_link {
+            Some(next) => url = next,
+            None => break,
+        }
+    }
+    assert_eq!(pages, 2);
+    assert_eq!(
+        listed,
+        [
+            ("pip-a".to_string(), ip_a.clone()),
+            ("pip-b".to_string(), ip_b.clone()),
+            ("pip-c".to_string(), ip_c.to_string()),
+        ]
+    );
+    assert_eq!(h.emu().stats().calls_of("PublicIPAddresses_List"), 2);
+
+    // Deleted, it is gone (its address goes back to the pool); created again, it gets an address.
+    assert_eq!(h.delete(&a).await.status, StatusCode::OK);
+    assert_eq!(h.get(&a, None).await.status, StatusCode::NOT_FOUND);
+    let again = ip_of(&h.put(&a, json!({"location": "eastus"})).await).unwrap();
+    assert!(![&ip_b, &ip_z].contains(&&again), "{again}");
 }

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clb_proto::v1::{self, NrpSnapshot, ObserveWork, report, work_unit};
+use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::nrp::emulator::EmulatorConfig;
+use clb_sync_worker::nrp::wire::PublicIpAddress;
+use clb_sync_worker::nrp::{CallOptions, Nrp};
 use clb_sync_worker::worker::Limits;
 use harness::*;
 use tokio::sync::Semaphore;
@@ -225,6 +228,7 @@ async fn observe_reports_what_nrp_holds_in_parts() {
         merged.load_balancers.extend(s.load_balancers);
         merged.nat_gateways.extend(s.nat_gateways);
         merged.locations.extend(s.locations);
+        merged.frontends.extend(s.frontends);
         if o.last {
             break;
         }
@@ -232,6 +236,11 @@ async fn observe_reports_what_nrp_holds_in_parts() {
     assert!(parts >= 2, "split at 2 addresses per part: {parts}");
     assert_eq!(merged.load_balancers, ["svc-a"]);
     assert_eq!(merged.nat_gateways, ["egress-e"]);
+    // The inbound service's frontend (its public IP's address), not the egress's.
+    assert_eq!(
+        frontends(&merged.frontends),
+        BTreeMap::from([("svc-a".to_string(), pip_address(&h, "pip-svc-a"))])
+    );
     let mut observed = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for l in &merged.locations {
@@ -246,6 +255,164 @@ async fn observe_reports_what_nrp_holds_in_parts() {
         }
     }
     assert_eq!(observed, h.address_map());
+    h.shutdown().await;
+}
+
+/// Frontends as `service → IP`, checking that no service is listed twice.
+fn frontends(list: &[v1::ServiceFrontend]) -> BTreeMap<String, String> {
+    let map: BTreeMap<String, String> = list
+        .iter()
+        .map(|f| (f.service.clone(), f.ip.clone()))
+        .collect();
+    assert_eq!(map.len(), list.len(), "a service listed twice: {list:?}");
+    map
+}
+
+/// The address the emulator allocated to the public IP `name`.
+fn pip_address(h: &Harness, name: &str) -> String {
+    h.emulator()
+        .dump()
+        .public_ip_addresses
+        .iter()
+        .find(|p| p.name.as_deref() == Some(name))
+        .and_then(|p| p.properties.ip_address.clone())
+        .unwrap_or_else(|| panic!("public IP {name} with an address"))
+}
+
+async fn create_reports_carry_frontends(emulator: EmulatorConfig) {
+    let mut h = Harness::start(emulator, Limits::default()).await;
+    let mut conn = h.conn().await;
+    let r = conn
+        .run(services(
+            1,
+            vec![
+                inbound("svc-a", Create),
+                outbound("egress-e", Create),
+                inbound("svc-b", Create),
+            ],
+        ))
+        .await;
+    assert_applied(&r);
+    let (a, b) = (pip_address(&h, "pip-svc-a"), pip_address(&h, "pip-svc-b"));
+    assert_ne!(a, b);
+    assert_eq!(
+        frontends(&r.frontends),
+        BTreeMap::from([("svc-a".to_string(), a.clone()), ("svc-b".to_string(), b)])
+    );
+
+    // Running the creation again (as after a ports change) keeps the address.
+    let r = conn.run(services(2, vec![inbound("svc-a", Create)])).await;
+    assert_applied(&r);
+    assert_eq!(
+        frontends(&r.frontends),
+        BTreeMap::from([("svc-a".to_string(), a)])
+    );
+
+    // A unit that only partly went through carries the frontends of what did.
+    let broken = service(
+        "svc-x",
+        v1::ServiceKind::Inbound,
+        Create,
+        &[(80, v1::Protocol::Unspecified)],
+    );
+    let r = conn
+        .run(services(3, vec![broken, inbound("svc-c", Create)]))
+        .await;
+    assert_eq!(terminal(&r).code, "InvalidServiceChange");
+    assert_eq!(r.applied_indices, vec![1]);
+    assert_eq!(
+        frontends(&r.frontends),
+        BTreeMap::from([("svc-c".to_string(), pip_address(&h, "pip-svc-c"))])
+    );
+
+    // Location units and deletions carry none.
+    let r = conn
+        .run(locations(4, vec![location("10.0.0.1", true, &[])]))
+        .await;
+    assert_applied(&r);
+    assert!(r.frontends.is_empty());
+    let r = conn.run(services(5, vec![inbound("svc-c", Delete)])).await;
+    assert_applied(&r);
+    assert!(r.frontends.is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_report_of_a_create_unit_carries_the_frontend_of_each_inbound_service() {
+    create_reports_carry_frontends(EmulatorConfig::default()).await;
+}
+
+#[tokio::test]
+async fn the_frontend_is_read_back_when_the_public_ip_is_created_as_a_long_running_operation() {
+    // The first answer of the PUT has no address yet; the client reads the resource at the end.
+    create_reports_carry_frontends(EmulatorConfig {
+        long_running_operations: true,
+        lro_retry_after_secs: 0,
+        ..Default::default()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_observe_reports_the_frontends_of_the_inbound_services_with_one_paged_listing() {
+    let mut h = Harness::start(
+        EmulatorConfig {
+            page_size: 1,
+            ..Default::default()
+        },
+        Limits::default(),
+    )
+    .await;
+    let mut conn = h.conn().await;
+    let created = conn
+        .run(services(
+            1,
+            vec![
+                inbound("svc-a", Create),
+                inbound("svc-b", Create),
+                inbound("svc-c", Create),
+                outbound("egress-e", Create),
+            ],
+        ))
+        .await;
+    assert_applied(&created);
+    // A public IP of a service that is not registered on the gateway (an interrupted saga): listed,
+    // but not a frontend.
+    let arm = ArmClient::new(
+        ArmConfig::new("sub1", "rg1").with_endpoint(h.nrp.base_url()),
+        None,
+    )
+    .unwrap();
+    let orphan = PublicIpAddress {
+        location: Some("eastus".into()),
+        ..Default::default()
+    };
+    arm.put_public_ip("pip-svc-orphan", &orphan, CallOptions::none())
+        .await
+        .unwrap();
+    h.emulator().reset_stats();
+    let r = conn
+        .run(unit(2, work_unit::Work::Observe(ObserveWork {})))
+        .await;
+    let Some(report::Outcome::Observed(o)) = r.outcome else {
+        panic!("expected observed, got {r:?}")
+    };
+    assert!(o.last);
+    let s = o.snapshot.unwrap();
+    let expected: BTreeMap<String, String> = ["svc-a", "svc-b", "svc-c"]
+        .iter()
+        .map(|n| (n.to_string(), pip_address(&h, &format!("pip-{n}"))))
+        .collect();
+    assert_eq!(frontends(&s.frontends), expected);
+    assert_eq!(
+        frontends(&created.frontends),
+        expected,
+        "the same as created"
+    );
+    let stats = h.emulator().stats();
+    // Five public IPs over pages of one: one listing of five pages, no GET per service.
+    assert_eq!(stats.calls_of("PublicIPAddresses_List"), 5);
+    assert_eq!(stats.calls_of("PublicIPAddresses_Get"), 0);
     h.shutdown().await;
 }
 

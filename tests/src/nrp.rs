@@ -119,6 +119,16 @@ impl Nrp for Detached {
             .await
     }
 
+    async fn find_public_ips(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<PublicIpAddress>, NrpError> {
+        let x = names.to_vec();
+        self.run(|n| async move { n.find_public_ips(&x, opts).await })
+            .await
+    }
+
     async fn put_public_ip(
         &self,
         name: &str,

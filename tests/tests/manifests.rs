@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -178,11 +180,18 @@ fn selectors_select_and_referred_objects_exist() {
             name(&d.metadata)
         );
     }
-    let accounts: BTreeSet<String> = m.service_accounts.iter().map(|s| name(&s.metadata)).collect();
+    let accounts: BTreeSet<String> = m
+        .service_accounts
+        .iter()
+        .map(|s| name(&s.metadata))
+        .collect();
     for (w, t) in m.workloads() {
         let spec = t.spec.as_ref().expect("pod spec");
         let sa = spec.service_account_name.clone().unwrap_or_default();
-        assert!(accounts.contains(&sa), "{w}: service account {sa:?} is not defined");
+        assert!(
+            accounts.contains(&sa),
+            "{w}: service account {sa:?} is not defined"
+        );
         for c in &spec.containers {
             for from in c.env_from.iter().flatten() {
                 if let Some(r) = &from.config_map_ref {

@@ -90,6 +90,7 @@ impl DiffTracker {
                             },
                         )
                     })?;
+                self.services.get_mut(sid).reprogram = false;
                 self.set_service_actual(sid, Some(change.kind));
             }
             ServiceAction::Delete => {

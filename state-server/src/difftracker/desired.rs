@@ -108,6 +108,7 @@ impl DiffTracker {
                     return Ok(());
                 }
                 let entry = self.services.get_mut(sid);
+                entry.reprogram = false;
                 if entry.desired_inbound {
                     entry.desired_inbound = false;
                     self.revision += 1;
@@ -120,6 +121,26 @@ impl DiffTracker {
             }
         }
         Ok(())
+    }
+
+    /// Asks for a desired inbound identity to be created again in NRP even if NRP has it, because
+    /// what its creation sends changed (its ports, which the tracker does not keep): its status
+    /// becomes a pending `Create` until a creation is recorded (`record_service_applied`) or it
+    /// stops being desired. Counts as a desired change (the revision grows). Returns whether it
+    /// did anything: an unknown, undesired or outbound identity is left alone.
+    pub fn reprogram_service(&mut self, id: &str) -> Result<bool, InvalidInput> {
+        let name = normalize_identity("id", id)?;
+        let Some(sid) = self.services.id(&name) else {
+            return Ok(false);
+        };
+        let entry = self.services.get_mut(sid);
+        if entry.kind != ServiceKind::Inbound || !entry.desired_inbound {
+            return Ok(false);
+        }
+        entry.reprogram = true;
+        self.revision += 1;
+        self.dirty_service(sid);
+        Ok(true)
     }
 
     /// Adds (declares) or removes an outbound identity (an egress). Removing it clears it from

@@ -202,7 +202,14 @@ impl DiffTracker {
     fn status_of(&self, sid: ServiceId) -> ServiceStatus {
         let e = self.services.get(sid);
         match (e.is_desired(), e.actual) {
+            // Also created again on request (`reprogram_service`) while NRP has it: the creation
+            // saga is idempotent and re-programs what changed; the service stays in NRP meanwhile.
             (true, None) => ServiceStatus::Pending(ServiceChange {
+                name: e.name.to_string(),
+                kind: e.kind,
+                action: ServiceAction::Create,
+            }),
+            (true, Some(_)) if e.reprogram => ServiceStatus::Pending(ServiceChange {
                 name: e.name.to_string(),
                 kind: e.kind,
                 action: ServiceAction::Create,

@@ -88,6 +88,10 @@ pub(crate) struct ServiceEntry {
     pub egress: Option<EgressState>,
     /// The kind NRP has it as, if NRP has it.
     pub actual: Option<ServiceKind>,
+    /// A desired inbound identity that must be created again although NRP has it (its load
+    /// balancer changed): set by `reprogram_service`, cleared when a creation is recorded or the
+    /// identity stops being desired.
+    pub reprogram: bool,
     pub desired_refs: u32,
     pub actual_refs: u32,
     /// Reverse index: locations where desired addresses refer to this service, with how many.
@@ -143,6 +147,7 @@ impl ServiceTable {
             desired_inbound: false,
             egress: None,
             actual: None,
+            reprogram: false,
             desired_refs: 0,
             actual_refs: 0,
             locations: HashMap::default(),

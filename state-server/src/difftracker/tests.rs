@@ -541,3 +541,78 @@ fn edge_updates_apply_only_the_difference() {
     assert_eq!(v.addresses.len(), 2);
     assert!(t.location_view(ip("10.0.0.1")).is_none());
 }
+
+#[test]
+fn a_reprogrammed_service_is_created_again_while_it_stays_in_nrp() {
+    let mut t = one_service_cluster();
+    converge(&mut t);
+    t.take_dirty();
+    let create = ServiceChange {
+        name: "svc-a".into(),
+        kind: ServiceKind::Inbound,
+        action: ServiceAction::Create,
+    };
+    let revision = t.revision();
+    assert_eq!(t.reprogram_service("SVC-A"), Ok(true));
+    assert!(t.revision() > revision, "a desired change");
+    assert_eq!(
+        t.service_status("svc-a"),
+        ServiceStatus::Pending(create.clone())
+    );
+    assert_eq!(t.pending_diff().services, vec![create.clone()]);
+    assert!(t.is_service_dirty("svc-a"));
+    // Meanwhile its addresses keep it: nothing else changes.
+    let dirty = t.take_dirty();
+    assert!(dirty.locations.is_empty(), "{dirty:?}");
+    assert!(t.pending_diff().locations.is_empty());
+    assert_eq!(
+        actual_refs(&t, "10.0.0.1", "10.1.0.1"),
+        Some(vec!["svc-a".into()])
+    );
+    // An observe that finds it in NRP does not settle it; only a recorded creation does.
+    t.observe(&ActualSnapshot {
+        load_balancers: vec!["svc-a".into()],
+        nat_gateways: vec![],
+        locations: vec![
+            (ip("10.0.0.1"), vec![(ip("10.1.0.1"), vec!["svc-a".into()])]),
+            (ip("10.0.0.2"), vec![(ip("10.1.0.2"), vec!["svc-a".into()])]),
+        ],
+    })
+    .unwrap();
+    assert_eq!(
+        t.service_status("svc-a"),
+        ServiceStatus::Pending(create.clone())
+    );
+    t.record_service_applied(&create).unwrap();
+    assert_eq!(t.service_status("svc-a"), ServiceStatus::InSync);
+    assert!(t.pending_diff().is_empty());
+}
+
+#[test]
+fn only_desired_inbound_identities_are_reprogrammed() {
+    let mut t = one_service_cluster();
+    t.update_egress(Operation::Add, "eg").unwrap();
+    converge(&mut t);
+    assert_eq!(t.reprogram_service("eg"), Ok(false));
+    assert_eq!(t.reprogram_service("unknown"), Ok(false));
+    assert!(t.reprogram_service("").is_err());
+    assert!(t.pending_diff().is_empty());
+    // A request that the service's removal overtakes is dropped with it: re-adding the service
+    // does not create it again.
+    t.take_dirty();
+    assert_eq!(t.reprogram_service("svc-a"), Ok(true));
+    t.update_service(Operation::Remove, "svc-a").unwrap();
+    t.update_service(Operation::Add, "svc-a").unwrap();
+    assert_eq!(t.service_status("svc-a"), ServiceStatus::InSync);
+    // Not in NRP yet: the pending creation is the one that was due anyway.
+    let mut fresh = one_service_cluster();
+    assert_eq!(fresh.reprogram_service("svc-a"), Ok(true));
+    assert!(matches!(
+        fresh.service_status("svc-a"),
+        ServiceStatus::Pending(ServiceChange {
+            action: ServiceAction::Create,
+            ..
+        })
+    ));
+    converge(&mut fresh);
+}

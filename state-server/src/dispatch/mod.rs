@@ -23,7 +23,7 @@ use crate::difftracker::dirty::DirtyQueue as Queue;
 use crate::difftracker::{ActualSnapshot, DiffTracker, LocationDiff, ServiceChange, ServiceStatus};
 use crate::metrics::Metrics;
 use crate::state::unix_ms;
-pub use unit::{Outcome, Report, Unit, UnitKind, UnitWork};
+pub use unit::{Folded, Outcome, Report, Unit, UnitKind, UnitWork};
 
 /// Dispatcher settings.
 #[derive(Debug, Clone)]
@@ -445,34 +445,38 @@ impl Dispatcher {
         });
     }
 
-    /// Folds a worker's report into the actual state. A report for a unit that is not (or no
-    /// longer) leased to `worker` is ignored and counted: NRP may or may not have applied it, and
-    /// the re-cut unit carries the same change again, which NRP applies idempotently.
+    /// Folds a worker's report into the actual state and returns what it recorded. A report for a
+    /// unit that is not (or no longer) leased to `worker` is ignored and counted (`None`): NRP may
+    /// or may not have applied it, and the re-cut unit carries the same change again, which NRP
+    /// applies idempotently.
     pub fn on_report(
         &mut self,
         tracker: &mut DiffTracker,
         worker: u64,
         report: Report,
         now: Instant,
-    ) {
+    ) -> Option<Folded> {
         match self.in_flight.get(&report.work_id) {
             Some(u) if u.worker == worker => {}
             _ => {
                 self.count_late_report();
-                return;
+                return None;
             }
         }
         if let Outcome::Observed { snapshot, last } = report.outcome {
-            self.merge_observed(tracker, report.work_id, snapshot, last, now);
-            return;
+            let observed = self.merge_observed(tracker, report.work_id, snapshot, last, now);
+            return Some(Folded {
+                services: Vec::new(),
+                observed,
+            });
         }
         let unit = self.finish(report.work_id).expect("checked in flight");
         let kind = unit.work.kind().as_str();
-        match report.outcome {
+        let services = match report.outcome {
             Outcome::Applied => {
                 self.count(kind, "applied", "");
                 let all: Vec<u32> = (0..unit.work.len() as u32).collect();
-                self.record(tracker, report.work_id, &unit.work, &all);
+                self.record(tracker, report.work_id, &unit.work, &all)
             }
             Outcome::Retryable {
                 retry_after,
@@ -481,13 +485,14 @@ impl Dispatcher {
             } => {
                 self.count(kind, "retryable", &code);
                 self.error(report.work_id, &code, &message, false);
-                self.record(tracker, report.work_id, &unit.work, &report.applied);
+                let recorded = self.record(tracker, report.work_id, &unit.work, &report.applied);
                 self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+                recorded
             }
             Outcome::Terminal { code, message } => {
                 self.count(kind, "terminal", &code);
                 self.error(report.work_id, &code, &message, true);
-                self.record(tracker, report.work_id, &unit.work, &report.applied);
+                let recorded = self.record(tracker, report.work_id, &unit.work, &report.applied);
                 if let UnitWork::Observe = unit.work {
                     self.requeue(&unit.work, &[], Some((self.config.retry_max, now)));
                 }
@@ -498,11 +503,18 @@ impl Dispatcher {
                         self.parked.insert(key, record.clone());
                     }
                 }
+                recorded
             }
             Outcome::Observed { .. } => unreachable!("handled above"),
-        }
+        };
+        Some(Folded {
+            services,
+            observed: false,
+        })
     }
 
+    /// Merges one part of an observe; on the last one, folds the whole snapshot into the actual
+    /// state and returns whether it was.
     fn merge_observed(
         &mut self,
         tracker: &mut DiffTracker,
@@ -510,13 +522,13 @@ impl Dispatcher {
         part: ActualSnapshot,
         last: bool,
         now: Instant,
-    ) {
+    ) -> bool {
         let parts = &mut self.observe.parts;
         parts.load_balancers.extend(part.load_balancers);
         parts.nat_gateways.extend(part.nat_gateways);
         parts.locations.extend(part.locations);
         if !last {
-            return;
+            return false;
         }
         self.finish(work_id);
         let snapshot = std::mem::take(&mut self.observe.parts);
@@ -527,18 +539,28 @@ impl Dispatcher {
                 self.observe.observed_once = true;
                 self.observe.last_at = Some(now);
                 self.observe.not_before = None;
+                true
             }
             Err(e) => {
                 self.count("observe", "terminal", "InconsistentSnapshot");
                 self.error(work_id, "InconsistentSnapshot", &e.to_string(), false);
                 self.requeue(&UnitWork::Observe, &[], Some((self.config.retry_base, now)));
+                false
             }
         }
     }
 
-    /// Records the listed parts of a unit as applied in the actual state.
-    fn record(&mut self, tracker: &mut DiffTracker, work_id: u64, work: &UnitWork, which: &[u32]) {
+    /// Records the listed parts of a unit as applied in the actual state; returns the service
+    /// changes that were.
+    fn record(
+        &mut self,
+        tracker: &mut DiffTracker,
+        work_id: u64,
+        work: &UnitWork,
+        which: &[u32],
+    ) -> Vec<ServiceChange> {
         let mut failures = Vec::new();
+        let mut recorded = Vec::new();
         match work {
             UnitWork::Observe => {}
             UnitWork::Services(changes) => {
@@ -546,8 +568,9 @@ impl Dispatcher {
                     if let Some(c) = changes.get(*i as usize) {
                         self.backoff.remove(&Key::Service(c.name.clone()));
                         self.pending_since.remove(&Key::Service(c.name.clone()));
-                        if let Err(e) = tracker.record_service_applied(c) {
-                            failures.push(e.to_string());
+                        match tracker.record_service_applied(c) {
+                            Ok(()) => recorded.push(c.clone()),
+                            Err(e) => failures.push(e.to_string()),
                         }
                     }
                 }
@@ -569,6 +592,7 @@ impl Dispatcher {
             self.error(work_id, "InconsistentReport", &f, false);
             self.observe.requested = true;
         }
+        recorded
     }
 
     fn count(&mut self, kind: &'static str, result: &'static str, code: &str) {

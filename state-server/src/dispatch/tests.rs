@@ -256,3 +256,51 @@ fn nrp_is_read_back_one_lease_after_units_were_taken_from_a_worker() {
         UnitWork::Observe
     );
 }
+
+#[test]
+fn a_report_returns_what_it_recorded() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    for s in ["a", "b"] {
+        t.update_service(Operation::Add, s).unwrap();
+    }
+    let mut d = Dispatcher::new(DispatchConfig::default(), Arc::default());
+    let u = d.next_unit(&mut t, 1, 1, now).unwrap();
+    assert_eq!(u.work, UnitWork::Observe);
+    let last = |last| Report {
+        work_id: 1,
+        applied: vec![],
+        outcome: Outcome::Observed {
+            snapshot: ActualSnapshot::default(),
+            last,
+        },
+    };
+    let part = d.on_report(&mut t, 1, last(false), now).unwrap();
+    assert_eq!(part, Folded::default());
+    assert!(d.on_report(&mut t, 1, last(true), now).unwrap().observed);
+    let u = d.next_unit(&mut t, 1, 2, now).unwrap();
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit")
+    };
+    assert_eq!(changes.len(), 2);
+    // Late or foreign reports record nothing.
+    assert_eq!(d.on_report(&mut t, 9, applied(2), now), None);
+    let folded = d
+        .on_report(
+            &mut t,
+            1,
+            Report {
+                work_id: 2,
+                applied: vec![1],
+                outcome: Outcome::Retryable {
+                    retry_after: Duration::ZERO,
+                    code: "x".into(),
+                    message: String::new(),
+                },
+            },
+            now,
+        )
+        .unwrap();
+    assert_eq!(folded.services, vec![changes[1].clone()]);
+    assert!(!folded.observed);
+}

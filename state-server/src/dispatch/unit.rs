@@ -118,3 +118,13 @@ pub struct Report {
     /// The outcome.
     pub outcome: Outcome,
 }
+
+/// What [`super::Dispatcher::on_report`] folded into the actual state: what the server keeps beside
+/// the tracker (ports, frontends) follows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// The service changes recorded as applied, in the unit's order.
+    pub services: Vec<ServiceChange>,
+    /// Whether the report completed an observe whose snapshot became the actual state.
+    pub observed: bool,
+}

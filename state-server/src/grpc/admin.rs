@@ -17,6 +17,7 @@ use super::convert::{
     invalid_argument, location_change, location_state, service_change, service_kind,
     unknown_gateway,
 };
+use crate::difftracker::ServiceKind;
 use crate::difftracker::identity::normalize_identity;
 use crate::difftracker::ip::parse_ip;
 use crate::state::{Gateway, StateServer};
@@ -173,6 +174,15 @@ impl AdminService {
                 q.id, g.name
             ))
         })?;
+        let inbound = view.kind == ServiceKind::Inbound;
+        let ports = match g.service_ports.get(&view.name) {
+            Some(ports) if inbound => ports.clone(),
+            _ => Vec::new(),
+        };
+        let frontend_ip = match g.frontends.get(&view.name) {
+            Some(ip) if inbound && view.actual => ip.clone(),
+            _ => String::new(),
+        };
         Ok(ServiceState {
             gateway: g.name.clone(),
             id: view.name.clone(),
@@ -183,8 +193,8 @@ impl AdminService {
             actual_addresses: u64::from(view.actual_addresses),
             desired_locations: view.locations as u64,
             actual_locations: g.tracker.actual_locations_of(&view.name),
-            // The DiffTracker does not keep ports yet.
-            ports: Vec::new(),
+            ports,
+            frontend_ip,
         })
     }
 

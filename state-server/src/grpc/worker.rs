@@ -19,6 +19,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::convert::{location_change, service_change};
 use crate::difftracker::ActualSnapshot;
+use crate::difftracker::identity::normalize_identity;
 use crate::dispatch::{Outcome, Report, Unit, UnitWork};
 use crate::state::{Gateway, GatewayHandle, StateServer, WorkerInfo, unix_ms};
 
@@ -236,20 +237,19 @@ impl Session {
         if !partial {
             self.outstanding.remove(&work_id);
         }
+        let frontends = frontends_from_proto(&report);
         let report = report_from_proto(report);
         for g in &self.gateways {
             let handled = {
-                let mut guard = g.lock();
-                let gw = &mut *guard;
+                let mut gw = g.lock();
                 let held = gw.dispatch.holds(work_id);
                 if held {
-                    gw.dispatch.on_report(
-                        &mut gw.tracker,
+                    gw.on_report(
                         self.session,
                         report.clone(),
+                        frontends.clone(),
                         Instant::now(),
                     );
-                    gw.update_gates();
                 }
                 held
             };
@@ -275,22 +275,13 @@ fn unit_id(msg: &v1::ServerMessage) -> u64 {
     }
 }
 
-fn unit_to_proto(gateway: &Gateway, unit: Unit) -> v1::WorkUnit {
+fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
         UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
             changes: changes
                 .iter()
-                .map(|c| {
-                    service_change(
-                        c,
-                        gateway
-                            .service_ports
-                            .get(&c.name)
-                            .cloned()
-                            .unwrap_or_default(),
-                    )
-                })
+                .map(|c| service_change(c, gateway.ports_for(c)))
                 .collect(),
         }),
         UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
@@ -306,6 +297,35 @@ fn unit_to_proto(gateway: &Gateway, unit: Unit) -> v1::WorkUnit {
         attempt: 1,
         work: Some(work),
     }
+}
+
+/// The frontends a report carries (for a service unit, or in an observe's snapshot) as canonical
+/// (service, IP) pairs. A malformed entry is left out: it cannot be true of NRP, and the next
+/// observe reads the frontends back anyway.
+fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
+    let listed = match &r.outcome {
+        Some(v1::report::Outcome::Observed(o)) => o
+            .snapshot
+            .as_ref()
+            .map_or(&[][..], |s| s.frontends.as_slice()),
+        _ => r.frontends.as_slice(),
+    };
+    let frontends: Vec<(String, String)> = listed
+        .iter()
+        .filter_map(|f| {
+            let service = normalize_identity("service", &f.service).ok()?;
+            let ip = f.ip.parse::<IpAddr>().ok()?.to_canonical();
+            Some((service.into_owned(), ip.to_string()))
+        })
+        .collect();
+    if frontends.len() < listed.len() {
+        warn!(
+            work_id = r.work_id,
+            ignored = listed.len() - frontends.len(),
+            "report with malformed frontends: ignored them"
+        );
+    }
+    frontends
 }
 
 /// A report from the wire; a malformed one becomes a retryable failure (the unit is cut again).

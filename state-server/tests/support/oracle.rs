@@ -32,6 +32,8 @@ pub struct Oracle {
     pub nat_gateways: BTreeSet<String>,
     pub actual: BTreeMap<IpAddr, BTreeMap<IpAddr, BTreeSet<String>>>,
     pub removals_allowed: bool,
+    /// Desired inbound services to create again (their load balancer changed).
+    pub reprogram: BTreeSet<String>,
 }
 
 impl Default for Oracle {
@@ -44,6 +46,7 @@ impl Default for Oracle {
             nat_gateways: BTreeSet::new(),
             actual: BTreeMap::new(),
             removals_allowed: true,
+            reprogram: BTreeSet::new(),
         }
     }
 }
@@ -84,11 +87,20 @@ impl Oracle {
             }
             Operation::Remove => {
                 self.services.remove(&id);
+                self.reprogram.remove(&id);
                 for a in self.addresses.values_mut() {
                     a.inbound.remove(&id);
                 }
                 self.drop_empty();
             }
+        }
+    }
+
+    /// A desired inbound service must be created again, even if NRP has it.
+    pub fn reprogram_service(&mut self, id: &str) {
+        let id = id.to_ascii_lowercase();
+        if self.services.contains(&id) {
+            self.reprogram.insert(id);
         }
     }
 
@@ -231,7 +243,7 @@ impl Oracle {
             .chain(self.egresses.keys().map(|e| (e, ServiceKind::Outbound)))
             .collect();
         for (name, kind) in &desired {
-            if !self.in_nrp(name) {
+            if !self.in_nrp(name) || self.reprogram.contains(*name) {
                 services.push(ServiceChange {
                     name: (*name).clone(),
                     kind: *kind,
@@ -344,7 +356,10 @@ impl Oracle {
             ServiceKind::Outbound => &mut self.nat_gateways,
         };
         match c.action {
-            ServiceAction::Create => set.insert(c.name.clone()),
+            ServiceAction::Create => {
+                self.reprogram.remove(&c.name);
+                set.insert(c.name.clone())
+            }
             ServiceAction::Delete => set.remove(&c.name),
         };
     }

@@ -65,6 +65,11 @@ pub struct FakeNrp {
     pub locations: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     pub removals: Vec<Removal>,
     pub calls: u64,
+    /// The frontend IP of each inbound service, allocated at its first creation.
+    pub frontends: BTreeMap<String, String>,
+    /// The (protocol, port) rules of each inbound service's load balancer, as last created.
+    pub rules: BTreeMap<String, BTreeSet<(i32, u32)>>,
+    allocated: u32,
 }
 
 impl FakeNrp {
@@ -85,8 +90,18 @@ impl FakeNrp {
             }),
             v1::work_unit::Work::Services(w) => {
                 for c in &w.changes {
+                    let inbound = c.kind == v1::ServiceKind::Inbound as i32;
                     if c.action == v1::ServiceAction::Create as i32 {
                         self.services.insert(c.name.clone(), c.kind);
+                        if inbound {
+                            if !self.frontends.contains_key(&c.name) {
+                                self.allocated += 1;
+                                let ip = format!("20.0.0.{}", self.allocated);
+                                self.frontends.insert(c.name.clone(), ip);
+                            }
+                            let rules = c.ports.iter().map(|p| (p.protocol, p.port)).collect();
+                            self.rules.insert(c.name.clone(), rules);
+                        }
                     } else {
                         let used = self
                             .locations
@@ -94,6 +109,8 @@ impl FakeNrp {
                             .any(|l| l.values().any(|s| s.contains(&c.name)));
                         assert!(!used, "NRP: service {} deleted while referenced", c.name);
                         self.services.remove(&c.name);
+                        self.frontends.remove(&c.name);
+                        self.rules.remove(&c.name);
                     }
                 }
                 v1::report::Outcome::Applied(v1::Applied {})
@@ -132,6 +149,32 @@ impl FakeNrp {
         }
     }
 
+    /// Applies one unit's work and returns the whole report a worker would send: the outcome, and
+    /// the frontends of the inbound services a service unit created.
+    pub fn apply_report(&mut self, unit: &v1::WorkUnit) -> v1::Report {
+        let outcome = self.apply(unit);
+        let frontends = match unit.work.as_ref() {
+            Some(v1::work_unit::Work::Services(w)) => w
+                .changes
+                .iter()
+                .filter(|c| c.action == v1::ServiceAction::Create as i32)
+                .filter_map(|c| {
+                    Some(v1::ServiceFrontend {
+                        service: c.name.clone(),
+                        ip: self.frontends.get(&c.name)?.clone(),
+                    })
+                })
+                .collect(),
+            _ => vec![],
+        };
+        v1::Report {
+            work_id: unit.work_id,
+            applied_indices: vec![],
+            frontends,
+            outcome: Some(outcome),
+        }
+    }
+
     pub fn snapshot(&self) -> v1::NrpSnapshot {
         v1::NrpSnapshot {
             load_balancers: self
@@ -159,6 +202,14 @@ impl FakeNrp {
                             services: s.iter().cloned().collect(),
                         })
                         .collect(),
+                })
+                .collect(),
+            frontends: self
+                .frontends
+                .iter()
+                .map(|(service, ip)| v1::ServiceFrontend {
+                    service: service.clone(),
+                    ip: ip.clone(),
                 })
                 .collect(),
         }
@@ -207,13 +258,19 @@ impl TestWorker {
     }
 
     pub async fn report(&self, work_id: u64, outcome: v1::report::Outcome) {
+        self.send_report(v1::Report {
+            work_id,
+            applied_indices: vec![],
+            frontends: vec![],
+            outcome: Some(outcome),
+        })
+        .await;
+    }
+
+    pub async fn send_report(&self, report: v1::Report) {
         self.out
             .send(v1::WorkerMessage {
-                kind: Some(v1::worker_message::Kind::Report(v1::Report {
-                    work_id,
-                    applied_indices: vec![],
-                    outcome: Some(outcome),
-                })),
+                kind: Some(v1::worker_message::Kind::Report(report)),
             })
             .await
             .unwrap();
@@ -230,8 +287,8 @@ impl TestWorker {
             if !unit_locations(&u).is_empty() {
                 return Some(u);
             }
-            let outcome = nrp.lock().unwrap().apply(&u);
-            self.report(u.work_id, outcome).await;
+            let report = nrp.lock().unwrap().apply_report(&u);
+            self.send_report(report).await;
         }
         None
     }
@@ -240,8 +297,8 @@ impl TestWorker {
     pub async fn run_until_idle(&mut self, nrp: &Arc<Mutex<FakeNrp>>, idle: Duration) -> usize {
         let mut n = 0;
         while let Some(u) = self.next_unit(idle).await {
-            let outcome = nrp.lock().unwrap().apply(&u);
-            self.report(u.work_id, outcome).await;
+            let report = nrp.lock().unwrap().apply_report(&u);
+            self.send_report(report).await;
             n += 1;
         }
         n

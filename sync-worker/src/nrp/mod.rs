@@ -92,6 +92,29 @@ pub trait Nrp: Send + Sync {
     /// `DELETE …/publicIPAddresses/{name}`; succeeds when it does not exist.
     async fn delete_public_ip(&self, name: &str, opts: CallOptions) -> Result<(), NrpError>;
 
+    /// The public IP addresses among `names` that exist (names compared case-insensitively; a name
+    /// that does not exist is left out), in no particular order. For reading many at once, such as
+    /// the frontends of every inbound service in an observe.
+    ///
+    /// [`azure::ArmClient`] reads them with one listing of the resource group
+    /// (`GET …/publicIPAddresses`, following `nextLink` to the last page). This default, meant for
+    /// wrappers, GETs each name in turn.
+    async fn find_public_ips(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<PublicIpAddress>, NrpError> {
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            match self.get_public_ip(name, opts).await {
+                Ok(pip) => found.push(pip),
+                Err(NrpError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+
     /// `GET …/loadBalancers/{name}`.
     async fn get_load_balancer(
         &self,

@@ -368,6 +368,8 @@ pub struct AddressLocation {
 pub type AddressLocationsPage = Page<AddressLocation>;
 /// A page of `GET …/serviceGateways/{name}/services`.
 pub type ServicesPage = Page<GatewayService>;
+/// A page of `GET …/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`.
+pub type PublicIpAddressesPage = Page<PublicIpAddress>;
 
 #[cfg(test)]
 mod tests {

@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{Backoff, Limits, WorkerConfig};
 pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
 pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
-pub use observe::snapshot_parts;
+pub use observe::{frontends_of, snapshot_parts};
 pub use services::{
     BACKEND_POOL_NAME, FRONTEND_NAME, load_balancer, load_balancer_name, nat_gateway_name,
     public_ip_name,

@@ -1,10 +1,16 @@
 //! Observe work (anti-entropy): read the gateway's services and address locations back from NRP and
-//! report them as `Observed` parts, split when large.
+//! report them as `Observed` parts, split when large. The frontends of the inbound services (the
+//! addresses of their public IPs `pip-{name}`, read with one listing) go in the first part.
 
-use clb_proto::v1::{self, AddressChange, LocationChange, NrpSnapshot, Report, report};
+use std::collections::HashMap;
 
+use clb_proto::v1::{
+    self, AddressChange, LocationChange, NrpSnapshot, Report, ServiceFrontend, report,
+};
+
+use super::services::public_ip_name;
 use super::unit::{UnitCtx, UnitError, report};
-use crate::nrp::wire::{AddressLocation, GatewayService};
+use crate::nrp::wire::{AddressLocation, GatewayService, PublicIpAddress};
 
 /// Builds the snapshot parts: services in the first part, locations packed greedily so that a part
 /// carries at most `max_addresses` addresses (a larger location goes alone), each location in exactly
@@ -55,6 +61,30 @@ pub fn snapshot_parts(
     parts
 }
 
+/// The frontends of the inbound services `inbound` among the public IPs `pips`: each service's public
+/// IP `pip-{name}` (matched case-insensitively) with its address, sorted by service. A service whose
+/// public IP is missing or has no address yet has no frontend.
+pub fn frontends_of(inbound: &[String], pips: &[PublicIpAddress]) -> Vec<ServiceFrontend> {
+    let by_pip: HashMap<String, &str> = inbound
+        .iter()
+        .map(|s| (public_ip_name(s).to_ascii_lowercase(), s.as_str()))
+        .collect();
+    let mut frontends: Vec<ServiceFrontend> = pips
+        .iter()
+        .filter_map(|p| {
+            let service = by_pip.get(&p.name.as_deref()?.to_ascii_lowercase())?;
+            let ip = p.properties.ip_address.as_deref()?.trim();
+            (!ip.is_empty()).then(|| ServiceFrontend {
+                service: (*service).to_owned(),
+                ip: ip.to_owned(),
+            })
+        })
+        .collect();
+    frontends.sort_by(|a, b| a.service.cmp(&b.service));
+    frontends.dedup_by(|a, b| a.service == b.service);
+    frontends
+}
+
 /// A gateway that does not exist has no services and no locations.
 fn empty_if_missing<T>(result: Result<Vec<T>, UnitError>) -> Result<Vec<T>, UnitError> {
     match result {
@@ -73,15 +103,30 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
             ctx.read(|o| ctx.nrp().list_address_locations(ctx.gateway, o))
                 .await,
         )?;
-        Ok::<_, UnitError>((services, locations))
+        let inbound: Vec<String> = services
+            .iter()
+            .filter(|s| s.properties.service_type.is_some_and(|t| t.is_inbound()))
+            .map(|s| s.name.clone())
+            .collect();
+        let pips = if inbound.is_empty() {
+            Vec::new()
+        } else {
+            let names: Vec<String> = inbound.iter().map(|s| public_ip_name(s)).collect();
+            empty_if_missing(ctx.read(|o| ctx.nrp().find_public_ips(&names, o)).await)?
+        };
+        let frontends = frontends_of(&inbound, &pips);
+        Ok::<_, UnitError>((services, locations, frontends))
     };
     match read.await {
-        Ok((services, locations)) => {
-            let parts = snapshot_parts(
+        Ok((services, locations, frontends)) => {
+            let mut parts = snapshot_parts(
                 services,
                 locations,
                 ctx.env.config.limits.max_addresses_per_report,
             );
+            if let Some(first) = parts.first_mut() {
+                first.frontends = frontends;
+            }
             let n = parts.len();
             tracing::debug!(parts = n, "observed");
             parts
@@ -147,5 +192,42 @@ mod tests {
             v1::AddressUpdateAction::FullUpdate
         );
         assert_eq!(snapshot_parts(Vec::new(), Vec::new(), 6).len(), 1);
+    }
+
+    fn pip(name: &str, ip: Option<&str>) -> PublicIpAddress {
+        let mut p = PublicIpAddress {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        p.properties.ip_address = ip.map(str::to_owned);
+        p
+    }
+
+    #[test]
+    fn frontends_are_the_addresses_of_the_inbound_services_public_ips() {
+        let inbound = vec![
+            "svc-b".to_string(),
+            "svc-a".to_string(),
+            "svc-c".to_string(),
+        ];
+        let pips = vec![
+            pip("PIP-svc-a", Some("20.0.0.1")),
+            pip("pip-svc-b", Some("2001:db8:c1b::1")),
+            pip("pip-svc-c", None),
+            pip("pip-egress-e", Some("20.0.0.3")),
+            pip("other", Some("20.0.0.4")),
+        ];
+        let got: Vec<(String, String)> = frontends_of(&inbound, &pips)
+            .into_iter()
+            .map(|f| (f.service, f.ip))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("svc-a".to_string(), "20.0.0.1".to_string()),
+                ("svc-b".to_string(), "2001:db8:c1b::1".to_string()),
+            ]
+        );
+        assert!(frontends_of(&[], &pips).is_empty());
     }
 }

@@ -2,7 +2,9 @@
 //! of a missing resource is success), so that a saga interrupted anywhere can simply run again.
 //!
 //! - inbound create: public IP `pip-{name}`, load balancer `lb-{name}` (frontend on that IP, backend
-//!   pool, one rule per port/protocol), register the service with its backend pool;
+//!   pool, one rule per port/protocol), register the service with its backend pool; the public IP's
+//!   address (NRP allocates it) goes back to the server as the service's frontend. The same saga
+//!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
 //! - outbound create: public IP `pip-{name}`, NAT gateway `natgw-{name}` on it, register the service
 //!   with the NAT gateway id;
 //! - delete (sent only after the drain): unregister, then the load balancer or NAT gateway, then the
@@ -12,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use clb_proto::v1::{self, Report, ServiceChange, ServiceWork};
+use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceWork};
 
 use super::unit::{UnitCtx, UnitError, partial_report};
 use crate::nrp::wire::{
@@ -151,25 +153,52 @@ fn gone_ok(result: Result<(), UnitError>) -> Result<(), UnitError> {
     }
 }
 
-/// Creates the public IP of `name` and returns its id.
+/// A public IP as the saga needs it: its id, and its address when NRP has allocated one.
+struct EnsuredIp {
+    id: String,
+    address: Option<String>,
+}
+
+/// Creates (or updates) the public IP of `name`. Its address is read-only and allocated by NRP:
+/// taken from the PUT's result, or, when that lacks it, from a GET of the public IP.
 async fn ensure_public_ip(
     ctx: &UnitCtx<'_>,
     name: &str,
     region: &str,
-) -> Result<String, UnitError> {
+) -> Result<EnsuredIp, UnitError> {
     let pip_name = public_ip_name(name);
     let body = public_ip(region);
     let pip = ctx
         .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
         .await?;
-    pip.id.ok_or_else(|| {
+    let id = pip.id.ok_or_else(|| {
         UnitError::Nrp(crate::nrp::NrpError::Server {
             status: 200,
             code: "MissingResourceId".into(),
             message: format!("public IP {pip_name} came back without an id"),
             retry_after: None,
         })
-    })
+    })?;
+    let address = match ip_address(&pip.properties) {
+        Some(ip) => Some(ip),
+        None => {
+            let read = ctx.read(|o| ctx.nrp().get_public_ip(&pip_name, o)).await?;
+            ip_address(&read.properties)
+        }
+    };
+    if address.is_none() {
+        tracing::warn!(public_ip = %pip_name, "NRP reports no address for the public IP yet");
+    }
+    Ok(EnsuredIp { id, address })
+}
+
+/// The allocated address of a public IP, if any.
+fn ip_address(p: &PublicIpAddressProperties) -> Option<String> {
+    p.ip_address
+        .as_deref()
+        .map(str::trim)
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_owned)
 }
 
 /// The id of the top-level resource `name` of `kind` in the same subscription and resource group as
@@ -187,10 +216,15 @@ fn sibling_id(sibling: &str, kind: ResourceKind, name: &str) -> Result<ResourceI
     ))
 }
 
-async fn create_inbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+/// Creates an inbound service and returns its frontend, when NRP told its address.
+async fn create_inbound(
+    ctx: &UnitCtx<'_>,
+    change: &ServiceChange,
+) -> Result<Option<ServiceFrontend>, UnitError> {
     let rules = rules(change)?;
     let region = ctx.ensure_gateway().await?;
-    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?;
+    let pip = ensure_public_ip(ctx, &change.name, &region).await?;
+    let pip_id = pip.id;
     let lb_name = load_balancer_name(&change.name);
     let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
     let body = load_balancer(&lb_id, &region, &pip_id, rules);
@@ -206,12 +240,16 @@ async fn create_inbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(),
         .unwrap_or_else(|| lb_id.backend_pool_id(BACKEND_POOL_NAME));
     let req = update(false, GatewayService::inbound(&change.name, pool));
     ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &req, o))
-        .await
+        .await?;
+    Ok(pip.address.map(|ip| ServiceFrontend {
+        service: change.name.clone(),
+        ip,
+    }))
 }
 
 async fn create_outbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
     let region = ctx.ensure_gateway().await?;
-    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?;
+    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?.id;
     let nat_name = nat_gateway_name(&change.name);
     let body = NatGateway {
         location: Some(region.clone()),
@@ -260,16 +298,20 @@ async fn delete(ctx: &UnitCtx<'_>, change: &ServiceChange, inbound: bool) -> Res
     gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
 }
 
-async fn saga(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+/// Runs the saga of one change; an inbound creation returns the service's frontend.
+async fn saga(
+    ctx: &UnitCtx<'_>,
+    change: &ServiceChange,
+) -> Result<Option<ServiceFrontend>, UnitError> {
     if change.name.trim().is_empty() {
         return Err(invalid("a service change without a name".into()));
     }
     use v1::{ServiceAction as A, ServiceKind as K};
     match (change.kind(), change.action()) {
         (K::Inbound, A::Create) => create_inbound(ctx, change).await,
-        (K::Outbound, A::Create) => create_outbound(ctx, change).await,
-        (K::Inbound, A::Delete) => delete(ctx, change, true).await,
-        (K::Outbound, A::Delete) => delete(ctx, change, false).await,
+        (K::Outbound, A::Create) => create_outbound(ctx, change).await.map(|()| None),
+        (K::Inbound, A::Delete) => delete(ctx, change, true).await.map(|()| None),
+        (K::Outbound, A::Delete) => delete(ctx, change, false).await.map(|()| None),
         _ => Err(invalid(format!(
             "service {}: unknown kind {} or action {}",
             change.name, change.kind, change.action
@@ -278,7 +320,8 @@ async fn saga(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError
 }
 
 /// Runs every saga of `work` concurrently. A retryable failure stops the sagas that have not started
-/// their next call yet; a terminal one fails only its own change.
+/// their next call yet; a terminal one fails only its own change. The report carries the frontends
+/// of the inbound services created (whatever the outcome of the others).
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork) -> Report {
     let results = futures::future::join_all(work.changes.iter().enumerate().map(
         |(i, change)| async move {
@@ -298,11 +341,17 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
     .await;
     let mut applied = Vec::new();
     let mut errors = Vec::new();
+    let mut frontends = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(()) => applied.push(u32::try_from(i).unwrap_or(u32::MAX)),
+            Ok(frontend) => {
+                applied.push(u32::try_from(i).unwrap_or(u32::MAX));
+                frontends.extend(frontend);
+            }
             Err(e) => errors.push(e),
         }
     }
-    partial_report(work_id, applied, errors)
+    let mut report = partial_report(work_id, applied, errors);
+    report.frontends = frontends;
+    report
 }

@@ -285,6 +285,7 @@ pub(crate) fn report(work_id: u64, applied_indices: Vec<u32>, outcome: report::O
     Report {
         work_id,
         applied_indices,
+        frontends: Vec::new(),
         outcome: Some(outcome),
     }
 }

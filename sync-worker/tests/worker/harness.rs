@@ -435,6 +435,13 @@ impl Nrp for GatedNrp {
     async fn delete_public_ip(&self, n: &str, o: CallOptions) -> Result<(), NrpError> {
         self.inner.delete_public_ip(n, o).await
     }
+    async fn find_public_ips(
+        &self,
+        n: &[String],
+        o: CallOptions,
+    ) -> Result<Vec<PublicIpAddress>, NrpError> {
+        self.inner.find_public_ips(n, o).await
+    }
     async fn get_load_balancer(&self, n: &str, o: CallOptions) -> Result<LoadBalancer, NrpError> {
         self.inner.get_load_balancer(n, o).await
     }

@@ -209,6 +209,39 @@ impl ArmClient {
         Ok(url)
     }
 
+    /// URL of the collection of `kind` in the configured resource group (`…/providers/{ns}/{kind}`),
+    /// with the api-version.
+    fn collection_url(&self, kind: ResourceKind) -> Result<Url, NrpError> {
+        let mut url = self.base.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        url.path_segments_mut()
+            .map_err(|()| invalid_config("endpoint cannot be a base URL".into()))?
+            .pop_if_empty()
+            .extend([
+                "subscriptions",
+                &self.config.subscription_id,
+                "resourceGroups",
+                &self.config.resource_group,
+                "providers",
+                PROVIDER,
+                kind.segment(),
+            ]);
+        url.query_pairs_mut()
+            .append_pair("api-version", &self.config.api_version);
+        Ok(url)
+    }
+
+    /// `GET …/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`: every public IP of
+    /// the configured resource group, following `nextLink` to the last page.
+    pub async fn list_public_ips(
+        &self,
+        opts: CallOptions,
+    ) -> Result<Vec<PublicIpAddress>, NrpError> {
+        let url = self.collection_url(ResourceKind::PublicIpAddress)?;
+        self.list_all(url, opts).await
+    }
+
     async fn get_resource<T: DeserializeOwned>(
         &self,
         kind: ResourceKind,
@@ -368,6 +401,25 @@ impl Nrp for ArmClient {
     async fn delete_public_ip(&self, name: &str, opts: CallOptions) -> Result<(), NrpError> {
         self.delete_resource(ResourceKind::PublicIpAddress, name, opts)
             .await
+    }
+
+    async fn find_public_ips(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<PublicIpAddress>, NrpError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: std::collections::HashSet<String> =
+            names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        let mut all = self.list_public_ips(opts).await?;
+        all.retain(|p| {
+            p.name
+                .as_deref()
+                .is_some_and(|n| wanted.contains(&n.to_ascii_lowercase()))
+        });
+        Ok(all)
     }
 
     async fn get_load_balancer(

@@ -26,6 +26,8 @@ pub(crate) enum GatewayAction {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Target {
     Resource(ResourceId),
+    /// The public IP addresses of a resource group (subscription, resource group).
+    PublicIps(String, String),
     Gateway(ResourceId, GatewayAction),
     /// `Azure-AsyncOperation` status of an LRO.
     OperationStatus(String),
@@ -48,6 +50,8 @@ pub(crate) enum Read {
     Services(ResourceId, Option<String>),
     Locations(ResourceId, Option<IpAddr>),
     PublicIp(ResourceId),
+    /// A page of a resource group's public IPs: subscription, resource group, skip token.
+    PublicIps(String, String, Option<String>),
     LoadBalancer(ResourceId),
     NatGateway(ResourceId),
 }
@@ -133,6 +137,22 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
             _ => "OperationResults_Get",
         };
         return check_method(method, path, &[Method::GET], operation, target);
+    }
+    // /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses
+    if segs.len() == 7
+        && eq(2, "resourceGroups")
+        && eq(4, "providers")
+        && eq(5, PROVIDER)
+        && ResourceKind::from_segment(segs[6]) == Some(ResourceKind::PublicIpAddress)
+    {
+        let target = Target::PublicIps(segs[1].to_string(), segs[3].to_string());
+        return check_method(
+            method,
+            path,
+            &[Method::GET],
+            "PublicIPAddresses_List",
+            target,
+        );
     }
     if !(segs.len() == 8 || segs.len() == 9)
         || !eq(2, "resourceGroups")
@@ -292,6 +312,11 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
                 "operation polls carry no body".into(),
             ));
         }
+        Target::PublicIps(subscription, resource_group) => Op::Read(Read::PublicIps(
+            subscription.clone(),
+            resource_group.clone(),
+            query.skip_token.clone(),
+        )),
         Target::Resource(id) => {
             let id = id.clone();
             match id.kind {
@@ -507,6 +532,15 @@ impl NrpState {
                 )
             }
             Read::PublicIp(id) => (to_value(&self.get_public_ip(&id)?)?, None),
+            Read::PublicIps(subscription, resource_group, after) => {
+                let (items, next) = self.list_public_ips(
+                    &subscription,
+                    &resource_group,
+                    after.as_deref(),
+                    page_size,
+                );
+                (serde_json::json!({ "value": to_value(&items)? }), next)
+            }
             Read::LoadBalancer(id) => (to_value(&self.get_load_balancer(&id)?)?, None),
             Read::NatGateway(id) => (to_value(&self.get_nat_gateway(&id)?)?, None),
         };
@@ -547,6 +581,22 @@ mod tests {
         ));
         let lower = p.to_ascii_lowercase();
         assert!(route(&Method::GET, &lower).is_ok());
+        let pips =
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses";
+        let r = route(&Method::GET, pips).unwrap();
+        assert_eq!(r.operation, "PublicIPAddresses_List");
+        assert_eq!(r.target, Target::PublicIps("s".into(), "rg".into()));
+        assert!(matches!(
+            route(&Method::PUT, pips),
+            Err(EmulatorError::MethodNotAllowed { .. })
+        ));
+        assert!(matches!(
+            route(
+                &Method::GET,
+                &pips.replace("publicIPAddresses", "loadBalancers")
+            ),
+            Err(EmulatorError::NoRoute { .. })
+        ));
         let op = "/subscriptions/s/providers/Microsoft.Network/locations/l/operations/x";
         assert_eq!(
             route(&Method::GET, op).unwrap().target,

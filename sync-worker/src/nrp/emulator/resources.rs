@@ -3,6 +3,7 @@
 //! no deletion of what a gateway service (or another resource) still uses.
 
 use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::error::EmulatorError;
 use super::state::{NrpState, key_of, key_str, not_found};
@@ -59,6 +60,68 @@ fn check_unique_names<'a>(
         }
     }
     Ok(())
+}
+
+/// The addresses the emulator gives public IPs (Azure assigns `ipAddress`; it is read-only):
+/// IPv4 from `20.0.0.0/8`, IPv6 from `2001:db8:c1b::/48` (a documentation prefix), each counting up
+/// from the first address of its range and skipping addresses in use, wrapping at the end. An
+/// address is free again once its public IP is deleted. Deterministic: the same sequence of calls
+/// gets the same addresses. One pool per emulator, so addresses are unique across its resource
+/// groups and gateways.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IpPool {
+    in_use: HashSet<IpAddr>,
+    /// Offset of the next IPv4 address to try, from [`IpPool::V4_FIRST`].
+    next_v4: u32,
+    /// Offset of the next IPv6 address to try, from [`IpPool::V6_FIRST`].
+    next_v6: u64,
+}
+
+impl IpPool {
+    /// `20.0.0.1`.
+    const V4_FIRST: u32 = (20 << 24) | 1;
+    /// Addresses of the IPv4 range: `20.0.0.1` to `20.255.255.254`.
+    const V4_SIZE: u32 = (1 << 24) - 2;
+    /// `2001:db8:c1b::1`.
+    const V6_FIRST: u128 = (0x2001_0db8_0c1b_u128 << 80) | 1;
+    /// Addresses of the IPv6 range used (the low 64 bits of the /48, less one).
+    const V6_SIZE: u64 = u64::MAX;
+
+    /// The next free address of the family.
+    pub(crate) fn allocate(&mut self, v6: bool) -> Result<IpAddr, EmulatorError> {
+        let size = if v6 {
+            Self::V6_SIZE
+        } else {
+            u64::from(Self::V4_SIZE)
+        };
+        // Bounded: at worst every address of the range is in use.
+        for _ in 0..=self.in_use.len() {
+            let ip = if v6 {
+                let n = self.next_v6;
+                self.next_v6 = (n + 1) % size;
+                IpAddr::V6(Ipv6Addr::from(Self::V6_FIRST + u128::from(n)))
+            } else {
+                let n = self.next_v4;
+                self.next_v4 = (n + 1) % Self::V4_SIZE;
+                IpAddr::V4(Ipv4Addr::from(Self::V4_FIRST + n))
+            };
+            if self.in_use.insert(ip) {
+                return Ok(ip);
+            }
+        }
+        Err(EmulatorError::bad_request(
+            "PublicIPCountLimitReached",
+            format!(
+                "no free {} address is left",
+                if v6 { "IPv6" } else { "IPv4" }
+            ),
+        ))
+    }
+
+    /// Returns `ip` to the pool.
+    pub(crate) fn free(&mut self, ip: IpAddr) {
+        self.in_use.remove(&ip);
+    }
 }
 
 impl NrpState {
@@ -153,24 +216,26 @@ impl NrpState {
     ) -> Result<(bool, PublicIpAddress), EmulatorError> {
         self.check_put_public_ip(id, &body)?;
         let key = key_of(id);
-        let old_ip = self
-            .public_ips
-            .get(&key)
-            .and_then(|o| o.properties.ip_address.clone());
         let v6 = body
             .properties
             .public_ip_address_version
             .as_deref()
             .is_some_and(|v| v.eq_ignore_ascii_case("IPv6"));
+        // `ipAddress` is read-only, as in Azure: what the body says is ignored. A public IP keeps
+        // its address across updates unless its version changes.
+        let old_ip = self
+            .public_ips
+            .get(&key)
+            .and_then(|o| o.properties.ip_address.as_deref())
+            .and_then(|ip| ip.parse::<IpAddr>().ok());
         let ip = match old_ip {
-            Some(ip) => ip,
-            None => {
-                let n = self.serial();
-                if v6 {
-                    format!("2603:1030::{:x}", n & 0xffff_ffff)
-                } else {
-                    format!("20.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
+            Some(ip) if ip.is_ipv6() == v6 => ip,
+            old => {
+                let ip = self.ip_pool.allocate(v6)?;
+                if let Some(old) = old {
+                    self.ip_pool.free(old);
                 }
+                ip
             }
         };
         body.id = Some(id.to_string());
@@ -178,7 +243,7 @@ impl NrpState {
         body.resource_type = Some(id.kind.arm_type());
         body.sku.get_or_insert_with(Sku::standard);
         let p = &mut body.properties;
-        p.ip_address = Some(ip);
+        p.ip_address = Some(ip.to_string());
         p.public_ip_allocation_method
             .get_or_insert_with(|| "Static".into());
         p.public_ip_address_version
@@ -212,7 +277,49 @@ impl NrpState {
 
     pub(crate) fn delete_public_ip(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
         self.check_delete_public_ip(id)?;
-        Ok(self.public_ips.remove(&key_of(id)).is_some())
+        let removed = self.public_ips.remove(&key_of(id));
+        if let Some(ip) = removed
+            .as_ref()
+            .and_then(|p| p.properties.ip_address.as_deref())
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+        {
+            self.ip_pool.free(ip);
+        }
+        Ok(removed.is_some())
+    }
+
+    /// `GET …/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`: one page of the
+    /// resource group's public IPs, by name, after `after` (a lower-cased name).
+    pub(crate) fn list_public_ips(
+        &self,
+        subscription: &str,
+        resource_group: &str,
+        after: Option<&str>,
+        page: usize,
+    ) -> (Vec<PublicIpAddress>, Option<String>) {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let any = ResourceId::new(
+            subscription,
+            resource_group,
+            ResourceKind::PublicIpAddress,
+            "",
+        );
+        // Keys are lower-cased ids, so the resource group's public IPs share this prefix.
+        let prefix = key_of(&any);
+        let lower = match after {
+            Some(name) => Excluded(format!("{prefix}{}", name.to_ascii_lowercase())),
+            None => Included(prefix.clone()),
+        };
+        let mut it = self
+            .public_ips
+            .range::<String, _>((lower, Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix));
+        let items: Vec<(&String, &PublicIpAddress)> = it.by_ref().take(page.max(1)).collect();
+        let next = match (it.next(), items.last()) {
+            (Some(_), Some((k, _))) => Some(k[prefix.len()..].to_string()),
+            _ => None,
+        };
+        (items.into_iter().map(|(_, p)| p.clone()).collect(), next)
     }
 
     // ---- load balancers ---------------------------------------------------------------------------
@@ -442,5 +549,30 @@ impl NrpState {
     pub(crate) fn delete_nat_gateway(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
         self.check_delete_nat_gateway(id)?;
         Ok(self.nat_gateways.remove(&key_of(id)).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_counts_up_skips_addresses_in_use_and_reuses_freed_ones() {
+        let mut pool = IpPool::default();
+        let v4 = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.0.0.1"));
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.0.0.2"));
+        assert_eq!(pool.allocate(true).unwrap(), v4("2001:db8:c1b::1"));
+        // Back at the start of the range (as after a wrap): 20.0.0.1 is in use and is skipped ...
+        pool.next_v4 = 0;
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.0.0.3"));
+        // ... until it is freed.
+        pool.free(v4("20.0.0.1"));
+        pool.next_v4 = 0;
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.0.0.1"));
+        // The last address of the range is followed by the first.
+        pool.next_v4 = IpPool::V4_SIZE - 1;
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.255.255.254"));
+        assert_eq!(pool.allocate(false).unwrap(), v4("20.0.0.4"));
     }
 }

@@ -211,11 +211,13 @@ pub(crate) struct NrpState {
     pub public_ips: BTreeMap<String, PublicIpAddress>,
     pub load_balancers: BTreeMap<String, LoadBalancer>,
     pub nat_gateways: BTreeMap<String, NatGateway>,
+    /// The addresses of the public IPs.
+    pub ip_pool: super::resources::IpPool,
     pub next_serial: u64,
 }
 
 impl NrpState {
-    /// A fresh serial number (for GUIDs and allocated IPs).
+    /// A fresh serial number (for GUIDs).
     pub(crate) fn serial(&mut self) -> u64 {
         self.next_serial += 1;
         self.next_serial
