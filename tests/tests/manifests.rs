@@ -359,4 +359,10 @@ fn each_container_command_line_parses_with_its_binary_flags() {
         "clb-state-server",
         clb_state_server::config::Args::command(),
     );
+    assert_parses(
+        &m,
+        "clb-sync-worker",
+        "clb-sync-worker",
+        clb_sync_worker::cli::Args::command(),
+    );
 }
