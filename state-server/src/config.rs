@@ -61,6 +61,11 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_SERVICES_PER_UNIT", default_value_t = 16)]
     pub max_services_per_unit: usize,
 
+    /// Most mutating work units in flight per gateway across all workers (bounds the concurrent
+    /// mutating NRP calls of the whole fleet); 0 = no bound.
+    #[arg(long, env = "CLB_MAX_MUTATING_UNITS_IN_FLIGHT", default_value_t = 4)]
+    pub max_mutating_units_in_flight: usize,
+
     /// Most updates accepted in one batch (Apply, one ApplyStream message, one resync chunk).
     #[arg(long, env = "CLB_MAX_ITEMS_PER_BATCH", default_value_t = 10_000)]
     pub max_items_per_batch: usize,
@@ -228,6 +233,7 @@ impl Args {
                 retry_base: Duration::from_millis(self.retry_base_ms),
                 retry_max: Duration::from_millis(self.retry_max_ms),
                 anti_entropy_interval: Duration::from_secs(self.anti_entropy_interval_s),
+                max_mutating_units_in_flight: self.max_mutating_units_in_flight,
             },
         }
     }

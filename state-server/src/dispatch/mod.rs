@@ -42,6 +42,11 @@ pub struct DispatchConfig {
     pub retry_max: Duration,
     /// How often NRP is read back to repair drift.
     pub anti_entropy_interval: Duration,
+    /// Most mutating units (service or location work) in flight at once for this gateway, whatever
+    /// the number of workers: a worker executes a unit's NRP calls one after the other, so this
+    /// bounds the concurrent mutating calls the whole fleet makes against one Service Gateway.
+    /// 0 means no bound. Observes are not counted.
+    pub max_mutating_units_in_flight: usize,
 }
 
 impl Default for DispatchConfig {
@@ -54,6 +59,7 @@ impl Default for DispatchConfig {
             retry_base: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
             anti_entropy_interval: Duration::from_secs(300),
+            max_mutating_units_in_flight: 4,
         }
     }
 }
@@ -252,6 +258,9 @@ impl Dispatcher {
             // No location work before NRP has been read back: a partial update sets an address's
             // whole ref, so a cut from a partial view of NRP would drop refs NRP has.
             let observed = self.observe.observed_once;
+            if self.at_mutation_cap() {
+                return None;
+            }
             self.cut_services(tracker, now).or_else(|| {
                 if observed {
                     self.cut_locations(tracker, now)
@@ -278,6 +287,19 @@ impl Dispatcher {
             },
         );
         Some(unit)
+    }
+
+    /// Mutating units in flight (service and location work).
+    pub fn mutating_units_in_flight(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|u| !matches!(u.work, UnitWork::Observe))
+            .count()
+    }
+
+    fn at_mutation_cap(&self) -> bool {
+        let cap = self.config.max_mutating_units_in_flight;
+        cap > 0 && self.mutating_units_in_flight() >= cap
     }
 
     fn cut_services(&mut self, tracker: &DiffTracker, now: Instant) -> Option<UnitWork> {

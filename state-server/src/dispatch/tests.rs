@@ -304,3 +304,40 @@ fn a_report_returns_what_it_recorded() {
     assert_eq!(folded.services, vec![changes[1].clone()]);
     assert!(!folded.observed);
 }
+
+#[test]
+fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
+    let now = Instant::now();
+    let mut t = tracker_with(5, 3);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_locations_per_unit: 1,
+            max_mutating_units_in_flight: 2,
+            ..DispatchConfig::default()
+        },
+        Arc::default(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 1, applied(2), now);
+    // Five dirty locations, one per unit, but only two units at once — whichever worker asks.
+    let a = d.next_unit(&mut t, 1, 3, now).expect("first location unit");
+    let b = d
+        .next_unit(&mut t, 2, 4, now)
+        .expect("second location unit");
+    assert!(matches!(a.work, UnitWork::Locations(_)) && matches!(b.work, UnitWork::Locations(_)));
+    assert_eq!(d.mutating_units_in_flight(), 2);
+    assert!(d.next_unit(&mut t, 3, 5, now).is_none(), "the cap holds");
+    // An observe still goes while the cap is reached.
+    d.request_observe();
+    let o = d.next_unit(&mut t, 3, 6, now).expect("observe");
+    assert!(matches!(o.work, UnitWork::Observe));
+    // A result frees one slot: exactly one more unit.
+    d.on_report(&mut t, 1, applied(3), now);
+    assert!(d.next_unit(&mut t, 3, 7, now).is_some());
+    assert!(d.next_unit(&mut t, 3, 8, now).is_none());
+    // A worker that goes away frees its slots at once.
+    d.release_worker(2, now);
+    assert!(d.next_unit(&mut t, 3, 9, now).is_some());
+}
