@@ -366,3 +366,106 @@ fn each_container_command_line_parses_with_its_binary_flags() {
         clb_sync_worker::cli::Args::command(),
     );
 }
+
+#[test]
+fn the_watcher_and_node_agent_command_lines_parse() {
+    let m = load();
+    assert_parses(
+        &m,
+        "clb-watcher",
+        "clb-watcher",
+        clb_client::watcher::cli::Args::command(),
+    );
+    assert_parses(
+        &m,
+        "clb-node-agent",
+        "clb-watcher",
+        clb_client::watcher::cli::Args::command(),
+    );
+    // The node agent learns its node from the downward API.
+    let agent = container(&m, "clb-node-agent");
+    let node = agent
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "CLB_NODE")
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    assert_eq!(node.as_deref(), Some("spec.nodeName"));
+}
+
+fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups
+            .iter()
+            .flatten()
+            .any(|g| g == group || g == "*")
+            && r.resources
+                .iter()
+                .flatten()
+                .any(|x| x == resource || x == "*")
+            && r.verbs.iter().any(|v| v == verb || v == "*")
+    })
+}
+
+/// The rules bound to `account`.
+fn rules_of<'a>(m: &'a Manifests, account: &str) -> Vec<PolicyRule> {
+    m.cluster_role_bindings
+        .iter()
+        .filter(|b| b.subjects.iter().flatten().any(|s| s.name == account))
+        .flat_map(|b| {
+            m.cluster_roles
+                .iter()
+                .filter(|r| name(&r.metadata) == b.role_ref.name)
+                .flat_map(|r| r.rules.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
+    let m = load();
+    // What `clb-watcher` calls (docs/watcher.md): cluster mode, then node-agent mode.
+    let watcher: &[(&str, &str, &str)] = &[
+        ("", "services", "list"),
+        ("", "services", "watch"),
+        ("", "services", "patch"),
+        ("", "services/status", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("discovery.k8s.io", "endpointslices", "list"),
+        ("discovery.k8s.io", "endpointslices", "watch"),
+    ];
+    let agent: &[(&str, &str, &str)] = &[
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+    ];
+    for (account, needed) in [("clb-watcher", watcher), ("clb-node-agent", agent)] {
+        let rules = rules_of(&m, account);
+        for (g, r, v) in needed {
+            assert!(grants(&rules, g, r, v), "{account} may not {v} {g}/{r}");
+        }
+        // Least privilege: nothing that is not needed (no wildcards, no writes beyond the list).
+        for rule in &rules {
+            for g in rule.api_groups.iter().flatten() {
+                for r in rule.resources.iter().flatten() {
+                    for v in &rule.verbs {
+                        assert!(
+                            needed.contains(&(g.as_str(), r.as_str(), v.as_str())),
+                            "{account} is granted {v} {g}/{r}, which it does not use"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Workers and the state server talk to no Kubernetes API at all.
+    for account in ["clb-sync-worker", "clb-state-server"] {
+        assert!(rules_of(&m, account).is_empty(), "{account} has RBAC rules");
+    }
+}

@@ -18,6 +18,7 @@
 //! 3. the **write-back** (`writeback.rs`, cluster mode) adds the finalizer, patches the ingress IP
 //!    once the service is programmed and removes the finalizer once NRP no longer has the service.
 
+pub mod cli;
 pub mod translate;
 
 mod sender;
