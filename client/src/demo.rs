@@ -8,11 +8,19 @@
 //! calls, units in flight) is polled from the Admin API and the emulator every 100 ms and shown as
 //! a spinner on a terminal, or as plain lines otherwise. [`run`] returns a [`Summary`] with one
 //! [`PhaseReport`] per phase played; the demo succeeded when [`Summary::ok`].
+//!
+//! With [`DemoConfig::external`] (`clbctl demo --state-server URL`) the same phases drive an
+//! external state server (and whatever workers and NRP it has) instead: there is no emulator to
+//! read, so a phase has converged when the Admin API says so — initialization gates open, desired
+//! and programmed counts equal, nothing dirty or in flight, an empty pending diff — and then every
+//! location and service of the cluster is read back with `Admin.GetLocation` / `Admin.GetService`
+//! and compared with the expected state. NRP call counts are not available in that mode.
 
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
-use crate::client::{Writer, scope};
+use crate::client::{Client, Writer, scope};
+use crate::embedded::cluster::location_ip;
 use crate::embedded::{Harness, Options, WATCHER};
 use clb_proto::v1::Update;
 use clb_state_server::dispatch::DispatchConfig;
@@ -47,6 +55,11 @@ pub struct DemoConfig {
     pub patience: Duration,
     /// Print plain progress lines even on a terminal.
     pub plain: bool,
+    /// Progress and messages to stderr (stdout is left to a JSON summary).
+    pub json: bool,
+    /// Drive this external state server instead of the embedded system (the cluster spec applies;
+    /// the emulator and worker settings do not).
+    pub external: Option<Client>,
 }
 
 impl DemoConfig {
@@ -71,6 +84,8 @@ impl DemoConfig {
             locations_per_call: 50,
             patience: Duration::from_secs(600),
             plain: false,
+            json: false,
+            external: None,
         }
     }
 
@@ -131,8 +146,9 @@ pub struct PhaseReport {
     pub phase: String,
     /// From the first write of the phase to convergence (or to the failure).
     pub elapsed: Duration,
-    /// The emulator's statistics over the phase.
-    pub stats: Stats,
+    /// The emulator's statistics over the phase (`None` on an external state server: NRP is not
+    /// visible).
+    pub stats: Option<Stats>,
     /// Addresses desired at the end of the phase.
     pub desired_addresses: u64,
     /// `Ok` when NRP equals the desired state at the end of the phase; otherwise the differences.
@@ -141,19 +157,22 @@ pub struct PhaseReport {
 
 impl PhaseReport {
     /// `updateAddressLocations` calls in the phase.
-    pub fn location_calls(&self) -> u64 {
-        self.stats.calls_of(UAL)
+    pub fn location_calls(&self) -> Option<u64> {
+        self.stats.as_ref().map(|s| s.calls_of(UAL))
     }
 
     /// Mutating calls NRP refused for throttling (429 or another operation in progress); each is
     /// retried after its `Retry-After`.
-    pub fn throttled(&self) -> u64 {
-        self.stats.rejected("TooManyRequests") + self.stats.rejected("AnotherOperationInProgress")
+    pub fn throttled(&self) -> Option<u64> {
+        self.stats
+            .as_ref()
+            .map(|s| s.rejected("TooManyRequests") + s.rejected("AnotherOperationInProgress"))
     }
 
     /// Addresses carried per `updateAddressLocations` call.
-    pub fn addresses_per_call(&self) -> f64 {
-        self.stats.addresses_carried as f64 / self.location_calls().max(1) as f64
+    pub fn addresses_per_call(&self) -> Option<f64> {
+        let s = self.stats.as_ref()?;
+        Some(s.addresses_carried as f64 / s.calls_of(UAL).max(1) as f64)
     }
 }
 
@@ -162,12 +181,24 @@ impl PhaseReport {
 pub struct Summary {
     /// One report per phase played (the demo stops at the first phase that does not converge).
     pub phases: Vec<PhaseReport>,
+    /// Played on an external state server (NRP not visible).
+    pub external: bool,
 }
 
 impl Summary {
     /// Whether every phase converged to NRP = desired state.
     pub fn ok(&self) -> bool {
         !self.phases.is_empty() && self.phases.iter().all(|p| p.outcome.is_ok())
+    }
+
+    /// The closing line of a successful demo: what was checked.
+    pub fn verdict(&self) -> &'static str {
+        if self.external {
+            "every phase converged: the state server's actual state (what NRP confirmed) equals \
+             the desired state, read back through the Admin API"
+        } else {
+            "every phase converged: NRP equals the desired state"
+        }
     }
 
     /// The first failure, if any: `phase: differences`.
@@ -198,15 +229,16 @@ impl Summary {
             ]);
         for p in &self.phases {
             let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
+            let na = |v: Option<String>| right(v.unwrap_or_else(|| "n/a".to_owned()));
             t.add_row(vec![
                 Cell::new(&p.phase),
                 Cell::new(if p.outcome.is_ok() { "yes" } else { "NO" }),
                 right(format!("{:.2} s", p.elapsed.as_secs_f64())),
-                right(p.stats.calls.to_string()),
-                right(p.location_calls().to_string()),
-                right(p.stats.addresses_carried.to_string()),
-                right(format!("{:.1}", p.addresses_per_call())),
-                right(p.throttled().to_string()),
+                na(p.stats.as_ref().map(|s| s.calls.to_string())),
+                na(p.location_calls().map(|n| n.to_string())),
+                na(p.stats.as_ref().map(|s| s.addresses_carried.to_string())),
+                na(p.addresses_per_call().map(|a| format!("{a:.1}"))),
+                na(p.throttled().map(|n| n.to_string())),
                 right(p.desired_addresses.to_string()),
             ]);
         }
@@ -222,16 +254,36 @@ enum Writes {
     Apply(Vec<Vec<Update>>),
 }
 
+/// Prints a line on stdout, or on stderr when stdout is kept for a JSON summary.
+fn say(config: &DemoConfig, line: &str) {
+    if config.json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
 /// Progress output: an indicatif spinner on a terminal, plain lines otherwise.
 struct Progress {
     bar: Option<ProgressBar>,
     last_line: Instant,
+    json: bool,
 }
 
 impl Progress {
-    fn start(phase: &str, plain: bool) -> Self {
-        let bar = (!plain && std::io::stdout().is_terminal()).then(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
+    fn start(phase: &str, config: &DemoConfig) -> Self {
+        let terminal = if config.json {
+            std::io::stderr().is_terminal()
+        } else {
+            std::io::stdout().is_terminal()
+        };
+        let bar = (!config.plain && terminal).then(|| {
+            let target = if config.json {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::stdout()
+            };
+            let bar = ProgressBar::with_draw_target(None, target);
             bar.set_style(
                 ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold:<16} {msg}")
                     .expect("valid template"),
@@ -241,11 +293,20 @@ impl Progress {
             bar
         });
         if bar.is_none() {
-            println!("== {phase}");
+            say(config, &format!("== {phase}"));
         }
         Self {
             bar,
             last_line: Instant::now(),
+            json: config.json,
+        }
+    }
+
+    fn line(&self, msg: &str) {
+        if self.json {
+            eprintln!("   {msg}");
+        } else {
+            println!("   {msg}");
         }
     }
 
@@ -254,33 +315,192 @@ impl Progress {
             Some(bar) => bar.set_message(msg),
             None if self.last_line.elapsed() >= Duration::from_secs(1) => {
                 self.last_line = Instant::now();
-                println!("   {msg}");
+                self.line(&msg);
             }
             None => {}
         }
     }
 
     fn finish(self, msg: String) {
-        match self.bar {
+        match &self.bar {
             Some(bar) => bar.finish_with_message(msg),
-            None => println!("   {msg}"),
+            None => self.line(&msg),
         }
     }
 }
 
-async fn progress_line(h: &Harness, start: Instant) -> String {
-    let g = h.gateway_status().await;
-    let s = h.emulator().stats();
-    format!(
-        "{:>6.1} s  addresses desired {} / programmed {}  ·  NRP calls {} ({} in flight)  ·  units in \
-         flight {}",
-        start.elapsed().as_secs_f64(),
-        g.desired_addresses,
-        g.actual_addresses,
-        s.calls,
-        s.in_flight_mutations,
-        g.units_in_flight,
-    )
+/// What the demo drives: the embedded system, or an external state server.
+enum System {
+    Embedded(Box<Harness>),
+    External {
+        client: Client,
+        /// Every location the cluster may use, to read back after each phase.
+        locations: Vec<String>,
+        /// Every service and egress the cluster ever declares.
+        services: Vec<String>,
+    },
+}
+
+impl System {
+    async fn watcher(&self) -> Writer {
+        match self {
+            System::Embedded(h) => h.watcher().await,
+            System::External { client, .. } => client.writer(WATCHER),
+        }
+    }
+
+    fn reset_stats(&self) {
+        if let System::Embedded(h) = self {
+            h.emulator().reset_stats();
+        }
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        match self {
+            System::Embedded(h) => Some(h.emulator().stats()),
+            System::External { .. } => None,
+        }
+    }
+
+    async fn gateway_status(&self) -> Result<clb_proto::v1::GatewayStatus, String> {
+        match self {
+            System::Embedded(h) => Ok(h.gateway_status().await),
+            System::External { client, .. } => {
+                let s = client.status().await.map_err(|e| e.to_string())?;
+                crate::status::gateway_of(client, &s)
+                    .cloned()
+                    .ok_or_else(|| {
+                        format!("the state server has no gateway {:?}", client.gateway())
+                    })
+            }
+        }
+    }
+
+    async fn progress_line(&self, start: Instant) -> String {
+        let g = match self.gateway_status().await {
+            Ok(g) => g,
+            Err(e) => return format!("{:>6.1} s  status: {e}", start.elapsed().as_secs_f64()),
+        };
+        let nrp = match self.stats() {
+            Some(s) => format!(
+                "NRP calls {} ({} in flight)",
+                s.calls, s.in_flight_mutations
+            ),
+            None => format!("dirty locations {}", g.dirty_locations),
+        };
+        format!(
+            "{:>6.1} s  addresses desired {} / programmed {}  ·  {nrp}  ·  units in flight {}",
+            start.elapsed().as_secs_f64(),
+            g.desired_addresses,
+            g.actual_addresses,
+            g.units_in_flight,
+        )
+    }
+
+    async fn try_converge(&self, expected: &Expected, patience: Duration) -> Result<(), String> {
+        match self {
+            System::Embedded(h) => h.try_converge(expected, patience).await,
+            System::External {
+                client,
+                locations,
+                services,
+            } => {
+                crate::status::wait_converged(client, patience, Duration::from_millis(100)).await?;
+                compare_through_admin(client, locations, services, expected).await
+            }
+        }
+    }
+
+    async fn shutdown(self) {
+        if let System::Embedded(h) = self {
+            h.shutdown().await;
+        }
+    }
+}
+
+/// Compares the state server's actual state (what NRP confirmed) with `expected`, location by
+/// location and service by service, through the Admin API.
+async fn compare_through_admin(
+    client: &Client,
+    locations: &[String],
+    services: &[String],
+    expected: &Expected,
+) -> Result<(), String> {
+    let mut errors = Vec::new();
+    for location in locations {
+        let want: std::collections::BTreeMap<&str, Vec<String>> = expected
+            .addresses
+            .iter()
+            .filter(|((l, _), _)| l == location)
+            .map(|((_, a), s)| (a.as_str(), s.iter().map(|x| x.to_lowercase()).collect()))
+            .collect();
+        let have: std::collections::BTreeMap<String, Vec<String>> =
+            match client.location(location).await {
+                Ok(l) => l
+                    .addresses
+                    .into_iter()
+                    .filter(|a| a.actual)
+                    .map(|a| {
+                        let mut s: Vec<String> =
+                            a.actual_services.iter().map(|x| x.to_lowercase()).collect();
+                        s.sort();
+                        (a.address, s)
+                    })
+                    .collect(),
+                Err(e)
+                    if e.status()
+                        .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+                {
+                    Default::default()
+                }
+                Err(e) => return Err(format!("location {location}: {e}")),
+            };
+        for (address, w) in &want {
+            match have.get(*address) {
+                None => errors.push(format!("missing address {location}/{address} with {w:?}")),
+                Some(h) if h != w => {
+                    errors.push(format!(
+                        "address {location}/{address}: has {h:?}, want {w:?}"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for (address, h) in &have {
+            if !want.contains_key(address.as_str()) {
+                errors.push(format!("extra address {location}/{address} with {h:?}"));
+            }
+        }
+    }
+    let wanted = expected.services();
+    for name in services {
+        let actual = match client.service(name).await {
+            Ok(s) => s.actual,
+            Err(e)
+                if e.status()
+                    .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+            {
+                false
+            }
+            Err(e) => return Err(format!("service {name}: {e}")),
+        };
+        match (wanted.contains(name), actual) {
+            (true, false) => errors.push(format!("missing service {name}")),
+            (false, true) => errors.push(format!("extra service {name}")),
+            _ => {}
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "the actual state differs from the desired state in {} ways (first 30):\n",
+        errors.len()
+    );
+    for e in errors.iter().take(30) {
+        msg.push_str(&format!("  {e}\n"));
+    }
+    Err(msg)
 }
 
 /// Sends a phase's writes; any failed call or rejected item fails the phase.
@@ -310,39 +530,52 @@ async fn write(watcher: &mut Writer, writes: Writes) -> Result<(), String> {
 }
 
 async fn phase(
-    h: &Harness,
+    system: &System,
     watcher: &mut Writer,
     name: &str,
     writes: Writes,
     expected: &Expected,
     config: &DemoConfig,
 ) -> PhaseReport {
-    let mut progress = Progress::start(name, config.plain);
-    h.emulator().reset_stats();
+    let mut progress = Progress::start(name, config);
+    system.reset_stats();
     let start = Instant::now();
     let work = async {
         write(watcher, writes).await?;
-        h.try_converge(expected, config.patience).await
+        system.try_converge(expected, config.patience).await
     };
     tokio::pin!(work);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let outcome = loop {
         tokio::select! {
             r = &mut work => break r,
-            _ = tick.tick() => progress.update(progress_line(h, start).await),
+            _ = tick.tick() => progress.update(system.progress_line(start).await),
         }
     };
     let elapsed = start.elapsed();
-    let stats = h.emulator().stats();
-    let desired_addresses = h.gateway_status().await.desired_addresses;
-    let verdict = match &outcome {
-        Ok(()) => "NRP = desired state",
-        Err(_) => "NRP DIFFERS from the desired state",
+    let stats = system.stats();
+    let desired_addresses = system
+        .gateway_status()
+        .await
+        .map_or(0, |g| g.desired_addresses);
+    let (verdict, calls) = match (&outcome, &stats) {
+        (Ok(()), Some(s)) => ("NRP = desired state", format!("{} NRP calls", s.calls)),
+        (Err(_), Some(s)) => (
+            "NRP DIFFERS from the desired state",
+            format!("{} NRP calls", s.calls),
+        ),
+        (Ok(()), None) => (
+            "actual = desired state",
+            "checked through the Admin API".to_owned(),
+        ),
+        (Err(_), None) => (
+            "actual state DIFFERS from the desired state",
+            "checked through the Admin API".to_owned(),
+        ),
     };
     progress.finish(format!(
-        "{verdict} after {:.2} s  ·  {desired_addresses} addresses  ·  {} NRP calls",
+        "{verdict} after {:.2} s  ·  {desired_addresses} addresses  ·  {calls}",
         elapsed.as_secs_f64(),
-        stats.calls
     ));
     PhaseReport {
         phase: name.to_owned(),
@@ -357,22 +590,62 @@ async fn phase(
 /// does not converge (see [`Summary::ok`]).
 pub async fn run(config: &DemoConfig) -> Summary {
     let spec = &config.spec;
-    println!(
-        "clb demo: {} services, {} egresses, {} pods on {} nodes; {} workers; NRP emulator: {} ms \
-         per call + {} ms per address, {} concurrent mutating calls",
+    let shape = format!(
+        "{} services, {} egresses, {} pods on {} nodes",
         spec.apps + spec.apps.div_ceil(3),
         spec.egresses,
         spec.pods(),
         spec.locations,
-        config.workers,
-        config.latency_ms,
-        config.latency_per_address_us as f64 / 1000.0,
-        config.concurrency,
     );
-    let h = Harness::start(config.options()).await;
-    let mut watcher = h.watcher().await;
     let mut cluster = Cluster::generate(spec.clone());
-    let mut summary = Summary::default();
+    let system = match &config.external {
+        None => {
+            say(
+                config,
+                &format!(
+                    "clb demo: {shape}; {} workers; NRP emulator: {} ms per call + {} ms per \
+                     address, {} concurrent mutating calls",
+                    config.workers,
+                    config.latency_ms,
+                    config.latency_per_address_us as f64 / 1000.0,
+                    config.concurrency,
+                ),
+            );
+            System::Embedded(Box::new(Harness::start(config.options()).await))
+        }
+        Some(client) => {
+            say(
+                config,
+                &format!(
+                    "clb demo: {shape}; external state server {} (gateway {}): its workers and \
+                     NRP do the work. The demo replaces the server's desired state (a resync of \
+                     every kind as {WATCHER:?}). No emulator here: a phase has converged when the \
+                     Admin API shows the gates open, desired = programmed counts, nothing dirty \
+                     or in flight and an empty pending diff; then every location and service is \
+                     read back (Admin.GetLocation / GetService) and compared with the expected \
+                     state. NRP call counts are not available.",
+                    client.endpoint(),
+                    if client.gateway().is_empty() {
+                        "default"
+                    } else {
+                        client.gateway()
+                    },
+                ),
+            );
+            let mut services: Vec<String> = cluster.services().keys().cloned().collect();
+            services.extend(cluster.expected().outbound);
+            System::External {
+                client: client.clone(),
+                locations: (0..spec.locations).map(location_ip).collect(),
+                services,
+            }
+        }
+    };
+    let mut watcher = system.watcher().await;
+    let mut summary = Summary {
+        external: config.external.is_some(),
+        ..Summary::default()
+    };
 
     let view = cluster.full_view();
     let mut steps: Vec<(&str, Step)> = vec![
@@ -401,13 +674,13 @@ pub async fn run(config: &DemoConfig) -> Summary {
     for (name, step) in steps {
         let writes = step(&mut cluster);
         let expected = cluster.expected();
-        let report = phase(&h, &mut watcher, name, writes, &expected, config).await;
+        let report = phase(&system, &mut watcher, name, writes, &expected, config).await;
         let failed = report.outcome.is_err();
         summary.phases.push(report);
         if failed {
             break;
         }
     }
-    h.shutdown().await;
+    system.shutdown().await;
     summary
 }

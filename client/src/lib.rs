@@ -7,7 +7,11 @@
 //!   a synthetic cluster (shared with the end-to-end tests in `tests/`).
 //! - [`demo`]: `clbctl demo`, the README's main job: create → rollout → scale down → delete a
 //!   service → node drained, with progress and a summary table.
-//! - [`status`]: `clbctl status`, the state server's Admin Status as tables.
+//! - [`status`]: `clbctl status`, the state server's Admin Status as tables, and the convergence check
+//!   through Admin.
+//! - [`cli`]: the other `clbctl` commands (`state`, `diff`, `apply`, `load`, `completions`), with
+//!   `--output table|json`.
+//! - [`watcher`]: `clb-watcher`, the kube watcher and (`--node NAME`) the node agent.
 
 pub mod cli;
 pub mod client;

@@ -410,7 +410,7 @@ fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool
 }
 
 /// The rules bound to `account`.
-fn rules_of<'a>(m: &'a Manifests, account: &str) -> Vec<PolicyRule> {
+fn rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
     m.cluster_role_bindings
         .iter()
         .filter(|b| b.subjects.iter().flatten().any(|s| s.name == account))
