@@ -121,7 +121,12 @@ async fn run(s: Scenario) -> Outcome {
     let batches = cluster.roll_all();
     let expected = cluster.expected();
     let start = Instant::now();
-    watcher.apply_all(batches).await;
+    // The bulk path: one ApplyStream, no round trip per batch.
+    let written = watcher
+        .apply_stream(futures::stream::iter(batches))
+        .await
+        .expect("rollout streamed");
+    assert!(written.rejected.is_empty(), "{}", written.describe_rejected());
     let write = start.elapsed();
     h.converge(&expected, PATIENCE).await;
     let converge = start.elapsed();

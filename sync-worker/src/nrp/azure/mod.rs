@@ -183,35 +183,18 @@ impl ArmClient {
                 message: format!("empty {} name", kind.segment()),
             });
         }
-        let mut url = self.base.clone();
-        url.set_query(None);
-        url.set_fragment(None);
-        {
-            let mut segments = url
-                .path_segments_mut()
-                .map_err(|()| invalid_config("endpoint cannot be a base URL".into()))?;
-            segments.pop_if_empty().extend([
-                "subscriptions",
-                &self.config.subscription_id,
-                "resourceGroups",
-                &self.config.resource_group,
-                "providers",
-                PROVIDER,
-                kind.segment(),
-                name,
-            ]);
-            if let Some(sub_path) = sub_path {
-                segments.push(sub_path);
-            }
-        }
-        url.query_pairs_mut()
-            .append_pair("api-version", &self.config.api_version);
-        Ok(url)
+        self.path_url(kind, &[Some(name), sub_path])
     }
 
     /// URL of the collection of `kind` in the configured resource group (`…/providers/{ns}/{kind}`),
     /// with the api-version.
     fn collection_url(&self, kind: ResourceKind) -> Result<Url, NrpError> {
+        self.path_url(kind, &[])
+    }
+
+    /// `…/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{kind}` followed by `rest` (the
+    /// `Some` parts), with the api-version.
+    fn path_url(&self, kind: ResourceKind, rest: &[Option<&str>]) -> Result<Url, NrpError> {
         let mut url = self.base.clone();
         url.set_query(None);
         url.set_fragment(None);
@@ -226,7 +209,8 @@ impl ArmClient {
                 "providers",
                 PROVIDER,
                 kind.segment(),
-            ]);
+            ])
+            .extend(rest.iter().flatten());
         url.query_pairs_mut()
             .append_pair("api-version", &self.config.api_version);
         Ok(url)
