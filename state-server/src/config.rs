@@ -61,8 +61,8 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_SERVICES_PER_UNIT", default_value_t = 16)]
     pub max_services_per_unit: usize,
 
-    /// Most mutating work units in flight per gateway across all workers (bounds the concurrent
-    /// mutating NRP calls of the whole fleet); 0 = no bound.
+    /// Most concurrent mutating NRP calls the work units in flight per gateway may make, across all
+    /// workers (a location unit counts 1, a service unit 1 per change); 0 = no bound.
     #[arg(long, env = "CLB_MAX_MUTATING_UNITS_IN_FLIGHT", default_value_t = 4)]
     pub max_mutating_units_in_flight: usize,
 

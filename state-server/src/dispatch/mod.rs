@@ -42,10 +42,10 @@ pub struct DispatchConfig {
     pub retry_max: Duration,
     /// How often NRP is read back to repair drift.
     pub anti_entropy_interval: Duration,
-    /// Most mutating units (service or location work) in flight at once for this gateway, whatever
-    /// the number of workers: a worker executes a unit's NRP calls one after the other, so this
-    /// bounds the concurrent mutating calls the whole fleet makes against one Service Gateway.
-    /// 0 means no bound. Observes are not counted.
+    /// Most concurrent mutating NRP calls the units in flight for this gateway may make, whatever
+    /// the number of workers: a location unit's calls go one after the other (it counts 1), a service
+    /// unit's changes may go side by side (it counts one per change). 0 means no bound. Observes are
+    /// not counted.
     pub max_mutating_units_in_flight: usize,
 }
 
@@ -258,10 +258,11 @@ impl Dispatcher {
             // No location work before NRP has been read back: a partial update sets an address's
             // whole ref, so a cut from a partial view of NRP would drop refs NRP has.
             let observed = self.observe.observed_once;
-            if self.at_mutation_cap() {
+            let room = self.mutation_room();
+            if room == 0 {
                 return None;
             }
-            self.cut_services(tracker, now).or_else(|| {
+            self.cut_services(tracker, now, room).or_else(|| {
                 if observed {
                     self.cut_locations(tracker, now)
                 } else {
@@ -289,22 +290,35 @@ impl Dispatcher {
         Some(unit)
     }
 
-    /// Mutating units in flight (service and location work).
-    pub fn mutating_units_in_flight(&self) -> usize {
+    /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
+    /// go one after the other), 1 per change of a service unit (its changes may go side by side).
+    pub fn mutating_calls_in_flight(&self) -> usize {
         self.in_flight
             .values()
-            .filter(|u| !matches!(u.work, UnitWork::Observe))
-            .count()
+            .map(|u| match &u.work {
+                UnitWork::Observe => 0,
+                UnitWork::Locations(_) => 1,
+                UnitWork::Services(changes) => changes.len(),
+            })
+            .sum()
     }
 
-    fn at_mutation_cap(&self) -> bool {
-        let cap = self.config.max_mutating_units_in_flight;
-        cap > 0 && self.mutating_units_in_flight() >= cap
+    /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).
+    fn mutation_room(&self) -> usize {
+        match self.config.max_mutating_units_in_flight {
+            0 => usize::MAX,
+            cap => cap.saturating_sub(self.mutating_calls_in_flight()),
+        }
     }
 
-    fn cut_services(&mut self, tracker: &DiffTracker, now: Instant) -> Option<UnitWork> {
+    fn cut_services(
+        &mut self,
+        tracker: &DiffTracker,
+        now: Instant,
+        room: usize,
+    ) -> Option<UnitWork> {
         let mut changes: Vec<ServiceChange> = Vec::new();
-        let max = self.config.max_services_per_unit.max(1);
+        let max = self.config.max_services_per_unit.max(1).min(room);
         let mut keep = Vec::new();
         while changes.len() < max {
             let Some(name) = self.pending_services.pop() else {

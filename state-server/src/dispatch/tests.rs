@@ -327,7 +327,7 @@ fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
         .next_unit(&mut t, 2, 4, now)
         .expect("second location unit");
     assert!(matches!(a.work, UnitWork::Locations(_)) && matches!(b.work, UnitWork::Locations(_)));
-    assert_eq!(d.mutating_units_in_flight(), 2);
+    assert_eq!(d.mutating_calls_in_flight(), 2);
     assert!(d.next_unit(&mut t, 3, 5, now).is_none(), "the cap holds");
     // An observe still goes while the cap is reached.
     d.request_observe();
@@ -340,4 +340,36 @@ fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
     // A worker that goes away frees its slots at once.
     d.release_worker(2, now);
     assert!(d.next_unit(&mut t, 3, 9, now).is_some());
+}
+
+#[test]
+fn a_service_unit_counts_one_call_per_change_against_the_cap() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_mutating_units_in_flight: 3,
+            ..DispatchConfig::default()
+        },
+        Arc::default(),
+    );
+    observed(&mut d, &mut t, now);
+    for i in 0..5 {
+        t.update_service(Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    // Five creations pending, room for three side-by-side calls: one unit of three changes.
+    let u = d.next_unit(&mut t, 1, 2, now).expect("service unit");
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit");
+    };
+    assert_eq!(changes.len(), 3);
+    assert_eq!(d.mutating_calls_in_flight(), 3);
+    assert!(d.next_unit(&mut t, 2, 3, now).is_none(), "no room left");
+    d.on_report(&mut t, 1, applied(2), now);
+    let u = d.next_unit(&mut t, 2, 4, now).expect("the rest");
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit");
+    };
+    assert_eq!(changes.len(), 2);
 }
