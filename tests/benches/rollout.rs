@@ -126,7 +126,11 @@ async fn run(s: Scenario) -> Outcome {
         .apply_stream(futures::stream::iter(batches))
         .await
         .expect("rollout streamed");
-    assert!(written.rejected.is_empty(), "{}", written.describe_rejected());
+    assert!(
+        written.rejected.is_empty(),
+        "{}",
+        written.describe_rejected()
+    );
     let write = start.elapsed();
     h.converge(&expected, PATIENCE).await;
     let converge = start.elapsed();
