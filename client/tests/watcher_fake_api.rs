@@ -858,6 +858,75 @@ fn lbs_probe(h: &Harness) -> impl Fn() -> Value + Send + Sync + 'static {
     }
 }
 
+/// `(API group, resource, verb)` that RBAC must grant for a request recorded by the fake.
+fn rbac_need(request: &str) -> (String, String, String) {
+    let (method, rest) = request.split_once(' ').expect("METHOD path");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, resource) = match segs.as_slice() {
+        ["api", "v1", plural] => ("", (*plural).to_owned()),
+        ["apis", group, _, plural] => (*group, (*plural).to_owned()),
+        ["api", "v1", "namespaces", _, plural, _] => ("", (*plural).to_owned()),
+        ["api", "v1", "namespaces", _, plural, _, sub] => ("", format!("{plural}/{sub}")),
+        _ => panic!("unexpected request {request}"),
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, watch) {
+        ("GET", true) => "watch",
+        ("GET", false) if matches!(segs.len(), 3 | 4) => "list",
+        ("GET", false) => "get",
+        ("PATCH", _) => "patch",
+        (m, _) => panic!("unexpected method in {request}: {m}"),
+    };
+    (group.to_owned(), resource, verb.to_owned())
+}
+
+/// Every recorded request is allowed by the ClusterRoles bound to `account` in `deploy/{file}`.
+fn assert_rbac_covers(requests: &[String], file: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use serde::Deserialize;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("deploy manifest");
+    let mut roles = Vec::new();
+    let mut bound = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_yaml::Value::deserialize(de).expect("YAML");
+        match doc["kind"].as_str() {
+            Some("ClusterRole") => roles.push(serde_yaml::from_value::<ClusterRole>(doc).unwrap()),
+            Some("ClusterRoleBinding") => {
+                let b: ClusterRoleBinding = serde_yaml::from_value(doc).unwrap();
+                if b.subjects.iter().flatten().any(|s| s.name == account) {
+                    bound.push(b.role_ref.name);
+                }
+            }
+            _ => {}
+        }
+    }
+    let rules: Vec<_> = roles
+        .into_iter()
+        .filter(|r| bound.contains(r.metadata.name.as_ref().unwrap()))
+        .flat_map(|r| r.rules.unwrap_or_default())
+        .collect();
+    assert!(!rules.is_empty(), "{file}: no rules bound to {account}");
+    assert!(!requests.is_empty());
+    for request in requests {
+        let (group, resource, verb) = rbac_need(request);
+        let granted = rules.iter().any(|r| {
+            r.api_groups.iter().flatten().any(|g| *g == group)
+                && r.resources.iter().flatten().any(|x| *x == resource)
+                && r.verbs.iter().any(|v| *v == verb)
+        });
+        assert!(
+            granted,
+            "{file}: {account} may not {verb} {group}/{resource}, but it sent {request}"
+        );
+    }
+}
+
 fn has_finalizer(obj: &Value) -> bool {
     finalizers(obj).iter().any(|f| f == FINALIZER)
 }
@@ -1035,6 +1104,8 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
         !s.is_empty()
     });
     converge(&h, &expected).await;
+    // Every call the watcher made is granted by its ClusterRole in deploy/.
+    assert_rbac_covers(&fake.requests(), "watcher.yaml", "clb-watcher");
 
     w.stop().await;
     h.shutdown().await;
@@ -1200,6 +1271,7 @@ async fn a_node_agent_reports_only_the_pods_on_its_node() {
             && r.contains("fieldSelector=metadata.name=node-b"))
     );
     assert!(fake.patches().is_empty());
+    assert_rbac_covers(&requests, "node-agent.yaml", "clb-node-agent");
 
     // A new pod on node-b comes as a delta; one on node-a is not this agent's.
     fake.put("pods", pod("p4", "node-b", &["10.1.0.10"], Some("eg2")));
