@@ -46,7 +46,7 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use serde::Serialize;
 
-use super::{Global, Output, out, parse_duration, print_json};
+use super::{Global, emit, parse_duration};
 use crate::client::{CHUNK, Client, Writer};
 use crate::embedded::cluster::location_ip;
 use crate::embedded::{Expected, Harness, Options};
@@ -559,10 +559,7 @@ pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
         h.shutdown().await;
     }
     let report = result?;
-    match global.output {
-        Output::Json => print_json(&report)?,
-        Output::Table => out(&render(&report)),
-    }
+    emit(global.output, &report, render)?;
     if report.ingest.updates_rejected > 0 {
         bail!(
             "the state server rejected {} updates of the load",

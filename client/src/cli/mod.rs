@@ -262,6 +262,21 @@ async fn run_demo(global: &Global, args: &DemoArgs) -> anyhow::Result<ExitCode> 
     }
 }
 
+/// Prints `value` as `output` asks: pretty JSON, or the text `table` renders of it.
+pub fn emit<T: serde::Serialize>(
+    output: Output,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(value),
+        Output::Table => {
+            out(&table(value));
+            Ok(())
+        }
+    }
+}
+
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).context("cannot encode the output as JSON")?;

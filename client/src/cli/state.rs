@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 use super::view::{AddressSync, DiffView, LocationView, ServiceView};
-use super::{Global, Output, out, print_json};
+use super::{Global, emit};
 
 /// `clbctl state …`.
 #[derive(Debug, Clone, Subcommand)]
@@ -69,10 +69,7 @@ pub async fn run_state(global: &Global, cmd: &StateCommand) -> anyhow::Result<Ex
                 .await
                 .with_context(|| format!("state of location {ip}"))?;
             let view = LocationView::from(&l);
-            match global.output {
-                Output::Json => print_json(&view)?,
-                Output::Table => out(&render_location(&view)),
-            }
+            emit(global.output, &view, render_location)?;
         }
         StateCommand::Service { id } => {
             let s = client
@@ -80,10 +77,7 @@ pub async fn run_state(global: &Global, cmd: &StateCommand) -> anyhow::Result<Ex
                 .await
                 .with_context(|| format!("state of service {id}"))?;
             let view = ServiceView::from(&s);
-            match global.output {
-                Output::Json => print_json(&view)?,
-                Output::Table => out(&render_service(&view)),
-            }
+            emit(global.output, &view, render_service)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -200,10 +194,7 @@ pub async fn run_diff(global: &Global, args: &DiffArgs) -> anyhow::Result<ExitCo
         .await
         .context("pending diff")?;
     let view = DiffView::from(&d);
-    match global.output {
-        Output::Json => print_json(&view)?,
-        Output::Table => out(&render_diff(&view)),
-    }
+    emit(global.output, &view, render_diff)?;
     Ok(ExitCode::SUCCESS)
 }
 

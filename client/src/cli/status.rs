@@ -15,7 +15,7 @@ use clap::Args;
 use clb_proto::v1::StatusResponse;
 
 use super::view::StatusView;
-use super::{Global, Output, out, parse_duration, print_json, time};
+use super::{Global, Output, emit, parse_duration, time};
 
 /// `clbctl status`.
 #[derive(Debug, Clone, Args)]
@@ -59,10 +59,9 @@ pub async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<ExitCode>
                 global.gateway
             );
         }
-        match global.output {
-            Output::Json => print_json(&StatusView::from(&s))?,
-            Output::Table => out(&crate::status::render(&s)),
-        }
+        emit(global.output, &StatusView::from(&s), |_| {
+            crate::status::render(&s)
+        })?;
         return Ok(ExitCode::SUCCESS);
     }
     let tty = std::io::stdout().is_terminal();
