@@ -114,7 +114,8 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
     /// Deadline of each unary call (`None`: none).
     pub request_timeout: Option<Duration>,
-    /// TLS settings; `None` is plaintext HTTP/2.
+    /// TLS settings; `None` is plaintext HTTP/2. With TLS, an `http://` endpoint is upgraded to
+    /// `https://` (never plaintext by accident).
     pub tls: Option<TlsOptions>,
     /// The gateway every call names; empty is the server's default gateway.
     pub gateway: String,
@@ -147,7 +148,13 @@ impl ConnectOptions {
             endpoint: self.endpoint.clone(),
             reason,
         };
-        let mut ep = Endpoint::from_shared(self.endpoint.clone())
+        // tonic only speaks TLS to `https://` URLs and would silently fall back to plaintext for an
+        // `http://` one: with TLS options, the scheme is upgraded.
+        let url = match (&self.tls, self.endpoint.strip_prefix("http://")) {
+            (Some(_), Some(rest)) => format!("https://{rest}"),
+            _ => self.endpoint.clone(),
+        };
+        let mut ep = Endpoint::from_shared(url)
             .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)

@@ -918,7 +918,7 @@ fn assert_rbac_covers(requests: &[String], file: &str, account: &str) {
         let granted = rules.iter().any(|r| {
             r.api_groups.iter().flatten().any(|g| *g == group)
                 && r.resources.iter().flatten().any(|x| *x == resource)
-                && r.verbs.iter().any(|v| *v == verb)
+                && r.verbs.contains(&verb)
         });
         assert!(
             granted,

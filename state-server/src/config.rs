@@ -2,12 +2,14 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
 use crate::dispatch::DispatchConfig;
 use crate::state::ServerConfig;
+use crate::tls::{TlsError, TlsFiles};
 
 /// Server id used when neither `--server-id` nor `HOSTNAME` is set.
 pub const DEFAULT_SERVER_ID: &str = "clb-state-server";
@@ -85,6 +87,20 @@ pub struct Args {
     /// How often NRP's actual state is read back to repair drift, in seconds.
     #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL_S", default_value_t = 300)]
     pub anti_entropy_interval_s: u64,
+
+    /// PEM certificate chain of the gRPC API: serves TLS instead of plaintext (needs --tls-key).
+    /// The metrics endpoint stays plaintext.
+    #[arg(long, env = "CLB_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "CLB_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificate(s): every client must present a certificate signed by one (mutual TLS;
+    /// needs --tls-cert and --tls-key).
+    #[arg(long, env = "CLB_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// A flag value that parses but makes no sense.
@@ -125,6 +141,14 @@ pub enum ConfigError {
     /// `--server-id` is empty.
     #[error("--server-id must not be empty")]
     EmptyServerId,
+    /// A TLS flag is given without the flag(s) it needs.
+    #[error("--{given} requires {missing}")]
+    TlsIncomplete {
+        /// The flag given (without `--`).
+        given: &'static str,
+        /// The flag(s) it needs, e.g. `--tls-key`.
+        missing: &'static str,
+    },
 }
 
 fn at_least(flag: &'static str, value: u64, min: u64) -> Result<(), ConfigError> {
@@ -198,7 +222,34 @@ impl Args {
         {
             return Err(ConfigError::EmptyServerId);
         }
+        let incomplete = |given, missing| Err(ConfigError::TlsIncomplete { given, missing });
+        match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
+            (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
+            (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
+            (None, None, Some(_)) => {
+                return incomplete("tls-client-ca", "--tls-cert and --tls-key");
+            }
+            _ => {}
+        }
         Ok(())
+    }
+
+    /// The TLS files the flags name (call [`Args::validate`] first); `None` is plaintext.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Reads and checks the TLS files (call [`Args::validate`] first): tonic's configuration, or
+    /// `None` for plaintext; the error names the flag and the file.
+    pub fn server_tls(&self) -> Result<Option<tonic::transport::ServerTlsConfig>, TlsError> {
+        self.tls_files().map(|f| f.load()).transpose()
     }
 
     /// `--server-id`, else `$HOSTNAME` (the pod name in Kubernetes), else [`DEFAULT_SERVER_ID`].
@@ -398,6 +449,43 @@ mod tests {
         assert_eq!(
             parse(&["--server-id="]).validate().unwrap_err(),
             ConfigError::EmptyServerId
+        );
+    }
+
+    #[test]
+    fn tls_flags_come_as_a_pair_and_mutual_tls_needs_them() {
+        let cases: [(&[&str], &str); 4] = [
+            (&["--tls-cert=c.pem"], "--tls-cert requires --tls-key"),
+            (&["--tls-key=k.pem"], "--tls-key requires --tls-cert"),
+            (
+                &["--tls-client-ca=ca.pem"],
+                "--tls-client-ca requires --tls-cert and --tls-key",
+            ),
+            (
+                &["--tls-cert=c.pem", "--tls-client-ca=ca.pem"],
+                "--tls-cert requires --tls-key",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).validate().unwrap_err();
+            assert_eq!(err.to_string(), want, "{args:?}");
+        }
+        let plain = parse(&[]);
+        assert_eq!(plain.tls_files(), None);
+        assert!(plain.server_tls().unwrap().is_none());
+        let a = parse(&[
+            "--tls-cert=/c.pem",
+            "--tls-key=/k.pem",
+            "--tls-client-ca=/ca.pem",
+        ]);
+        a.validate().unwrap();
+        assert_eq!(
+            a.tls_files(),
+            Some(TlsFiles {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into(),
+                client_ca: Some("/ca.pem".into()),
+            })
         );
     }
 }

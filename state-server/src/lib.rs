@@ -8,3 +8,4 @@ pub mod grpc;
 pub mod metrics;
 pub mod state;
 pub mod telemetry;
+pub mod tls;

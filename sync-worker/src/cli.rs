@@ -1,13 +1,14 @@
 //! Command-line flags of `clb-sync-worker`, each with a `CLB_*` environment fallback (in the library so
 //! that the deployment manifests can be checked against them).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
 use crate::nrp::azure::{CredentialConfig, DEFAULT_ENDPOINT};
-use crate::worker::{Backoff, Limits, WorkerConfig};
+use crate::worker::{Backoff, Limits, WorkerConfig, WorkerError, WorkerTls};
 
 /// Which Entra ID credential authenticates calls to ARM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -28,9 +29,23 @@ pub enum Credential {
 #[derive(Debug, Parser)]
 #[command(name = "clb-sync-worker", version, about)]
 pub struct Args {
-    /// gRPC URL of the state server.
+    /// gRPC URL of the state server (`https://` for TLS).
     #[arg(long, env = "CLB_SERVER", default_value = "http://127.0.0.1:50051")]
     pub server: String,
+    /// PEM CA certificate(s) that sign the state server's certificate; turns TLS on (an `http://`
+    /// --server is then reached as `https://`).
+    #[arg(long, env = "CLB_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM certificate of this worker, for mutual TLS (needs --tls-key; turns TLS on).
+    #[arg(long, env = "CLB_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "CLB_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Name to verify in the state server's certificate (default: the host of --server; turns TLS
+    /// on).
+    #[arg(long, env = "CLB_TLS_DOMAIN", value_name = "NAME")]
+    pub tls_domain: Option<String>,
     /// Name of this worker (default: hostname-pid).
     #[arg(long, env = "CLB_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -106,10 +121,34 @@ impl Args {
         })
     }
 
-    /// The worker configuration the flags describe.
-    pub fn worker_config(&self) -> WorkerConfig {
+    /// The TLS settings the flags describe (reads and checks the files): `None` when no TLS flag is
+    /// given (an `https://` --server still uses TLS, with default settings).
+    pub fn tls(&self) -> Result<Option<WorkerTls>, WorkerError> {
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (Some(_), None) => {
+                return Err(WorkerError::InvalidConfig(
+                    "--tls-cert requires --tls-key".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(WorkerError::InvalidConfig(
+                    "--tls-key requires --tls-cert".into(),
+                ));
+            }
+            (None, None) => None,
+        };
+        if self.tls_ca.is_none() && identity.is_none() && self.tls_domain.is_none() {
+            return Ok(None);
+        }
+        WorkerTls::from_files(self.tls_ca.as_deref(), identity, self.tls_domain.clone()).map(Some)
+    }
+
+    /// The worker configuration the flags describe (reads the TLS files).
+    pub fn worker_config(&self) -> Result<WorkerConfig, WorkerError> {
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
         let mut c = WorkerConfig::new(&self.server, worker_id);
+        c.tls = self.tls()?;
         c.capacity = self.capacity;
         c.gateways = self
             .gateways
@@ -130,7 +169,7 @@ impl Args {
         c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         c.gateway_region = self.gateway_region.clone();
         c.virtual_network_id = self.virtual_network_id.clone();
-        c
+        Ok(c)
     }
 }
 
@@ -143,4 +182,67 @@ pub fn default_worker_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "clb-sync-worker".into());
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
+        Args::try_parse_from(base.iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn tls_is_off_by_default_and_a_cert_needs_its_key() {
+        let c = parse(&[]).worker_config().unwrap();
+        assert_eq!(c.tls, None);
+        assert!(!c.uses_tls());
+        let c = parse(&["--server=https://clb:50051"])
+            .worker_config()
+            .unwrap();
+        assert!(c.uses_tls(), "https:// alone turns TLS on");
+
+        for (args, want) in [
+            (["--tls-cert=c.pem"], "--tls-cert requires --tls-key"),
+            (["--tls-key=k.pem"], "--tls-key requires --tls-cert"),
+        ] {
+            let err = parse(&args).worker_config().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("invalid worker configuration: {want}")
+            );
+        }
+        let err = parse(&["--tls-ca=/no/such/ca.pem"])
+            .worker_config()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--tls-ca /no/such/ca.pem: cannot read the file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_tls_flag_turns_tls_on_for_an_http_url() {
+        let c = parse(&[
+            "--server=http://10.0.0.1:50051",
+            "--tls-domain=clb-state-server",
+        ])
+        .worker_config()
+        .unwrap();
+        assert!(c.uses_tls());
+        assert_eq!(c.connect_url(), "https://10.0.0.1:50051");
+        assert_eq!(
+            c.tls.and_then(|t| t.domain).as_deref(),
+            Some("clb-state-server")
+        );
+    }
 }

@@ -13,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse_and_validate();
+    // Read and check the TLS files before anything else starts: a bad file is an error naming the
+    // flag and the file (its message holds the cause, so no "Caused by" repeats it), exit status 1.
+    let tls = args.server_tls().map_err(|e| anyhow::anyhow!("{e}"))?;
     let _telemetry = telemetry::init("clb-state-server")?;
 
     let config = args.to_server_config();
@@ -28,6 +31,8 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding the metrics listener on {}", args.metrics_listen))?;
     tracing::info!(
         grpc = ?grpc_listener.local_addr().ok(),
+        grpc_tls = tls.is_some(),
+        mutual_tls = args.tls_client_ca.is_some(),
         metrics = ?metrics_listener.local_addr().ok(),
         "listening"
     );
@@ -48,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
         move || metrics.refresh_from(&state)
     };
     let grpc = async {
-        let r = grpc::serve(grpc_listener, state, stop.clone().cancelled_owned()).await;
+        let r = grpc::serve_tls(grpc_listener, state, tls, stop.clone().cancelled_owned()).await;
         stop.cancel();
         r
     };

@@ -1,5 +1,6 @@
 //! The gRPC edge: proto ↔ domain conversion, validation, and the Writer, Worker and Admin services,
-//! plus standard health and reflection. `serve` runs them on a bound listener until `shutdown`.
+//! plus standard health and reflection. `serve` runs them on a bound listener until `shutdown`
+//! (plaintext HTTP/2); `serve_tls` does the same behind TLS, optionally mutual.
 
 pub mod admin;
 pub mod convert;
@@ -17,19 +18,37 @@ use clb_proto::v1::worker_server::WorkerServer;
 use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::ServerTlsConfig;
 use tracing::info;
 use writer::WriterService;
 
 use crate::state::StateServer;
 use worker::WorkerService;
 
-/// Runs the gRPC services on `listener` until `shutdown` resolves; streams are then ended (worker
-/// sessions release their units) rather than cut.
+/// Runs the gRPC services on `listener`, plaintext, until `shutdown` resolves; streams are then ended
+/// (worker sessions release their units) rather than cut.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<StateServer>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    serve_tls(listener, state, None, shutdown).await
+}
+
+/// Like [`serve`], behind TLS when `tls` is given (see [`crate::tls::TlsFiles::load`]; with a client
+/// CA, connections without a certificate it signed are refused during the handshake). A handshake
+/// that fails ends that connection only. The error is immediate if tonic refuses `tls`.
+pub async fn serve_tls(
+    listener: TcpListener,
+    state: Arc<StateServer>,
+    tls: Option<ServerTlsConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = tonic::transport::Server::builder();
+    let secure = tls.is_some();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
@@ -50,8 +69,8 @@ pub async fn serve(
         .max_encoding_message_size(max);
     health.set_serving::<WriterServer<WriterService>>().await;
     health.set_serving::<AdminServer<AdminService>>().await;
-    info!(addr = ?listener.local_addr().ok(), "state server listening");
-    let result = tonic::transport::Server::builder()
+    info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
+    let result = builder
         .trace_fn(crate::telemetry::grpc_server_span)
         .add_service(health_service)
         .add_service(reflection)

@@ -41,15 +41,17 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    // First the configuration (it reads the TLS files): a bad flag or file fails before anything starts.
+    let config = args.worker_config()?;
     let credential = args.credential()?;
     let arm =
         ArmConfig::new(&args.subscription, &args.resource_group).with_endpoint(&args.nrp_endpoint);
     let nrp = ArmClient::from_config(arm, &credential).context("creating the NRP client")?;
-    let config = args.worker_config();
     tracing::info!(
         server = %config.server,
         worker_id = %config.worker_id,
         capacity = config.capacity,
+        tls = config.uses_tls(),
         nrp_endpoint = %args.nrp_endpoint,
         credential = credential.kind(),
         "starting clb-sync-worker"

@@ -1,13 +1,26 @@
-//! The worker's configuration: where the state server is, who the worker is, and the limits it applies
-//! to NRP calls.
+//! The worker's configuration: where the state server is (and how to reach it: plaintext or TLS), who
+//! the worker is, and the limits it applies to NRP calls.
 
+use std::fmt;
+use std::path::Path;
 use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+
+use super::WorkerError;
 
 /// Everything [`run`](super::run) needs besides the NRP client and the shutdown signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// URL of the state server's gRPC endpoint, e.g. `http://127.0.0.1:50051`.
+    /// URL of the state server's gRPC endpoint, e.g. `http://127.0.0.1:50051` (`https://` for TLS).
     pub server: String,
+    /// TLS towards the state server. `None` with an `http://` URL is plaintext; `None` with an
+    /// `https://` URL is TLS with default settings; `Some` is TLS even if the URL says `http://`
+    /// (see [`WorkerConfig::connect_url`]).
+    pub tls: Option<WorkerTls>,
     /// A stable, unique name of the worker (its pod name), sent in `Hello`.
     pub worker_id: String,
     /// The largest number of units in flight at once (at least 1), sent in `Hello`.
@@ -44,6 +57,7 @@ impl WorkerConfig {
     pub fn new(server: impl Into<String>, worker_id: impl Into<String>) -> Self {
         Self {
             server: server.into(),
+            tls: None,
             worker_id: worker_id.into(),
             capacity: 4,
             gateways: Vec::new(),
@@ -58,6 +72,161 @@ impl WorkerConfig {
             virtual_network_id: None,
         }
     }
+
+    /// Whether the connection to the state server uses TLS: [`WorkerConfig::tls`] is set or the URL is
+    /// `https://`.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some() || has_scheme(&self.server, "https://")
+    }
+
+    /// The URL the worker connects to: [`WorkerConfig::server`], with `http://` turned into
+    /// `https://` when TLS is configured (tonic only speaks TLS to `https://` URLs).
+    pub fn connect_url(&self) -> String {
+        if self.tls.is_some() && has_scheme(&self.server, "http://") {
+            format!("https://{}", &self.server["http://".len()..])
+        } else {
+            self.server.clone()
+        }
+    }
+
+    /// The TLS settings the connection uses (defaults for an `https://` URL without settings), or
+    /// `None` for plaintext.
+    pub fn effective_tls(&self) -> Option<WorkerTls> {
+        match &self.tls {
+            Some(tls) => Some(tls.clone()),
+            None if self.uses_tls() => Some(WorkerTls::default()),
+            None => None,
+        }
+    }
+}
+
+fn has_scheme(url: &str, scheme: &str) -> bool {
+    url.get(..scheme.len())
+        .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+}
+
+/// TLS towards the state server, the PEM contents already read (see [`WorkerTls::from_files`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct WorkerTls {
+    /// PEM of the CA certificate(s) that sign the state server's certificate; `None` uses the TLS
+    /// stack's enabled roots (this build enables none, so give the CA).
+    pub ca_pem: Option<Vec<u8>>,
+    /// The name to verify in the server's certificate; `None` uses the host of the server URL.
+    pub domain: Option<String>,
+    /// PEM certificate chain and private key of this worker, for mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for WorkerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the private key.
+        f.debug_struct("WorkerTls")
+            .field(
+                "ca_pem",
+                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+            )
+            .field("domain", &self.domain)
+            .field(
+                "identity",
+                &self.identity.as_ref().map(|_| "<certificate and key>"),
+            )
+            .finish()
+    }
+}
+
+impl WorkerTls {
+    /// Reads and checks the PEM files named by `--tls-ca` and `--tls-cert`/`--tls-key`: the CA file
+    /// holds at least one usable CA certificate, the certificate file at least one certificate, the
+    /// key file a private key, and the key is the certificate's. Errors name the flag and the file.
+    pub fn from_files(
+        ca: Option<&Path>,
+        identity: Option<(&Path, &Path)>,
+        domain: Option<String>,
+    ) -> Result<Self, WorkerError> {
+        let ca_pem = match ca {
+            Some(path) => {
+                let pem = read("tls-ca", path)?;
+                let mut roots = RootCertStore::empty();
+                for cert in certificates("tls-ca", path, &pem)? {
+                    roots.add(cert).map_err(|e| {
+                        invalid("tls-ca", path, format!("not a usable CA certificate: {e}"))
+                    })?;
+                }
+                Some(pem)
+            }
+            None => None,
+        };
+        let identity = match identity {
+            Some((cert_path, key_path)) => {
+                let cert = read("tls-cert", cert_path)?;
+                let key = read("tls-key", key_path)?;
+                let chain = certificates("tls-cert", cert_path, &cert)?;
+                let key_der = PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+                    invalid(
+                        "tls-key",
+                        key_path,
+                        format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+                    )
+                })?;
+                CertifiedKey::from_der(
+                    chain,
+                    key_der,
+                    &rustls::crypto::aws_lc_rs::default_provider(),
+                )
+                .map_err(|e| {
+                    WorkerError::InvalidConfig(format!(
+                        "--tls-cert {} with --tls-key {}: {e}",
+                        cert_path.display(),
+                        key_path.display()
+                    ))
+                })?;
+                Some((cert, key))
+            }
+            None => None,
+        };
+        if domain.as_deref().is_some_and(|d| d.trim().is_empty()) {
+            return Err(WorkerError::InvalidConfig(
+                "--tls-domain must not be empty".into(),
+            ));
+        }
+        Ok(Self {
+            ca_pem,
+            domain,
+            identity,
+        })
+    }
+}
+
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, WorkerError> {
+    std::fs::read(path).map_err(|e| {
+        WorkerError::InvalidConfig(format!(
+            "--{flag} {}: cannot read the file: {e}",
+            path.display()
+        ))
+    })
+}
+
+fn invalid(flag: &str, path: &Path, reason: String) -> WorkerError {
+    WorkerError::InvalidConfig(format!("--{flag} {}: {reason}", path.display()))
+}
+
+/// Every certificate of a PEM file; at least one.
+fn certificates(
+    flag: &str,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, WorkerError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(flag, path, format!("invalid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(invalid(
+            flag,
+            path,
+            "no PEM certificate (-----BEGIN CERTIFICATE-----) found".into(),
+        ));
+    }
+    Ok(certs)
 }
 
 /// Limits on what one NRP call or one report carries, and on concurrency per gateway.
@@ -151,6 +320,110 @@ mod tests {
             let base = (Duration::from_millis(100) * 2u32.pow(attempt.min(10))).min(b.max);
             assert!(d >= base / 2 && d <= base, "{attempt}: {d:?}");
         }
+    }
+
+    #[test]
+    fn tls_follows_the_settings_and_the_url_scheme() {
+        let plain = WorkerConfig::new("http://127.0.0.1:1", "w");
+        assert!(!plain.uses_tls());
+        assert_eq!(plain.effective_tls(), None);
+        assert_eq!(plain.connect_url(), "http://127.0.0.1:1");
+
+        let https = WorkerConfig::new("HTTPS://server:1", "w");
+        assert!(https.uses_tls());
+        assert_eq!(https.effective_tls(), Some(WorkerTls::default()));
+        assert_eq!(https.connect_url(), "HTTPS://server:1");
+
+        let mut upgraded = WorkerConfig::new("http://server:1", "w");
+        upgraded.tls = Some(WorkerTls {
+            domain: Some("clb".into()),
+            ..WorkerTls::default()
+        });
+        assert!(upgraded.uses_tls());
+        assert_eq!(upgraded.connect_url(), "https://server:1");
+        assert_eq!(
+            upgraded.effective_tls().and_then(|t| t.domain).as_deref(),
+            Some("clb")
+        );
+    }
+
+    #[test]
+    fn the_private_key_is_not_printed() {
+        let tls = WorkerTls {
+            ca_pem: Some(b"ca".to_vec()),
+            domain: None,
+            identity: Some((b"cert".to_vec(), b"SECRET KEY".to_vec())),
+        };
+        let shown = format!("{tls:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("2 bytes"), "{shown}");
+    }
+
+    #[test]
+    fn unreadable_or_malformed_tls_files_are_precise_errors() {
+        let dir = std::env::temp_dir().join(format!("clb-worker-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate\n").unwrap();
+        let missing = dir.join("missing.pem");
+
+        let err = WorkerTls::from_files(Some(&missing), None, None).unwrap_err();
+        let want = format!("--tls-ca {}: cannot read the file: ", missing.display());
+        assert!(err.to_string().contains(&want), "{err}");
+
+        let err = WorkerTls::from_files(Some(&garbage), None, None).unwrap_err();
+        let want = format!(
+            "--tls-ca {}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+            garbage.display()
+        );
+        assert!(err.to_string().ends_with(&want), "{err}");
+
+        let err = WorkerTls::from_files(None, Some((&garbage, &garbage)), None).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "--tls-cert {}: no PEM certificate",
+                garbage.display()
+            )),
+            "{err}"
+        );
+
+        let err = WorkerTls::from_files(None, None, Some(" ".into())).unwrap_err();
+        assert_eq!(
+            err,
+            WorkerError::InvalidConfig("--tls-domain must not be empty".into())
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn valid_tls_files_load_and_a_key_of_another_certificate_is_refused() {
+        let dir = std::env::temp_dir().join(format!("clb-worker-pki-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, content: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, content).unwrap();
+            p
+        };
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = write("ca.pem", &ca.self_signed(&key).unwrap().pem());
+        let leaf = rcgen::generate_simple_self_signed(vec!["worker".to_owned()]).unwrap();
+        let cert = write("cert.pem", &leaf.cert.pem());
+        let leaf_key = write("cert.key", &leaf.signing_key.serialize_pem());
+        let other_key = write("other.key", &key.serialize_pem());
+
+        let tls = WorkerTls::from_files(Some(&ca), Some((&cert, &leaf_key)), None).unwrap();
+        assert!(tls.ca_pem.is_some() && tls.identity.is_some());
+
+        let err = WorkerTls::from_files(None, Some((&cert, &other_key)), None).unwrap_err();
+        let want = format!(
+            "invalid worker configuration: --tls-cert {} with --tls-key {}: ",
+            cert.display(),
+            other_key.display()
+        );
+        assert!(err.to_string().starts_with(&want), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Backoff, Limits, WorkerConfig};
+pub use config::{Backoff, Limits, WorkerConfig, WorkerTls};
 pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
 pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
 pub use observe::{frontends_of, snapshot_parts};

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::Instrument;
 
 use super::WorkerError;
@@ -45,16 +45,35 @@ enum SessionError {
     Closed,
 }
 
-/// The endpoint of the state server, with the configured timeouts.
+/// The endpoint of the state server, with the configured timeouts and TLS.
 pub(crate) fn endpoint(config: &WorkerConfig) -> Result<Endpoint, WorkerError> {
-    let endpoint = Endpoint::from_shared(config.server.clone())
+    let url = config.connect_url();
+    let endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| WorkerError::InvalidConfig(format!("server URL {:?}: {e}", config.server)))?;
-    Ok(endpoint
+    let mut endpoint = endpoint
         .connect_timeout(config.connect_timeout)
         .http2_keep_alive_interval(config.keep_alive_interval)
         .keep_alive_timeout(config.keep_alive_interval)
         .keep_alive_while_idle(true)
-        .tcp_nodelay(true))
+        .tcp_nodelay(true);
+    if let Some(tls) = config.effective_tls() {
+        let mut cfg = ClientTlsConfig::new()
+            .with_enabled_roots()
+            .timeout(config.connect_timeout);
+        if let Some(ca) = &tls.ca_pem {
+            cfg = cfg.ca_certificate(Certificate::from_pem(ca));
+        }
+        if let Some(domain) = &tls.domain {
+            cfg = cfg.domain_name(domain.clone());
+        }
+        if let Some((cert, key)) = &tls.identity {
+            cfg = cfg.identity(Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint.tls_config(cfg).map_err(|e| {
+            WorkerError::InvalidConfig(format!("TLS settings for {url:?}: {}", chain(&e)))
+        })?;
+    }
+    Ok(endpoint)
 }
 
 /// Runs sessions until `stop` is cancelled.
@@ -171,6 +190,7 @@ async fn session(
         lease_duration_ms = welcome.lease_duration_ms,
         worker_id = %config.worker_id,
         capacity,
+        tls = config.uses_tls(),
         "connected to the state server"
     );
     let fallback_lease = match welcome.lease_duration_ms {
