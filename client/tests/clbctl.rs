@@ -232,6 +232,22 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(text(&o.stderr).contains("NotFound"), "{}", show(&o));
 
+    // demo --state-server refuses a server that already holds desired state, and changes nothing.
+    let before = client.status().await.expect("status").gateways[0].revision;
+    let o = clbctl(&["demo", "--quick", "--plain", "--state-server", url.as_str()]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("already holds desired state")
+            && text(&o.stderr).contains("--replace-existing-state"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        client.status().await.expect("status").gateways[0].revision,
+        before
+    );
+    assert!(client.service("svc-cli").await.expect("svc-cli").desired);
+
     let _ = std::fs::remove_file(file);
     let _ = std::fs::remove_file(bad);
     h.shutdown().await;

@@ -133,6 +133,10 @@ pub struct DemoArgs {
     /// `watcher`) and checks convergence through the Admin API.
     #[arg(long, value_name = "URL")]
     pub state_server: Option<String>,
+    /// With `--state-server`: go on even though that server already holds desired state (the demo
+    /// would replace it, and its workers would remove from NRP what the demo does not declare).
+    #[arg(long, requires = "state_server")]
+    pub replace_existing_state: bool,
 }
 
 /// `clbctl completions`.
@@ -241,6 +245,31 @@ async fn run_demo(global: &Global, args: &DemoArgs) -> anyhow::Result<ExitCode> 
             .connect_to(url)
             .await
             .with_context(|| format!("demo: cannot reach the state server at {url}"))?;
+        if !args.replace_existing_state {
+            let status = client
+                .status()
+                .await
+                .with_context(|| format!("demo: status of the state server at {url}"))?;
+            // The empty name is the server's default gateway: its first.
+            let gateway = match client.gateway() {
+                "" => status.gateways.first(),
+                name => status.gateways.iter().find(|g| g.name == name),
+            };
+            if let Some(g) = gateway.filter(|g| {
+                g.desired_services > 0 || g.desired_egresses > 0 || g.desired_addresses > 0
+            }) {
+                anyhow::bail!(
+                    "demo: the state server at {url} already holds desired state in gateway {:?} \
+                     ({} services, {} egresses, {} addresses); the demo would replace it and its \
+                     workers would remove the rest from NRP. Point it at a server of its own, or \
+                     pass --replace-existing-state",
+                    g.name,
+                    g.desired_services,
+                    g.desired_egresses,
+                    g.desired_addresses
+                );
+            }
+        }
         config.external = Some(client);
     }
     let summary = demo::run(&config).await;
