@@ -60,6 +60,11 @@ mod tests {
             lease_deadline_unix_ms: 1_700_000_000_000,
             lease_duration_ms: 30_000,
             attempt: 2,
+            trace_context: [(
+                "traceparent".to_owned(),
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+            )]
+            .into(),
             work: Some(work_unit::Work::Locations(LocationWork {
                 locations: vec![LocationChange {
                     location: "10.0.0.4".into(),
@@ -153,7 +158,8 @@ mod tests {
     }
 
     /// Source-info paths (field numbers of `descriptor.proto`) of every element that must carry
-    /// a comment: messages, fields, oneofs, enums, enum values, services and rpcs.
+    /// a comment: messages, fields, oneofs, enums, enum values, services and rpcs (not the synthetic
+    /// entry messages of map fields).
     fn documented_paths(set: &FileDescriptorSet) -> Vec<(String, Vec<i32>, String)> {
         fn message(
             file: &str,
@@ -174,6 +180,10 @@ mod tests {
                 out.push((file.into(), p, format!("{name}.{}", o.name())));
             }
             for (i, nested) in m.nested_type.iter().enumerate() {
+                // `map<K, V>` fields generate an entry message with no source of its own.
+                if nested.options.as_ref().is_some_and(|o| o.map_entry()) {
+                    continue;
+                }
                 let mut p = prefix.clone();
                 p.extend([3, i as i32]);
                 message(file, p, nested, out);

@@ -7,5 +7,5 @@ pub mod dispatch;
 pub mod grpc;
 pub mod metrics;
 pub mod state;
-pub mod telemetry;
+pub use clb_telemetry as telemetry;
 pub mod tls;

@@ -2,7 +2,7 @@
 //! work units while the worker has capacity and folds its reports back; when the stream ends, for
 //! whatever reason, the worker's units are released at once.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +15,8 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, Span, debug, info, info_span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::convert::{location_change, service_change};
 use crate::difftracker::ActualSnapshot;
@@ -118,7 +119,7 @@ impl Worker for WorkerService {
             tx,
             shutdown: self.shutdown.clone(),
             next_gateway: 0,
-            outstanding: HashSet::new(),
+            outstanding: HashMap::new(),
         };
         tokio::spawn(run.run(inbound).instrument(span));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -134,9 +135,9 @@ struct Session {
     tx: mpsc::Sender<Result<v1::ServerMessage, Status>>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     next_gateway: usize,
-    /// Units sent and not yet answered. A unit whose lease expired still occupies the worker
-    /// until it answers: a hung worker is not handed more work.
-    outstanding: HashSet<u64>,
+    /// Units sent and not yet answered, with their `work_unit` spans. A unit whose lease expired
+    /// still occupies the worker until it answers: a hung worker is not handed more work.
+    outstanding: HashMap<u64, Span>,
 }
 
 impl Session {
@@ -178,20 +179,25 @@ impl Session {
         }
         self.state.set_worker(self.session, None);
         self.state.notify_work();
+        for (_, span) in self.outstanding.drain() {
+            span.record("outcome", "released");
+        }
         info!(released, "worker disconnected");
     }
 
     /// Sends units while the worker has capacity and some gateway has work.
     async fn fill(&mut self) -> Result<(), ()> {
         while self.outstanding.len() < self.capacity {
-            let Some(unit) = self.cut() else {
+            let Some(mut unit) = self.cut() else {
                 break;
             };
             debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
+            let span = unit_span(&unit);
+            unit.trace_context = clb_telemetry::inject_map(&span.context());
+            self.outstanding.insert(unit.work_id, span);
             let msg = v1::ServerMessage {
                 kind: Some(v1::server_message::Kind::Unit(unit)),
             };
-            self.outstanding.insert(unit_id(&msg));
             if self.tx.send(Ok(msg)).await.is_err() {
                 return Err(());
             }
@@ -234,8 +240,8 @@ impl Session {
     fn report(&mut self, report: v1::Report) {
         let work_id = report.work_id;
         let partial = matches!(&report.outcome, Some(v1::report::Outcome::Observed(o)) if !o.last);
-        if !partial {
-            self.outstanding.remove(&work_id);
+        if !partial && let Some(span) = self.outstanding.remove(&work_id) {
+            span.record("outcome", report_outcome(&report));
         }
         let frontends = frontends_from_proto(&report);
         let report = report_from_proto(report);
@@ -268,10 +274,34 @@ impl Session {
     }
 }
 
-fn unit_id(msg: &v1::ServerMessage) -> u64 {
-    match &msg.kind {
-        Some(v1::server_message::Kind::Unit(u)) => u.work_id,
-        _ => 0,
+/// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
+/// end of the session) and records the outcome. Its context travels in `WorkUnit.trace_context`.
+fn unit_span(unit: &v1::WorkUnit) -> Span {
+    let kind = match &unit.work {
+        Some(v1::work_unit::Work::Observe(_)) => "observe",
+        Some(v1::work_unit::Work::Services(_)) => "services",
+        Some(v1::work_unit::Work::Locations(_)) => "locations",
+        None => "none",
+    };
+    info_span!(
+        parent: None,
+        "work_unit",
+        work_id = unit.work_id,
+        gateway = %unit.gateway,
+        kind,
+        attempt = unit.attempt,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// The name of a report's outcome, as recorded on the unit's span.
+fn report_outcome(report: &v1::Report) -> &'static str {
+    match &report.outcome {
+        Some(v1::report::Outcome::Applied(_)) => "applied",
+        Some(v1::report::Outcome::Retryable(_)) => "retryable",
+        Some(v1::report::Outcome::Terminal(_)) => "terminal",
+        Some(v1::report::Outcome::Observed(_)) => "observed",
+        None => "invalid",
     }
 }
 
@@ -296,6 +326,7 @@ fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
         lease_duration_ms: unit.lease.as_millis() as u64,
         attempt: 1,
         work: Some(work),
+        trace_context: Default::default(),
     }
 }
 

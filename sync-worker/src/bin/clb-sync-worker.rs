@@ -8,7 +8,6 @@ use clap::Parser;
 use clb_sync_worker::cli::Args;
 use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::worker::run;
-use tracing_subscriber::EnvFilter;
 
 /// Completes on SIGINT or SIGTERM.
 async fn shutdown_signal() {
@@ -35,11 +34,7 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    let _telemetry = clb_telemetry::init("clb-sync-worker")?;
     let args = Args::parse();
     // First the configuration (it reads the TLS files): a bad flag or file fails before anything starts.
     let config = args.worker_config()?;

@@ -328,6 +328,8 @@ pub(crate) fn execute(
         attempt = unit.attempt,
         revision = unit.revision,
     );
+    // A child of the server's span of this unit, so that the unit's NRP calls join its trace.
+    clb_telemetry::set_parent_from_map(&span, &unit.trace_context);
     async move {
         let started = Instant::now();
         let ctx = UnitCtx::new(&env, &unit.gateway, deadline);

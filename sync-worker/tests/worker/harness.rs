@@ -246,6 +246,7 @@ pub fn unit(work_id: u64, work: work_unit::Work) -> WorkUnit {
         lease_duration_ms: 600_000,
         attempt: 1,
         work: Some(work),
+        trace_context: Default::default(),
     }
 }
 

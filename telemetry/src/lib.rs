@@ -9,8 +9,9 @@
 //! - servers pass [`grpc_server_span`] to `tonic::transport::Server::builder().trace_fn(..)`, which
 //!   makes every incoming RPC's span a child of the incoming `traceparent` (see also [`extract_parent`]).
 //!
-//! The module depends on nothing else in this crate, so other crates can use it as is.
+//! The state server re-exports this crate as `clb_state_server::telemetry`.
 
+use std::collections::HashMap;
 use std::io::IsTerminal as _;
 
 use anyhow::Context as _;
@@ -160,6 +161,19 @@ pub fn inject(cx: &Context, metadata: &mut tonic::metadata::MetadataMap) {
     inject_headers(cx, metadata.as_mut());
 }
 
+/// Writes `cx`'s span context into a plain string map (`traceparent`, `tracestate`), e.g. to carry it
+/// in a protobuf `map<string, string>` field; the map is empty when `cx` has no valid span context.
+pub fn inject_map(cx: &Context) -> HashMap<String, String> {
+    let mut map = HashMap::new();
+    TraceContextPropagator::new().inject_context(cx, &mut map);
+    map
+}
+
+/// The parent context carried by a string map written by [`inject_map`]; an empty context if none.
+pub fn extract_map(map: &HashMap<String, String>) -> Context {
+    TraceContextPropagator::new().extract(map)
+}
+
 /// The OpenTelemetry context of the current `tracing` span (what a client call should carry).
 pub fn current_context() -> Context {
     tracing::Span::current().context()
@@ -170,6 +184,18 @@ pub fn current_context() -> Context {
 /// For handlers that create their own spans; a no-op when no OpenTelemetry layer is installed.
 pub fn set_parent_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
     let _ = span.set_parent(extract_parent(metadata));
+}
+
+/// Makes `span` a child of the trace context carried by a string map written by [`inject_map`].
+///
+/// Leaves `span` alone when the map carries no valid context (tracing off on the sending side), so it
+/// keeps its place under the current span; a no-op when no OpenTelemetry layer is installed.
+pub fn set_parent_from_map(span: &tracing::Span, map: &HashMap<String, String>) {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = extract_map(map);
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
 }
 
 /// A span for one incoming gRPC request, child of its `traceparent`: pass it to
@@ -250,6 +276,35 @@ mod tests {
         assert_eq!(sc.trace_id(), trace_id);
         assert_eq!(sc.span_id(), span_id);
         assert!(sc.is_sampled());
+    }
+
+    #[test]
+    fn inject_map_then_extract_map_round_trips() {
+        let (cx, trace_id, span_id) = remote_context();
+        let map = inject_map(&cx);
+        assert_eq!(
+            map.get("traceparent").map(String::as_str),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        let back = extract_map(&map);
+        let span = back.span();
+        let sc = span.span_context();
+        assert!(sc.is_valid());
+        assert!(sc.is_remote());
+        assert_eq!(sc.trace_id(), trace_id);
+        assert_eq!(sc.span_id(), span_id);
+        assert!(sc.is_sampled());
+    }
+
+    #[test]
+    fn map_carrier_is_empty_without_a_span() {
+        assert!(inject_map(&Context::new()).is_empty());
+        assert!(
+            !extract_map(&HashMap::new())
+                .span()
+                .span_context()
+                .is_valid()
+        );
     }
 
     #[test]
