@@ -74,6 +74,9 @@ struct Inner {
     /// `METHOD path?query` of every request.
     requests: Vec<String>,
     probe: Option<Probe>,
+    /// Services whose next PATCH with a resourceVersion meets a concurrent writer: the fake adds
+    /// the finalizer given here to the object first (a MODIFIED event), so the PATCH gets 409.
+    conflicts: HashMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -275,6 +278,7 @@ impl FakeApi {
             rv: 1,
             resources,
             patches: Vec::new(),
+            conflicts: HashMap::new(),
             requests: Vec::new(),
             probe: None,
         }));
@@ -348,6 +352,13 @@ impl FakeApi {
 
     fn set_probe(&self, probe: impl Fn() -> Value + Send + Sync + 'static) {
         self.lock().probe = Some(Arc::new(probe));
+    }
+
+    /// The next PATCH with a resourceVersion of service `name` races with a writer adding `finalizer`.
+    fn conflict_next(&self, name: &str, finalizer: &str) {
+        self.lock()
+            .conflicts
+            .insert(name.to_owned(), finalizer.to_owned());
     }
 
     fn patches(&self) -> Vec<PatchRecord> {
@@ -565,6 +576,23 @@ fn patch(
         Some(_) if content_type != "application/merge-patch+json" => {
             record.status = 415;
             json_response(415, &status_body(415, "UnsupportedMediaType", content_type))
+        }
+        Some(cur)
+            if pointer_str(&patch, "/metadata/resourceVersion").is_some()
+                && inner.conflicts.contains_key(name) =>
+        {
+            // Someone else wrote first: their finalizer lands, ours meets a stale resourceVersion.
+            let theirs = inner.conflicts.remove(name).unwrap();
+            let mut obj = cur;
+            let mut list = finalizers(&obj);
+            list.push(theirs);
+            obj["metadata"]["finalizers"] = json!(list);
+            inner.commit("services", key, Some(obj));
+            record.status = 409;
+            json_response(
+                409,
+                &status_body(409, "Conflict", "the object has been modified"),
+            )
         }
         Some(cur) => {
             let want_rv = pointer_str(&patch, "/metadata/resourceVersion");
@@ -1387,6 +1415,56 @@ async fn a_restarted_or_unreachable_state_server_gets_the_whole_view_again() {
         .addresses
         .remove(&("10.0.0.1".into(), "10.1.0.5".into()));
     converge(&h, &expected).await;
+
+    w.stop().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finalizer_removal_that_meets_a_concurrent_writer_is_retried_and_keeps_their_finalizer() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.set_probe(lbs_probe(&h));
+    seed(&fake);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: true });
+    converge(&h, &seed_expected()).await;
+    assert!(has_finalizer(
+        &fake.get("services", "default", "api").unwrap()
+    ));
+
+    // api is deleted; when the watcher removes its finalizer, another controller has just added
+    // its own: the PATCH gets 409, and the retry must keep the other controller's finalizer.
+    const THEIRS: &str = "example.com/keep";
+    fake.conflict_next("api", THEIRS);
+    fake.delete("services", "default", "api");
+    let path = "/api/v1/namespaces/default/services/api";
+    let retried = eventually("the removal is retried after the 409", || async {
+        let patches: Vec<PatchRecord> = fake
+            .patches()
+            .into_iter()
+            .filter(|p| p.path == path && p.body["metadata"]["finalizers"].is_array())
+            .collect();
+        let conflict = patches.iter().position(|p| p.status == 409);
+        match conflict.and_then(|i| patches[i + 1..].iter().find(|p| p.status == 200)) {
+            Some(p) => Ok(p.clone()),
+            None => Err(format!("{} finalizer patches so far", patches.len())),
+        }
+    })
+    .await;
+    assert_eq!(retried.body["metadata"]["finalizers"], json!([THEIRS]));
+    let api = fake
+        .get("services", "default", "api")
+        .expect("kept by their finalizer");
+    assert_eq!(api["metadata"]["finalizers"], json!([THEIRS]));
+    // Ours went only after NRP dropped the service (the probe at the PATCH).
+    let lbs = retried.probe["load_balancers"].as_array().unwrap();
+    assert!(
+        !lbs.contains(&json!(load_balancer_name(API))),
+        "{}",
+        retried.probe
+    );
 
     w.stop().await;
     h.shutdown().await;
