@@ -81,14 +81,32 @@ pub struct Gateway {
     programmed_ports: HashMap<String, Vec<ServicePort>>,
     /// The ports that the creation unit in flight for a service carries (one unit per service).
     ports_in_flight: HashMap<String, Vec<ServicePort>>,
-    /// The frontends of the parts received so far of an observe unit (by work id).
-    observing: Option<(u64, HashMap<String, String>)>,
+    /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
+    observing: Option<(u64, ObservedExtras)>,
     expected_writers: Vec<String>,
+}
+
+/// What an observe reports beside the DiffTracker's snapshot, merged over its parts.
+#[derive(Debug, Default)]
+struct ObservedExtras {
+    /// Frontend IP of each inbound service whose public IP has one.
+    frontends: HashMap<String, String>,
+    /// The load balancer rules (as ports) of each inbound service whose load balancer was read.
+    rules: HashMap<String, Vec<ServicePort>>,
 }
 
 /// Ports as a set of (protocol, port): the order and repetition of a list do not change the rules.
 fn port_set(ports: &[ServicePort]) -> BTreeSet<(i32, u32)> {
     ports.iter().map(|p| (p.protocol, p.port)).collect()
+}
+
+/// Whether a worker can make a load balancing rule of `p` (TCP or UDP, port 1 to 65535).
+fn programmable(p: &ServicePort) -> bool {
+    use clb_proto::v1::Protocol;
+    matches!(
+        Protocol::try_from(p.protocol),
+        Ok(Protocol::Tcp | Protocol::Udp)
+    ) && (1..=65535).contains(&p.port)
 }
 
 impl Gateway {
@@ -156,12 +174,16 @@ impl Gateway {
     /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
     /// the tracker follows. `frontends` are the (service, IP) pairs the report carried, already
     /// canonical: for a service unit, those of its creations; for an observe, those of this part.
-    /// Returns false when the report was ignored (not a unit leased to `worker`).
+    /// `rules` are the (service, rule ports) pairs of an observe's part, service names canonical
+    /// (empty for other reports). When an observe completes, each desired inbound service that NRP
+    /// has and whose load balancer rules were read back with other ports than the desired ones is
+    /// created again. Returns false when the report was ignored (not a unit leased to `worker`).
     pub fn on_report(
         &mut self,
         worker: u64,
         report: Report,
         frontends: Vec<(String, String)>,
+        rules: Vec<(String, Vec<ServicePort>)>,
         now: Instant,
     ) -> bool {
         let work_id = report.work_id;
@@ -180,17 +202,19 @@ impl Gateway {
                 // Only the union of the parts is complete: replace the frontends at the end.
                 let parts = match &mut self.observing {
                     Some((id, parts)) if *id == work_id => parts,
-                    slot => &mut slot.insert((work_id, HashMap::new())).1,
+                    slot => &mut slot.insert((work_id, ObservedExtras::default())).1,
                 };
-                parts.extend(frontends);
+                parts.frontends.extend(frontends);
+                parts.rules.extend(rules);
                 if last
                     && let Some((_, observed)) = self.observing.take()
                     && folded.observed
                 {
-                    self.frontends = observed;
+                    self.frontends = observed.frontends;
                     let tracker = &self.tracker;
                     self.programmed_ports
                         .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
+                    self.rules_observed(observed.rules);
                 }
             }
             None => {
@@ -202,6 +226,29 @@ impl Gateway {
         }
         self.update_gates();
         true
+    }
+
+    /// Takes the load balancer rules an observe read back as the ports NRP has for those services,
+    /// and creates again each desired one whose rules differ from its desired ports. A service
+    /// without rules read back (its load balancer was not found) keeps what was known of it; one
+    /// whose creation is in flight is left to that creation's report.
+    fn rules_observed(&mut self, rules: HashMap<String, Vec<ServicePort>>) {
+        for (name, ports) in rules {
+            let in_nrp = self
+                .tracker
+                .service_view(&name)
+                .is_some_and(|v| v.kind == ServiceKind::Inbound && v.actual);
+            if !in_nrp || self.ports_in_flight.contains_key(&name) {
+                continue;
+            }
+            self.programmed_ports.insert(name.clone(), ports);
+            // Ports no worker can program would fail the creation again after every observe.
+            if let Some(desired) = self.service_ports.get(&name).cloned()
+                && desired.iter().all(programmable)
+            {
+                self.reprogram_if_changed(&name, &desired);
+            }
+        }
     }
 
     /// Keeps the frontends and programmed ports in step with a service change NRP accepted.
@@ -472,17 +519,29 @@ mod tests {
         let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
         assert_eq!(unit.work, UnitWork::Observe);
         // Another worker's report, or one for another unit, is ignored.
-        assert!(!g.on_report(2, observed(7, &[], true), frontends(&[("a", "x")]), now));
-        assert!(!g.on_report(1, observed(8, &[], true), frontends(&[("a", "x")]), now));
+        assert!(!g.on_report(
+            2,
+            observed(7, &[], true),
+            frontends(&[("a", "x")]),
+            Vec::new(),
+            now
+        ));
+        assert!(!g.on_report(
+            1,
+            observed(8, &[], true),
+            frontends(&[("a", "x")]),
+            Vec::new(),
+            now
+        ));
         let part = frontends(&[("a", "20.0.0.2")]);
-        assert!(g.on_report(1, observed(7, &["a", "b"], false), part, now));
+        assert!(g.on_report(1, observed(7, &["a", "b"], false), part, Vec::new(), now));
         assert_eq!(
             g.frontends,
             HashMap::from([("old".to_string(), "20.0.0.1".to_string())]),
             "nothing changes before the last part"
         );
         let part = frontends(&[("b", "20.0.0.3")]);
-        assert!(g.on_report(1, observed(7, &[], true), part, now));
+        assert!(g.on_report(1, observed(7, &[], true), part, Vec::new(), now));
         assert_eq!(
             g.frontends,
             HashMap::from([
@@ -496,14 +555,72 @@ mod tests {
         let unit = g.dispatch.next_unit(&mut g.tracker, 1, 9, now).unwrap();
         assert_eq!(unit.work, UnitWork::Observe);
         let part = frontends(&[("a", "20.0.0.4")]);
-        assert!(g.on_report(1, observed(9, &["a", "b"], false), part, now));
+        assert!(g.on_report(1, observed(9, &["a", "b"], false), part, Vec::new(), now));
         g.dispatch.release_worker(1, now);
         g.dispatch.request_observe();
         let unit = g
             .dispatch
             .next_unit(&mut g.tracker, 1, 10, now + Duration::from_secs(60));
         assert_eq!(unit.map(|u| u.work), Some(UnitWork::Observe));
-        assert!(g.on_report(1, observed(10, &["a", "b"], true), Vec::new(), now));
+        assert!(g.on_report(
+            1,
+            observed(10, &["a", "b"], true),
+            Vec::new(),
+            Vec::new(),
+            now
+        ));
         assert!(g.frontends.is_empty(), "{:?}", g.frontends);
+    }
+
+    fn ports(list: &[(clb_proto::v1::Protocol, u32)]) -> Vec<ServicePort> {
+        list.iter()
+            .map(|&(p, port)| ServicePort {
+                port,
+                protocol: p as i32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn observed_rules_create_again_only_a_desired_service_read_back_with_other_ports() {
+        use clb_proto::v1::Protocol::{Tcp, Udp, Unspecified};
+        let mut g = gateway();
+        for s in ["a", "b", "c", "d"] {
+            g.tracker.update_service(Operation::Add, s).unwrap();
+            g.service_ports.insert(s.into(), ports(&[(Tcp, 80)]));
+        }
+        g.service_ports
+            .insert("c".into(), ports(&[(Unspecified, 80)]));
+        // A creation of `a` is in flight (with the desired ports): its report decides.
+        g.ports_in_flight.insert("a".into(), ports(&[(Tcp, 80)]));
+        let now = Instant::now();
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        let before = g.tracker.revision();
+        let rules = vec![
+            ("a".to_string(), ports(&[(Tcp, 1)])),
+            ("c".to_string(), ports(&[(Tcp, 1)])),
+            ("d".to_string(), ports(&[(Tcp, 80), (Tcp, 80)])),
+            ("gone".to_string(), ports(&[(Tcp, 1)])),
+        ];
+        let lbs = ["a", "b", "c", "d"];
+        assert!(g.on_report(1, observed(7, &lbs, true), Vec::new(), rules, now));
+        assert_eq!(
+            g.tracker.revision(),
+            before,
+            "in flight (a), no rules read (b), unprogrammable (c), the same (d): nothing to do"
+        );
+        assert!(!g.programmed_ports.contains_key("a"));
+        assert!(!g.programmed_ports.contains_key("b"));
+        assert!(!g.programmed_ports.contains_key("gone"), "not in NRP");
+        assert_eq!(g.programmed_ports["c"], ports(&[(Tcp, 1)]));
+
+        // b's rules read back, with another protocol: b is created again (and only b).
+        g.dispatch.request_observe();
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 8, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        let rules = vec![("b".to_string(), ports(&[(Udp, 80)]))];
+        assert!(g.on_report(1, observed(8, &lbs, true), Vec::new(), rules, now));
+        assert!(g.tracker.revision() > before, "b is created again");
     }
 }

@@ -342,3 +342,163 @@ async fn a_ports_change_creates_the_service_again_with_the_new_rules() {
     assert_eq!(shown, BTreeMap::from([(UDP, 5353)]));
     server.stop().await;
 }
+
+/// Asks the server for an observe and returns its unit.
+async fn observe_unit(server: &TestServer, w: &mut TestWorker) -> v1::WorkUnit {
+    server
+        .state
+        .gateway("")
+        .unwrap()
+        .lock()
+        .dispatch
+        .request_observe();
+    server.state.notify_work();
+    let u = expect_unit(w).await;
+    assert!(matches!(u.work, Some(Work::Observe(_))), "{u:?}");
+    u
+}
+
+/// The snapshot of `nrp` with the rules of `service` replaced by `ports` (`None`: no entry, as when
+/// the load balancer listing missed it).
+fn with_rules(
+    nrp: &Arc<Mutex<FakeNrp>>,
+    service: &str,
+    ports: Option<&[(i32, u32)]>,
+) -> v1::NrpSnapshot {
+    let mut snapshot = nrp.lock().unwrap().snapshot();
+    snapshot.rules.retain(|r| r.service != service);
+    if let Some(ports) = ports {
+        snapshot.rules.push(v1::ServiceRules {
+            service: service.into(),
+            ports: ports
+                .iter()
+                .map(|&(protocol, port)| ServicePort { port, protocol })
+                .collect(),
+        });
+    }
+    snapshot
+}
+
+#[tokio::test]
+async fn an_observe_with_other_rules_than_the_desired_ports_creates_the_service_again() {
+    let server = TestServer::start(config()).await;
+    let mut c = Clients::connect(&server).await;
+    let nrp = Arc::new(Mutex::new(FakeNrp::default()));
+    let mut w = TestWorker::connect(&server.url(), "w", 1).await;
+    c.service(v1::Operation::Add, "svc-r", &[(TCP, 80), (UDP, 53)])
+        .await;
+    w.run_until_idle(&nrp, IDLE).await;
+    assert!(c.get_service("svc-r").await.unwrap().actual);
+
+    // The same rules in another order (and over two parts): nothing to do.
+    let u = observe_unit(&server, &mut w).await;
+    let snapshot = with_rules(&nrp, "svc-r", Some(&[(UDP, 53), (TCP, 80), (UDP, 53)]));
+    let (mut first, mut second) = (snapshot.clone(), v1::NrpSnapshot::default());
+    second.rules = std::mem::take(&mut first.rules);
+    report_observed(&w, u.work_id, first, false).await;
+    report_observed(&w, u.work_id, second, true).await;
+    assert!(
+        w.next_unit(IDLE).await.is_none(),
+        "no unit for the same rules"
+    );
+
+    // Someone edited the load balancer in NRP: the observe reads other rules back, and the service
+    // is created again with the desired ports.
+    nrp.lock()
+        .unwrap()
+        .rules
+        .insert("svc-r".into(), BTreeSet::from([(TCP, 8080)]));
+    let before = server.state.gateway("").unwrap().lock().tracker.revision();
+    let u = observe_unit(&server, &mut w).await;
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    let u = expect_unit(&mut w).await;
+    assert_eq!(
+        service_changes(&u),
+        [(
+            "svc-r".to_string(),
+            v1::ServiceAction::Create,
+            vec![(TCP, 80), (UDP, 53)]
+        )]
+    );
+    assert!(server.state.gateway("").unwrap().lock().tracker.revision() > before);
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0, "nothing else to do");
+    assert_eq!(
+        nrp.lock().unwrap().rules.get("svc-r"),
+        Some(&BTreeSet::from([(TCP, 80), (UDP, 53)]))
+    );
+
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn after_a_restart_an_observe_repairs_stale_rules_but_not_a_load_balancer_it_did_not_read() {
+    let nrp = Arc::new(Mutex::new(FakeNrp::default()));
+    // A first server creates the services with their first ports.
+    {
+        let server = TestServer::start(config()).await;
+        let mut c = Clients::connect(&server).await;
+        let mut w = TestWorker::connect(&server.url(), "w", 1).await;
+        c.service(v1::Operation::Add, "svc-s", &[(TCP, 80)]).await;
+        c.service(v1::Operation::Add, "svc-t", &[(TCP, 80)]).await;
+        w.run_until_idle(&nrp, IDLE).await;
+        server.stop().await;
+    }
+    assert_eq!(nrp.lock().unwrap().rules.len(), 2);
+
+    // The ports changed while no server ran: the new server has never seen the old ones.
+    let server = TestServer::start(config()).await;
+    let mut c = Clients::connect(&server).await;
+    c.service(v1::Operation::Add, "svc-s", &[(TCP, 443)]).await;
+    c.service(v1::Operation::Add, "svc-t", &[(TCP, 8443)]).await;
+    let mut w = TestWorker::connect(&server.url(), "w", 1).await;
+    // The start-up observe reads svc-s's stale rules; svc-t's load balancer was not read back.
+    let u = expect_unit(&mut w).await;
+    assert!(matches!(u.work, Some(Work::Observe(_))), "{u:?}");
+    report_observed(&w, u.work_id, with_rules(&nrp, "svc-t", None), true).await;
+    let u = expect_unit(&mut w).await;
+    assert_eq!(
+        service_changes(&u),
+        [(
+            "svc-s".to_string(),
+            v1::ServiceAction::Create,
+            vec![(TCP, 443)]
+        )],
+        "only the service whose rules were read back and differ"
+    );
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0, "nothing for svc-t");
+    assert_eq!(
+        nrp.lock().unwrap().rules.get("svc-t"),
+        Some(&BTreeSet::from([(TCP, 80)]))
+    );
+
+    // The next observe reads svc-t's rules: it is created again too.
+    let u = observe_unit(&server, &mut w).await;
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    let u = expect_unit(&mut w).await;
+    assert_eq!(
+        service_changes(&u),
+        [(
+            "svc-t".to_string(),
+            v1::ServiceAction::Create,
+            vec![(TCP, 8443)]
+        )]
+    );
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0);
+    let rules = nrp.lock().unwrap().rules.clone();
+    assert_eq!(
+        rules,
+        BTreeMap::from([
+            ("svc-s".to_string(), BTreeSet::from([(TCP, 443)])),
+            ("svc-t".to_string(), BTreeSet::from([(TCP, 8443)])),
+        ])
+    );
+    server.stop().await;
+}

@@ -144,6 +144,15 @@ async fn saga_round_trip(config: EmulatorConfig) {
         .await
         .unwrap();
     assert_eq!(lb.properties.backend_address_pools.len(), 1);
+    // One listing reads the load balancers back (with their rules); a missing name is left out.
+    let lbs = ["LB-A", "lb-missing"].map(String::from);
+    let found = nrp.find_load_balancers(&lbs, opts()).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].name.as_deref(), Some("lb-a"));
+    assert_eq!(
+        found[0].properties.load_balancing_rules,
+        lb.properties.load_balancing_rules
+    );
     let pool = lb_id.backend_pool_id("pool");
     let register = ServiceRequest {
         is_delete: false,
@@ -288,6 +297,8 @@ async fn saga_round_trip(config: EmulatorConfig) {
     assert!(matches!(err, NrpError::NotFound { .. }), "{err:?}");
     let found = nrp.find_public_ips(&wanted, opts()).await.unwrap();
     assert_eq!(found.len(), 2, "pip-a is gone: {found:?}");
+    let found = nrp.find_load_balancers(&lbs, opts()).await.unwrap();
+    assert!(found.is_empty(), "lb-a is gone: {found:?}");
 
     let dump = server.emulator().dump();
     let gw = dump.gateway(GW).unwrap();

@@ -4,7 +4,8 @@ mod emulator_common;
 
 use clb_sync_worker::nrp::emulator::{EmulatorConfig, RemovalCause};
 use clb_sync_worker::nrp::wire::{
-    AddressLocationsPage, PublicIpAddressesPage, ResourceId, ResourceKind, ServicesPage,
+    AddressLocationsPage, LoadBalancersPage, PublicIpAddressesPage, ResourceId, ResourceKind,
+    ServicesPage,
 };
 use emulator_common::*;
 use reqwest::{Method, StatusCode};
@@ -586,4 +587,84 @@ async fn public_ips_get_stable_distinct_addresses_and_are_listed_by_resource_gro
     assert_eq!(h.get(&a, None).await.status, StatusCode::NOT_FOUND);
     let again = ip_of(&h.put(&a, json!({"location": "eastus"})).await).unwrap();
     assert!(![&ip_b, &ip_z].contains(&&again), "{again}");
+}
+
+#[tokio::test]
+async fn load_balancers_are_listed_by_resource_group_with_their_rules_paged() {
+    let h = Harness::start(EmulatorConfig {
+        page_size: 2,
+        ..Default::default()
+    })
+    .await;
+    for name in ["lb-c", "LB-a", "lb-b"] {
+        h.create_lb(name).await;
+    }
+    // A load balancer in another resource group, which the listing below must not show.
+    let elsewhere = ResourceId::new(SUB, "rg-other", ResourceKind::LoadBalancer, "lb-z");
+    let r = h.put(&elsewhere, json!({"location": "eastus"})).await;
+    assert!(r.status.is_success(), "{r:?}");
+
+    let list = async || {
+        let mut url = format!(
+            "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/loadBalancers?api-version={}",
+            h.server.base_url(),
+            api_version()
+        );
+        let (mut listed, mut pages) = (Vec::new(), 0);
+        loop {
+            let r = h.call(Method::GET, &url, None).await;
+            assert_eq!(r.status, StatusCode::OK, "{r:?}");
+            pages += 1;
+            let page: LoadBalancersPage = serde_json::from_value(r.body).unwrap();
+            listed.extend(page.value.into_iter().map(|lb| {
+                let rules: Vec<(u16, u16)> = lb
+                    .properties
+                    .load_balancing_rules
+                    .iter()
+                    .map(|r| (r.properties.frontend_port, r.properties.backend_port))
+                    .collect();
+                (lb.name.unwrap(), rules)
+            }));
+            match page.next_link {
+                Some(next) => url = next,
+                None => break,
+            }
+        }
+        (listed, pages)
+    };
+    let (listed, pages) = list().await;
+    assert_eq!(pages, 2);
+    assert_eq!(
+        listed,
+        [
+            ("LB-a".to_string(), vec![(80, 8080)]),
+            ("lb-b".to_string(), vec![(80, 8080)]),
+            ("lb-c".to_string(), vec![(80, 8080)]),
+        ]
+    );
+    assert_eq!(h.emu().stats().calls_of("LoadBalancers_List"), 2);
+    let r = h
+        .call(
+            Method::PUT,
+            &format!(
+                "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/loadBalancers?api-version={}",
+                h.server.base_url(),
+                api_version()
+            ),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{r:?}");
+
+    // Deleted, it is no longer listed; the rest fits one page.
+    assert_eq!(
+        h.delete(&id(ResourceKind::LoadBalancer, "lb-b"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let (listed, pages) = list().await;
+    assert_eq!(pages, 1);
+    let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["LB-a", "lb-c"]);
 }

@@ -416,6 +416,100 @@ async fn an_observe_reports_the_frontends_of_the_inbound_services_with_one_paged
     h.shutdown().await;
 }
 
+/// Rules as `service → {(port, protocol)}`, checking that no service is listed twice.
+fn rules(list: &[v1::ServiceRules]) -> BTreeMap<String, BTreeSet<(u32, v1::Protocol)>> {
+    let map: BTreeMap<String, BTreeSet<(u32, v1::Protocol)>> = list
+        .iter()
+        .map(|r| {
+            let ports = r.ports.iter().map(|p| (p.port, p.protocol())).collect();
+            (r.service.clone(), ports)
+        })
+        .collect();
+    assert_eq!(map.len(), list.len(), "a service listed twice: {list:?}");
+    map
+}
+
+#[tokio::test]
+async fn an_observe_reports_the_rules_of_the_inbound_services_with_one_paged_listing() {
+    use clb_sync_worker::nrp::wire::TransportProtocol;
+    let mut h = Harness::start(
+        EmulatorConfig {
+            page_size: 1,
+            ..Default::default()
+        },
+        Limits::default(),
+    )
+    .await;
+    let mut conn = h.conn().await;
+    let tcp_443 = service(
+        "svc-b",
+        v1::ServiceKind::Inbound,
+        Create,
+        &[(443, v1::Protocol::Tcp)],
+    );
+    let created = conn
+        .run(services(
+            1,
+            vec![
+                inbound("svc-a", Create),
+                tcp_443,
+                inbound("svc-c", Create),
+                outbound("egress-e", Create),
+            ],
+        ))
+        .await;
+    assert_applied(&created);
+    // Someone edits svc-c's load balancer in NRP: its UDP rule becomes TCP 8080.
+    let arm = ArmClient::new(
+        ArmConfig::new("sub1", "rg1").with_endpoint(h.nrp.base_url()),
+        None,
+    )
+    .unwrap();
+    let mut lb = arm
+        .get_load_balancer("lb-svc-c", CallOptions::none())
+        .await
+        .unwrap();
+    let edited = lb
+        .properties
+        .load_balancing_rules
+        .iter_mut()
+        .find(|r| r.properties.protocol == Some(TransportProtocol::Udp))
+        .expect("a UDP rule");
+    edited.properties.protocol = Some(TransportProtocol::Tcp);
+    edited.properties.frontend_port = 8080;
+    edited.properties.backend_port = 8080;
+    arm.put_load_balancer("lb-svc-c", &lb, CallOptions::none())
+        .await
+        .unwrap();
+    h.emulator().reset_stats();
+    let r = conn
+        .run(unit(2, work_unit::Work::Observe(ObserveWork {})))
+        .await;
+    let Some(report::Outcome::Observed(o)) = r.outcome else {
+        panic!("expected observed, got {r:?}")
+    };
+    assert!(o.last);
+    let s = o.snapshot.unwrap();
+    let (tcp, udp) = (v1::Protocol::Tcp, v1::Protocol::Udp);
+    assert_eq!(
+        rules(&s.rules),
+        BTreeMap::from([
+            ("svc-a".to_string(), BTreeSet::from([(80, tcp), (53, udp)])),
+            ("svc-b".to_string(), BTreeSet::from([(443, tcp)])),
+            (
+                "svc-c".to_string(),
+                BTreeSet::from([(80, tcp), (8080, tcp)])
+            ),
+        ]),
+        "the inbound services' rules as NRP has them, none for the egress"
+    );
+    let stats = h.emulator().stats();
+    // Three load balancers over pages of one: one listing of three pages, no GET per service.
+    assert_eq!(stats.calls_of("LoadBalancers_List"), 3);
+    assert_eq!(stats.calls_of("LoadBalancers_Get"), 0);
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_worker_reconnects_and_says_hello_again_when_the_stream_drops() {
     let mut h = Harness::default().await;

@@ -129,6 +129,16 @@ impl Nrp for Detached {
             .await
     }
 
+    async fn find_load_balancers(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<LoadBalancer>, NrpError> {
+        let x = names.to_vec();
+        self.run(|n| async move { n.find_load_balancers(&x, opts).await })
+            .await
+    }
+
     async fn put_public_ip(
         &self,
         name: &str,

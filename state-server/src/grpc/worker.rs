@@ -244,6 +244,7 @@ impl Session {
             span.record("outcome", report_outcome(&report));
         }
         let frontends = frontends_from_proto(&report);
+        let rules = rules_from_proto(&report);
         let report = report_from_proto(report);
         for g in &self.gateways {
             let handled = {
@@ -254,6 +255,7 @@ impl Session {
                         self.session,
                         report.clone(),
                         frontends.clone(),
+                        rules.clone(),
                         Instant::now(),
                     );
                 }
@@ -357,6 +359,30 @@ fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
         );
     }
     frontends
+}
+
+/// The load balancer rules an observe's part carries, as (canonical service, ports) pairs. An
+/// entry with a malformed service name is left out (so that service's rules are not compared).
+fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<v1::ServicePort>)> {
+    let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
+        return Vec::new();
+    };
+    let listed = o.snapshot.as_ref().map_or(&[][..], |s| s.rules.as_slice());
+    let rules: Vec<(String, Vec<v1::ServicePort>)> = listed
+        .iter()
+        .filter_map(|s| {
+            let service = normalize_identity("service", &s.service).ok()?;
+            Some((service.into_owned(), s.ports.clone()))
+        })
+        .collect();
+    if rules.len() < listed.len() {
+        warn!(
+            work_id = r.work_id,
+            ignored = listed.len() - rules.len(),
+            "observe with malformed service rules: ignored them"
+        );
+    }
+    rules
 }
 
 /// A report from the wire; a malformed one becomes a retryable failure (the unit is cut again).

@@ -212,6 +212,17 @@ impl FakeNrp {
                     ip: ip.clone(),
                 })
                 .collect(),
+            rules: self
+                .rules
+                .iter()
+                .map(|(service, rules)| v1::ServiceRules {
+                    service: service.clone(),
+                    ports: rules
+                        .iter()
+                        .map(|&(protocol, port)| v1::ServicePort { port, protocol })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }

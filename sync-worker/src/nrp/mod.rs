@@ -122,6 +122,29 @@ pub trait Nrp: Send + Sync {
         opts: CallOptions,
     ) -> Result<LoadBalancer, NrpError>;
 
+    /// The load balancers among `names` that exist (names compared case-insensitively; a name that
+    /// does not exist is left out), in no particular order. For reading many at once, such as the
+    /// rules of every inbound service in an observe.
+    ///
+    /// [`azure::ArmClient`] reads them with one listing of the resource group
+    /// (`GET …/loadBalancers`, following `nextLink` to the last page). This default, meant for
+    /// wrappers, GETs each name in turn.
+    async fn find_load_balancers(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<LoadBalancer>, NrpError> {
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            match self.get_load_balancer(name, opts).await {
+                Ok(lb) => found.push(lb),
+                Err(NrpError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+
     /// `PUT …/loadBalancers/{name}` (create or update); returns the resource as NRP has it.
     async fn put_load_balancer(
         &self,

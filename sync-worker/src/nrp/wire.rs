@@ -370,6 +370,8 @@ pub type AddressLocationsPage = Page<AddressLocation>;
 pub type ServicesPage = Page<GatewayService>;
 /// A page of `GET …/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`.
 pub type PublicIpAddressesPage = Page<PublicIpAddress>;
+/// A page of `GET …/resourceGroups/{rg}/providers/Microsoft.Network/loadBalancers`.
+pub type LoadBalancersPage = Page<LoadBalancer>;
 
 #[cfg(test)]
 mod tests {

@@ -1,16 +1,20 @@
 //! Observe work (anti-entropy): read the gateway's services and address locations back from NRP and
 //! report them as `Observed` parts, split when large. The frontends of the inbound services (the
-//! addresses of their public IPs `pip-{name}`, read with one listing) go in the first part.
+//! addresses of their public IPs `pip-{name}`, read with one listing) and the rules of their load
+//! balancers (`lb-{name}`, read with one listing) go in the first part.
 
 use std::collections::HashMap;
 
 use clb_proto::v1::{
-    self, AddressChange, LocationChange, NrpSnapshot, Report, ServiceFrontend, report,
+    self, AddressChange, LocationChange, NrpSnapshot, Report, ServiceFrontend, ServicePort,
+    ServiceRules, report,
 };
 
-use super::services::public_ip_name;
+use super::services::{load_balancer_name, public_ip_name};
 use super::unit::{UnitCtx, UnitError, report};
-use crate::nrp::wire::{AddressLocation, GatewayService, PublicIpAddress};
+use crate::nrp::wire::{
+    AddressLocation, GatewayService, LoadBalancer, PublicIpAddress, TransportProtocol,
+};
 
 /// Builds the snapshot parts: services in the first part, locations packed greedily so that a part
 /// carries at most `max_addresses` addresses (a larger location goes alone), each location in exactly
@@ -85,6 +89,46 @@ pub fn frontends_of(inbound: &[String], pips: &[PublicIpAddress]) -> Vec<Service
     frontends
 }
 
+/// The load balancing rules of the inbound services `inbound` among the load balancers `lbs`: for
+/// each service whose load balancer `lb-{name}` (matched case-insensitively) is among them, its
+/// rules as (frontend port, protocol), sorted by service. A rule of protocol `All` (or none) has
+/// `PROTOCOL_UNSPECIFIED`. A service whose load balancer is missing has no entry.
+pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
+    let by_lb: HashMap<String, &str> = inbound
+        .iter()
+        .map(|s| (load_balancer_name(s).to_ascii_lowercase(), s.as_str()))
+        .collect();
+    let mut rules: Vec<ServiceRules> = lbs
+        .iter()
+        .filter_map(|lb| {
+            let service = by_lb.get(&lb.name.as_deref()?.to_ascii_lowercase())?;
+            let ports = lb
+                .properties
+                .load_balancing_rules
+                .iter()
+                .map(|r| {
+                    let protocol = match r.properties.protocol {
+                        Some(TransportProtocol::Tcp) => v1::Protocol::Tcp,
+                        Some(TransportProtocol::Udp) => v1::Protocol::Udp,
+                        Some(TransportProtocol::All) | None => v1::Protocol::Unspecified,
+                    };
+                    ServicePort {
+                        port: u32::from(r.properties.frontend_port),
+                        protocol: protocol as i32,
+                    }
+                })
+                .collect();
+            Some(ServiceRules {
+                service: (*service).to_owned(),
+                ports,
+            })
+        })
+        .collect();
+    rules.sort_by(|a, b| a.service.cmp(&b.service));
+    rules.dedup_by(|a, b| a.service == b.service);
+    rules
+}
+
 /// A gateway that does not exist has no services and no locations.
 fn empty_if_missing<T>(result: Result<Vec<T>, UnitError>) -> Result<Vec<T>, UnitError> {
     match result {
@@ -108,17 +152,22 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
             .filter(|s| s.properties.service_type.is_some_and(|t| t.is_inbound()))
             .map(|s| s.name.clone())
             .collect();
-        let pips = if inbound.is_empty() {
-            Vec::new()
+        let (pips, lbs) = if inbound.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
             let names: Vec<String> = inbound.iter().map(|s| public_ip_name(s)).collect();
-            empty_if_missing(ctx.read(|o| ctx.nrp().find_public_ips(&names, o)).await)?
+            let pips = empty_if_missing(ctx.read(|o| ctx.nrp().find_public_ips(&names, o)).await)?;
+            let names: Vec<String> = inbound.iter().map(|s| load_balancer_name(s)).collect();
+            let lbs =
+                empty_if_missing(ctx.read(|o| ctx.nrp().find_load_balancers(&names, o)).await)?;
+            (pips, lbs)
         };
         let frontends = frontends_of(&inbound, &pips);
-        Ok::<_, UnitError>((services, locations, frontends))
+        let rules = rules_of(&inbound, &lbs);
+        Ok::<_, UnitError>((services, locations, frontends, rules))
     };
     match read.await {
-        Ok((services, locations, frontends)) => {
+        Ok((services, locations, frontends, rules)) => {
             let mut parts = snapshot_parts(
                 services,
                 locations,
@@ -126,6 +175,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
             );
             if let Some(first) = parts.first_mut() {
                 first.frontends = frontends;
+                first.rules = rules;
             }
             let n = parts.len();
             tracing::debug!(parts = n, "observed");
@@ -229,5 +279,54 @@ mod tests {
             ]
         );
         assert!(frontends_of(&[], &pips).is_empty());
+    }
+
+    #[test]
+    fn rules_are_the_ports_of_the_inbound_services_load_balancers() {
+        use crate::nrp::wire::{ResourceId, ResourceKind};
+        let lb = |name: &str, rules: &[(&'static str, u16)]| {
+            let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, name);
+            let mut lb = super::super::services::load_balancer(&id, "eastus", "/p", rules.to_vec());
+            lb.name = Some(name.into());
+            lb
+        };
+        // A rule for all protocols (HA ports), which no desired port can match.
+        let mut all = lb("lb-svc-c", &[("tcp", 1)]);
+        let rule = &mut all.properties.load_balancing_rules[0].properties;
+        rule.protocol = Some(TransportProtocol::All);
+        rule.frontend_port = 0;
+        let lbs = vec![
+            lb("lb-svc-b", &[]),
+            lb("LB-svc-a", &[("udp", 53), ("tcp", 80)]),
+            all,
+            lb("lb-other", &[("tcp", 1)]),
+        ];
+        let inbound = vec![
+            "svc-a".to_string(),
+            "svc-b".to_string(),
+            "svc-c".to_string(),
+            "svc-d".to_string(),
+        ];
+        let got: Vec<(String, Vec<(u32, v1::Protocol)>)> = rules_of(&inbound, &lbs)
+            .into_iter()
+            .map(|r| {
+                let mut ports: Vec<_> = r.ports.iter().map(|p| (p.port, p.protocol())).collect();
+                ports.sort();
+                (r.service, ports)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "svc-a".to_string(),
+                    vec![(53, v1::Protocol::Udp), (80, v1::Protocol::Tcp)]
+                ),
+                ("svc-b".to_string(), vec![]),
+                ("svc-c".to_string(), vec![(0, v1::Protocol::Unspecified)]),
+            ],
+            "svc-d has no load balancer: no entry"
+        );
+        assert!(rules_of(&[], &lbs).is_empty());
     }
 }

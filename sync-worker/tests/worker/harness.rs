@@ -443,6 +443,13 @@ impl Nrp for GatedNrp {
     ) -> Result<Vec<PublicIpAddress>, NrpError> {
         self.inner.find_public_ips(n, o).await
     }
+    async fn find_load_balancers(
+        &self,
+        n: &[String],
+        o: CallOptions,
+    ) -> Result<Vec<LoadBalancer>, NrpError> {
+        self.inner.find_load_balancers(n, o).await
+    }
     async fn get_load_balancer(&self, n: &str, o: CallOptions) -> Result<LoadBalancer, NrpError> {
         self.inner.get_load_balancer(n, o).await
     }

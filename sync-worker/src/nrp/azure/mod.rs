@@ -226,6 +226,16 @@ impl ArmClient {
         self.list_all(url, opts).await
     }
 
+    /// `GET …/resourceGroups/{rg}/providers/Microsoft.Network/loadBalancers`: every load balancer of
+    /// the configured resource group, following `nextLink` to the last page.
+    pub async fn list_load_balancers(
+        &self,
+        opts: CallOptions,
+    ) -> Result<Vec<LoadBalancer>, NrpError> {
+        let url = self.collection_url(ResourceKind::LoadBalancer)?;
+        self.list_all(url, opts).await
+    }
+
     async fn get_resource<T: DeserializeOwned>(
         &self,
         kind: ResourceKind,
@@ -413,6 +423,25 @@ impl Nrp for ArmClient {
     ) -> Result<LoadBalancer, NrpError> {
         self.get_resource(ResourceKind::LoadBalancer, name, opts)
             .await
+    }
+
+    async fn find_load_balancers(
+        &self,
+        names: &[String],
+        opts: CallOptions,
+    ) -> Result<Vec<LoadBalancer>, NrpError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: std::collections::HashSet<String> =
+            names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        let mut all = self.list_load_balancers(opts).await?;
+        all.retain(|lb| {
+            lb.name
+                .as_deref()
+                .is_some_and(|n| wanted.contains(&n.to_ascii_lowercase()))
+        });
+        Ok(all)
     }
 
     async fn put_load_balancer(

@@ -17,7 +17,8 @@
 //! `serviceGateways/{name}` (PUT/GET/DELETE), `serviceGateways/{name}/services` and
 //! `…/addressLocations` (GET, paged with `nextLink`), `…/updateServices` and `…/updateAddressLocations`
 //! (POST), `publicIPAddresses/{name}`, `loadBalancers/{name}`, `natGateways/{name}` (PUT/GET/DELETE),
-//! and `publicIPAddresses` (GET: the resource group's public IPs, paged with `nextLink`). A public IP
+//! and `publicIPAddresses` and `loadBalancers` (GET: the resource group's public IPs or load
+//! balancers, paged with `nextLink`). A public IP
 //! gets its `ipAddress` from the emulator (IPv4 from `20.0.0.0/8`, IPv6 from `2001:db8:c1b::/48`),
 //! keeps it across updates and frees it when deleted.
 //! In long-running-operation mode, `/subscriptions/{sub}/providers/Microsoft.Network/locations/local/

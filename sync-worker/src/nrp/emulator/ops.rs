@@ -28,6 +28,8 @@ pub(crate) enum Target {
     Resource(ResourceId),
     /// The public IP addresses of a resource group (subscription, resource group).
     PublicIps(String, String),
+    /// The load balancers of a resource group (subscription, resource group).
+    LoadBalancers(String, String),
     Gateway(ResourceId, GatewayAction),
     /// `Azure-AsyncOperation` status of an LRO.
     OperationStatus(String),
@@ -52,6 +54,8 @@ pub(crate) enum Read {
     PublicIp(ResourceId),
     /// A page of a resource group's public IPs: subscription, resource group, skip token.
     PublicIps(String, String, Option<String>),
+    /// A page of a resource group's load balancers: subscription, resource group, skip token.
+    LoadBalancers(String, String, Option<String>),
     LoadBalancer(ResourceId),
     NatGateway(ResourceId),
 }
@@ -138,21 +142,19 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         };
         return check_method(method, path, &[Method::GET], operation, target);
     }
-    // /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses
-    if segs.len() == 7
-        && eq(2, "resourceGroups")
-        && eq(4, "providers")
-        && eq(5, PROVIDER)
-        && ResourceKind::from_segment(segs[6]) == Some(ResourceKind::PublicIpAddress)
-    {
-        let target = Target::PublicIps(segs[1].to_string(), segs[3].to_string());
-        return check_method(
-            method,
-            path,
-            &[Method::GET],
-            "PublicIPAddresses_List",
-            target,
-        );
+    // /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses|loadBalancers
+    if segs.len() == 7 && eq(2, "resourceGroups") && eq(4, "providers") && eq(5, PROVIDER) {
+        let (sub, rg) = (segs[1].to_string(), segs[3].to_string());
+        let (operation, target) = match ResourceKind::from_segment(segs[6]) {
+            Some(ResourceKind::PublicIpAddress) => {
+                ("PublicIPAddresses_List", Target::PublicIps(sub, rg))
+            }
+            Some(ResourceKind::LoadBalancer) => {
+                ("LoadBalancers_List", Target::LoadBalancers(sub, rg))
+            }
+            _ => return Err(no_route()),
+        };
+        return check_method(method, path, &[Method::GET], operation, target);
     }
     if !(segs.len() == 8 || segs.len() == 9)
         || !eq(2, "resourceGroups")
@@ -313,6 +315,11 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
             ));
         }
         Target::PublicIps(subscription, resource_group) => Op::Read(Read::PublicIps(
+            subscription.clone(),
+            resource_group.clone(),
+            query.skip_token.clone(),
+        )),
+        Target::LoadBalancers(subscription, resource_group) => Op::Read(Read::LoadBalancers(
             subscription.clone(),
             resource_group.clone(),
             query.skip_token.clone(),
@@ -541,6 +548,15 @@ impl NrpState {
                 );
                 (serde_json::json!({ "value": to_value(&items)? }), next)
             }
+            Read::LoadBalancers(subscription, resource_group, after) => {
+                let (items, next) = self.list_load_balancers(
+                    &subscription,
+                    &resource_group,
+                    after.as_deref(),
+                    page_size,
+                );
+                (serde_json::json!({ "value": to_value(&items)? }), next)
+            }
             Read::LoadBalancer(id) => (to_value(&self.get_load_balancer(&id)?)?, None),
             Read::NatGateway(id) => (to_value(&self.get_nat_gateway(&id)?)?, None),
         };
@@ -590,10 +606,18 @@ mod tests {
             route(&Method::PUT, pips),
             Err(EmulatorError::MethodNotAllowed { .. })
         ));
+        let lbs = pips.replace("publicIPAddresses", "LOADBALANCERS");
+        let r = route(&Method::GET, &lbs).unwrap();
+        assert_eq!(r.operation, "LoadBalancers_List");
+        assert_eq!(r.target, Target::LoadBalancers("s".into(), "rg".into()));
+        assert!(matches!(
+            route(&Method::DELETE, &lbs),
+            Err(EmulatorError::MethodNotAllowed { .. })
+        ));
         assert!(matches!(
             route(
                 &Method::GET,
-                &pips.replace("publicIPAddresses", "loadBalancers")
+                &pips.replace("publicIPAddresses", "natGateways")
             ),
             Err(EmulatorError::NoRoute { .. })
         ));

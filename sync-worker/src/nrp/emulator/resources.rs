@@ -297,29 +297,13 @@ impl NrpState {
         after: Option<&str>,
         page: usize,
     ) -> (Vec<PublicIpAddress>, Option<String>) {
-        use std::ops::Bound::{Excluded, Included, Unbounded};
         let any = ResourceId::new(
             subscription,
             resource_group,
             ResourceKind::PublicIpAddress,
             "",
         );
-        // Keys are lower-cased ids, so the resource group's public IPs share this prefix.
-        let prefix = key_of(&any);
-        let lower = match after {
-            Some(name) => Excluded(format!("{prefix}{}", name.to_ascii_lowercase())),
-            None => Included(prefix.clone()),
-        };
-        let mut it = self
-            .public_ips
-            .range::<String, _>((lower, Unbounded))
-            .take_while(|(k, _)| k.starts_with(&prefix));
-        let items: Vec<(&String, &PublicIpAddress)> = it.by_ref().take(page.max(1)).collect();
-        let next = match (it.next(), items.last()) {
-            (Some(_), Some((k, _))) => Some(k[prefix.len()..].to_string()),
-            _ => None,
-        };
-        (items.into_iter().map(|(_, p)| p.clone()).collect(), next)
+        list_page(&self.public_ips, &any, after, page)
     }
 
     // ---- load balancers ---------------------------------------------------------------------------
@@ -458,6 +442,19 @@ impl NrpState {
         Ok((created, body))
     }
 
+    /// `GET …/resourceGroups/{rg}/providers/Microsoft.Network/loadBalancers`: one page of the
+    /// resource group's load balancers, by name, after `after` (a lower-cased name).
+    pub(crate) fn list_load_balancers(
+        &self,
+        subscription: &str,
+        resource_group: &str,
+        after: Option<&str>,
+        page: usize,
+    ) -> (Vec<LoadBalancer>, Option<String>) {
+        let any = ResourceId::new(subscription, resource_group, ResourceKind::LoadBalancer, "");
+        list_page(&self.load_balancers, &any, after, page)
+    }
+
     pub(crate) fn get_load_balancer(&self, id: &ResourceId) -> Result<LoadBalancer, EmulatorError> {
         self.load_balancers
             .get(&key_of(id))
@@ -550,6 +547,33 @@ impl NrpState {
         self.check_delete_nat_gateway(id)?;
         Ok(self.nat_gateways.remove(&key_of(id)).is_some())
     }
+}
+
+/// One page of the resources of `map` (keyed by lower-cased id) in the resource group and of the
+/// kind of `any` (a nameless id), by name, after `after` (a lower-cased name), and the paging token
+/// of the next page when there is one.
+fn list_page<T: Clone>(
+    map: &std::collections::BTreeMap<String, T>,
+    any: &ResourceId,
+    after: Option<&str>,
+    page: usize,
+) -> (Vec<T>, Option<String>) {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    // Keys are lower-cased ids, so the resource group's resources of one kind share this prefix.
+    let prefix = key_of(any);
+    let lower = match after {
+        Some(name) => Excluded(format!("{prefix}{}", name.to_ascii_lowercase())),
+        None => Included(prefix.clone()),
+    };
+    let mut it = map
+        .range::<String, _>((lower, Unbounded))
+        .take_while(|(k, _)| k.starts_with(&prefix));
+    let items: Vec<(&String, &T)> = it.by_ref().take(page.max(1)).collect();
+    let next = match (it.next(), items.last()) {
+        (Some(_), Some((k, _))) => Some(k[prefix.len()..].to_string()),
+        _ => None,
+    };
+    (items.into_iter().map(|(_, p)| p.clone()).collect(), next)
 }
 
 #[cfg(test)]
