@@ -9,7 +9,8 @@
 //! - servers pass [`grpc_server_span`] to `tonic::transport::Server::builder().trace_fn(..)`, which
 //!   makes every incoming RPC's span a child of the incoming `traceparent` (see also [`extract_parent`]).
 //!
-//! The state server re-exports this crate as `clb_state_server::telemetry`.
+//! The state server re-exports this crate as `clb_state_server::telemetry`. [`shutdown_signal`] is
+//! the other piece every binary shares.
 
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
@@ -231,6 +232,34 @@ impl tonic::service::Interceptor for TraceContextInterceptor {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         inject(&current_context(), req.metadata_mut());
         Ok(req)
+    }
+}
+
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM (Kubernetes pod termination).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
     }
 }
 

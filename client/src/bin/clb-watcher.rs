@@ -6,28 +6,6 @@ use anyhow::Context;
 use clap::Parser;
 use clb_client::watcher::{self, cli::Args};
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -38,6 +16,6 @@ async fn main() -> anyhow::Result<()> {
     let kube = kube::Client::try_default()
         .await
         .context("creating the Kubernetes client (in-cluster or kubeconfig)")?;
-    watcher::run(config, kube, shutdown_signal()).await?;
+    watcher::run(config, kube, clb_state_server::telemetry::shutdown_signal()).await?;
     Ok(())
 }

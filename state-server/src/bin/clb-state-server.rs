@@ -42,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn({
         let stop = stop.clone();
         async move {
-            shutdown_signal().await;
+            clb_state_server::telemetry::shutdown_signal().await;
             tracing::info!("shutting down");
             stop.cancel();
         }
@@ -72,32 +72,4 @@ async fn main() -> anyhow::Result<()> {
     grpc_result.context("gRPC server")?;
     metrics_result.context("metrics server")?;
     Ok(())
-}
-
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM (Kubernetes pod termination).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }

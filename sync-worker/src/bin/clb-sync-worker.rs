@@ -9,28 +9,6 @@ use clb_sync_worker::cli::Args;
 use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::worker::run;
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -51,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
         credential = credential.kind(),
         "starting clb-sync-worker"
     );
-    run(config, Arc::new(nrp), shutdown_signal()).await?;
+    run(config, Arc::new(nrp), clb_telemetry::shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }
