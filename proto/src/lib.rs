@@ -23,6 +23,17 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/clb_v1_descriptor.bin"));
 
+/// Milliseconds since the Unix epoch of `t` (0 before it): the unit of every `*_unix_ms` field.
+pub fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// [`unix_ms`] of now.
+pub fn now_unix_ms() -> i64 {
+    unix_ms(std::time::SystemTime::now())
+}
+
 /// The fully qualified gRPC names of the three services, as they appear on the wire and in
 /// reflection.
 pub mod service_names {

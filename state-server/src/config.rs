@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
-use crate::dispatch::DispatchConfig;
 use crate::state::ServerConfig;
 use crate::tls::{TlsError, TlsFiles};
+use clb_core::dispatch::DispatchConfig;
 
 /// Server id used when neither `--server-id` nor `HOSTNAME` is set.
 pub const DEFAULT_SERVER_ID: &str = "clb-state-server";

@@ -1,9 +1,8 @@
-//! clb state server: owns the DiffTracker (desired vs actual state) per gateway, hands the difference
-//! out to sync workers as leased work units, and serves the Writer, Worker and Admin gRPC APIs.
+//! clb state server: owns one DiffTracker (desired vs actual state) and one dispatcher per gateway
+//! (both from `clb-core`), hands the difference out to sync workers as leased work units, and serves
+//! the Writer, Worker and Admin gRPC APIs. Every proto <-> domain conversion is in [`grpc::convert`].
 
 pub mod config;
-pub mod difftracker;
-pub mod dispatch;
 pub mod grpc;
 pub mod metrics;
 pub mod state;

@@ -402,6 +402,21 @@ pub async fn serve_metrics(
         .await
 }
 
+/// The dispatcher's outcomes reach `/metrics` through this.
+impl clb_core::dispatch::DispatchObserver for Metrics {
+    fn unit_outcome(&self, kind: &'static str, result: &'static str, code: &str) {
+        Metrics::unit_outcome(self, kind, result, code);
+    }
+
+    fn lease_expired(&self, n: u64) {
+        Metrics::lease_expired(self, n);
+    }
+
+    fn late_report(&self) {
+        Metrics::late_report(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

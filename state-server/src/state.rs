@@ -6,14 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use clb_proto::v1::ServicePort;
 use tokio::sync::Notify;
 
-use crate::difftracker::{DiffTracker, ServiceAction, ServiceChange, ServiceKind};
-use crate::dispatch::{DispatchConfig, Dispatcher, Outcome, Report};
 use crate::metrics::Metrics;
+use clb_core::difftracker::{DiffTracker, ServiceAction, ServiceChange, ServiceKind};
+use clb_core::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Outcome, Report};
+pub use clb_proto::unix_ms;
 
 /// Configuration of the server core (the binary fills it from flags).
 #[derive(Debug, Clone)]
@@ -117,7 +118,11 @@ impl Gateway {
         Self {
             name,
             tracker,
-            dispatch: Dispatcher::new(config.dispatch.clone(), metrics),
+            dispatch: Dispatcher::new(
+                config.dispatch.clone(),
+                DispatchEnv::new(Instant::now(), unix_ms(SystemTime::now()), rand::random())
+                    .with_observer(metrics),
+            ),
             writers: BTreeMap::new(),
             service_ports: HashMap::new(),
             frontends: HashMap::new(),
@@ -469,17 +474,11 @@ impl StateServer {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::difftracker::{ActualSnapshot, Operation};
-    use crate::dispatch::UnitWork;
+    use clb_core::difftracker::{ActualSnapshot, Operation};
+    use clb_core::dispatch::UnitWork;
 
     fn gateway() -> Gateway {
         Gateway::new(

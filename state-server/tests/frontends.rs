@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clb_core::dispatch::DispatchConfig;
 use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
     self, ApplyRequest, ServicePort, ServiceQuery, ServiceUpdate, Update, report::Outcome,
     update::Kind, work_unit::Work,
 };
-use clb_state_server::dispatch::DispatchConfig;
 use clb_state_server::state::ServerConfig;
 use support::worker::{FakeNrp, TestServer, TestWorker};
 use tonic::Code;

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clb_core::difftracker::{Endpoint, Operation, PodUpdate};
+use clb_core::dispatch::DispatchConfig;
 use clb_proto::v1;
-use clb_state_server::difftracker::{Endpoint, Operation, PodUpdate};
-use clb_state_server::dispatch::DispatchConfig;
 use clb_state_server::state::{ServerConfig, StateServer};
 use support::worker::{FakeNrp, TestServer, TestWorker, unit_locations};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use crate::nrp::azure::{CredentialConfig, DEFAULT_ENDPOINT};
 use crate::worker::{Backoff, Limits, WorkerConfig, WorkerError, WorkerTls};
+use clb_nrp::azure::{CredentialConfig, DEFAULT_ENDPOINT};
 
 /// Which Entra ID credential authenticates calls to ARM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

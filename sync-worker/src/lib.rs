@@ -1,5 +1,5 @@
 //! clb sync worker: executes work units from the state server against Azure NRP (or the NRP emulator).
 
 pub mod cli;
-pub mod nrp;
+
 pub mod worker;

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clb_nrp::azure::{ArmClient, ArmConfig};
+use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use clb_state_server::state::{ServerConfig, StateServer};
-use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
-use clb_sync_worker::nrp::emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use clb_sync_worker::worker::{self, WorkerConfig};
 use opentelemetry::Value;
 use opentelemetry::trace::{SpanId, TracerProvider as _};

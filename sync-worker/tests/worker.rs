@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use clb_nrp::azure::{ArmClient, ArmConfig};
+use clb_nrp::wire::PublicIpAddress;
+use clb_nrp::{CallOptions, Nrp};
+use clb_nrp_emulator::EmulatorConfig;
 use clb_proto::v1::{self, NrpSnapshot, ObserveWork, report, work_unit};
-use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
-use clb_sync_worker::nrp::emulator::EmulatorConfig;
-use clb_sync_worker::nrp::wire::PublicIpAddress;
-use clb_sync_worker::nrp::{CallOptions, Nrp};
 use clb_sync_worker::worker::Limits;
 use harness::*;
 use tokio::sync::Semaphore;
@@ -431,7 +431,7 @@ fn rules(list: &[v1::ServiceRules]) -> BTreeMap<String, BTreeSet<(u32, v1::Proto
 
 #[tokio::test]
 async fn an_observe_reports_the_rules_of_the_inbound_services_with_one_paged_listing() {
-    use clb_sync_worker::nrp::wire::TransportProtocol;
+    use clb_nrp::wire::TransportProtocol;
     let mut h = Harness::start(
         EmulatorConfig {
             page_size: 1,

@@ -17,9 +17,9 @@
 
 use std::time::{Duration, Instant};
 
-use clb_state_server::dispatch::DispatchConfig;
+use clb_core::dispatch::DispatchConfig;
+use clb_nrp_emulator::{EmulatorConfig, Stats};
 use clb_state_server::state::ServerConfig;
-use clb_sync_worker::nrp::emulator::{EmulatorConfig, Stats};
 use clb_sync_worker::worker::Limits;
 use clb_tests::{Cluster, ClusterSpec, Harness, Options, WATCHER, WriterExt};
 

@@ -1,7 +1,8 @@
 //! End-to-end test support for clb. The in-process system (NRP emulator, state server, sync workers
-//! over loopback) and the synthetic cluster live in `clb_client::embedded`, shared with `clbctl demo`;
-//! this crate adds what only tests need: [`nrp::Detached`] (an NRP client that finishes a call its
-//! caller dropped, as ARM does) and [`WriterExt`] (writer calls that fail the test on any rejection).
+//! over loopback) and the synthetic cluster live in `clb-embedded`, shared with `clbctl demo`; this
+//! crate adds what only tests need: [`nrp::Detached`] (an NRP client that finishes a call its caller
+//! dropped, as ARM does) and [`fake_kube`] (a scripted Kubernetes API server over loopback). No crate
+//! depends on this one: the tests that need it live in `tests/tests/`.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -19,12 +20,13 @@
 
 pub mod nrp;
 
+pub mod fake_kube;
+
 pub use clb_client::client::{ApplyOutcome, ResyncOutcome, Writer, scope};
-pub use clb_client::embedded::{
+pub use clb_embedded::{
     Cluster, ClusterSpec, Expected, GATEWAY, Harness, Options, PATIENCE, Pod, ServerProc,
-    StalledWorker, WATCHER, WorkerProc,
+    StalledWorker, WATCHER, WorkerProc, WriterExt,
 };
-use clb_proto::v1::Update;
 
 /// Installs a `tracing` subscriber writing to the test output, filtered by `RUST_LOG` (default:
 /// warnings). Calling it more than once is harmless.
@@ -35,43 +37,4 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
-}
-
-/// Writer calls for tests: they panic when the call fails or any item is rejected.
-#[allow(async_fn_in_trait)]
-pub trait WriterExt {
-    /// Resyncs the whole cluster-wide scope with `view`.
-    async fn resync_ok(&mut self, view: Vec<Update>) -> ResyncOutcome;
-    /// Applies `updates` (in batches).
-    async fn apply_ok(&mut self, updates: Vec<Update>) -> ApplyOutcome;
-    /// Applies each batch in order.
-    async fn apply_all(&mut self, batches: Vec<Vec<Update>>);
-}
-
-impl WriterExt for Writer {
-    async fn resync_ok(&mut self, view: Vec<Update>) -> ResyncOutcome {
-        let r = self.resync(scope::all(), view).await.expect("resync call");
-        assert!(
-            r.rejected.is_empty(),
-            "resync items rejected:\n{}",
-            r.describe_rejected()
-        );
-        r
-    }
-
-    async fn apply_ok(&mut self, updates: Vec<Update>) -> ApplyOutcome {
-        let r = self.apply(updates).await.expect("apply call");
-        assert!(
-            r.rejected.is_empty(),
-            "items rejected:\n{}",
-            r.describe_rejected()
-        );
-        r
-    }
-
-    async fn apply_all(&mut self, batches: Vec<Vec<Update>>) {
-        for b in batches {
-            self.apply_ok(b).await;
-        }
-    }
 }

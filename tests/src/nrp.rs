@@ -4,11 +4,11 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use clb_sync_worker::nrp::wire::{
+use clb_nrp::wire::{
     AddressLocation, GatewayService, LoadBalancer, NatGateway, PublicIpAddress, ServiceGateway,
     UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
-use clb_sync_worker::nrp::{CallOptions, Nrp, NrpError};
+use clb_nrp::{CallOptions, Nrp, NrpError};
 
 /// Runs every call of `inner` in a task of its own, so that a call that was sent completes even if
 /// the worker that sent it dies: as with ARM, where a request that has reached the service is

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use clb_sync_worker::nrp::emulator::{EmulatorConfig, Removal, Stats};
+use clb_nrp_emulator::{EmulatorConfig, Removal, Stats};
 use clb_tests::nrp::Detached;
 use clb_tests::{
     Cluster, ClusterSpec, Expected, Harness, Options, PATIENCE, StalledWorker, WATCHER, WriterExt,

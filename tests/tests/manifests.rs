@@ -374,13 +374,13 @@ fn the_watcher_and_node_agent_command_lines_parse() {
         &m,
         "clb-watcher",
         "clb-watcher",
-        clb_client::watcher::cli::Args::command(),
+        clb_watcher::cli::Args::command(),
     );
     assert_parses(
         &m,
         "clb-node-agent",
         "clb-watcher",
-        clb_client::watcher::cli::Args::command(),
+        clb_watcher::cli::Args::command(),
     );
     // The node agent learns its node from the downward API.
     let agent = container(&m, "clb-node-agent");

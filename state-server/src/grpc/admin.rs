@@ -17,10 +17,10 @@ use super::convert::{
     invalid_argument, location_change, location_state, service_change, service_kind,
     unknown_gateway,
 };
-use crate::difftracker::ServiceKind;
-use crate::difftracker::identity::normalize_identity;
-use crate::difftracker::ip::parse_ip;
 use crate::state::{Gateway, StateServer};
+use clb_core::difftracker::ServiceKind;
+use clb_core::difftracker::identity::normalize_identity;
+use clb_core::difftracker::ip::parse_ip;
 
 /// Entries of each `PendingDiff` list when the query leaves the limit to the server.
 pub const DEFAULT_DIFF_LIMIT: usize = 1000;

@@ -7,10 +7,10 @@ use clb_proto::v1::{
     Update, endpoints_update::Change, update::Kind,
 };
 
-use crate::difftracker::{
+use crate::state::UnknownGateway;
+use clb_core::difftracker::{
     self, DiffTracker, InvalidInput, LocationDiff, LocationView, Operation, Reason, ServiceKind,
 };
-use crate::state::UnknownGateway;
 
 /// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value and the reason.
 pub fn invalid_argument(field: &str, value: &str, reason: &str) -> tonic::Status {

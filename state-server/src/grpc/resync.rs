@@ -9,9 +9,9 @@ use std::net::IpAddr;
 use clb_proto::v1::{self, ItemError, ResyncScope, Update, endpoints_update::Change, update::Kind};
 
 use super::convert::{self, apply_update, item_error, kind_name, update_path};
-use crate::difftracker::identity::normalize_identity;
-use crate::difftracker::ip::parse_ip;
-use crate::difftracker::{DiffTracker, Operation, PodUpdate};
+use clb_core::difftracker::identity::normalize_identity;
+use clb_core::difftracker::ip::parse_ip;
+use clb_core::difftracker::{DiffTracker, Operation, PodUpdate};
 
 /// The part of the desired state a resync covers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

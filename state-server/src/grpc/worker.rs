@@ -19,10 +19,10 @@ use tracing::{Instrument, Span, debug, info, info_span, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::convert::{location_change, service_change};
-use crate::difftracker::ActualSnapshot;
-use crate::difftracker::identity::normalize_identity;
-use crate::dispatch::{Outcome, Report, Unit, UnitWork};
 use crate::state::{Gateway, GatewayHandle, StateServer, WorkerInfo, unix_ms};
+use clb_core::difftracker::ActualSnapshot;
+use clb_core::difftracker::identity::normalize_identity;
+use clb_core::dispatch::{Outcome, Report, Unit, UnitWork};
 
 /// How often an idle session looks for work whose backoff has ended.
 const IDLE_POLL: Duration = Duration::from_millis(50);
@@ -326,7 +326,7 @@ fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
         revision: unit.revision,
         lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
         lease_duration_ms: unit.lease.as_millis() as u64,
-        attempt: 1,
+        attempt: unit.attempt,
         work: Some(work),
         trace_context: Default::default(),
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use clb_nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::cli::Args;
-use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::worker::run;
 
 #[tokio::main]

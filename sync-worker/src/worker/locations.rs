@@ -7,7 +7,7 @@ use clb_proto::v1::{self, LocationChange, LocationWork, Report};
 
 use super::config::Limits;
 use super::unit::{UnitCtx, UnitError, partial_report};
-use crate::nrp::wire::{
+use clb_nrp::wire::{
     AddressLocationUpdate, GatewayAddress, UpdateAction, UpdateAddressLocationsRequest,
 };
 

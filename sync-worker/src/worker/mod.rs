@@ -3,7 +3,7 @@
 //! (ARCHITECTURE.md §5, docs/protocol.md "Worker").
 //!
 //! ```no_run
-//! # async fn demo(nrp: std::sync::Arc<dyn clb_sync_worker::nrp::Nrp>) {
+//! # async fn demo(nrp: std::sync::Arc<dyn clb_nrp::Nrp>) {
 //! use clb_sync_worker::worker::{WorkerConfig, run};
 //! let config = WorkerConfig::new("http://127.0.0.1:50051", "worker-1");
 //! run(config, nrp, async { let _ = tokio::signal::ctrl_c().await; }).await.unwrap();
@@ -50,7 +50,7 @@ pub use services::{
 };
 pub use unit::lease_deadline;
 
-use crate::nrp::Nrp;
+use clb_nrp::Nrp;
 
 /// Why [`run`] could not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,7 +12,7 @@ use clb_proto::v1::{
 
 use super::services::{load_balancer_name, public_ip_name};
 use super::unit::{UnitCtx, UnitError, report};
-use crate::nrp::wire::{
+use clb_nrp::wire::{
     AddressLocation, GatewayService, LoadBalancer, PublicIpAddress, TransportProtocol,
 };
 
@@ -204,7 +204,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nrp::wire::GatewayAddress;
+    use clb_nrp::wire::GatewayAddress;
 
     fn loc(name: &str, n: usize) -> AddressLocation {
         AddressLocation {
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn rules_are_the_ports_of_the_inbound_services_load_balancers() {
-        use crate::nrp::wire::{ResourceId, ResourceKind};
+        use clb_nrp::wire::{ResourceId, ResourceKind};
         let lb = |name: &str, rules: &[(&'static str, u16)]| {
             let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, name);
             let mut lb = super::super::services::load_balancer(&id, "eastus", "/p", rules.to_vec());

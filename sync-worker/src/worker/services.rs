@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceWork};
 
 use super::unit::{UnitCtx, UnitError, partial_report};
-use crate::nrp::wire::{
+use clb_nrp::wire::{
     BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, GatewayService,
     LoadBalancer, LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties,
     NatGateway, NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, ResourceId,
@@ -172,7 +172,7 @@ async fn ensure_public_ip(
         .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
         .await?;
     let id = pip.id.ok_or_else(|| {
-        UnitError::Nrp(crate::nrp::NrpError::Server {
+        UnitError::Nrp(clb_nrp::NrpError::Server {
             status: 200,
             code: "MissingResourceId".into(),
             message: format!("public IP {pip_name} came back without an id"),

@@ -18,7 +18,7 @@ use super::WorkerError;
 use super::config::WorkerConfig;
 use super::limiter::GatewayLimiters;
 use super::unit::{Env, GatewayCache, UnitError, execute, lease_deadline, report};
-use crate::nrp::Nrp;
+use clb_nrp::Nrp;
 
 /// How a session ended without an error worth a log line at warn level.
 enum SessionEnd {

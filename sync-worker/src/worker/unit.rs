@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clb_proto::v1::{self, Report, WorkUnit, report, work_unit};
 use tokio::sync::OnceCell;
@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::config::WorkerConfig;
 use super::limiter::{AimdLimiter, GatewayLimiters};
 use super::{locations, observe, services};
-use crate::nrp::{CallOptions, Nrp, NrpError};
+use clb_nrp::{CallOptions, Nrp, NrpError};
 
 /// When the lease of `unit` ends: the earlier of `lease_deadline_unix_ms` (server clock, converted to
 /// the local monotonic clock now) and `received + lease_duration_ms` (local monotonic clock). A
@@ -25,9 +25,7 @@ pub fn lease_deadline(unit: &WorkUnit, received: Instant, fallback: Duration) ->
     let by_duration = (unit.lease_duration_ms > 0)
         .then(|| received + Duration::from_millis(unit.lease_duration_ms));
     let by_clock = (unit.lease_deadline_unix_ms != 0).then(|| {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now_ms = clb_proto::now_unix_ms();
         let left = unit.lease_deadline_unix_ms.saturating_sub(now_ms);
         let now = Instant::now();
         match u64::try_from(left) {
@@ -255,14 +253,14 @@ impl<'a> UnitCtx<'a> {
                             gateway = self.gateway,
                             "creating the missing service gateway"
                         );
-                        let body = crate::nrp::wire::ServiceGateway {
+                        let body = clb_nrp::wire::ServiceGateway {
                             location: Some(cfg.gateway_region.clone()),
-                            sku: Some(crate::nrp::wire::Sku::standard()),
-                            properties: crate::nrp::wire::ServiceGatewayProperties {
+                            sku: Some(clb_nrp::wire::Sku::standard()),
+                            properties: clb_nrp::wire::ServiceGatewayProperties {
                                 virtual_network: cfg
                                     .virtual_network_id
                                     .clone()
-                                    .map(crate::nrp::wire::SubResource::new),
+                                    .map(clb_nrp::wire::SubResource::new),
                                 ..Default::default()
                             },
                             ..Default::default()

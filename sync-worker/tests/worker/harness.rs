@@ -6,22 +6,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use clb_nrp::azure::{ArmClient, ArmConfig};
+use clb_nrp::wire::{
+    AddressLocation, GatewayService, LoadBalancer, NatGateway, PublicIpAddress, ServiceGateway,
+    UpdateAddressLocationsRequest, UpdateServicesRequest,
+};
+use clb_nrp::{CallOptions, Nrp, NrpError};
+use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use clb_proto::v1::worker_server::{Worker, WorkerServer};
 use clb_proto::v1::{
     self, AddressChange, Hello, LocationChange, LocationWork, Report, ServerMessage, ServiceChange,
     ServicePort, ServiceWork, WorkUnit, WorkerMessage, report, server_message, work_unit,
     worker_message,
 };
-use clb_sync_worker::nrp::azure::{ArmClient, ArmConfig};
-use clb_sync_worker::nrp::emulator::{Emulator, EmulatorConfig, RunningEmulator};
-use clb_sync_worker::nrp::wire::{
-    AddressLocation, GatewayService, LoadBalancer, NatGateway, PublicIpAddress, ServiceGateway,
-    UpdateAddressLocationsRequest, UpdateServicesRequest,
-};
-use clb_sync_worker::nrp::{CallOptions, Nrp, NrpError};
 use clb_sync_worker::worker::{Backoff, Limits, WorkerConfig, WorkerError, run};
 use futures::{Stream, StreamExt};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -231,10 +231,7 @@ impl Harness {
 // ---- units ----------------------------------------------------------------------------------------
 
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    clb_proto::now_unix_ms()
 }
 
 pub fn unit(work_id: u64, work: work_unit::Work) -> WorkUnit {

@@ -1,0 +1,752 @@
+//! `clbctl load`: a load generator. It declares `--services` LoadBalancer Services backed by
+//! `--pods` pods on `--locations` nodes, then churns pods at `--churn-per-sec` for `--duration`,
+//! as a Deployment rollout does, and reports:
+//!
+//! - **ingest rate**: updates acknowledged by the state server per second (and churn events per
+//!   second, batches, the time from sending a batch to its acknowledgement);
+//! - **convergence latency** p50/p99: for sampled churn events, the time from the acknowledgement
+//!   of the batch that carried the event until the state server's *actual* state (what a worker
+//!   reported NRP accepted) holds the new pod's address with its service at its location. Measured
+//!   by polling `Admin.GetLocation` of that location every `--sample-poll` (so the figures are
+//!   upper bounds, with that resolution); at most `--max-samples-in-flight` events are followed at
+//!   once, so the polling stays light. A sampled pod that is churned away before it converged is
+//!   counted as `abandoned`, not measured;
+//! - **NRP calls**: on the embedded system, the emulator's counters over the churn and the drain
+//!   after it; on an external state server, unavailable (NRP is not visible from here).
+//!
+//! One churn event replaces the oldest pod by a new pod of the same Service on a random node (new
+//! IP): three updates in one batch — the new pod, the endpoints change `old → new` (an edge
+//! update), the removal of the old pod. The generator is open-loop: every `--batch-window` it sends
+//! the events that are due by then, waiting for each batch's acknowledgement before the next one,
+//! so when the server is slower than the target rate the batches grow and the achieved rate shows
+//! it.
+//!
+//! By default the whole system runs in this process (NRP emulator at a realistic cost — 100 ms per
+//! call + 0.05 ms per address, 4 concurrent mutating calls — state server, 2 workers); the initial
+//! population is programmed with a free NRP, the cost model applies to the churn. With
+//! `--state-server URL` the load goes to that server instead (as source `--source`, with `Apply`:
+//! nothing else of its desired state is touched), and the load's services and pods are removed
+//! again at the end unless `--keep`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use clb_core::dispatch::DispatchConfig;
+use clb_nrp_emulator::EmulatorConfig;
+use clb_proto::v1::{Protocol, Update};
+use clb_state_server::state::ServerConfig;
+use clb_sync_worker::worker::Limits;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+
+use super::load_report::{
+    EmbeddedView, IngestView, LatencyView, LoadConfigView, LoadReport, NrpView, Percentiles,
+    nrp_view, render, round, round3,
+};
+use super::{Global, emit, parse_duration};
+use clb_client::client::{CHUNK, Client, Writer};
+use clb_client::updates;
+use clb_embedded::cluster::location_ip;
+use clb_embedded::{Expected, Harness, Options};
+
+/// Updates per churn event.
+const UPDATES_PER_EVENT: usize = 3;
+/// Pod IPs are `10.{64..=254}.x.y`: this many addresses.
+const ADDRESS_SPACE: u64 = 191 << 16;
+
+/// `clbctl load`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Pods in the cluster (each backs one Service).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub pods: u64,
+    /// Nodes (locations) the pods are spread over.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=50_000))]
+    pub locations: u64,
+    /// LoadBalancer Services (pod `i` backs Service `i mod services`).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub services: u64,
+    /// Pod replacements per second (each: 3 updates).
+    #[arg(long, default_value_t = 1000.0)]
+    pub churn_per_sec: f64,
+    /// How long to churn (e.g. 30, 30s, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Load an external state server at this URL instead of the embedded system.
+    #[arg(long, value_name = "URL")]
+    pub state_server: Option<String>,
+    /// The writer's source name.
+    #[arg(long, default_value = "clbctl-load")]
+    pub source: String,
+    /// How often the due churn events are sent as one batch.
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    pub batch_window: Duration,
+    /// Sync workers of the embedded system.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Embedded NRP emulator: latency per call, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub nrp_latency_ms: u64,
+    /// Embedded NRP emulator: latency per address carried, in microseconds.
+    #[arg(long, default_value_t = 50)]
+    pub nrp_latency_per_address_us: u64,
+    /// Embedded NRP emulator: concurrent mutating calls per gateway (more get 429).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub nrp_concurrency: u64,
+    /// Embedded system: most locations per work unit and per NRP call.
+    #[arg(long, default_value_t = 100)]
+    pub locations_per_call: usize,
+    /// Churn events followed at once for the convergence latency.
+    #[arg(long, default_value_t = 16)]
+    pub max_samples_in_flight: usize,
+    /// How often a followed event's location is read back.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    pub sample_poll: Duration,
+    /// The longest wait for the system to converge (after the initial population, after the
+    /// churn).
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    pub patience: Duration,
+    /// Seed of the placement of pods on nodes.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// External state server: leave the load's services and pods in place at the end.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl LoadArgs {
+    fn check(&self) -> anyhow::Result<()> {
+        if !self.churn_per_sec.is_finite() || self.churn_per_sec < 0.0 {
+            bail!(
+                "--churn-per-sec must be a non-negative number, got {}",
+                self.churn_per_sec
+            );
+        }
+        if self.duration.is_zero() {
+            bail!("--duration must be longer than 0");
+        }
+        if self.batch_window.is_zero() {
+            bail!("--batch-window must be longer than 0");
+        }
+        if self.sample_poll.is_zero() {
+            bail!("--sample-poll must be longer than 0");
+        }
+        let addresses = self.pods as f64 + self.churn_per_sec * self.duration.as_secs_f64() + 1.0;
+        if addresses > ADDRESS_SPACE as f64 {
+            bail!(
+                "--pods + --churn-per-sec × --duration needs {addresses:.0} pod IPs, more than the \
+                 {ADDRESS_SPACE} the generator has"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct LoadPod {
+    serial: u64,
+    address: String,
+    location: String,
+    service: usize,
+}
+
+impl LoadPod {
+    fn key(&self) -> String {
+        format!("load/pod-{}", self.serial)
+    }
+
+    fn uid(&self) -> String {
+        format!("load-uid-{}", self.serial)
+    }
+}
+
+/// The synthetic cluster of the load: services, pods in the order they will be replaced.
+struct Model {
+    rng: StdRng,
+    locations: Vec<String>,
+    services: Vec<String>,
+    pods: VecDeque<LoadPod>,
+    next_serial: u64,
+}
+
+impl Model {
+    fn new(args: &LoadArgs) -> Self {
+        let mut m = Self {
+            rng: StdRng::seed_from_u64(args.seed),
+            locations: (0..args.locations as usize).map(location_ip).collect(),
+            services: (0..args.services)
+                .map(|i| format!("load-svc-{i}"))
+                .collect(),
+            pods: VecDeque::new(),
+            next_serial: 0,
+        };
+        for i in 0..args.pods as usize {
+            let pod = m.new_pod(i % m.services.len());
+            m.pods.push_back(pod);
+        }
+        m
+    }
+
+    fn new_pod(&mut self, service: usize) -> LoadPod {
+        self.next_serial += 1;
+        let n = self.next_serial;
+        LoadPod {
+            serial: n,
+            address: format!("10.{}.{}.{}", 64 + (n >> 16), (n >> 8) & 255, n & 255),
+            location: self.locations[self.rng.random_range(0..self.locations.len())].clone(),
+            service,
+        }
+    }
+
+    fn pod_add(p: &LoadPod) -> Update {
+        updates::pod_add(&p.address, &p.location, "", &p.key(), &p.uid())
+    }
+
+    /// Services, pods, then each service's endpoints as a level.
+    fn initial_updates(&self) -> Vec<Update> {
+        let port = [updates::port(80, Protocol::Tcp)];
+        let mut out: Vec<Update> = self
+            .services
+            .iter()
+            .map(|s| updates::service_add(s, &port))
+            .collect();
+        out.extend(self.pods.iter().map(Self::pod_add));
+        let mut endpoints: Vec<Vec<_>> = vec![Vec::new(); self.services.len()];
+        for p in &self.pods {
+            endpoints[p.service].push(updates::endpoint(&p.address, &p.location));
+        }
+        out.extend(
+            self.services
+                .iter()
+                .zip(endpoints)
+                .map(|(s, eps)| updates::endpoints_level(s, eps)),
+        );
+        out
+    }
+
+    /// Replaces the oldest pod; returns the updates and the new pod.
+    fn churn(&mut self) -> (Vec<Update>, LoadPod) {
+        let old = self.pods.pop_front().expect("at least one pod");
+        let new = self.new_pod(old.service);
+        let service = &self.services[old.service];
+        let batch = vec![
+            Self::pod_add(&new),
+            updates::endpoints_edge(
+                service,
+                vec![updates::endpoint(&old.address, &old.location)],
+                vec![updates::endpoint(&new.address, &new.location)],
+            ),
+            updates::pod_remove(&old.address, &old.location, &old.key(), &old.uid()),
+        ];
+        self.pods.push_back(new.clone());
+        (batch, new)
+    }
+
+    /// What NRP must hold: every service, every pod's address with its service.
+    fn expected(&self) -> Expected {
+        Expected {
+            inbound: self.services.iter().cloned().collect(),
+            outbound: BTreeSet::new(),
+            addresses: self
+                .pods
+                .iter()
+                .map(|p| {
+                    (
+                        (p.location.clone(), p.address.clone()),
+                        BTreeSet::from([self.services[p.service].clone()]),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Updates that remove the load's pods and services.
+    fn cleanup_updates(&self) -> Vec<Update> {
+        let mut out: Vec<Update> = self
+            .pods
+            .iter()
+            .map(|p| updates::pod_remove(&p.address, &p.location, &p.key(), &p.uid()))
+            .collect();
+        out.extend(self.services.iter().map(|s| updates::service_remove(s)));
+        out
+    }
+}
+
+/// A followed churn event.
+#[derive(Debug, Clone)]
+struct Sample {
+    address: String,
+    location: String,
+    service: String,
+    acked_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Samples {
+    pending: Vec<Sample>,
+    latencies: Vec<Duration>,
+    abandoned: u64,
+    poll_errors: u64,
+}
+
+/// Reads the locations of the pending samples back until each converged or was abandoned.
+async fn poll_samples(
+    client: Client,
+    samples: Arc<Mutex<Samples>>,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let snapshot: Vec<Sample> = lock(&samples).pending.clone();
+        let mut by_location: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+        for s in snapshot {
+            by_location.entry(s.location.clone()).or_default().push(s);
+        }
+        let reads = by_location.into_iter().map(|(location, group)| {
+            let client = client.clone();
+            async move {
+                let state = client.location(&location).await;
+                (Instant::now(), state, group)
+            }
+        });
+        for (at, state, group) in futures::future::join_all(reads).await {
+            let mut s = lock(&samples);
+            let state = match state {
+                Ok(state) => state,
+                Err(e)
+                    if e.status()
+                        .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+                {
+                    Default::default()
+                }
+                Err(_) => {
+                    s.poll_errors += 1;
+                    continue;
+                }
+            };
+            for sample in group {
+                let entry = state.addresses.iter().find(|a| a.address == sample.address);
+                let done = entry.is_some_and(|a| {
+                    a.actual
+                        && a.actual_services
+                            .iter()
+                            .any(|x| x.eq_ignore_ascii_case(&sample.service))
+                });
+                let gone = entry.is_none_or(|a| !a.desired);
+                if done || gone {
+                    s.pending.retain(|p| p.address != sample.address);
+                    if done {
+                        s.latencies
+                            .push(at.saturating_duration_since(sample.acked_at));
+                    } else {
+                        s.abandoned += 1;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+enum System {
+    Embedded(Box<Harness>),
+    External,
+}
+
+fn note(line: &str) {
+    eprintln!("load: {line}");
+}
+
+/// Runs `clbctl load`.
+pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    args.check()?;
+    let mut model = Model::new(args);
+    let (system, client) = match &args.state_server {
+        None => {
+            note(&format!(
+                "starting the embedded system: NRP emulator, state server, {} workers",
+                args.workers
+            ));
+            let h = Harness::start(embedded_options(args)).await;
+            let client = h.client().await.with_gateway(global.gateway.clone());
+            (System::Embedded(Box::new(h)), client)
+        }
+        Some(url) => {
+            let client = global
+                .connect_to(url)
+                .await
+                .with_context(|| format!("load: cannot reach the state server at {url}"))?;
+            (System::External, client)
+        }
+    };
+    let result = drive(args, &mut model, &system, &client).await;
+    if let System::Embedded(h) = system {
+        h.shutdown().await;
+    }
+    let report = result?;
+    emit(global.output, &report, render)?;
+    if report.ingest.updates_rejected > 0 {
+        bail!(
+            "the state server rejected {} updates of the load",
+            report.ingest.updates_rejected
+        );
+    }
+    if let Some(e) = &report.convergence_error {
+        bail!("the system did not converge after the load: {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn embedded_options(args: &LoadArgs) -> Options {
+    Options {
+        workers: args.workers.max(1),
+        worker_capacity: 4,
+        worker_limits: Limits {
+            max_locations_per_call: args.locations_per_call.max(1),
+            max_concurrent_mutations_per_gateway: args.nrp_concurrency as usize,
+            ..Limits::default()
+        },
+        // The initial population is programmed at no cost; `costly` applies to the churn.
+        emulator: EmulatorConfig::default(),
+        server: ServerConfig {
+            server_id: "clbctl-load".into(),
+            expected_writers: Vec::new(),
+            dispatch: DispatchConfig {
+                lease: Duration::from_secs(60),
+                max_locations_per_unit: args.locations_per_call.max(1),
+                retry_base: Duration::from_millis(20),
+                retry_max: Duration::from_secs(1),
+                ..DispatchConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+    }
+}
+
+fn costly(args: &LoadArgs) -> EmulatorConfig {
+    EmulatorConfig {
+        latency_ms: args.nrp_latency_ms,
+        latency_per_address_us: args.nrp_latency_per_address_us,
+        max_concurrent_mutations: Some(args.nrp_concurrency as usize),
+        ..EmulatorConfig::default()
+    }
+}
+
+async fn wait(
+    system: &System,
+    client: &Client,
+    expected: &Expected,
+    patience: Duration,
+) -> Result<(), String> {
+    match system {
+        System::Embedded(h) => h.try_converge(expected, patience).await,
+        System::External => {
+            crate::status::wait_converged(client, patience, Duration::from_millis(50))
+                .await
+                .map(drop)
+        }
+    }
+}
+
+async fn apply_all(writer: &mut Writer, updates: Vec<Update>, what: &str) -> anyhow::Result<()> {
+    let chunks: Vec<Vec<Update>> = updates.chunks(CHUNK).map(<[Update]>::to_vec).collect();
+    let outcome = writer
+        .apply_stream(futures::stream::iter(chunks))
+        .await
+        .with_context(|| format!("load: {what}"))?;
+    if !outcome.rejected.is_empty() {
+        bail!(
+            "load: the state server rejected {} updates of the {what}:\n{}",
+            outcome.rejected.len(),
+            outcome.describe_rejected()
+        );
+    }
+    Ok(())
+}
+
+async fn drive(
+    args: &LoadArgs,
+    model: &mut Model,
+    system: &System,
+    client: &Client,
+) -> anyhow::Result<LoadReport> {
+    let embedded = matches!(system, System::Embedded(_));
+    let mut writer = client.writer(args.source.clone());
+
+    // 1. The initial population.
+    note(&format!(
+        "initial population: {} services, {} pods on {} locations{}",
+        args.services,
+        args.pods,
+        args.locations,
+        if embedded { " (NRP at no cost)" } else { "" }
+    ));
+    let start = Instant::now();
+    apply_all(&mut writer, model.initial_updates(), "initial population").await?;
+    wait(system, client, &model.expected(), args.patience)
+        .await
+        .map_err(|e| anyhow::anyhow!("load: the initial population did not converge: {e}"))?;
+    let initial_sync = start.elapsed();
+    note(&format!(
+        "initial population programmed in {:.2} s",
+        initial_sync.as_secs_f64()
+    ));
+    if let System::Embedded(h) = system {
+        h.emulator()
+            .set_config(costly(args))
+            .context("load: invalid NRP emulator settings")?;
+        h.emulator().reset_stats();
+    }
+
+    // 2. The churn, with the latency sampler beside it.
+    note(&format!(
+        "churning {} pods/s for {:.1} s{}",
+        args.churn_per_sec,
+        args.duration.as_secs_f64(),
+        if embedded {
+            format!(
+                " (NRP: {} ms per call + {} ms per address, {} concurrent mutating calls)",
+                args.nrp_latency_ms,
+                args.nrp_latency_per_address_us as f64 / 1000.0,
+                args.nrp_concurrency
+            )
+        } else {
+            String::new()
+        }
+    ));
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let poller = tokio::spawn(poll_samples(
+        client.clone(),
+        samples.clone(),
+        args.sample_poll,
+        stop_rx,
+    ));
+    let max_events = (CHUNK / UPDATES_PER_EVENT).max(1) as u64;
+    let mut events = 0u64;
+    let mut acked_updates = 0u64;
+    let mut rejected = 0u64;
+    let mut batches = 0u64;
+    let mut ack_times = Vec::new();
+    let mut first_rejection: Option<String> = None;
+    let churn_start = Instant::now();
+    let deadline = churn_start + args.duration;
+    let mut last_ack = churn_start;
+    let mut last_note = churn_start;
+    let mut tick = tokio::time::interval(args.batch_window);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let due = if now >= deadline {
+            (args.duration.as_secs_f64() * args.churn_per_sec).floor() as u64
+        } else {
+            ((now - churn_start).as_secs_f64() * args.churn_per_sec).floor() as u64
+        };
+        let n = due.saturating_sub(events).min(max_events);
+        if n > 0 {
+            let mut batch = Vec::with_capacity(n as usize * UPDATES_PER_EVENT);
+            let mut newest = None;
+            for _ in 0..n {
+                let (u, p) = model.churn();
+                batch.extend(u);
+                newest = Some(p);
+            }
+            let sent = Instant::now();
+            let outcome = writer.apply(batch).await.context("load: churn batch")?;
+            let acked_at = Instant::now();
+            ack_times.push(acked_at - sent);
+            events += n;
+            batches += outcome.batches;
+            acked_updates += outcome.applied;
+            rejected += outcome.rejected.len() as u64;
+            if first_rejection.is_none() && !outcome.rejected.is_empty() {
+                first_rejection = Some(outcome.describe_rejected());
+            }
+            last_ack = acked_at;
+            if let Some(p) = newest
+                && outcome.rejected.is_empty()
+            {
+                let mut s = lock(&samples);
+                if s.pending.len() < args.max_samples_in_flight {
+                    s.pending.push(Sample {
+                        service: model.services[p.service].clone(),
+                        address: p.address,
+                        location: p.location,
+                        acked_at,
+                    });
+                }
+            }
+        }
+        if last_note.elapsed() >= Duration::from_secs(5) {
+            last_note = Instant::now();
+            let s = lock(&samples);
+            note(&format!(
+                "{:>5.1} s: {events} events, {acked_updates} updates acknowledged, {} latency \
+                 samples ({} followed now)",
+                churn_start.elapsed().as_secs_f64(),
+                s.latencies.len(),
+                s.pending.len()
+            ));
+        }
+        if now >= deadline && events >= due {
+            break;
+        }
+    }
+    let ingest_elapsed = last_ack.saturating_duration_since(churn_start);
+    if let Some(r) = &first_rejection {
+        note(&format!("rejected updates (first batch with any):\n{r}"));
+    }
+
+    // 3. Drain: wait for the system to converge, and for the followed samples.
+    note("churn done; waiting for the system to converge");
+    let expected = model.expected();
+    let outcome = wait(system, client, &expected, args.patience).await;
+    let drain = last_ack.elapsed();
+    let sample_deadline = Instant::now() + Duration::from_secs(5).max(args.sample_poll * 10);
+    while !lock(&samples).pending.is_empty() && Instant::now() < sample_deadline {
+        tokio::time::sleep(args.sample_poll).await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = poller.await;
+    let samples = std::mem::take(&mut *lock(&samples));
+
+    let nrp = match system {
+        System::Embedded(h) => nrp_view(&h.emulator().stats(), events),
+        System::External => NrpView {
+            available: false,
+            note: Some(
+                "unavailable: an external state server's NRP is not visible to clbctl (see the \
+                 workers' metrics)"
+                    .to_owned(),
+            ),
+            calls: None,
+            update_address_locations_calls: None,
+            addresses_carried: None,
+            addresses_per_call: None,
+            events_per_location_call: None,
+            throttled: None,
+            max_concurrent_mutations: None,
+        },
+    };
+
+    if !embedded && !args.keep {
+        note("removing the load's services and pods from the desired state (--keep to leave them)");
+        apply_all(&mut writer, model.cleanup_updates(), "clean-up").await?;
+    }
+
+    let secs = ingest_elapsed.as_secs_f64().max(1e-9);
+    Ok(LoadReport {
+        mode: if embedded { "embedded" } else { "external" }.to_owned(),
+        state_server: client.endpoint().to_owned(),
+        config: LoadConfigView {
+            pods: args.pods,
+            locations: args.locations,
+            services: args.services,
+            churn_per_sec: args.churn_per_sec,
+            duration_s: args.duration.as_secs_f64(),
+            batch_window_ms: args.batch_window.as_secs_f64() * 1000.0,
+            embedded: embedded.then(|| EmbeddedView {
+                workers: args.workers.max(1),
+                nrp_latency_ms: args.nrp_latency_ms,
+                nrp_latency_per_address_us: args.nrp_latency_per_address_us,
+                nrp_concurrency: args.nrp_concurrency,
+                locations_per_call: args.locations_per_call.max(1),
+            }),
+        },
+        initial_sync_s: round3(initial_sync.as_secs_f64()),
+        ingest: IngestView {
+            churn_events: events,
+            updates_acknowledged: acked_updates,
+            updates_rejected: rejected,
+            elapsed_s: round3(ingest_elapsed.as_secs_f64()),
+            updates_per_sec: round(acked_updates as f64 / secs),
+            churn_events_per_sec: round(events as f64 / secs),
+            target_churn_per_sec: args.churn_per_sec,
+            batches,
+            batch_ack: Percentiles::of(&ack_times),
+        },
+        convergence: LatencyView {
+            method: format!(
+                "per sampled churn event (at most {} followed at once): from the acknowledgement \
+                 of its batch until Admin.GetLocation of the new pod's location shows the address \
+                 in the actual state (what a worker reported NRP accepted) with its service; \
+                 polled every {} ms, so the resolution is the poll interval",
+                args.max_samples_in_flight,
+                args.sample_poll.as_millis()
+            ),
+            latency: Percentiles::of(&samples.latencies),
+            abandoned: samples.abandoned,
+            not_converged: samples.pending.len(),
+            poll_errors: samples.poll_errors,
+        },
+        drain_s: round3(drain.as_secs_f64()),
+        converged: outcome.is_ok(),
+        convergence_error: outcome.err(),
+        nrp,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        let p = Percentiles::of(&v);
+        assert_eq!(p.count, 100);
+        assert_eq!(p.p50_ms, Some(50.0));
+        assert_eq!(p.p99_ms, Some(99.0));
+        assert_eq!(p.max_ms, Some(100.0));
+        assert_eq!(Percentiles::of(&[]).p50_ms, None);
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    #[test]
+    fn churn_replaces_the_oldest_pod_with_a_new_address() {
+        use clap::Parser as _;
+        use std::collections::HashMap;
+        let args = Wrapper::parse_from([
+            "load",
+            "--pods",
+            "10",
+            "--locations",
+            "3",
+            "--services",
+            "2",
+        ])
+        .load;
+        args.check().expect("valid");
+        let mut m = Model::new(&args);
+        let first = m.pods.front().cloned().expect("a pod");
+        let (updates, new) = m.churn();
+        assert_eq!(updates.len(), UPDATES_PER_EVENT);
+        assert_eq!(m.pods.len(), 10);
+        assert!(m.pods.iter().all(|p| p.address != first.address));
+        assert_eq!(new.service, first.service);
+        let addresses: HashMap<&str, usize> = m
+            .pods
+            .iter()
+            .map(|p| (p.address.as_str(), p.service))
+            .collect();
+        assert_eq!(addresses.len(), 10, "addresses are unique");
+        assert_eq!(m.expected().addresses.len(), 10);
+    }
+}

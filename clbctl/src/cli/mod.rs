@@ -1,0 +1,420 @@
+//! `clbctl`, the clb command line: its arguments ([`Cli`]) and one module per command. The binary
+//! only parses the arguments and calls [`run`].
+//!
+//! | command | module | what it does |
+//! |---|---|---|
+//! | `status` | [`status`] | the state server's Admin Status as tables (`--watch` refreshes them) |
+//! | `state location IP`, `state service ID`, `diff` | [`state`] | desired vs actual side by side; the pending diff |
+//! | `apply -f FILE` | [`apply`] | a YAML or JSON list of updates, with per-item errors |
+//! | `demo` | [`crate::demo`] | the embedded demo (or `--state-server URL`: external processes) |
+//! | `load` | [`load`] | the load generator: ingest rate, convergence latency, NRP calls |
+//! | `completions SHELL` | — | shell completion scripts (clap_complete) |
+//!
+//! Every command that prints data takes the global `--output table|json`; JSON is built from the
+//! serde views in [`view`] (enums as names, not numbers). Exit codes: 0 ok, 1 failure, 2 usage.
+
+pub mod apply;
+pub mod load;
+pub mod load_report;
+pub mod state;
+pub mod status;
+pub mod time;
+pub mod view;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+
+use crate::demo::{self, DemoConfig};
+use clb_client::client::{Client, ConnectOptions, TlsOptions};
+
+/// The default state server URL (`--server`, `CLB_SERVER`).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
+
+/// clbctl: operate and exercise a clb state server (Azure Container Load Balancer control plane).
+#[derive(Debug, Parser)]
+#[command(
+    name = "clbctl",
+    version,
+    about = "clbctl: operate and exercise a clb state server (Azure Container Load Balancer control plane)",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Options shared by every command.
+    #[command(flatten)]
+    pub global: Global,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// The state server's gRPC URL (`https://` for TLS).
+    #[arg(long, global = true, help_heading = "Global options", env = "CLB_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// The gateway to read or write; empty is the server's default gateway.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_GATEWAY",
+        default_value = ""
+    )]
+    pub gateway: String,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, help_heading = "Global options", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_CA_CERT",
+        value_name = "FILE"
+    )]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// Connection attempts before giving up (with exponential backoff from 200 ms).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        default_value_t = 3,
+        value_name = "N"
+    )]
+    pub connect_attempts: u32,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable tables.
+    Table,
+    /// One JSON document (`status --watch`: one per line).
+    Json,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Prints the state server's status: revision, desired vs programmed counts, work in
+    /// flight, workers, writers, initialization gates, last errors.
+    Status(status::StatusArgs),
+    /// Desired vs actual state of one location or one service.
+    #[command(subcommand)]
+    State(state::StateCommand),
+    /// The changes the state server would still send to NRP.
+    Diff(state::DiffArgs),
+    /// Applies a YAML or JSON file of updates (see docs/clbctl.md for the format).
+    Apply(apply::ApplyArgs),
+    /// Plays the demo: a synthetic cluster through create → rollout → scale down → delete a
+    /// service → node drained, on the embedded system or on an external state server.
+    Demo(DemoArgs),
+    /// Generates load (pod churn) and reports ingest rate, convergence latency and NRP calls.
+    Load(load::LoadArgs),
+    /// Prints a shell completion script.
+    Completions(CompletionsArgs),
+}
+
+/// `clbctl demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// A smaller cluster and ~2 ms NRP latency (for CI).
+    #[arg(long)]
+    pub quick: bool,
+    /// Plain progress lines instead of a spinner.
+    #[arg(long)]
+    pub plain: bool,
+    /// Drive the state server at this URL (and whatever workers and NRP it has) instead of the
+    /// embedded system. The demo then replaces that server's desired state (a resync as
+    /// `watcher`) and checks convergence through the Admin API.
+    #[arg(long, value_name = "URL")]
+    pub state_server: Option<String>,
+    /// With `--state-server`: go on even though that server already holds desired state (the demo
+    /// would replace it, and its workers would remove from NRP what the demo does not declare).
+    #[arg(long, requires = "state_server")]
+    pub replace_existing_state: bool,
+}
+
+/// `clbctl completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+impl Global {
+    /// Connection options for `server` with this command line's gateway, TLS and attempts.
+    pub fn connect_options(&self, server: &str) -> anyhow::Result<ConnectOptions> {
+        let mut options = ConnectOptions::new(server);
+        options.attempts = self.connect_attempts.max(1);
+        options.initial_backoff = Duration::from_millis(200);
+        options.max_backoff = Duration::from_secs(2);
+        options.connect_timeout = Duration::from_secs(5);
+        options.gateway = self.gateway.clone();
+        let ca_pem = match &self.ca_cert {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("cannot read the CA file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let https = server.starts_with("https://");
+        if ca_pem.is_some() && !https {
+            anyhow::bail!("--ca-cert is for TLS: the server URL {server} must start with https://");
+        }
+        if https {
+            options.tls = Some(TlsOptions {
+                ca_pem,
+                ..TlsOptions::default()
+            });
+        }
+        Ok(options)
+    }
+
+    /// Connects to `--server`.
+    pub async fn connect(&self) -> anyhow::Result<Client> {
+        self.connect_to(&self.server).await
+    }
+
+    /// Connects to the state server at `server`.
+    pub async fn connect_to(&self, server: &str) -> anyhow::Result<Client> {
+        let options = self.connect_options(server)?;
+        Ok(Client::connect(options).await?)
+    }
+}
+
+/// Runs the command line and returns the process's exit code; errors are printed to stderr.
+pub async fn run(cli: Cli) -> ExitCode {
+    let Cli { global, command } = cli;
+    let result = match command {
+        Command::Status(args) => status::run(&global, &args).await,
+        Command::State(cmd) => state::run_state(&global, &cmd).await,
+        Command::Diff(args) => state::run_diff(&global, &args).await,
+        Command::Apply(args) => apply::run(&global, &args).await,
+        Command::Demo(args) => run_demo(&global, &args).await,
+        Command::Load(args) => load::run(&global, &args).await,
+        Command::Completions(args) => {
+            let mut cmd = Cli::command();
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut cmd, "clbctl", &mut script);
+            out(&String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", describe(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, `a: b: c`, without the repetitions of causes whose
+/// message already ends the previous one (tonic's transport errors repeat themselves).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+async fn run_demo(global: &Global, args: &DemoArgs) -> anyhow::Result<ExitCode> {
+    let mut config = if args.quick {
+        DemoConfig::quick()
+    } else {
+        DemoConfig::full()
+    };
+    config.plain = args.plain;
+    config.json = global.output == Output::Json;
+    if let Some(url) = &args.state_server {
+        let client = global
+            .connect_to(url)
+            .await
+            .with_context(|| format!("demo: cannot reach the state server at {url}"))?;
+        if !args.replace_existing_state {
+            let status = client
+                .status()
+                .await
+                .with_context(|| format!("demo: status of the state server at {url}"))?;
+            // The empty name is the server's default gateway: its first.
+            let gateway = match client.gateway() {
+                "" => status.gateways.first(),
+                name => status.gateways.iter().find(|g| g.name == name),
+            };
+            if let Some(g) = gateway.filter(|g| {
+                g.desired_services > 0 || g.desired_egresses > 0 || g.desired_addresses > 0
+            }) {
+                anyhow::bail!(
+                    "demo: the state server at {url} already holds desired state in gateway {:?} \
+                     ({} services, {} egresses, {} addresses); the demo would replace it and its \
+                     workers would remove the rest from NRP. Point it at a server of its own, or \
+                     pass --replace-existing-state",
+                    g.name,
+                    g.desired_services,
+                    g.desired_egresses,
+                    g.desired_addresses
+                );
+            }
+        }
+        config.external = Some(client);
+    }
+    let summary = demo::run(&config).await;
+    match global.output {
+        Output::Json => print_json(&view::DemoView::from(&summary))?,
+        Output::Table => {
+            out(&format!("\n{}\n", summary.table()));
+        }
+    }
+    match summary.failure() {
+        None if summary.ok() => {
+            if global.output == Output::Table {
+                out(&format!("{}\n", summary.verdict()));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => anyhow::bail!("no phase was played"),
+        Some(e) => anyhow::bail!("{e}"),
+    }
+}
+
+/// Prints `value` as `output` asks: pretty JSON, or the text `table` renders of it.
+pub fn emit<T: serde::Serialize>(
+    output: Output,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(value),
+        Output::Table => {
+            out(&table(value));
+            Ok(())
+        }
+    }
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value).context("cannot encode the output as JSON")?;
+    out(&format!("{text}\n"));
+    Ok(())
+}
+
+/// Writes `text` to stdout. A failed write is ignored: it means that the reader has gone (a
+/// closed pipe, as with `clbctl … | head`), and there is no one left to tell.
+pub fn out(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
+/// Parses a duration: `30` (seconds), `1.5`, `500ms`, `30s`, `2m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 30, 30s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "s" | "sec" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("unknown unit {u:?} in {s:?} (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a non-negative duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_and_without_units() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn tls_follows_the_url_scheme_and_the_ca_file() {
+        let cli = Cli::try_parse_from([
+            "clbctl",
+            "--gateway",
+            "gw-2",
+            "--connect-attempts",
+            "7",
+            "diff",
+        ])
+        .expect("valid");
+        let o = cli
+            .global
+            .connect_options("http://127.0.0.1:1")
+            .expect("options");
+        assert!(o.tls.is_none());
+        assert_eq!((o.attempts, o.gateway.as_str()), (7, "gw-2"));
+        let o = cli
+            .global
+            .connect_options("https://clb.example:443")
+            .expect("options");
+        assert!(o.tls.as_ref().is_some_and(|t| t.ca_pem.is_none()));
+
+        let ca = std::env::temp_dir().join(format!("clbctl-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").expect("write");
+        let path = ca.to_str().expect("utf-8");
+        let cli = Cli::try_parse_from(["clbctl", "status", "--ca-cert", path]).expect("valid");
+        let o = cli
+            .global
+            .connect_options("https://clb.example")
+            .expect("options");
+        assert!(o.tls.as_ref().is_some_and(|t| t.ca_pem.is_some()));
+        let e = cli
+            .global
+            .connect_options("http://clb.example")
+            .expect_err("CA without TLS");
+        assert!(e.to_string().contains("must start with https://"), "{e}");
+        let _ = std::fs::remove_file(&ca);
+        let cli = Cli::try_parse_from(["clbctl", "status", "--ca-cert", "/no/such/ca.pem"])
+            .expect("valid");
+        let e = cli
+            .global
+            .connect_options("https://x")
+            .expect_err("missing CA file");
+        assert!(
+            format!("{e:#}").contains("cannot read the CA file /no/such/ca.pem"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

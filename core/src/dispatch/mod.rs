@@ -1,0 +1,760 @@
+//! The dispatcher of one gateway: turns the DiffTracker's dirty locations and services into work
+//! units under leases, and folds the workers' reports back into the actual state.
+//!
+//! * at most one unit in flight per location and per service, so changes to one location are applied
+//!   in order; a location changed while in flight is re-diffed when its unit's result arrives;
+//! * many locations are packed into one unit up to the configured limits;
+//! * a unit's lease ends at its deadline; a disconnect releases a worker's units at once; a late
+//!   report (after expiry or release) is ignored, so it cannot corrupt the actual state;
+//! * failures come back with a retry hint (backoff with jitter, capped) or are parked until the
+//!   desired state of what they carried changes;
+//! * observe units read NRP back at start-up and periodically (anti-entropy).
+//!
+//! Synchronous and clock-injected (`now` is passed in), so it is tested without a runtime.
+
+mod env;
+mod unit;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::difftracker::dirty::DirtyQueue as Queue;
+use crate::difftracker::{ActualSnapshot, DiffTracker, LocationDiff, ServiceChange, ServiceStatus};
+pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
+pub use unit::{Folded, Outcome, Report, Unit, UnitKind, UnitWork};
+
+/// Dispatcher settings.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    /// How long a worker holds a unit.
+    pub lease: Duration,
+    /// Most locations in one unit.
+    pub max_locations_per_unit: usize,
+    /// Most addresses in one unit (a single larger location still goes, alone).
+    pub max_addresses_per_unit: usize,
+    /// Most service changes in one unit.
+    pub max_services_per_unit: usize,
+    /// First retry delay; doubles per attempt, with jitter.
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+    /// How often NRP is read back to repair drift.
+    pub anti_entropy_interval: Duration,
+    /// Most concurrent mutating NRP calls the units in flight for this gateway may make, whatever
+    /// the number of workers: a location unit's calls go one after the other (it counts 1), a service
+    /// unit's changes may go side by side (it counts one per change). 0 means no bound. Observes are
+    /// not counted.
+    pub max_mutating_units_in_flight: usize,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            max_locations_per_unit: 100,
+            max_addresses_per_unit: 5_000,
+            max_services_per_unit: 16,
+            retry_base: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+            anti_entropy_interval: Duration::from_secs(300),
+            max_mutating_units_in_flight: 4,
+        }
+    }
+}
+
+/// An error kept for status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRecord {
+    /// When (Unix ms).
+    pub at_unix_ms: i64,
+    /// The unit that failed.
+    pub work_id: u64,
+    /// Error code (ARM code or a stable label).
+    pub code: String,
+    /// Message.
+    pub message: String,
+    /// Whether the work was parked (terminal) rather than retried.
+    pub terminal: bool,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Units handed out.
+    pub units_cut: u64,
+    /// Reports by (kind, result, code).
+    pub outcomes: HashMap<(&'static str, &'static str, String), u64>,
+    /// Leases that expired.
+    pub lease_expiries: u64,
+    /// Reports for units no longer leased to their sender.
+    pub late_reports: u64,
+}
+
+/// Something a unit carries: the key of the one-in-flight rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Location(IpAddr),
+    Service(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    attempts: u32,
+    not_before: Instant,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    worker: u64,
+    deadline: Instant,
+    work: UnitWork,
+}
+
+#[derive(Debug, Default)]
+struct ObserveState {
+    requested: bool,
+    in_flight: Option<u64>,
+    parts: ActualSnapshot,
+    observed_once: bool,
+    last_at: Option<Instant>,
+    not_before: Option<Instant>,
+}
+
+const MAX_ERRORS: usize = 20;
+
+/// Work units, leases, retries and anti-entropy for one gateway.
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: DispatchConfig,
+    in_flight: HashMap<u64, InFlight>,
+    busy: HashSet<Key>,
+    /// In-flight location units naming each service: a service is not deleted under them.
+    service_refs_in_flight: HashMap<String, u32>,
+    pending_locations: Queue<IpAddr>,
+    pending_services: Queue<String>,
+    /// When each pending key first became pending (for staleness).
+    pending_since: HashMap<Key, Instant>,
+    backoff: HashMap<Key, Backoff>,
+    parked: HashMap<Key, ErrorRecord>,
+    observe: ObserveState,
+    errors: VecDeque<ErrorRecord>,
+    stats: DispatchStats,
+    /// Times each key has been handed out since its change was last recorded (the unit's attempt).
+    dispatches: HashMap<Key, u32>,
+    /// Observe units handed out since the last completed observe.
+    observe_dispatches: u32,
+    wall: WallClock,
+    jitter: Jitter,
+    observer: Arc<dyn DispatchObserver>,
+}
+
+impl Dispatcher {
+    /// A dispatcher that will start by observing NRP. `env` brings the wall clock (for the lease
+    /// deadlines and error times it publishes), the jitter source and the observer of outcomes.
+    pub fn new(config: DispatchConfig, env: DispatchEnv) -> Self {
+        Self {
+            config,
+            in_flight: HashMap::new(),
+            busy: HashSet::new(),
+            service_refs_in_flight: HashMap::new(),
+            pending_locations: Queue::default(),
+            pending_services: Queue::default(),
+            pending_since: HashMap::new(),
+            backoff: HashMap::new(),
+            parked: HashMap::new(),
+            observe: ObserveState {
+                requested: true,
+                ..ObserveState::default()
+            },
+            errors: VecDeque::new(),
+            stats: DispatchStats::default(),
+            dispatches: HashMap::new(),
+            observe_dispatches: 0,
+            wall: env.wall,
+            jitter: env.jitter,
+            observer: env.observer,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DispatchConfig {
+        &self.config
+    }
+
+    /// Whether NRP's actual state has been read back at least once.
+    pub fn nrp_observed(&self) -> bool {
+        self.observe.observed_once
+    }
+
+    /// Asks for an observe unit as soon as possible.
+    pub fn request_observe(&mut self) {
+        self.observe.requested = true;
+    }
+
+    /// Units leased out now.
+    pub fn units_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Locations and services parked after a terminal error.
+    pub fn parked_units(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// The most recent errors, newest last.
+    pub fn last_errors(&self) -> Vec<ErrorRecord> {
+        self.errors.iter().cloned().collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &DispatchStats {
+        &self.stats
+    }
+
+    /// Age of the oldest change not yet applied in NRP.
+    pub fn oldest_pending_age(&self, now: Instant) -> Option<Duration> {
+        self.pending_since
+            .values()
+            .min()
+            .map(|t| now.saturating_duration_since(*t))
+    }
+
+    /// Moves the tracker's dirty work into the pending queues. A parked key that changes again
+    /// is unparked (its desired state changed).
+    fn absorb(&mut self, tracker: &mut DiffTracker, now: Instant) {
+        let dirty = tracker.take_dirty();
+        for l in dirty.locations {
+            let key = Key::Location(l);
+            self.parked.remove(&key);
+            self.pending_since.entry(key).or_insert(now);
+            self.pending_locations.push(l);
+        }
+        for s in dirty.services {
+            let key = Key::Service(s.clone());
+            self.parked.remove(&key);
+            self.pending_since.entry(key).or_insert(now);
+            self.pending_services.push(s);
+        }
+    }
+
+    fn ready(&self, key: &Key, now: Instant) -> bool {
+        !self.busy.contains(key) && self.backoff.get(key).is_none_or(|b| b.not_before <= now)
+    }
+
+    /// Cuts the next unit for `worker`, if there is work: an observe first (start-up, anti-entropy),
+    /// then service changes, then packed location changes.
+    pub fn next_unit(
+        &mut self,
+        tracker: &mut DiffTracker,
+        worker: u64,
+        work_id: u64,
+        now: Instant,
+    ) -> Option<Unit> {
+        self.absorb(tracker, now);
+        if let Some(last) = self.observe.last_at
+            && now.saturating_duration_since(last) >= self.config.anti_entropy_interval
+        {
+            self.observe.requested = true;
+        }
+        let work = if self.observe.requested
+            && self.observe.in_flight.is_none()
+            && self.observe.not_before.is_none_or(|t| t <= now)
+        {
+            self.observe.in_flight = Some(work_id);
+            self.observe.parts = ActualSnapshot::default();
+            Some(UnitWork::Observe)
+        } else {
+            // No location work before NRP has been read back: a partial update sets an address's
+            // whole ref, so a cut from a partial view of NRP would drop refs NRP has.
+            let observed = self.observe.observed_once;
+            let room = self.mutation_room();
+            if room == 0 {
+                return None;
+            }
+            self.cut_services(tracker, now, room).or_else(|| {
+                if observed {
+                    self.cut_locations(tracker, now)
+                } else {
+                    None
+                }
+            })
+        }?;
+        self.stats.units_cut += 1;
+        let deadline = now + self.config.lease;
+        let attempt = self.count_dispatch(&work);
+        let unit = Unit {
+            work_id,
+            revision: tracker.revision(),
+            lease_deadline_unix_ms: self.wall.unix_ms(deadline),
+            lease: self.config.lease,
+            attempt,
+            work: work.clone(),
+        };
+        self.in_flight.insert(
+            work_id,
+            InFlight {
+                worker,
+                deadline,
+                work,
+            },
+        );
+        Some(unit)
+    }
+
+    /// Counts one more hand-out of each key `work` carries; returns the unit's attempt: 1 the first
+    /// time, more when any of its keys was handed out before and not yet recorded (a retry after a
+    /// failure, an expired lease or a worker that disconnected).
+    fn count_dispatch(&mut self, work: &UnitWork) -> u32 {
+        if let UnitWork::Observe = work {
+            self.observe_dispatches += 1;
+            return self.observe_dispatches;
+        }
+        let mut attempt = 1;
+        for key in work.keys() {
+            let n = self.dispatches.entry(key).or_default();
+            *n += 1;
+            attempt = attempt.max(*n);
+        }
+        attempt
+    }
+
+    /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
+    /// go one after the other), 1 per change of a service unit (its changes may go side by side).
+    pub fn mutating_calls_in_flight(&self) -> usize {
+        self.in_flight
+            .values()
+            .map(|u| match &u.work {
+                UnitWork::Observe => 0,
+                UnitWork::Locations(_) => 1,
+                UnitWork::Services(changes) => changes.len(),
+            })
+            .sum()
+    }
+
+    /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).
+    fn mutation_room(&self) -> usize {
+        match self.config.max_mutating_units_in_flight {
+            0 => usize::MAX,
+            cap => cap.saturating_sub(self.mutating_calls_in_flight()),
+        }
+    }
+
+    fn cut_services(
+        &mut self,
+        tracker: &DiffTracker,
+        now: Instant,
+        room: usize,
+    ) -> Option<UnitWork> {
+        let mut changes: Vec<ServiceChange> = Vec::new();
+        let max = self.config.max_services_per_unit.max(1).min(room);
+        let mut keep = Vec::new();
+        while changes.len() < max {
+            let Some(name) = self.pending_services.pop() else {
+                break;
+            };
+            let key = Key::Service(name.clone());
+            if !self.ready(&key, now) {
+                keep.push(name);
+                continue;
+            }
+            match tracker.service_status(&name) {
+                ServiceStatus::Pending(change) => {
+                    let referenced =
+                        self.service_refs_in_flight.get(&name).copied().unwrap_or(0) > 0;
+                    if change.action == crate::difftracker::ServiceAction::Delete && referenced {
+                        keep.push(name);
+                    } else {
+                        self.busy.insert(key);
+                        changes.push(change);
+                    }
+                }
+                _ => {
+                    // In sync, draining or withheld: it is dirtied again when that changes.
+                    self.pending_since.remove(&key);
+                    self.dispatches.remove(&key);
+                }
+            }
+        }
+        for name in keep.into_iter().rev() {
+            self.pending_services.push_front(name);
+        }
+        (!changes.is_empty()).then_some(UnitWork::Services(changes))
+    }
+
+    fn cut_locations(&mut self, tracker: &DiffTracker, now: Instant) -> Option<UnitWork> {
+        let mut diffs: Vec<LocationDiff> = Vec::new();
+        let mut addresses = 0usize;
+        let mut keep = Vec::new();
+        let mut scanned = 0usize;
+        let budget = self.pending_locations.len();
+        while diffs.len() < self.config.max_locations_per_unit.max(1) && scanned < budget {
+            let Some(location) = self.pending_locations.pop() else {
+                break;
+            };
+            scanned += 1;
+            let key = Key::Location(location);
+            if !self.ready(&key, now) {
+                keep.push(location);
+                continue;
+            }
+            let Some(diff) = tracker.location_diff(location) else {
+                self.pending_since.remove(&key);
+                self.backoff.remove(&key);
+                self.dispatches.remove(&key);
+                continue;
+            };
+            if !diffs.is_empty()
+                && addresses + diff.addresses.len() > self.config.max_addresses_per_unit
+            {
+                keep.push(location);
+                break;
+            }
+            addresses += diff.addresses.len();
+            self.busy.insert(key);
+            diffs.push(diff);
+        }
+        for location in keep.into_iter().rev() {
+            self.pending_locations.push_front(location);
+        }
+        if diffs.is_empty() {
+            return None;
+        }
+        for name in diffs
+            .iter()
+            .flat_map(|d| d.addresses.iter().flat_map(|a| a.services.iter()))
+        {
+            *self.service_refs_in_flight.entry(name.clone()).or_default() += 1;
+        }
+        Some(UnitWork::Locations(diffs))
+    }
+
+    /// Frees what a unit held and returns it.
+    fn finish(&mut self, work_id: u64) -> Option<InFlight> {
+        let unit = self.in_flight.remove(&work_id)?;
+        match &unit.work {
+            UnitWork::Observe => self.observe.in_flight = None,
+            UnitWork::Services(changes) => {
+                for c in changes {
+                    self.busy.remove(&Key::Service(c.name.clone()));
+                }
+            }
+            UnitWork::Locations(diffs) => {
+                for d in diffs {
+                    self.busy.remove(&Key::Location(d.location));
+                    for name in d.addresses.iter().flat_map(|a| a.services.iter()) {
+                        if let Some(n) = self.service_refs_in_flight.get_mut(name) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.service_refs_in_flight.remove(name);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(unit)
+    }
+
+    /// Puts what a unit carried back in the queues (after a failure, release or expiry).
+    fn requeue(&mut self, work: &UnitWork, skip: &[u32], backoff: Option<(Duration, Instant)>) {
+        if let UnitWork::Observe = work {
+            self.observe.requested = true;
+            if let Some((delay, now)) = backoff {
+                self.observe.not_before = Some(now + delay);
+            }
+            return;
+        }
+        // Pushed to the front in reverse, so the unit's order is kept.
+        for (i, key) in work.keys().into_iter().enumerate().rev() {
+            if skip.contains(&(i as u32)) {
+                continue;
+            }
+            if let Some((hint, now)) = backoff {
+                let attempts = self.backoff.get(&key).map_or(0, |b| b.attempts) + 1;
+                let delay = hint.max(self.retry_delay(attempts));
+                self.backoff.insert(
+                    key.clone(),
+                    Backoff {
+                        attempts,
+                        not_before: now + delay,
+                    },
+                );
+            }
+            match key {
+                Key::Location(l) => self.pending_locations.push_front(l),
+                Key::Service(s) => self.pending_services.push_front(s),
+            }
+        }
+    }
+
+    /// Exponential backoff with full jitter in [delay/2, delay], capped.
+    fn retry_delay(&mut self, attempts: u32) -> Duration {
+        let exp = self
+            .config
+            .retry_base
+            .saturating_mul(1u32 << attempts.saturating_sub(1).min(16));
+        let capped = exp.min(self.config.retry_max);
+        capped.mul_f64(self.jitter.next_factor())
+    }
+
+    fn error(&mut self, work_id: u64, code: &str, message: &str, terminal: bool, now: Instant) {
+        if self.errors.len() == MAX_ERRORS {
+            self.errors.pop_front();
+        }
+        self.errors.push_back(ErrorRecord {
+            at_unix_ms: self.wall.unix_ms(now),
+            work_id,
+            code: code.to_owned(),
+            message: message.to_owned(),
+            terminal,
+        });
+    }
+
+    /// Folds a worker's report into the actual state and returns what it recorded. A report for a
+    /// unit that is not (or no longer) leased to `worker` is ignored and counted (`None`): NRP may
+    /// or may not have applied it, and the re-cut unit carries the same change again, which NRP
+    /// applies idempotently.
+    pub fn on_report(
+        &mut self,
+        tracker: &mut DiffTracker,
+        worker: u64,
+        report: Report,
+        now: Instant,
+    ) -> Option<Folded> {
+        match self.in_flight.get(&report.work_id) {
+            Some(u) if u.worker == worker => {}
+            _ => {
+                self.count_late_report();
+                return None;
+            }
+        }
+        if let Outcome::Observed { snapshot, last } = report.outcome {
+            let observed = self.merge_observed(tracker, report.work_id, snapshot, last, now);
+            return Some(Folded {
+                services: Vec::new(),
+                observed,
+            });
+        }
+        let unit = self.finish(report.work_id).expect("checked in flight");
+        let kind = unit.work.kind().as_str();
+        let services = match report.outcome {
+            Outcome::Applied => {
+                self.count(kind, "applied", "");
+                let all: Vec<u32> = (0..unit.work.len() as u32).collect();
+                self.record(tracker, report.work_id, &unit.work, &all, now)
+            }
+            Outcome::Retryable {
+                retry_after,
+                code,
+                message,
+            } => {
+                self.count(kind, "retryable", &code);
+                self.error(report.work_id, &code, &message, false, now);
+                let recorded =
+                    self.record(tracker, report.work_id, &unit.work, &report.applied, now);
+                self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+                recorded
+            }
+            Outcome::Terminal { code, message } => {
+                self.count(kind, "terminal", &code);
+                self.error(report.work_id, &code, &message, true, now);
+                let recorded =
+                    self.record(tracker, report.work_id, &unit.work, &report.applied, now);
+                if let UnitWork::Observe = unit.work {
+                    self.requeue(&unit.work, &[], Some((self.config.retry_max, now)));
+                }
+                let record = self.errors.back().cloned().expect("just pushed");
+                for (i, key) in unit.work.keys().into_iter().enumerate() {
+                    if !report.applied.contains(&(i as u32)) {
+                        self.backoff.remove(&key);
+                        self.dispatches.remove(&key);
+                        self.parked.insert(key, record.clone());
+                    }
+                }
+                recorded
+            }
+            Outcome::Observed { .. } => unreachable!("handled above"),
+        };
+        Some(Folded {
+            services,
+            observed: false,
+        })
+    }
+
+    /// Merges one part of an observe; on the last one, folds the whole snapshot into the actual
+    /// state and returns whether it was.
+    fn merge_observed(
+        &mut self,
+        tracker: &mut DiffTracker,
+        work_id: u64,
+        part: ActualSnapshot,
+        last: bool,
+        now: Instant,
+    ) -> bool {
+        let parts = &mut self.observe.parts;
+        parts.load_balancers.extend(part.load_balancers);
+        parts.nat_gateways.extend(part.nat_gateways);
+        parts.locations.extend(part.locations);
+        if !last {
+            return false;
+        }
+        self.finish(work_id);
+        let snapshot = std::mem::take(&mut self.observe.parts);
+        match tracker.observe(&snapshot) {
+            Ok(_) => {
+                self.count("observe", "observed", "");
+                self.observe.requested = false;
+                self.observe.observed_once = true;
+                self.observe.last_at = Some(now);
+                self.observe.not_before = None;
+                self.observe_dispatches = 0;
+                true
+            }
+            Err(e) => {
+                self.count("observe", "terminal", "InconsistentSnapshot");
+                self.error(work_id, "InconsistentSnapshot", &e.to_string(), false, now);
+                self.requeue(&UnitWork::Observe, &[], Some((self.config.retry_base, now)));
+                false
+            }
+        }
+    }
+
+    /// Records the listed parts of a unit as applied in the actual state; returns the service
+    /// changes that were.
+    fn record(
+        &mut self,
+        tracker: &mut DiffTracker,
+        work_id: u64,
+        work: &UnitWork,
+        which: &[u32],
+        now: Instant,
+    ) -> Vec<ServiceChange> {
+        let mut failures = Vec::new();
+        let mut recorded = Vec::new();
+        match work {
+            UnitWork::Observe => {}
+            UnitWork::Services(changes) => {
+                for i in which {
+                    if let Some(c) = changes.get(*i as usize) {
+                        let key = Key::Service(c.name.clone());
+                        self.backoff.remove(&key);
+                        self.pending_since.remove(&key);
+                        self.dispatches.remove(&key);
+                        match tracker.record_service_applied(c) {
+                            Ok(()) => recorded.push(c.clone()),
+                            Err(e) => failures.push(e.to_string()),
+                        }
+                    }
+                }
+            }
+            UnitWork::Locations(diffs) => {
+                for i in which {
+                    if let Some(d) = diffs.get(*i as usize) {
+                        let key = Key::Location(d.location);
+                        self.backoff.remove(&key);
+                        self.pending_since.remove(&key);
+                        self.dispatches.remove(&key);
+                        if let Err(e) = tracker.record_location_applied(d) {
+                            failures.push(e.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for f in failures {
+            // A report NRP could not have accepted: keep the tracker as it is and read NRP back.
+            self.error(work_id, "InconsistentReport", &f, false, now);
+            self.observe.requested = true;
+        }
+        recorded
+    }
+
+    fn count(&mut self, kind: &'static str, result: &'static str, code: &str) {
+        self.observer.unit_outcome(kind, result, code);
+        *self
+            .stats
+            .outcomes
+            .entry((kind, result, code.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// After units were taken back from a worker, a call of theirs may still be under way in NRP and
+    /// land after newer changes. Once no such call can be (one lease later: a worker sends no call
+    /// after its lease and bounds each call's timeout by it), NRP is read back so that anything the
+    /// late call undid is seen and sent again.
+    fn observe_after_uncertainty(&mut self, now: Instant) {
+        let at = now + self.config.lease;
+        self.observe.requested = true;
+        self.observe.not_before = Some(self.observe.not_before.map_or(at, |t| t.max(at)));
+    }
+
+    /// Releases every unit of a worker that disconnected, at once.
+    pub fn release_worker(&mut self, worker: u64, now: Instant) -> usize {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, u)| u.worker == worker)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some(unit) = self.finish(*id) {
+                if !matches!(unit.work, UnitWork::Observe) {
+                    self.observe_after_uncertainty(now);
+                }
+                self.requeue(&unit.work, &[], None);
+            }
+        }
+        ids.len()
+    }
+
+    /// Takes back every unit whose lease has expired (at `now`); returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, u)| u.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some(unit) = self.finish(*id) {
+                let kind = unit.work.kind().as_str();
+                self.count(kind, "lease_expired", "LeaseExpired");
+                // The worker hung, not NRP: no backoff.
+                if !matches!(unit.work, UnitWork::Observe) {
+                    self.observe_after_uncertainty(now);
+                }
+                self.requeue(&unit.work, &[], None);
+            }
+        }
+        self.stats.lease_expiries += ids.len() as u64;
+        self.observer.lease_expired(ids.len() as u64);
+        ids.len()
+    }
+
+    /// Whether `work_id` is leased out by this dispatcher.
+    pub fn holds(&self, work_id: u64) -> bool {
+        self.in_flight.contains_key(&work_id)
+    }
+
+    /// Counts a report nobody holds (late or unknown).
+    pub fn count_late_report(&mut self) {
+        self.stats.late_reports += 1;
+        self.observer.late_report();
+    }
+}
+
+impl UnitWork {
+    /// The one-in-flight keys of what this unit carries, in order.
+    fn keys(&self) -> Vec<Key> {
+        match self {
+            UnitWork::Observe => Vec::new(),
+            UnitWork::Services(c) => c.iter().map(|c| Key::Service(c.name.clone())).collect(),
+            UnitWork::Locations(d) => d.iter().map(|d| Key::Location(d.location)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

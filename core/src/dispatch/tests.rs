@@ -1,0 +1,379 @@
+//! Dispatcher rules without a runtime: the clock is passed in.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::difftracker::{Endpoint, Operation};
+
+fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
+    let u = d.next_unit(t, 1, 1, now).expect("observe first");
+    assert_eq!(u.work, UnitWork::Observe);
+    d.on_report(
+        t,
+        1,
+        Report {
+            work_id: 1,
+            applied: vec![],
+            outcome: Outcome::Observed {
+                snapshot: ActualSnapshot::default(),
+                last: true,
+            },
+        },
+        now,
+    );
+    assert!(d.nrp_observed());
+}
+
+fn env() -> DispatchEnv {
+    DispatchEnv::new(Instant::now(), 1_700_000_000_000, 42)
+}
+
+fn applied(work_id: u64) -> Report {
+    Report {
+        work_id,
+        applied: vec![],
+        outcome: Outcome::Applied,
+    }
+}
+
+fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
+    let mut t = DiffTracker::new();
+    t.update_service(Operation::Add, "svc").unwrap();
+    let eps: Vec<(String, String)> = (1..=locations)
+        .flat_map(|l| {
+            (1..=per_location).map(move |p| (format!("10.1.{l}.{p}"), format!("10.0.0.{l}")))
+        })
+        .collect();
+    let eps: Vec<Endpoint> = eps
+        .iter()
+        .map(|(a, l)| Endpoint {
+            address: a,
+            location: l,
+        })
+        .collect();
+    t.set_endpoints("svc", &eps).unwrap();
+    t
+}
+
+#[test]
+fn locations_are_packed_up_to_the_address_limit() {
+    let now = Instant::now();
+    let mut t = tracker_with(5, 3);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_addresses_per_unit: 7,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 1, applied(2), now);
+    let mut sizes = Vec::new();
+    for id in 3..10 {
+        let Some(u) = d.next_unit(&mut t, 1, id, now) else {
+            break;
+        };
+        let UnitWork::Locations(diffs) = &u.work else {
+            panic!("location unit")
+        };
+        sizes.push(diffs.iter().map(|d| d.addresses.len()).sum::<usize>());
+    }
+    // 15 addresses, 3 per location, at most 7 per unit: 2 locations (6) per unit.
+    assert_eq!(sizes, vec![6, 6, 3]);
+}
+
+#[test]
+fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
+    let now = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let u = d.next_unit(&mut t, 1, 3, now).unwrap();
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    t.set_endpoints(
+        "svc",
+        &[
+            Endpoint {
+                address: "10.1.1.1",
+                location: "10.0.0.1",
+            },
+            Endpoint {
+                address: "10.1.1.2",
+                location: "10.0.0.1",
+            },
+        ],
+    )
+    .unwrap();
+    assert!(
+        d.next_unit(&mut t, 2, 4, now).is_none(),
+        "the location is in flight"
+    );
+    d.on_report(&mut t, 1, applied(3), now);
+    let again = d
+        .next_unit(&mut t, 2, 5, now)
+        .expect("re-diffed after the result");
+    let UnitWork::Locations(diffs) = again.work else {
+        panic!()
+    };
+    assert_eq!(diffs[0].addresses.len(), 1, "only the new address is sent");
+}
+
+#[test]
+fn a_service_is_not_deleted_while_a_location_unit_naming_it_is_in_flight() {
+    let now = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let u = d.next_unit(&mut t, 1, 3, now).unwrap();
+    // The service goes while its first addresses are on their way to NRP.
+    t.update_service(Operation::Remove, "svc").unwrap();
+    assert!(
+        d.next_unit(&mut t, 2, 4, now).is_none(),
+        "no delete under an in-flight unit"
+    );
+    d.on_report(&mut t, 1, applied(u.work_id), now);
+    let drain = d.next_unit(&mut t, 1, 5, now).unwrap();
+    assert!(matches!(drain.work, UnitWork::Locations(_)), "drain first");
+    d.on_report(&mut t, 1, applied(5), now);
+    let delete = d.next_unit(&mut t, 1, 6, now).unwrap();
+    assert!(
+        matches!(&delete.work, UnitWork::Services(c) if c[0].action == crate::difftracker::ServiceAction::Delete)
+    );
+}
+
+#[test]
+fn retries_back_off_and_expired_leases_come_back_without_backoff() {
+    let now = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            retry_base: Duration::from_secs(1),
+            lease: Duration::from_secs(5),
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(
+        &mut t,
+        1,
+        Report {
+            work_id: s.work_id,
+            applied: vec![],
+            outcome: Outcome::Retryable {
+                retry_after: Duration::from_secs(3),
+                code: "TooManyRequests".into(),
+                message: String::new(),
+            },
+        },
+        now,
+    );
+    assert!(
+        d.next_unit(&mut t, 1, 3, now + Duration::from_secs(2))
+            .is_none(),
+        "Retry-After honoured"
+    );
+    let s = d
+        .next_unit(&mut t, 1, 4, now + Duration::from_secs(3))
+        .expect("due again");
+    assert_eq!(d.expire(now + Duration::from_secs(9)), 1);
+    let again = d
+        .next_unit(&mut t, 2, 5, now + Duration::from_secs(9))
+        .expect("no backoff after expiry");
+    assert_eq!(again.work, s.work);
+    d.on_report(&mut t, 1, applied(4), now + Duration::from_secs(9));
+    assert_eq!(d.stats().late_reports, 1);
+}
+
+#[test]
+fn no_location_work_is_cut_before_nrp_has_been_read_back() {
+    let now = Instant::now();
+    let mut t = tracker_with(2, 1);
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let observe = d.next_unit(&mut t, 1, 1, now).unwrap();
+    assert_eq!(observe.work, UnitWork::Observe);
+    let s = d
+        .next_unit(&mut t, 2, 2, now)
+        .expect("service creation only adds: allowed");
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 2, applied(2), now);
+    assert!(
+        d.next_unit(&mut t, 2, 3, now).is_none(),
+        "locations wait for the read-back"
+    );
+    d.on_report(
+        &mut t,
+        1,
+        Report {
+            work_id: 1,
+            applied: vec![],
+            outcome: Outcome::Observed {
+                // NRP has the service the unit above created.
+                snapshot: ActualSnapshot {
+                    load_balancers: vec!["svc".into()],
+                    ..ActualSnapshot::default()
+                },
+                last: true,
+            },
+        },
+        now,
+    );
+    assert!(matches!(
+        d.next_unit(&mut t, 2, 4, now).unwrap().work,
+        UnitWork::Locations(_)
+    ));
+}
+
+#[test]
+fn nrp_is_read_back_one_lease_after_units_were_taken_from_a_worker() {
+    let now = Instant::now();
+    let lease = Duration::from_secs(5);
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            lease,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let u = d.next_unit(&mut t, 1, 3, now).unwrap();
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    assert_eq!(d.release_worker(1, now), 1);
+    // The released location goes out again at once; the read-back waits until the killed
+    // worker's call can no longer be under way.
+    let again = d.next_unit(&mut t, 2, 4, now).unwrap();
+    assert_eq!(again.work, u.work);
+    d.on_report(&mut t, 2, applied(4), now);
+    assert!(d.next_unit(&mut t, 2, 5, now + lease / 2).is_none());
+    assert_eq!(
+        d.next_unit(&mut t, 2, 6, now + lease).unwrap().work,
+        UnitWork::Observe
+    );
+}
+
+#[test]
+fn a_report_returns_what_it_recorded() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    for s in ["a", "b"] {
+        t.update_service(Operation::Add, s).unwrap();
+    }
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let u = d.next_unit(&mut t, 1, 1, now).unwrap();
+    assert_eq!(u.work, UnitWork::Observe);
+    let last = |last| Report {
+        work_id: 1,
+        applied: vec![],
+        outcome: Outcome::Observed {
+            snapshot: ActualSnapshot::default(),
+            last,
+        },
+    };
+    let part = d.on_report(&mut t, 1, last(false), now).unwrap();
+    assert_eq!(part, Folded::default());
+    assert!(d.on_report(&mut t, 1, last(true), now).unwrap().observed);
+    let u = d.next_unit(&mut t, 1, 2, now).unwrap();
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit")
+    };
+    assert_eq!(changes.len(), 2);
+    // Late or foreign reports record nothing.
+    assert_eq!(d.on_report(&mut t, 9, applied(2), now), None);
+    let folded = d
+        .on_report(
+            &mut t,
+            1,
+            Report {
+                work_id: 2,
+                applied: vec![1],
+                outcome: Outcome::Retryable {
+                    retry_after: Duration::ZERO,
+                    code: "x".into(),
+                    message: String::new(),
+                },
+            },
+            now,
+        )
+        .unwrap();
+    assert_eq!(folded.services, vec![changes[1].clone()]);
+    assert!(!folded.observed);
+}
+
+#[test]
+fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
+    let now = Instant::now();
+    let mut t = tracker_with(5, 3);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_locations_per_unit: 1,
+            max_mutating_units_in_flight: 2,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 1, applied(2), now);
+    // Five dirty locations, one per unit, but only two units at once — whichever worker asks.
+    let a = d.next_unit(&mut t, 1, 3, now).expect("first location unit");
+    let b = d
+        .next_unit(&mut t, 2, 4, now)
+        .expect("second location unit");
+    assert!(matches!(a.work, UnitWork::Locations(_)) && matches!(b.work, UnitWork::Locations(_)));
+    assert_eq!(d.mutating_calls_in_flight(), 2);
+    assert!(d.next_unit(&mut t, 3, 5, now).is_none(), "the cap holds");
+    // An observe still goes while the cap is reached.
+    d.request_observe();
+    let o = d.next_unit(&mut t, 3, 6, now).expect("observe");
+    assert!(matches!(o.work, UnitWork::Observe));
+    // A result frees one slot: exactly one more unit.
+    d.on_report(&mut t, 1, applied(3), now);
+    assert!(d.next_unit(&mut t, 3, 7, now).is_some());
+    assert!(d.next_unit(&mut t, 3, 8, now).is_none());
+    // A worker that goes away frees its slots at once.
+    d.release_worker(2, now);
+    assert!(d.next_unit(&mut t, 3, 9, now).is_some());
+}
+
+#[test]
+fn a_service_unit_counts_one_call_per_change_against_the_cap() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_mutating_units_in_flight: 3,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    for i in 0..5 {
+        t.update_service(Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    // Five creations pending, room for three side-by-side calls: one unit of three changes.
+    let u = d.next_unit(&mut t, 1, 2, now).expect("service unit");
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit");
+    };
+    assert_eq!(changes.len(), 3);
+    assert_eq!(d.mutating_calls_in_flight(), 3);
+    assert!(d.next_unit(&mut t, 2, 3, now).is_none(), "no room left");
+    d.on_report(&mut t, 1, applied(2), now);
+    let u = d.next_unit(&mut t, 2, 4, now).expect("the rest");
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("service unit");
+    };
+    assert_eq!(changes.len(), 2);
+}

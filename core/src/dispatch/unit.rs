@@ -1,0 +1,133 @@
+//! Work units as the dispatcher cuts them, and the reports workers send back (domain types; the
+//! gRPC edge converts them to and from `clb.v1`).
+
+use std::time::Duration;
+
+use crate::difftracker::{ActualSnapshot, LocationDiff, ServiceChange};
+
+/// What a unit asks a worker to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitWork {
+    /// Create or delete services (sagas).
+    Services(Vec<ServiceChange>),
+    /// Update address locations, one entry per location.
+    Locations(Vec<LocationDiff>),
+    /// Read NRP's state back.
+    Observe,
+}
+
+/// The kind of a unit, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitKind {
+    /// Service work.
+    Services,
+    /// Location work.
+    Locations,
+    /// Observe work.
+    Observe,
+}
+
+impl UnitKind {
+    /// Stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnitKind::Services => "services",
+            UnitKind::Locations => "locations",
+            UnitKind::Observe => "observe",
+        }
+    }
+}
+
+impl UnitWork {
+    /// The kind.
+    pub fn kind(&self) -> UnitKind {
+        match self {
+            UnitWork::Services(_) => UnitKind::Services,
+            UnitWork::Locations(_) => UnitKind::Locations,
+            UnitWork::Observe => UnitKind::Observe,
+        }
+    }
+
+    /// Number of changes (services or locations) it carries.
+    pub fn len(&self) -> usize {
+        match self {
+            UnitWork::Services(c) => c.len(),
+            UnitWork::Locations(d) => d.len(),
+            UnitWork::Observe => 0,
+        }
+    }
+
+    /// True if it carries no change (an observe unit).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A unit leased to one worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// Unique id.
+    pub work_id: u64,
+    /// Desired-state revision it was cut at.
+    pub revision: u64,
+    /// Lease end, wall clock (Unix ms).
+    pub lease_deadline_unix_ms: i64,
+    /// Lease length (the worker also bounds it on its monotonic clock).
+    pub lease: Duration,
+    /// 1 the first time what it carries is handed out; more on each re-dispatch of any of its
+    /// keys (after a failure, an expired lease or a disconnected worker) until that is recorded.
+    pub attempt: u32,
+    /// What to do.
+    pub work: UnitWork,
+}
+
+/// How a unit ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// NRP accepted everything.
+    Applied,
+    /// Failed; try again after at least `retry_after`.
+    Retryable {
+        /// Hint from NRP (Retry-After), zero if none.
+        retry_after: Duration,
+        /// Error code.
+        code: String,
+        /// Message.
+        message: String,
+    },
+    /// Failed for good until the desired state changes.
+    Terminal {
+        /// Error code.
+        code: String,
+        /// Message.
+        message: String,
+    },
+    /// Part of what an observe unit read (the last part completes it).
+    Observed {
+        /// NRP's state (this part of it).
+        snapshot: ActualSnapshot,
+        /// Whether this is the final part.
+        last: bool,
+    },
+}
+
+/// A worker's report on one unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The unit.
+    pub work_id: u64,
+    /// Indices of the changes NRP accepted when the unit as a whole did not go through.
+    pub applied: Vec<u32>,
+    /// The outcome.
+    pub outcome: Outcome,
+}
+
+/// What [`super::Dispatcher::on_report`] folded into the actual state: what the server keeps beside
+/// the tracker (ports, frontends) follows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// The service changes recorded as applied, in the unit's order.
+    pub services: Vec<ServiceChange>,
+    /// Whether the report completed an observe whose snapshot became the actual state.
+    pub observed: bool,
+}

@@ -1,0 +1,180 @@
+//! Cost and faults: latency, reproducible fault injection, and the per-gateway limit of concurrent
+//! mutating calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::EmulatorConfig;
+use crate::lock;
+
+/// A fault decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Timeout,
+    ServerError(u16),
+    TooManyRequests,
+}
+
+/// Seeded fault decisions: one uniform draw per call that is subject to faults.
+#[derive(Debug)]
+pub(crate) struct FaultInjector {
+    rng: StdRng,
+}
+
+impl FaultInjector {
+    pub(crate) fn new(seed: Option<u64>) -> Self {
+        let rng = match seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_os_rng(),
+        };
+        Self { rng }
+    }
+
+    /// Decides the fault of one call. Draws from the RNG only when faults are configured, so that the
+    /// sequence depends only on the seed and the calls made while faults are on.
+    pub(crate) fn draw(&mut self, cfg: &EmulatorConfig) -> Option<Fault> {
+        if !cfg.has_faults() {
+            return None;
+        }
+        let u: f64 = self.rng.random();
+        let t = cfg.fault_rate_timeout;
+        let s = t + cfg.fault_rate_5xx;
+        let r = s + cfg.fault_rate_429;
+        if u < t {
+            Some(Fault::Timeout)
+        } else if u < s {
+            // Split the 5xx band evenly between 500 and 503, still from the one draw.
+            Some(Fault::ServerError(if u < t + cfg.fault_rate_5xx / 2.0 {
+                500
+            } else {
+                503
+            }))
+        } else if u < r {
+            Some(Fault::TooManyRequests)
+        } else {
+            None
+        }
+    }
+}
+
+/// The latency of a call carrying `addresses` addresses.
+pub(crate) fn latency(cfg: &EmulatorConfig, addresses: usize) -> Duration {
+    Duration::from_millis(cfg.latency_ms)
+        + Duration::from_micros(cfg.latency_per_address_us.saturating_mul(addresses as u64))
+}
+
+#[derive(Debug, Default)]
+struct LimiterState {
+    in_flight: HashMap<String, usize>,
+    max_observed: usize,
+}
+
+/// Counts mutating calls in flight per gateway and enforces the configured limit.
+#[derive(Debug, Default)]
+pub(crate) struct Limiter {
+    state: Mutex<LimiterState>,
+}
+
+/// A slot of a gateway's mutation limit; released on drop.
+#[derive(Debug)]
+pub(crate) struct Permit {
+    limiter: Arc<Limiter>,
+    key: String,
+}
+
+impl Limiter {
+    /// Takes a slot for `key` unless `limit` slots are taken already (then returns how many are).
+    pub(crate) fn try_acquire(
+        self: &Arc<Self>,
+        key: &str,
+        limit: Option<usize>,
+    ) -> Result<Permit, usize> {
+        let mut st = lock(&self.state);
+        let n = st.in_flight.get(key).copied().unwrap_or(0);
+        if limit.is_some_and(|l| n >= l) {
+            return Err(n);
+        }
+        st.in_flight.insert(key.to_string(), n + 1);
+        st.max_observed = st.max_observed.max(n + 1);
+        Ok(Permit {
+            limiter: Arc::clone(self),
+            key: key.to_string(),
+        })
+    }
+
+    /// Highest number of concurrent mutating calls seen on one gateway.
+    pub(crate) fn max_observed(&self) -> usize {
+        lock(&self.state).max_observed
+    }
+
+    /// Mutating calls in flight now, over all gateways.
+    pub(crate) fn in_flight(&self) -> usize {
+        lock(&self.state).in_flight.values().sum()
+    }
+
+    /// Resets the maximum to the current level.
+    pub(crate) fn reset_max(&self) {
+        let mut st = lock(&self.state);
+        st.max_observed = st.in_flight.values().copied().max().unwrap_or(0);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut st = lock(&self.limiter.state);
+        if let Some(n) = st.in_flight.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.in_flight.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_faults_are_reproducible() {
+        let cfg = EmulatorConfig {
+            fault_rate_5xx: 0.2,
+            fault_rate_429: 0.2,
+            fault_rate_timeout: 0.1,
+            seed: Some(42),
+            ..Default::default()
+        };
+        let seq = |seed| {
+            let mut f = FaultInjector::new(Some(seed));
+            (0..200).map(|_| f.draw(&cfg)).collect::<Vec<_>>()
+        };
+        assert_eq!(seq(42), seq(42));
+        assert_ne!(seq(42), seq(43));
+        let s = seq(42);
+        assert!(s.iter().any(|f| f.is_none()));
+        assert!(s.contains(&Some(Fault::TooManyRequests)));
+        assert!(s.contains(&Some(Fault::Timeout)));
+        assert!(
+            FaultInjector::new(None)
+                .draw(&EmulatorConfig::default())
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn limiter_counts_and_limits() {
+        let l = Arc::new(Limiter::default());
+        let a = l.try_acquire("g", Some(2)).unwrap();
+        let _b = l.try_acquire("g", Some(2)).unwrap();
+        assert_eq!(l.try_acquire("g", Some(2)).unwrap_err(), 2);
+        let _other = l.try_acquire("h", Some(2)).unwrap();
+        drop(a);
+        let _c = l.try_acquire("g", Some(2)).unwrap();
+        assert_eq!(l.max_observed(), 2);
+        assert_eq!(l.in_flight(), 3);
+    }
+}

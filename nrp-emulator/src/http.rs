@@ -1,0 +1,390 @@
+//! The HTTP front: ARM routes (served through one fallback handler that routes ARM paths itself,
+//! case-insensitively as ARM does) and the `/_emulator/*` control endpoints.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::watch;
+
+use crate::config::{EmulatorConfig, ThrottleResponse};
+use crate::error::EmulatorError;
+use crate::faults::{Fault, latency};
+use crate::ops::{
+    Applied, Mutation, Op, Route, Target, check_api_version, parse_op, parse_query, route,
+};
+use crate::{Emulator, lock};
+use clb_nrp::wire::{API_VERSION, PROVIDER};
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub emu: Emulator,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// The emulator's router.
+pub(crate) fn router(emu: Emulator, shutdown: watch::Receiver<bool>) -> Router {
+    Router::new()
+        .route("/_emulator/stats", get(stats))
+        .route("/_emulator/dump", get(dump))
+        .route("/_emulator/removals", get(removals))
+        .route("/_emulator/config", get(get_config).put(put_config))
+        .route("/_emulator/reset-stats", post(reset_stats))
+        .route("/_emulator/reset", post(reset))
+        .fallback(arm)
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(AppState { emu, shutdown })
+}
+
+async fn stats(State(st): State<AppState>) -> Response {
+    Json(st.emu.stats()).into_response()
+}
+
+async fn dump(State(st): State<AppState>) -> Response {
+    Json(st.emu.dump()).into_response()
+}
+
+async fn removals(State(st): State<AppState>) -> Response {
+    Json(st.emu.removals()).into_response()
+}
+
+async fn get_config(State(st): State<AppState>) -> Response {
+    Json(st.emu.config()).into_response()
+}
+
+async fn put_config(State(st): State<AppState>, body: Bytes) -> Response {
+    let cfg: EmulatorConfig = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return EmulatorError::MalformedBody(e.to_string()).into_response(),
+    };
+    match st.emu.set_config(cfg) {
+        Ok(()) => Json(st.emu.config()).into_response(),
+        Err(e) => {
+            EmulatorError::bad_request("InvalidEmulatorConfig", e.to_string()).into_response()
+        }
+    }
+}
+
+async fn reset_stats(State(st): State<AppState>) -> StatusCode {
+    st.emu.reset_stats();
+    StatusCode::NO_CONTENT
+}
+
+async fn reset(State(st): State<AppState>) -> StatusCode {
+    st.emu.reset();
+    StatusCode::NO_CONTENT
+}
+
+/// Every ARM call goes through here.
+async fn arm(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut operation = "Unknown";
+    let resp = match handle(&st, &method, &uri, &headers, body, &mut operation).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%method, path = uri.path(), code = e.code(), "rejected: {e}");
+            lock(&st.emu.inner.stats).record_rejection(e.code());
+            e.into_response()
+        }
+    };
+    lock(&st.emu.inner.stats).record_call(operation, resp.status().as_u16());
+    resp
+}
+
+/// Sleeps for `d` unless the server shuts down first (then fails with 503).
+async fn pause(st: &AppState, d: Duration) -> Result<(), EmulatorError> {
+    if d.is_zero() {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + d;
+    let mut rx = st.shutdown.clone();
+    tokio::select! {
+        () = tokio::time::sleep_until(deadline) => Ok(()),
+        signalled = async { rx.wait_for(|down| *down).await.is_ok() } => {
+            if signalled {
+                return Err(EmulatorError::ShuttingDown);
+            }
+            // No shutdown signal any more (router used without `serve`): just wait.
+            tokio::time::sleep_until(deadline).await;
+            Ok(())
+        }
+    }
+}
+
+fn base_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+async fn handle(
+    st: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+    operation: &mut &'static str,
+) -> Result<Response, EmulatorError> {
+    let query = parse_query(uri.query());
+    let route = route(method, uri.path())?;
+    *operation = route.operation;
+    check_api_version(&query)?;
+    let cfg = st.emu.config();
+    let base = base_url(headers);
+    match &route.target {
+        Target::OperationStatus(id) => return operation_status(st, id),
+        Target::OperationResult(id) => return operation_result(st, &base, uri, id, &cfg),
+        _ => {}
+    }
+    let body = to_bytes(body, cfg.max_body_bytes)
+        .await
+        .map_err(|_| EmulatorError::BodyTooLarge(cfg.max_body_bytes))?;
+    let mutating = *method != Method::GET;
+    if mutating {
+        lock(&st.emu.inner.stats).mutating_calls += 1;
+    }
+    let op = parse_op(&route, &query, &body)?;
+    let fault = if mutating || cfg.faults_on_reads {
+        lock(&st.emu.inner.faults).draw(&cfg)
+    } else {
+        None
+    };
+    match fault {
+        Some(f) => inject(st, f, &route, op, &cfg, &base, uri).await,
+        None => execute(st, &route, op, &cfg, &base, uri).await,
+    }
+}
+
+async fn inject(
+    st: &AppState,
+    fault: Fault,
+    route: &Route,
+    op: Op,
+    cfg: &EmulatorConfig,
+    base: &str,
+    uri: &Uri,
+) -> Result<Response, EmulatorError> {
+    let kind = match fault {
+        Fault::Timeout => "timeout".to_string(),
+        Fault::ServerError(s) => s.to_string(),
+        Fault::TooManyRequests => "429".to_string(),
+    };
+    lock(&st.emu.inner.stats).record_fault(&kind);
+    match fault {
+        Fault::TooManyRequests => Err(EmulatorError::TooManyRequests {
+            scope: "injected".into(),
+            retry_after_secs: cfg.retry_after_secs,
+        }),
+        Fault::ServerError(status) => Err(EmulatorError::InjectedServerError {
+            status,
+            retry_after_secs: cfg.retry_after_secs,
+        }),
+        Fault::Timeout => {
+            if cfg.timeout_applies_change {
+                // The outcome is deliberately lost, as with a real timeout.
+                let _ = execute(st, route, op, cfg, base, uri).await;
+            }
+            pause(st, Duration::from_millis(cfg.timeout_hold_ms)).await?;
+            Err(EmulatorError::InjectedTimeout)
+        }
+    }
+}
+
+fn respond(applied: Applied, next_link: Option<String>) -> Response {
+    match applied.body {
+        Some(mut body) => {
+            if let (Some(link), Some(obj)) = (next_link, body.as_object_mut()) {
+                obj.insert("nextLink".into(), serde_json::Value::String(link));
+            }
+            (applied.status, Json(body)).into_response()
+        }
+        None => applied.status.into_response(),
+    }
+}
+
+async fn execute(
+    st: &AppState,
+    route: &Route,
+    op: Op,
+    cfg: &EmulatorConfig,
+    base: &str,
+    uri: &Uri,
+) -> Result<Response, EmulatorError> {
+    let auto = cfg.auto_create_gateways;
+    match op {
+        Op::Read(r) => {
+            pause(st, latency(cfg, 0)).await?;
+            let applied = lock(&st.emu.inner.state).read(r, auto, cfg.page_size)?;
+            let next = applied.next_token.as_ref().map(|t| {
+                format!(
+                    "{base}{}?api-version={API_VERSION}&$skipToken={t}",
+                    uri.path()
+                )
+            });
+            Ok(respond(applied, next))
+        }
+        Op::Mutate(m) => {
+            let m = *m;
+            {
+                let mut s = lock(&st.emu.inner.stats);
+                s.addresses_carried += m.address_count() as u64;
+                s.locations_carried += m.location_count() as u64;
+            }
+            if cfg.long_running_operations {
+                return start_operation(st, route, m, cfg, base);
+            }
+            let _permit = acquire(st, &m, cfg)?;
+            pause(st, latency(cfg, m.address_count())).await?;
+            let applied = st.emu.apply(m, cfg)?;
+            Ok(respond(applied, None))
+        }
+    }
+}
+
+fn acquire(
+    st: &AppState,
+    m: &Mutation,
+    cfg: &EmulatorConfig,
+) -> Result<Option<crate::faults::Permit>, EmulatorError> {
+    let Some(key) = m.gateway_key() else {
+        return Ok(None);
+    };
+    match st
+        .emu
+        .inner
+        .limiter
+        .try_acquire(&key, cfg.max_concurrent_mutations)
+    {
+        Ok(p) => Ok(Some(p)),
+        Err(_) => {
+            lock(&st.emu.inner.stats).throttled_by_limit += 1;
+            let gateway = m.resource().name.clone();
+            Err(match cfg.throttle_response {
+                ThrottleResponse::TooManyRequests => EmulatorError::TooManyRequests {
+                    scope: gateway,
+                    retry_after_secs: cfg.retry_after_secs,
+                },
+                ThrottleResponse::AnotherOperationInProgress => {
+                    EmulatorError::AnotherOperationInProgress {
+                        gateway,
+                        retry_after_secs: cfg.retry_after_secs,
+                    }
+                }
+            })
+        }
+    }
+}
+
+fn operation_urls(base: &str, sub: &str, id: &str) -> (String, String) {
+    let prefix = format!("{base}/subscriptions/{sub}/providers/{PROVIDER}/locations/local");
+    (
+        format!("{prefix}/operations/{id}?api-version={API_VERSION}"),
+        format!("{prefix}/operationResults/{id}?api-version={API_VERSION}"),
+    )
+}
+
+fn set_header(resp: &mut Response, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        resp.headers_mut().insert(name, v);
+    }
+}
+
+/// Accepts a mutation as a long-running operation: checked now (400s are synchronous), applied after
+/// the latency by a background task that holds the gateway's concurrency slot until it completes.
+fn start_operation(
+    st: &AppState,
+    route: &Route,
+    m: Mutation,
+    cfg: &EmulatorConfig,
+    base: &str,
+) -> Result<Response, EmulatorError> {
+    lock(&st.emu.inner.state).check(&m, cfg.auto_create_gateways)?;
+    let permit = acquire(st, &m, cfg)?;
+    let id = lock(&st.emu.inner.operations).start();
+    lock(&st.emu.inner.stats).operations_started += 1;
+    let resource = m.resource().clone();
+    let is_put = m.is_put();
+    let (status_url, result_url) = operation_urls(base, &resource.subscription, &id);
+    let delay = latency(cfg, m.address_count());
+    let emu = st.emu.clone();
+    let cfg2 = cfg.clone();
+    let op_id = id.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let outcome = emu.apply(m, &cfg2).map(|a| (a.status, a.body));
+        lock(&emu.inner.operations).finish(&op_id, outcome);
+        drop(permit);
+    });
+    let mut resp = if is_put {
+        let body = serde_json::json!({
+            "id": resource.to_string(),
+            "name": resource.name,
+            "type": resource.kind.arm_type(),
+            "properties": { "provisioningState": "Updating" },
+        });
+        (StatusCode::CREATED, Json(body)).into_response()
+    } else {
+        StatusCode::ACCEPTED.into_response()
+    };
+    set_header(&mut resp, "azure-asyncoperation", &status_url);
+    set_header(&mut resp, "location", &result_url);
+    set_header(
+        &mut resp,
+        "retry-after",
+        &cfg.lro_retry_after_secs.to_string(),
+    );
+    tracing::debug!(operation = route.operation, %id, "started long-running operation");
+    Ok(resp)
+}
+
+fn operation_status(st: &AppState, id: &str) -> Result<Response, EmulatorError> {
+    let ops = lock(&st.emu.inner.operations);
+    let op = ops
+        .get(id)
+        .ok_or_else(|| EmulatorError::OperationNotFound(id.to_string()))?;
+    Ok(Json(op.status(id)).into_response())
+}
+
+fn operation_result(
+    st: &AppState,
+    base: &str,
+    uri: &Uri,
+    id: &str,
+    cfg: &EmulatorConfig,
+) -> Result<Response, EmulatorError> {
+    let outcome = {
+        let ops = lock(&st.emu.inner.operations);
+        let op = ops
+            .get(id)
+            .ok_or_else(|| EmulatorError::OperationNotFound(id.to_string()))?;
+        op.outcome.clone()
+    };
+    match outcome {
+        None => {
+            let mut resp = StatusCode::ACCEPTED.into_response();
+            let url = format!("{base}{}?api-version={API_VERSION}", uri.path());
+            set_header(&mut resp, "location", &url);
+            set_header(
+                &mut resp,
+                "retry-after",
+                &cfg.lro_retry_after_secs.to_string(),
+            );
+            Ok(resp)
+        }
+        Some(Ok((_, Some(body)))) => Ok((StatusCode::OK, Json(body)).into_response()),
+        Some(Ok((_, None))) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(Err(e)) => Err(e),
+    }
+}

@@ -1,0 +1,181 @@
+//! Helpers shared by the emulator integration tests: a tiny HTTP client over loopback.
+#![allow(dead_code)]
+
+use clb_nrp::wire::{API_VERSION, ResourceId, ResourceKind};
+use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+pub const SUB: &str = "sub1";
+pub const RG: &str = "rg1";
+
+pub fn id(kind: ResourceKind, name: &str) -> ResourceId {
+    ResourceId::new(SUB, RG, kind, name)
+}
+
+pub fn gw(name: &str) -> ResourceId {
+    id(ResourceKind::ServiceGateway, name)
+}
+
+/// A response: status, headers, JSON body (`Null` when empty or not JSON).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    }
+}
+
+pub struct Harness {
+    pub server: RunningEmulator,
+    pub http: reqwest::Client,
+}
+
+impl Harness {
+    pub async fn start(config: EmulatorConfig) -> Self {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let emulator = Emulator::new(config).expect("valid config");
+        let server = RunningEmulator::start(emulator)
+            .await
+            .expect("bind loopback");
+        Self {
+            server,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn emu(&self) -> &Emulator {
+        self.server.emulator()
+    }
+
+    pub fn url(&self, rid: &ResourceId, sub: Option<&str>) -> String {
+        rid.url(&self.server.base_url(), sub)
+    }
+
+    pub async fn raw(&self, method: Method, url: &str, body: Option<Vec<u8>>) -> Resp {
+        let mut req = self.http.request(method, url);
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn call(&self, method: Method, url: &str, body: Option<Value>) -> Resp {
+        let bytes = body.map(|b| serde_json::to_vec(&b).expect("json"));
+        self.raw(method, url, bytes).await
+    }
+
+    pub async fn put(&self, rid: &ResourceId, body: Value) -> Resp {
+        self.call(Method::PUT, &self.url(rid, None), Some(body))
+            .await
+    }
+
+    pub async fn get(&self, rid: &ResourceId, sub: Option<&str>) -> Resp {
+        self.call(Method::GET, &self.url(rid, sub), None).await
+    }
+
+    pub async fn delete(&self, rid: &ResourceId) -> Resp {
+        self.call(Method::DELETE, &self.url(rid, None), None).await
+    }
+
+    pub async fn post(&self, rid: &ResourceId, action: &str, body: Value) -> Resp {
+        self.call(Method::POST, &self.url(rid, Some(action)), Some(body))
+            .await
+    }
+
+    pub async fn control(&self, method: Method, path: &str, body: Option<Value>) -> Resp {
+        let url = format!("{}/_emulator/{path}", self.server.base_url());
+        self.call(method, &url, body).await
+    }
+
+    /// Creates PIP `{name}-pip`, LB `{name}` (frontend `fe`, pool `pool`, TCP 80 → 8080) and returns
+    /// the backend pool id.
+    pub async fn create_lb(&self, name: &str) -> String {
+        let pip = id(ResourceKind::PublicIpAddress, &format!("{name}-pip"));
+        let r = self
+            .put(
+                &pip,
+                json!({"location": "eastus", "sku": {"name": "Standard"}}),
+            )
+            .await;
+        assert!(r.status.is_success(), "{r:?}");
+        let lb = id(ResourceKind::LoadBalancer, name);
+        let fe = lb.frontend_ip_configuration_id("fe");
+        let pool = lb.backend_pool_id("pool");
+        let r = self
+            .put(
+                &lb,
+                json!({
+                    "location": "eastus",
+                    "properties": {
+                        "frontendIPConfigurations": [{"name": "fe", "properties": {"publicIPAddress": {"id": pip.to_string()}}}],
+                        "backendAddressPools": [{"name": "pool"}],
+                        "loadBalancingRules": [{"name": "tcp-80", "properties": {
+                            "frontendIPConfiguration": {"id": fe},
+                            "backendAddressPool": {"id": pool},
+                            "protocol": "Tcp", "frontendPort": 80, "backendPort": 8080}}]
+                    }
+                }),
+            )
+            .await;
+        assert!(r.status.is_success(), "{r:?}");
+        pool
+    }
+
+    /// Creates an LB for `service` and registers it as an inbound service on gateway `g`.
+    pub async fn register_inbound(&self, g: &ResourceId, service: &str) {
+        let pool = self.create_lb(&format!("lb-{service}")).await;
+        let r = self
+            .post(
+                g,
+                "updateServices",
+                json!({"action": "PartialUpdate", "serviceRequests": [{"isDelete": false, "service": {
+                    "name": service,
+                    "properties": {"serviceType": "Inbound", "loadBalancerBackendPools": [{"id": pool}]}}}]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+
+    pub async fn update_locations(&self, g: &ResourceId, body: Value) -> Resp {
+        self.post(g, "updateAddressLocations", body).await
+    }
+}
+
+/// One location entry of an `updateAddressLocations` body.
+pub fn loc(location: &str, action: &str, addresses: &[(&str, &[&str])]) -> Value {
+    json!({
+        "addressLocation": location,
+        "addressUpdateAction": action,
+        "addresses": addresses.iter().map(|(a, s)| json!({"address": a, "services": s})).collect::<Vec<_>>(),
+    })
+}
+
+pub fn partial(locations: Vec<Value>) -> Value {
+    json!({"action": "PartialUpdate", "addressLocations": locations})
+}
+
+pub fn api_version() -> &'static str {
+    API_VERSION
+}

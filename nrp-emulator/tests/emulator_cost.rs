@@ -1,0 +1,308 @@
+//! The NRP emulator's cost and fault model, long-running operations and control endpoints, over real
+//! HTTP on loopback. No assertion depends on timing.
+
+mod emulator_common;
+
+use clb_nrp::wire::{OperationState, OperationStatus, ResourceKind};
+use clb_nrp_emulator::{EmulatorConfig, Stats, ThrottleResponse};
+use emulator_common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+#[tokio::test]
+async fn concurrency_limit_throttles_parallel_mutations() {
+    let h = Harness::start(EmulatorConfig {
+        latency_ms: 500,
+        max_concurrent_mutations: Some(1),
+        retry_after_secs: 7,
+        ..Default::default()
+    })
+    .await;
+    let g = gw("sg");
+    let calls = (0..8).map(|i| {
+        let body = partial(vec![loc(&format!("10.0.0.{i}"), "PartialUpdate", &[])]);
+        h.update_locations(&g, body)
+    });
+    let results = futures::future::join_all(calls).await;
+    let throttled: Vec<_> = results
+        .iter()
+        .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert!(results.iter().any(|r| r.status == StatusCode::OK));
+    assert!(
+        !throttled.is_empty(),
+        "8 parallel calls of 500 ms against a limit of 1"
+    );
+    for r in &throttled {
+        assert_eq!(r.header("retry-after").as_deref(), Some("7"));
+        assert_eq!(r.code(), "TooManyRequests");
+    }
+    let stats = h.emu().stats();
+    assert_eq!(stats.max_concurrent_mutations, 1);
+    assert_eq!(stats.throttled_by_limit, throttled.len() as u64);
+    assert_eq!(stats.in_flight_mutations, 0);
+}
+
+#[tokio::test]
+async fn concurrency_limit_counts_running_operations_and_can_answer_409() {
+    // In LRO mode an accepted operation holds its gateway slot until it completes: with a long
+    // latency, the next mutating call is refused deterministically.
+    let h = Harness::start(EmulatorConfig {
+        latency_ms: 60_000,
+        max_concurrent_mutations: Some(1),
+        throttle_response: ThrottleResponse::AnotherOperationInProgress,
+        long_running_operations: true,
+        ..Default::default()
+    })
+    .await;
+    let g = gw("sg");
+    let r = h.update_locations(&g, partial(vec![])).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    let r = h.update_locations(&g, partial(vec![])).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(r.code(), "AnotherOperationInProgress");
+    assert!(r.header("retry-after").is_some());
+    // Another gateway is not affected.
+    let r = h.update_locations(&gw("other"), partial(vec![])).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    assert_eq!(h.emu().stats().in_flight_mutations, 2);
+}
+
+async fn fault_sequence(h: &Harness, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let pip = id(ResourceKind::PublicIpAddress, &format!("pip{i}"));
+        out.push(
+            h.put(&pip, json!({"location": "eastus"}))
+                .await
+                .status
+                .as_u16(),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn seeded_fault_injection_is_reproducible() {
+    let cfg = EmulatorConfig {
+        fault_rate_5xx: 0.25,
+        fault_rate_429: 0.25,
+        seed: Some(1234),
+        ..Default::default()
+    };
+    let h = Harness::start(cfg.clone()).await;
+    let first = fault_sequence(&h, 60).await;
+    assert!(first.contains(&429));
+    assert!(first.iter().any(|s| *s == 500 || *s == 503));
+    assert!(first.iter().any(|s| *s == 200 || *s == 201));
+    // Re-seeding through the control endpoint replays the same decisions.
+    h.emu().reset();
+    let r = h
+        .control(
+            Method::PUT,
+            "config",
+            Some(serde_json::to_value(&cfg).unwrap()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let second = fault_sequence(&h, 60).await;
+    assert_eq!(first, second);
+    // A fresh emulator with the same seed too.
+    let h2 = Harness::start(cfg).await;
+    assert_eq!(fault_sequence(&h2, 60).await, first);
+    let stats = h2.emu().stats();
+    let injected: u64 = stats.faults_injected.values().sum();
+    assert_eq!(
+        injected as usize,
+        first.iter().filter(|s| **s >= 429).count()
+    );
+    // Failed calls changed nothing: exactly the successful PUTs exist.
+    let ok = first.iter().filter(|s| **s < 300).count();
+    assert_eq!(h2.emu().dump().public_ip_addresses.len(), ok);
+}
+
+#[tokio::test]
+async fn injected_timeouts_answer_504_and_may_apply() {
+    let h = Harness::start(EmulatorConfig {
+        fault_rate_timeout: 1.0,
+        timeout_hold_ms: 10,
+        ..Default::default()
+    })
+    .await;
+    let pip = id(ResourceKind::PublicIpAddress, "p");
+    let r = h.put(&pip, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(r.code(), "GatewayTimeout");
+    assert!(h.emu().dump().public_ip_addresses.is_empty());
+    // Reads are spared unless asked.
+    assert_eq!(h.get(&pip, None).await.status, StatusCode::NOT_FOUND);
+    let mut cfg = h.emu().config();
+    cfg.timeout_applies_change = true;
+    h.emu().set_config(cfg).unwrap();
+    let r = h.put(&pip, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        h.emu().dump().public_ip_addresses.len(),
+        1,
+        "the change landed although the call timed out"
+    );
+    assert_eq!(h.emu().stats().faults_injected.get("timeout"), Some(&2));
+}
+
+async fn wait_for_operation(h: &Harness, status_url: &str) -> OperationStatus {
+    loop {
+        let r = h.call(Method::GET, status_url, None).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        let st: OperationStatus = serde_json::from_value(r.body).unwrap();
+        if st.status.is_terminal() {
+            return st;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn long_running_operations() {
+    let h = Harness::start(EmulatorConfig {
+        long_running_operations: true,
+        latency_ms: 20,
+        ..Default::default()
+    })
+    .await;
+    let g = gw("sg");
+    let pip = id(ResourceKind::PublicIpAddress, "p");
+    let r = h.put(&pip, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["properties"]["provisioningState"], "Updating");
+    let status_url = r
+        .header("azure-asyncoperation")
+        .expect("Azure-AsyncOperation");
+    let result_url = r.header("location").expect("Location");
+    assert!(r.header("retry-after").is_some());
+    let st = wait_for_operation(&h, &status_url).await;
+    assert_eq!(st.status, OperationState::Succeeded);
+    let r = h.call(Method::GET, &result_url, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["properties"]["provisioningState"], "Succeeded");
+    assert!(r.body["properties"]["ipAddress"].is_string());
+    // POST actions answer 202; rule violations are still synchronous 400s.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "10.0.0.1",
+                "PartialUpdate",
+                &[("10.1.0.1", &["nope"])],
+            )]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "ServiceNotRegistered");
+    let r = h
+        .update_locations(&g, partial(vec![loc("10.0.0.1", "PartialUpdate", &[])]))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let st = wait_for_operation(&h, &r.header("azure-asyncoperation").unwrap()).await;
+    assert_eq!(st.status, OperationState::Succeeded);
+    let r = h
+        .call(Method::GET, &r.header("location").unwrap(), None)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    // DELETE answers 202 as well.
+    let r = h.delete(&pip).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    wait_for_operation(&h, &r.header("azure-asyncoperation").unwrap()).await;
+    assert!(h.emu().dump().public_ip_addresses.is_empty());
+    assert_eq!(h.emu().stats().operations_started, 3);
+}
+
+#[tokio::test]
+async fn control_endpoints() {
+    let h = Harness::start(EmulatorConfig::default()).await;
+    let g = gw("sg");
+    h.register_inbound(&g, "svc").await;
+    let body = partial(vec![loc(
+        "10.0.0.1",
+        "FullUpdate",
+        &[("10.1.0.1", &["svc"]), ("10.1.0.2", &["svc"])],
+    )]);
+    assert_eq!(h.update_locations(&g, body).await.status, StatusCode::OK);
+    let r = h.control(Method::GET, "stats", None).await;
+    let stats: Stats = serde_json::from_value(r.body).unwrap();
+    assert_eq!(stats.addresses_carried, 2);
+    assert_eq!(stats.locations_carried, 1);
+    assert_eq!(
+        stats.calls_with_status("ServiceGateways_UpdateAddressLocations", 200),
+        1
+    );
+    assert_eq!(stats.mutating_calls, 4); // PIP, LB, updateServices, updateAddressLocations
+    let r = h.control(Method::GET, "dump", None).await;
+    let gwd = &r.body["gateways"][0];
+    assert_eq!(gwd["name"], "sg");
+    assert_eq!(gwd["services"][0]["name"], "svc");
+    assert_eq!(gwd["services"][0]["service_type"], "Inbound");
+    assert_eq!(
+        gwd["address_locations"][0]["addresses"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(r.body["load_balancers"].as_array().unwrap().len(), 1);
+    let r = h
+        .control(Method::PUT, "config", Some(json!({"fault_rate_5xx": 2.0})))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "InvalidEmulatorConfig");
+    let r = h
+        .control(
+            Method::PUT,
+            "config",
+            Some(json!({"latency_ms": 1, "page_size": 2})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(h.emu().config().page_size, 2);
+    let r = h.control(Method::GET, "config", None).await;
+    assert_eq!(r.body["latency_ms"], 1);
+    let r = h.control(Method::POST, "reset-stats", None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.emu().stats().calls, 0);
+    assert_eq!(
+        h.emu().dump().gateways.len(),
+        1,
+        "reset-stats keeps the state"
+    );
+    assert_eq!(
+        h.control(Method::POST, "reset", None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert!(h.emu().dump().gateways.is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_does_not_wait_for_held_requests() {
+    let h = Harness::start(EmulatorConfig {
+        fault_rate_timeout: 1.0,
+        timeout_hold_ms: 3_600_000,
+        ..Default::default()
+    })
+    .await;
+    let url = h.url(&id(ResourceKind::PublicIpAddress, "p"), None);
+    let http = h.http.clone();
+    let held = tokio::spawn(async move {
+        http.put(url)
+            .header("content-type", "application/json")
+            .body(r#"{"location":"eastus"}"#)
+            .send()
+            .await
+            .map(|r| r.status())
+    });
+    // Wait until the request is being held.
+    while h.emu().stats().faults_injected.is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    h.server.shutdown().await.unwrap();
+    let status = held.await.unwrap().unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}

@@ -1,0 +1,627 @@
+//! The ARM client against a scripted fake ARM server on loopback: long-running operations, paging,
+//! error mapping, `Retry-After`, authentication headers and deadlines.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
+use clb_nrp::azure::{ArmClient, ArmConfig, DEFAULT_TOKEN_SCOPE};
+use clb_nrp::wire::{
+    AddressLocationUpdate, GatewayAddress, PublicIpAddress, UpdateAction,
+    UpdateAddressLocationsRequest,
+};
+use clb_nrp::{CallOptions, Nrp, NrpError};
+use serde_json::{Value, json};
+
+/// One request as the fake server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Method,
+    path: String,
+    query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// `http://host:port` of the server, as the client addressed it.
+    fn origin(&self) -> String {
+        format!("http://{}", self.header("host").unwrap())
+    }
+}
+
+/// A scripted reply.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn json(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            body: body.to_string(),
+        }
+    }
+    fn text(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type", "text/html".into())],
+            body: body.into(),
+        }
+    }
+    fn empty(status: u16) -> Self {
+        Self::text(status, "")
+    }
+    fn arm_error(status: u16, code: &str, message: &str) -> Self {
+        Self::json(status, json!({"error": {"code": code, "message": message}}))
+    }
+    fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// The script: the request and its index (0-based) among all requests seen.
+type Script = Arc<dyn Fn(&Seen, usize) -> Reply + Send + Sync>;
+
+#[derive(Clone)]
+struct Fake {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    script: Script,
+}
+
+async fn handle(
+    State(fake): State<Fake>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seen = Seen {
+        method,
+        path: uri.path().to_string(),
+        query: uri.query().unwrap_or("").to_string(),
+        headers,
+        body,
+    };
+    let index = {
+        let mut all = fake.seen.lock().unwrap();
+        all.push(seen.clone());
+        all.len() - 1
+    };
+    let reply = (fake.script)(&seen, index);
+    let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
+    for (name, value) in reply.headers {
+        response
+            .headers_mut()
+            .insert(name, value.parse().expect("header value"));
+    }
+    response
+}
+
+/// Starts a fake ARM server on `127.0.0.1:0`; returns its base URL and the log of requests.
+async fn serve(
+    script: impl Fn(&Seen, usize) -> Reply + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let fake = Fake {
+        seen: Arc::default(),
+        script: Arc::new(script),
+    };
+    let seen = fake.seen.clone();
+    let app = Router::new().fallback(handle).with_state(fake);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+fn config(base: &str) -> ArmConfig {
+    let mut config = ArmConfig::new("sub-1", "rg-1").with_endpoint(base);
+    config.poll_interval = Duration::from_millis(1);
+    config.max_poll_interval = Duration::from_millis(10);
+    config.request_timeout = Duration::from_secs(10);
+    config
+}
+
+fn client(base: &str) -> ArmClient {
+    ArmClient::new(config(base), None).unwrap()
+}
+
+const RG: &str = "/subscriptions/sub-1/resourceGroups/rg-1/providers/Microsoft.Network";
+
+fn opts() -> CallOptions {
+    CallOptions::with_timeout(Duration::from_secs(30))
+}
+
+fn requests(seen: &Arc<Mutex<Vec<Seen>>>) -> Vec<Seen> {
+    seen.lock().unwrap().clone()
+}
+
+fn one_location() -> UpdateAddressLocationsRequest {
+    UpdateAddressLocationsRequest {
+        action: UpdateAction::PartialUpdate,
+        address_locations: vec![AddressLocationUpdate {
+            address_location: "10.0.0.4".into(),
+            address_update_action: UpdateAction::FullUpdate,
+            addresses: vec![GatewayAddress {
+                address: "10.1.0.7".into(),
+                services: vec!["svc-a".into()],
+            }],
+        }],
+    }
+}
+
+#[tokio::test]
+async fn put_polls_azure_async_operation_then_reads_the_resource() {
+    let (base, seen) = serve(|req, i| match (i, req.method.as_str()) {
+        (0, "PUT") => Reply::json(
+            201,
+            json!({"name": "pip-1", "properties": {"provisioningState": "Updating"}}),
+        )
+        .header(
+            "azure-asyncoperation",
+            format!("{}/operations/op-1?api-version=2025-05-01", req.origin()),
+        )
+        .header("retry-after", "0"),
+        (1, "GET") => {
+            Reply::json(200, json!({"status": "InProgress"})).header("retry-after", "3600")
+        }
+        (2, "GET") => Reply::json(200, json!({"status": "Succeeded"})),
+        (3, "GET") => Reply::json(
+            200,
+            json!({"id": format!("{RG}/publicIPAddresses/pip-1"), "name": "pip-1",
+                   "properties": {"provisioningState": "Succeeded"}}),
+        ),
+        _ => Reply::empty(500),
+    })
+    .await;
+    let body = PublicIpAddress {
+        location: Some("eastus".into()),
+        ..Default::default()
+    };
+    let pip = client(&base)
+        .put_public_ip("pip-1", &body, opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        pip.properties.provisioning_state.as_deref(),
+        Some("Succeeded")
+    );
+    assert_eq!(pip.id.unwrap(), format!("{RG}/publicIPAddresses/pip-1"));
+
+    let reqs = requests(&seen);
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(reqs[0].path, format!("{RG}/publicIPAddresses/pip-1"));
+    assert!(reqs[0].query.contains("api-version=2025-05-01"));
+    assert_eq!(reqs[0].header("content-type"), Some("application/json"));
+    let sent: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    assert_eq!(sent["location"], "eastus");
+    assert_eq!(reqs[1].path, "/operations/op-1");
+    assert_eq!(reqs[2].path, "/operations/op-1");
+    assert_eq!(reqs[3].path, reqs[0].path);
+    // Without a credential no Authorization header is sent.
+    assert!(reqs.iter().all(|r| r.header("authorization").is_none()));
+}
+
+#[tokio::test]
+async fn failed_async_operation_is_operation_failed() {
+    let (base, _seen) = serve(|req, i| match i {
+        0 => Reply::json(200, json!({}))
+            .header("azure-asyncoperation", format!("{}/operations/op-2", req.origin())),
+        _ => Reply::json(
+            200,
+            json!({"status": "Failed", "error": {"code": "InternalServerError", "message": "boom"}}),
+        ),
+    })
+    .await;
+    let err = client(&base)
+        .update_address_locations("gw", &one_location(), opts())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        NrpError::OperationFailed {
+            status: "Failed".into(),
+            code: "InternalServerError".into(),
+            message: "boom".into()
+        }
+    );
+    assert_eq!(err.code(), "InternalServerError");
+    assert_eq!(err.metric_label(), "operation_failed");
+}
+
+#[tokio::test]
+async fn post_polls_location_until_done() {
+    let (base, seen) = serve(|_req, i| match i {
+        // A relative Location is resolved against the request URL.
+        0 => Reply::empty(202)
+            .header("location", "/operationResults/r-1?api-version=2025-05-01")
+            .header("retry-after", "1"),
+        1 | 2 => Reply::empty(202).header("retry-after", "1"),
+        _ => Reply::empty(204),
+    })
+    .await;
+    client(&base)
+        .update_address_locations("gw-1", &one_location(), opts())
+        .await
+        .unwrap();
+    let reqs = requests(&seen);
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(reqs[0].method, Method::POST);
+    assert_eq!(
+        reqs[0].path,
+        format!("{RG}/serviceGateways/gw-1/updateAddressLocations")
+    );
+    let sent: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    assert_eq!(sent["addressLocations"][0]["addressLocation"], "10.0.0.4");
+    assert_eq!(
+        sent["addressLocations"][0]["addresses"][0]["services"][0],
+        "svc-a"
+    );
+    for poll in &reqs[1..] {
+        assert_eq!(poll.method, Method::GET);
+        assert_eq!(poll.path, "/operationResults/r-1");
+    }
+}
+
+#[tokio::test]
+async fn delete_polls_location_and_absent_resource_is_success() {
+    let (base, seen) = serve(|req, i| match (i, req.path.ends_with("lb-gone")) {
+        (_, true) => Reply::arm_error(404, "ResourceNotFound", "no such load balancer"),
+        (0, false) => Reply::empty(202).header("location", format!("{}/results/d-1", req.origin())),
+        (1, false) => Reply::empty(202),
+        _ => Reply::empty(200),
+    })
+    .await;
+    let client = client(&base);
+    client.delete_load_balancer("lb-1", opts()).await.unwrap();
+    client
+        .delete_load_balancer("lb-gone", opts())
+        .await
+        .unwrap();
+    let paths: Vec<_> = requests(&seen).into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        [
+            format!("{RG}/loadBalancers/lb-1"),
+            "/results/d-1".into(),
+            "/results/d-1".into(),
+            format!("{RG}/loadBalancers/lb-gone"),
+        ]
+    );
+    // A GET of a missing resource is NotFound, not success.
+    let err = client
+        .get_load_balancer("lb-gone", opts())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NrpError::NotFound { .. }), "{err:?}");
+    assert_eq!(err.code(), "ResourceNotFound");
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn throttling_surfaces_retry_after() {
+    let (base, seen) = serve(|req, _| {
+        if req.path.ends_with("updateServices") {
+            Reply::arm_error(429, "TooManyRequests", "slow down").header("retry-after", "7")
+        } else {
+            let at = azure_core::time::OffsetDateTime::now_utc()
+                + azure_core::time::Duration::seconds(120);
+            Reply::text(429, "throttled").header("retry-after", azure_core::time::to_rfc7231(&at))
+        }
+    })
+    .await;
+    let client = client(&base);
+    let err = client
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        NrpError::Throttled {
+            code: "TooManyRequests".into(),
+            message: "slow down".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        }
+    );
+    assert!(err.is_retryable());
+    assert!(err.is_throttling());
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+    assert_eq!(err.metric_label(), "throttled");
+    // The mutating call is not retried by the client.
+    assert_eq!(requests(&seen).len(), 1);
+
+    // Retry-After as an HTTP date, with a non-JSON body.
+    let err = client.get_service_gateway("gw", opts()).await.unwrap_err();
+    let NrpError::Throttled { retry_after, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let retry_after = retry_after.expect("retry-after from the HTTP date");
+    assert!(retry_after > Duration::from_secs(60) && retry_after <= Duration::from_secs(120));
+    assert_eq!(err.code(), "Throttled");
+}
+
+#[tokio::test]
+async fn arm_errors_are_typed() {
+    let (base, _seen) = serve(|req, _| match req.path.rsplit('/').next().unwrap() {
+        "dup" => Reply::arm_error(400, "DuplicateLocationsInRequest", "10.0.0.4 twice"),
+        "busy" => {
+            Reply::arm_error(409, "AnotherOperationInProgress", "wait").header("retry-after", "2")
+        }
+        "missing" => Reply::arm_error(404, "NotFound", "gone"),
+        "down" => Reply::arm_error(503, "ServiceUnavailable", "later").header("retry-after", "3"),
+        "proxy" => Reply::text(502, "<html>Bad Gateway</html>"),
+        "denied" => Reply::arm_error(403, "AuthorizationFailed", "no role"),
+        "flat" => Reply::json(
+            400,
+            json!({"code": "InvalidRequestFormat", "message": "flat"}),
+        ),
+        _ => Reply::empty(500),
+    })
+    .await;
+    let client = client(&base);
+    let err = |name: &'static str| {
+        let client = client.clone();
+        async move { client.get_nat_gateway(name, opts()).await.unwrap_err() }
+    };
+
+    let e = err("dup").await;
+    assert_eq!(
+        e,
+        NrpError::Validation {
+            code: "DuplicateLocationsInRequest".into(),
+            message: "10.0.0.4 twice".into()
+        }
+    );
+    assert!(!e.is_retryable());
+    assert_eq!(e.metric_label(), "validation");
+
+    let e = err("busy").await;
+    assert!(matches!(&e, NrpError::Conflict { code, .. } if code == "AnotherOperationInProgress"));
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+    assert!(e.is_retryable() && e.is_throttling());
+
+    let e = err("missing").await;
+    assert!(matches!(&e, NrpError::NotFound { code, .. } if code == "NotFound"));
+
+    let e = err("down").await;
+    assert_eq!(
+        e,
+        NrpError::Server {
+            status: 503,
+            code: "ServiceUnavailable".into(),
+            message: "later".into(),
+            retry_after: Some(Duration::from_secs(3))
+        }
+    );
+    assert!(e.is_retryable());
+
+    let e = err("proxy").await;
+    assert!(
+        matches!(&e, NrpError::Server { status: 502, code, message, retry_after: None }
+            if code.is_empty() && message.contains("Bad Gateway")),
+        "{e:?}"
+    );
+    assert_eq!(e.code(), "ServerError");
+
+    let e = err("denied").await;
+    assert!(matches!(&e, NrpError::Auth { code, .. } if code == "AuthorizationFailed"));
+
+    let e = err("flat").await;
+    assert_eq!(e.code(), "InvalidRequestFormat");
+}
+
+#[tokio::test]
+async fn listing_follows_next_link_across_pages() {
+    let (base, seen) = serve(|req, _| {
+        let page = |n: u32, next: Option<String>| {
+            let mut body = json!({"value": [
+                {"addressLocation": format!("10.0.{n}.1"),
+                 "addresses": [{"address": format!("10.1.{n}.1"), "services": ["svc"]}]},
+                {"addressLocation": format!("10.0.{n}.2"), "addresses": []},
+            ]});
+            if let Some(next) = next {
+                body["nextLink"] = next.into();
+            }
+            Reply::json(200, body)
+        };
+        if req.query.contains("skipToken=2") {
+            page(
+                2,
+                Some(format!(
+                    "{}{}?api-version=2025-05-01&skipToken=3",
+                    req.origin(),
+                    req.path
+                )),
+            )
+        } else if req.query.contains("skipToken=3") {
+            page(3, None)
+        } else {
+            page(
+                1,
+                Some(format!(
+                    "{}{}?api-version=2025-05-01&skipToken=2",
+                    req.origin(),
+                    req.path
+                )),
+            )
+        }
+    })
+    .await;
+    let locations = client(&base)
+        .list_address_locations("gw-1", opts())
+        .await
+        .unwrap();
+    let names: Vec<_> = locations
+        .iter()
+        .map(|l| l.address_location.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "10.0.1.1", "10.0.1.2", "10.0.2.1", "10.0.2.2", "10.0.3.1", "10.0.3.2"
+        ]
+    );
+    assert_eq!(locations[0].addresses[0].services, ["svc"]);
+    let reqs = requests(&seen);
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        reqs[0]
+            .path
+            .ends_with("/serviceGateways/gw-1/addressLocations")
+    );
+    assert!(
+        reqs.iter()
+            .all(|r| r.query.contains("api-version=2025-05-01"))
+    );
+}
+
+/// A credential that hands out a fixed token and records the scopes asked for.
+#[derive(Debug, Default)]
+struct FixedToken {
+    scopes: Mutex<Vec<String>>,
+    fail: bool,
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for FixedToken {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<AccessToken> {
+        self.scopes
+            .lock()
+            .unwrap()
+            .extend(scopes.iter().map(|s| s.to_string()));
+        if self.fail {
+            return Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Credential,
+                "no identity here",
+            ));
+        }
+        let expires =
+            azure_core::time::OffsetDateTime::now_utc() + azure_core::time::Duration::hours(1);
+        Ok(AccessToken::new("test-token", expires))
+    }
+}
+
+#[tokio::test]
+async fn bearer_token_and_client_request_id_on_every_request() {
+    let (base, seen) = serve(|_, _| {
+        Reply::json(
+            200,
+            json!({"name": "gw-1", "location": "eastus", "properties": {}}),
+        )
+    })
+    .await;
+    let credential = Arc::new(FixedToken::default());
+    let client = ArmClient::new(config(&base), Some(credential.clone())).unwrap();
+    let gw = client.get_service_gateway("gw-1", opts()).await.unwrap();
+    assert_eq!(gw.location.as_deref(), Some("eastus"));
+    client.get_service_gateway("gw-1", opts()).await.unwrap();
+
+    let reqs = requests(&seen);
+    assert_eq!(reqs.len(), 2);
+    let mut ids = Vec::new();
+    for req in &reqs {
+        assert_eq!(req.header("authorization"), Some("Bearer test-token"));
+        let id = req
+            .header("x-ms-client-request-id")
+            .expect("client request id");
+        let id = uuid::Uuid::parse_str(id).expect("a UUID");
+        assert_eq!(id.get_version_num(), 4);
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1], "a fresh id per request");
+    assert_eq!(credential.scopes.lock().unwrap()[0], DEFAULT_TOKEN_SCOPE);
+}
+
+#[tokio::test]
+async fn credential_failure_is_auth_and_sends_nothing() {
+    let (base, seen) = serve(|_, _| Reply::json(200, json!({}))).await;
+    let credential = Arc::new(FixedToken {
+        fail: true,
+        ..Default::default()
+    });
+    let client = ArmClient::new(config(&base), Some(credential)).unwrap();
+    let err = client
+        .get_service_gateway("gw-1", opts())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, NrpError::Auth { code, .. } if code == "CredentialUnavailable"),
+        "{err:?}"
+    );
+    assert_eq!(err.metric_label(), "auth");
+    assert!(requests(&seen).is_empty());
+}
+
+#[tokio::test]
+async fn call_after_deadline_is_refused_before_sending() {
+    let (base, seen) = serve(|_, _| Reply::json(200, json!({}))).await;
+    let client = ArmClient::new(config(&base), Some(Arc::new(FixedToken::default()))).unwrap();
+    let expired = CallOptions::with_deadline(Instant::now());
+    let err = client
+        .update_address_locations("gw-1", &one_location(), expired)
+        .await
+        .unwrap_err();
+    assert_eq!(err, NrpError::DeadlineExceeded);
+    assert!(err.is_retryable());
+    assert_eq!(err.code(), "DeadlineExceeded");
+    let err = client.list_services("gw-1", expired).await.unwrap_err();
+    assert_eq!(err, NrpError::DeadlineExceeded);
+    assert!(requests(&seen).is_empty(), "nothing reached the server");
+}
+
+#[tokio::test]
+async fn polling_stops_at_the_deadline() {
+    let (base, seen) = serve(|req, i| match i {
+        0 => Reply::empty(202).header(
+            "azure-asyncoperation",
+            format!("{}/operations/slow", req.origin()),
+        ),
+        _ => Reply::json(200, json!({"status": "InProgress"})),
+    })
+    .await;
+    let err = client(&base)
+        .update_services(
+            "gw",
+            &Default::default(),
+            CallOptions::with_timeout(Duration::from_millis(150)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, NrpError::DeadlineExceeded);
+    assert!(requests(&seen).len() >= 2, "the operation was polled");
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_transport_error() {
+    // Bind and drop a listener to get a loopback port nobody listens on.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let client = client(&format!("http://127.0.0.1:{port}"));
+    let err = client.get_public_ip("pip", opts()).await.unwrap_err();
+    assert!(
+        matches!(err, NrpError::Transport { timeout: false, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert_eq!(err.metric_label(), "transport");
+    let err = client.get_public_ip("", opts()).await.unwrap_err();
+    assert!(matches!(err, NrpError::Validation { .. }), "{err:?}");
+}

@@ -1,0 +1,636 @@
+//! A scripted fake of the Kubernetes API server over loopback, for the watcher and node agent tests:
+//! list and watch (`resourceVersion`, `410 Gone` after a compaction, label and field selectors),
+//! deletion with finalizers (`deletionTimestamp`), merge and JSON patches with `resourceVersion`
+//! preconditions (`409 Conflict`, scriptable with [`FakeApi::conflict_next`]), the `status`
+//! subresource, and a log of every request (to check RBAC against deploy/). Binds 127.0.0.1:0.
+//!
+//! Kept in one place: every test that needs a Kubernetes API uses this one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+#[derive(Debug, Clone)]
+struct Change {
+    rv: u64,
+    old: Option<Value>,
+    new: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+enum Msg {
+    Change(Change),
+    /// The watch expired: 410 Gone.
+    Gone,
+}
+
+struct Res {
+    kind: &'static str,
+    api_version: &'static str,
+    objects: BTreeMap<(String, String), Value>,
+    log: Vec<Change>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    compacted: u64,
+    /// Changes are applied but not sent to watches (a disconnected watch).
+    paused: bool,
+    tx: broadcast::Sender<Msg>,
+}
+
+/// One PATCH the API received.
+#[derive(Debug, Clone)]
+pub struct PatchRecord {
+    /// The request path.
+    pub path: String,
+    /// Its `Content-Type` (which patch flavour).
+    pub content_type: String,
+    /// The patch document.
+    pub body: Value,
+    /// What the probe said at the time of the PATCH (e.g. NRP's load balancers).
+    pub probe: Value,
+    /// The HTTP status answered.
+    pub status: u16,
+}
+
+type Probe = Arc<dyn Fn() -> Value + Send + Sync>;
+
+struct Inner {
+    rv: u64,
+    resources: HashMap<&'static str, Res>,
+    patches: Vec<PatchRecord>,
+    /// `METHOD path?query` of every request.
+    requests: Vec<String>,
+    probe: Option<Probe>,
+    /// Services whose next PATCH with a resourceVersion meets a concurrent writer: the fake adds
+    /// the finalizer given here to the object first (a MODIFIED event), so the PATCH gets 409.
+    conflicts: HashMap<String, String>,
+}
+
+/// A running fake API server (cheap to clone; every clone is the same server).
+#[derive(Clone)]
+pub struct FakeApi {
+    inner: Arc<Mutex<Inner>>,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+const RESOURCES: [(&str, &str, &str); 4] = [
+    ("services", "Service", "v1"),
+    ("endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
+    ("pods", "Pod", "v1"),
+    ("nodes", "Node", "v1"),
+];
+
+fn status_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code
+    })
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let h = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(h, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query(uri: &Uri) -> HashMap<String, String> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn pointer_str<'a>(obj: &'a Value, path: &str) -> Option<&'a str> {
+    obj.pointer(path).and_then(Value::as_str)
+}
+
+/// `key`, `key=value`, `key!=value`, comma-separated.
+fn labels_match(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    let labels = obj.pointer("/metadata/labels");
+    selector.split(',').all(|term| {
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        if let Some((k, v)) = term.split_once("!=") {
+            get(k) != Some(v)
+        } else if let Some((k, v)) = term.split_once('=') {
+            get(k.trim_end_matches('=')) == Some(v)
+        } else {
+            get(term).is_some()
+        }
+    })
+}
+
+fn fields_match(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    selector.split(',').all(|term| {
+        let (k, v) = term.split_once('=').expect("field selector key=value");
+        let path = match k {
+            "spec.nodeName" => "/spec/nodeName",
+            "metadata.name" => "/metadata/name",
+            "metadata.namespace" => "/metadata/namespace",
+            other => panic!("field selector {other} not supported by the fake"),
+        };
+        pointer_str(obj, path).unwrap_or("") == v
+    })
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn obj_key(obj: &Value) -> (String, String) {
+    (
+        pointer_str(obj, "/metadata/namespace")
+            .unwrap_or("")
+            .to_owned(),
+        pointer_str(obj, "/metadata/name").unwrap().to_owned(),
+    )
+}
+
+/// The finalizers of `obj`.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Inner {
+    /// Stores `new` (None: deletes `key`), bumps the resourceVersion, logs and broadcasts.
+    fn commit(&mut self, plural: &str, key: (String, String), new: Option<Value>) -> Option<Value> {
+        self.rv += 1;
+        let rv = self.rv;
+        let res = self.resources.get_mut(plural).unwrap();
+        let old = res.objects.get(&key).cloned();
+        let new = new.map(|mut o| {
+            o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            o["kind"] = json!(res.kind);
+            o["apiVersion"] = json!(res.api_version);
+            o
+        });
+        match &new {
+            Some(o) => {
+                res.objects.insert(key, o.clone());
+            }
+            None => {
+                res.objects.remove(&key);
+            }
+        }
+        let change = Change {
+            rv,
+            old,
+            new: new.clone(),
+        };
+        if !res.paused {
+            res.log.push(change.clone());
+            let _ = res.tx.send(Msg::Change(change));
+        }
+        new
+    }
+}
+
+impl FakeApi {
+    /// Starts an empty API server on 127.0.0.1:0.
+    pub async fn start() -> Self {
+        let resources = RESOURCES
+            .iter()
+            .map(|(plural, kind, api_version)| {
+                (
+                    *plural,
+                    Res {
+                        kind,
+                        api_version,
+                        objects: BTreeMap::new(),
+                        log: Vec::new(),
+                        compacted: 0,
+                        paused: false,
+                        tx: broadcast::channel(1024).0,
+                    },
+                )
+            })
+            .collect();
+        let inner = Arc::new(Mutex::new(Inner {
+            rv: 1,
+            resources,
+            patches: Vec::new(),
+            conflicts: HashMap::new(),
+            requests: Vec::new(),
+            probe: None,
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { inner, url }
+    }
+
+    /// A kube client of this server (plain HTTP, no credentials).
+    pub fn kube_client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url.parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Creates or replaces an object (ADDED / MODIFIED).
+    pub fn put(&self, plural: &str, obj: Value) {
+        let key = obj_key(&obj);
+        self.lock().commit(plural, key, Some(obj));
+    }
+
+    /// Deletes like the API server: with finalizers, only sets `deletionTimestamp`.
+    pub fn delete(&self, plural: &str, namespace: &str, name: &str) {
+        let mut inner = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let obj = inner.resources[plural].objects.get(&key).cloned().unwrap();
+        if finalizers(&obj).is_empty() {
+            inner.commit(plural, key, None);
+        } else {
+            let mut obj = obj;
+            obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+            inner.commit(plural, key, Some(obj));
+        }
+    }
+
+    /// Removes an object whatever its finalizers (e.g. someone removed them while we were away).
+    pub fn vanish(&self, plural: &str, namespace: &str, name: &str) {
+        self.lock()
+            .commit(plural, (namespace.to_owned(), name.to_owned()), None);
+    }
+
+    /// The object `namespace/name` of `plural`, if it exists.
+    pub fn get(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.lock().resources[plural]
+            .objects
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Watches of `plural` stop receiving changes (the watch is "disconnected").
+    pub fn pause(&self, plural: &str) {
+        self.lock().resources.get_mut(plural).unwrap().paused = true;
+    }
+
+    /// The history of `plural` is compacted: open watches get 410 Gone, and so does any watch from
+    /// an older resourceVersion; the watcher must list again.
+    pub fn expire(&self, plural: &str) {
+        let mut inner = self.lock();
+        let rv = inner.rv;
+        let res = inner.resources.get_mut(plural).unwrap();
+        res.paused = false;
+        res.compacted = rv;
+        res.log.clear();
+        let _ = res.tx.send(Msg::Gone);
+    }
+
+    /// What each PATCH records as [`PatchRecord::probe`] (e.g. NRP's load balancers at the time).
+    pub fn set_probe(&self, probe: impl Fn() -> Value + Send + Sync + 'static) {
+        self.lock().probe = Some(Arc::new(probe));
+    }
+
+    /// The next PATCH with a resourceVersion of service `name` races with a writer adding `finalizer`.
+    pub fn conflict_next(&self, name: &str, finalizer: &str) {
+        self.lock()
+            .conflicts
+            .insert(name.to_owned(), finalizer.to_owned());
+    }
+
+    /// Every PATCH received, in order.
+    pub fn patches(&self) -> Vec<PatchRecord> {
+        self.lock().patches.clone()
+    }
+
+    /// `METHOD path?query` of every request received, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.lock().requests.clone()
+    }
+}
+
+fn watch_line(kind: &str, object: &Value) -> Bytes {
+    Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+}
+
+/// The event a watch with these selectors sees for a change, if any.
+fn event_for(c: &Change, q: &HashMap<String, String>) -> Option<Bytes> {
+    let sel = |o: &Option<Value>| {
+        o.as_ref().is_some_and(|o| {
+            labels_match(o, q.get("labelSelector")) && fields_match(o, q.get("fieldSelector"))
+        })
+    };
+    match (sel(&c.old), sel(&c.new)) {
+        (false, true) => Some(watch_line("ADDED", c.new.as_ref().unwrap())),
+        (true, true) => Some(watch_line("MODIFIED", c.new.as_ref().unwrap())),
+        (true, false) => {
+            let mut o = c.new.clone().or_else(|| c.old.clone()).unwrap();
+            o["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+            Some(watch_line("DELETED", &o))
+        }
+        (false, false) => None,
+    }
+}
+
+fn gone_line() -> Bytes {
+    watch_line(
+        "ERROR",
+        &status_body(410, "Expired", "too old resource version"),
+    )
+}
+
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_owned();
+    let q = query(&uri);
+    inner.lock().unwrap().requests.push(format!(
+        "{method} {path}?{}",
+        percent_decode(uri.query().unwrap_or(""))
+    ));
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.clone(), segs.as_slice()) {
+        (Method::GET, ["api", "v1", plural])
+        | (Method::GET, ["apis", "discovery.k8s.io", "v1", plural]) => {
+            let plural = (*plural).to_owned();
+            if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                watch(inner, &plural, q)
+            } else {
+                list(&inner, &plural, &q)
+            }
+        }
+        (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
+            let status_sub = match rest {
+                [] => false,
+                ["status"] => true,
+                _ => return json_response(404, &status_body(404, "NotFound", "no such path")),
+            };
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            patch(&inner, &path, &ct, ns, name, status_sub, &body)
+        }
+        _ => json_response(
+            404,
+            &status_body(
+                404,
+                "NotFound",
+                &format!("the fake does not serve {method} {path}"),
+            ),
+        ),
+    }
+}
+
+fn list(inner: &Arc<Mutex<Inner>>, plural: &str, q: &HashMap<String, String>) -> Response {
+    let inner = inner.lock().unwrap();
+    let Some(res) = inner.resources.get(plural) else {
+        return json_response(404, &status_body(404, "NotFound", plural));
+    };
+    let items: Vec<Value> = res
+        .objects
+        .values()
+        .filter(|o| {
+            labels_match(o, q.get("labelSelector")) && fields_match(o, q.get("fieldSelector"))
+        })
+        .cloned()
+        .collect();
+    json_response(
+        200,
+        &json!({
+            "kind": format!("{}List", res.kind),
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": inner.rv.to_string()},
+            "items": items,
+        }),
+    )
+}
+
+fn watch(inner: Arc<Mutex<Inner>>, plural: &str, q: HashMap<String, String>) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let (backlog, mut live, expired, rv, kind, api_version) = {
+        let inner = inner.lock().unwrap();
+        let res = &inner.resources[plural];
+        (
+            res.log
+                .iter()
+                .filter(|c| c.rv > from)
+                .cloned()
+                .collect::<Vec<_>>(),
+            res.tx.subscribe(),
+            from < res.compacted,
+            inner.rv,
+            res.kind,
+            res.api_version,
+        )
+    };
+    tokio::spawn(async move {
+        if expired {
+            let _ = tx.send(Ok(gone_line())).await;
+            return;
+        }
+        let mut last = from;
+        for c in backlog {
+            last = c.rv;
+            if let Some(line) = event_for(&c, &q)
+                && tx.send(Ok(line)).await.is_err()
+            {
+                return;
+            }
+        }
+        let bookmark = json!({"kind": kind, "apiVersion": api_version,
+                              "metadata": {"resourceVersion": rv.max(last).to_string()}});
+        if tx
+            .send(Ok(watch_line("BOOKMARK", &bookmark)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let msg = tokio::select! {
+                m = live.recv() => m,
+                () = tx.closed() => return,
+            };
+            match msg {
+                Ok(Msg::Change(c)) if c.rv > last => {
+                    last = c.rv;
+                    if let Some(line) = event_for(&c, &q)
+                        && tx.send(Ok(line)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(Msg::Change(_)) => {}
+                Ok(Msg::Gone) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let _ = tx.send(Ok(gone_line())).await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Body::from_stream(ReceiverStream::new(rx)))
+        .unwrap()
+}
+
+fn patch(
+    inner: &Arc<Mutex<Inner>>,
+    path: &str,
+    content_type: &str,
+    ns: &str,
+    name: &str,
+    status_sub: bool,
+    body: &Bytes,
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let probe = inner.probe.as_ref().map(|p| p()).unwrap_or(Value::Null);
+    let patch: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut record = PatchRecord {
+        path: path.to_owned(),
+        content_type: content_type.to_owned(),
+        body: patch.clone(),
+        probe,
+        status: 200,
+    };
+    let key = (ns.to_owned(), name.to_owned());
+    let current = inner.resources["services"].objects.get(&key).cloned();
+    let response = match current {
+        None => {
+            record.status = 404;
+            json_response(404, &status_body(404, "NotFound", "services not found"))
+        }
+        Some(_) if content_type != "application/merge-patch+json" => {
+            record.status = 415;
+            json_response(415, &status_body(415, "UnsupportedMediaType", content_type))
+        }
+        Some(cur)
+            if pointer_str(&patch, "/metadata/resourceVersion").is_some()
+                && inner.conflicts.contains_key(name) =>
+        {
+            // Someone else wrote first: their finalizer lands, ours meets a stale resourceVersion.
+            let theirs = inner.conflicts.remove(name).unwrap();
+            let mut obj = cur;
+            let mut list = finalizers(&obj);
+            list.push(theirs);
+            obj["metadata"]["finalizers"] = json!(list);
+            inner.commit("services", key, Some(obj));
+            record.status = 409;
+            json_response(
+                409,
+                &status_body(409, "Conflict", "the object has been modified"),
+            )
+        }
+        Some(cur) => {
+            let want_rv = pointer_str(&patch, "/metadata/resourceVersion");
+            let have_rv = pointer_str(&cur, "/metadata/resourceVersion");
+            if want_rv.is_some() && want_rv != have_rv {
+                record.status = 409;
+                json_response(
+                    409,
+                    &status_body(409, "Conflict", "the object has been modified"),
+                )
+            } else {
+                let mut obj = cur;
+                let mut p = patch.clone();
+                if let Some(m) = p.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+                if status_sub {
+                    if let Some(s) = p.get("status") {
+                        merge(&mut obj["status"], s);
+                    }
+                } else {
+                    if let Some(o) = p.as_object_mut() {
+                        o.remove("status");
+                    }
+                    merge(&mut obj, &p);
+                }
+                let gone = obj.pointer("/metadata/deletionTimestamp").is_some()
+                    && finalizers(&obj).is_empty();
+                let answer = obj.clone();
+                inner.commit("services", key, (!gone).then_some(obj));
+                json_response(200, &answer)
+            }
+        }
+    };
+    inner.patches.push(record);
+    response
+}

@@ -1,0 +1,856 @@
+//! The watcher and node agent against a scripted fake Kubernetes API (axum on 127.0.0.1:0: list
+//! with resourceVersion, chunked watch with BOOKMARK and 410 Gone, merge PATCH with
+//! resourceVersion preconditions, finalizer semantics) and a real state server with workers and
+//! the NRP emulator (`clb_tests::Harness`). The fake API is `clb_tests::fake_kube`.
+//!
+//! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clb_client::client::{Client, ConnectOptions};
+use clb_client::updates;
+use clb_sync_worker::worker::load_balancer_name;
+use clb_tests::fake_kube::{FakeApi, PatchRecord, finalizers};
+use clb_tests::{Expected, Harness, Options, PATIENCE, WriterExt, init_tracing};
+use clb_watcher::{self as watcher, DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Mode, WatcherConfig};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const WEB: &str = "3b0c0d4e-0000-4000-8000-00000000000a";
+const API: &str = "3b0c0d4e-0000-4000-8000-00000000000b";
+const OTHER: &str = "3b0c0d4e-0000-4000-8000-00000000000c";
+
+fn svc(name: &str, uid: &str, spec: Value) -> Value {
+    json!({"metadata": {"namespace": "default", "name": name, "uid": uid}, "spec": spec})
+}
+
+fn ep(address: &str, node: &str, ready: bool) -> Value {
+    json!({"addresses": [address], "nodeName": node, "conditions": {"ready": ready}})
+}
+
+fn slice(name: &str, service: &str, family: &str, endpoints: Vec<Value>) -> Value {
+    json!({
+        "metadata": {"namespace": "default", "name": name,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": family,
+        "endpoints": endpoints,
+    })
+}
+
+fn node(name: &str, ips: &[&str]) -> Value {
+    let addresses: Vec<Value> = ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    json!({"metadata": {"name": name, "uid": format!("uid-{name}")}, "status": {"addresses": addresses}})
+}
+
+fn pod(name: &str, node: &str, ips: &[&str], egress: Option<&str>) -> Value {
+    let mut labels = json!({"app": "demo"});
+    if let Some(e) = egress {
+        labels[EGRESS_LABEL] = json!(e);
+    }
+    let pod_ips: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+    json!({
+        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"), "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running", "podIP": ips.first(), "podIPs": pod_ips},
+    })
+}
+
+/// The cluster every test starts from (plus objects the watcher must skip).
+fn seed(fake: &FakeApi) {
+    fake.put("nodes", node("node-a", &["10.0.0.1", "fd00::1"]));
+    fake.put("nodes", node("node-b", &["10.0.0.2", "fd00::2"]));
+    fake.put(
+        "services",
+        svc(
+            "web",
+            WEB,
+            json!({"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}),
+        ),
+    );
+    fake.put(
+        "services",
+        svc(
+            "api",
+            API,
+            json!({"type": "LoadBalancer", "loadBalancerClass": DEFAULT_CLASS, "ports": [{"port": 443}]}),
+        ),
+    );
+    fake.put(
+        "services",
+        svc(
+            "other",
+            OTHER,
+            json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/other", "ports": [{"port": 80}]}),
+        ),
+    );
+    fake.put(
+        "services",
+        svc(
+            "internal",
+            "uid-internal",
+            json!({"type": "ClusterIP", "ports": [{"port": 80}]}),
+        ),
+    );
+    // Malformed: a LoadBalancer Service without UID; a slice whose endpoints are not a list.
+    fake.put(
+        "services",
+        json!({"metadata": {"namespace": "default", "name": "no-uid"},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+    );
+    fake.put(
+        "endpointslices",
+        json!({"metadata": {"namespace": "default", "name": "mangled",
+                            "labels": {"kubernetes.io/service-name": "web"}},
+               "addressType": "IPv4", "endpoints": "oops"}),
+    );
+    fake.put(
+        "endpointslices",
+        slice(
+            "web-v4",
+            "web",
+            "IPv4",
+            vec![
+                ep("10.1.0.1", "node-a", true),
+                ep("10.1.0.2", "node-b", true),
+                ep("10.1.0.3", "node-b", false),
+                ep("10.1.0.300", "node-b", true),
+            ],
+        ),
+    );
+    fake.put(
+        "endpointslices",
+        slice("web-v6", "web", "IPv6", vec![ep("fd01::1", "node-a", true)]),
+    );
+    fake.put(
+        "endpointslices",
+        slice("api-1", "api", "IPv4", vec![ep("10.1.0.4", "node-a", true)]),
+    );
+    fake.put(
+        "endpointslices",
+        slice(
+            "other-1",
+            "other",
+            "IPv4",
+            vec![ep("10.1.0.7", "node-a", true)],
+        ),
+    );
+    fake.put("pods", pod("p1", "node-a", &["10.1.0.5"], Some("eg1")));
+    fake.put(
+        "pods",
+        pod("p2", "node-b", &["10.1.0.6", "fd01::6"], Some("eg1")),
+    );
+    fake.put("pods", pod("plain", "node-a", &["10.1.0.8"], None));
+    fake.put(
+        "pods",
+        pod("bad-ip", "node-a", &["10.1.0.999"], Some("eg1")),
+    );
+}
+
+/// NRP's state once the seed is programmed.
+fn seed_expected() -> Expected {
+    let mut e = Expected::default();
+    e.inbound.extend([WEB.to_owned(), API.to_owned()]);
+    e.outbound.insert("eg1".into());
+    for (loc, addr, svc) in [
+        ("10.0.0.1", "10.1.0.1", WEB),
+        ("10.0.0.2", "10.1.0.2", WEB),
+        ("fd00::1", "fd01::1", WEB),
+        ("10.0.0.1", "10.1.0.4", API),
+        ("10.0.0.1", "10.1.0.5", "eg1"),
+        ("10.0.0.2", "10.1.0.6", "eg1"),
+        ("fd00::2", "fd01::6", "eg1"),
+    ] {
+        e.addresses
+            .entry((loc.into(), addr.into()))
+            .or_default()
+            .insert(svc.into());
+    }
+    e
+}
+
+struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .expect("the watcher stops")
+            .unwrap();
+    }
+}
+
+fn start_watcher(h: &Harness, fake: &FakeApi, mode: Mode) -> Running {
+    let mut config = WatcherConfig::new(ConnectOptions::new(h.url()), mode);
+    config.coalesce = Duration::from_millis(20);
+    config.poll_interval = Duration::from_millis(50);
+    config.recheck_interval = Duration::from_secs(1);
+    config.backoff_initial = Duration::from_millis(50);
+    config.backoff_max = Duration::from_millis(500);
+    let kube = fake.kube_client();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        watcher::run(config, kube, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("the watcher runs");
+    });
+    Running {
+        stop: Some(stop),
+        task,
+    }
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let r = check().await;
+        match r {
+            Ok(t) => return t,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: not after {PATIENCE:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+}
+
+async fn converge(h: &Harness, expected: &Expected) {
+    eventually("NRP equals the expected state", || async {
+        h.try_converge(expected, Duration::from_secs(2)).await
+    })
+    .await;
+}
+
+/// `address=services` of a location's desired state, sorted as strings.
+async fn desired_at(client: &Client, location: &str) -> Vec<String> {
+    let l = match client.location(location).await {
+        Ok(l) => l,
+        Err(e)
+            if e.status()
+                .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+        {
+            return Vec::new();
+        }
+        Err(e) => panic!("GetLocation {location}: {e}"),
+    };
+    l.addresses
+        .iter()
+        .filter(|a| a.desired)
+        .map(|a| format!("{}={}", a.address, a.desired_services.join(",")))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn lbs_probe(h: &Harness) -> impl Fn() -> Value + Send + Sync + 'static {
+    let emulator = h.emulator().clone();
+    move || {
+        let dump = emulator.dump();
+        let lbs: Vec<String> = dump
+            .load_balancers
+            .iter()
+            .filter_map(|r| r.name.clone())
+            .collect();
+        let services: Vec<String> = dump
+            .gateway(clb_tests::GATEWAY)
+            .map(|g| g.services.iter().map(|s| s.name.clone()).collect())
+            .unwrap_or_default();
+        json!({"load_balancers": lbs, "gateway_services": services})
+    }
+}
+
+/// `(API group, resource, verb)` that RBAC must grant for a request recorded by the fake.
+fn rbac_need(request: &str) -> (String, String, String) {
+    let (method, rest) = request.split_once(' ').expect("METHOD path");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, resource) = match segs.as_slice() {
+        ["api", "v1", plural] => ("", (*plural).to_owned()),
+        ["apis", group, _, plural] => (*group, (*plural).to_owned()),
+        ["api", "v1", "namespaces", _, plural, _] => ("", (*plural).to_owned()),
+        ["api", "v1", "namespaces", _, plural, _, sub] => ("", format!("{plural}/{sub}")),
+        _ => panic!("unexpected request {request}"),
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, watch) {
+        ("GET", true) => "watch",
+        ("GET", false) if matches!(segs.len(), 3 | 4) => "list",
+        ("GET", false) => "get",
+        ("PATCH", _) => "patch",
+        (m, _) => panic!("unexpected method in {request}: {m}"),
+    };
+    (group.to_owned(), resource, verb.to_owned())
+}
+
+/// Every recorded request is allowed by the ClusterRoles bound to `account` in `deploy/{file}`.
+fn assert_rbac_covers(requests: &[String], file: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use serde::Deserialize;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("deploy manifest");
+    let mut roles = Vec::new();
+    let mut bound = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_yaml::Value::deserialize(de).expect("YAML");
+        match doc["kind"].as_str() {
+            Some("ClusterRole") => roles.push(serde_yaml::from_value::<ClusterRole>(doc).unwrap()),
+            Some("ClusterRoleBinding") => {
+                let b: ClusterRoleBinding = serde_yaml::from_value(doc).unwrap();
+                if b.subjects.iter().flatten().any(|s| s.name == account) {
+                    bound.push(b.role_ref.name);
+                }
+            }
+            _ => {}
+        }
+    }
+    let rules: Vec<_> = roles
+        .into_iter()
+        .filter(|r| bound.contains(r.metadata.name.as_ref().unwrap()))
+        .flat_map(|r| r.rules.unwrap_or_default())
+        .collect();
+    assert!(!rules.is_empty(), "{file}: no rules bound to {account}");
+    assert!(!requests.is_empty());
+    for request in requests {
+        let (group, resource, verb) = rbac_need(request);
+        let granted = rules.iter().any(|r| {
+            r.api_groups.iter().flatten().any(|g| *g == group)
+                && r.resources.iter().flatten().any(|x| *x == resource)
+                && r.verbs.contains(&verb)
+        });
+        assert!(
+            granted,
+            "{file}: {account} may not {verb} {group}/{resource}, but it sent {request}"
+        );
+    }
+}
+
+fn has_finalizer(obj: &Value) -> bool {
+    finalizers(obj).iter().any(|f| f == FINALIZER)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits_for_nrp() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.set_probe(lbs_probe(&h));
+    seed(&fake);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: true });
+    let client = h.client().await;
+
+    // (a) The first list becomes one resync (the server's gate waits for "watcher"), the
+    // finalizer is added to our two Services only, and the cluster converges.
+    converge(&h, &seed_expected()).await;
+    let status = client.status().await.unwrap();
+    let writer = status
+        .writers
+        .iter()
+        .find(|w| w.source == "watcher")
+        .unwrap();
+    assert!(writer.last_resync_unix_ms > 0);
+    assert!(
+        status.gateways[0]
+            .init
+            .as_ref()
+            .unwrap()
+            .pending_writers
+            .is_empty()
+    );
+    for name in ["web", "api"] {
+        assert!(
+            has_finalizer(&fake.get("services", "default", name).unwrap()),
+            "{name}"
+        );
+    }
+    for name in ["other", "internal", "no-uid"] {
+        let o = fake.get("services", "default", name).unwrap();
+        assert!(!has_finalizer(&o), "{name} is not ours: {o}");
+    }
+    let add_patches: Vec<PatchRecord> = fake
+        .patches()
+        .into_iter()
+        .filter(|p| p.path == "/api/v1/namespaces/default/services/web" && p.status == 200)
+        .collect();
+    let first = &add_patches[0];
+    assert_eq!(first.content_type, "application/merge-patch+json");
+    assert_eq!(first.body["metadata"]["finalizers"], json!([FINALIZER]));
+    assert!(
+        first.body["metadata"]["resourceVersion"].is_string(),
+        "{:?}",
+        first.body
+    );
+    // Nothing of the other class, nothing from the malformed objects, no pod without the label.
+    assert!(client.service(OTHER).await.is_err());
+    assert_eq!(
+        desired_at(&client, "10.0.0.1").await,
+        vec![
+            format!("10.1.0.1={WEB}"),
+            format!("10.1.0.4={API}"),
+            "10.1.0.5=eg1".to_owned()
+        ]
+    );
+
+    // (c) Programmed: the ingress IP is written to the status subresource, as GetService has it.
+    let ingress_ip = eventually("status.loadBalancer.ingress of web is patched", || async {
+        let state = client.service(WEB).await.map_err(|e| e.to_string())?;
+        let patch = fake
+            .patches()
+            .into_iter()
+            .find(|p| p.path == "/api/v1/namespaces/default/services/web/status")
+            .ok_or("no status PATCH yet")?;
+        assert!(state.actual);
+        assert_eq!(patch.content_type, "application/merge-patch+json");
+        assert_eq!(
+            patch.body,
+            json!({"status": {"loadBalancer": {"ingress": [{"ip": state.frontend_ip}]}}})
+        );
+        Ok(state.frontend_ip)
+    })
+    .await;
+    assert!(!ingress_ip.is_empty(), "GetService gave no frontend IP");
+    let web = fake.get("services", "default", "web").unwrap();
+    assert_eq!(
+        web["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": ingress_ip}])
+    );
+
+    // (d) Deleting web: the finalizer keeps the object until NRP has no load balancer for it; the
+    // PATCH that removes it is sent only then.
+    assert!(
+        h.emulator()
+            .dump()
+            .load_balancers
+            .iter()
+            .any(|l| l.name.as_deref() == Some(load_balancer_name(WEB).as_str()))
+    );
+    fake.delete("services", "default", "web");
+    eventually("web is deleted", || async {
+        match fake.get("services", "default", "web") {
+            None => Ok(()),
+            Some(o) => Err(format!("still there: {o}")),
+        }
+    })
+    .await;
+    let removal = fake
+        .patches()
+        .into_iter()
+        .rfind(|p| p.path == "/api/v1/namespaces/default/services/web" && p.status == 200)
+        .unwrap();
+    assert_eq!(removal.body["metadata"]["finalizers"], json!([]));
+    let lbs = removal.probe["load_balancers"].as_array().unwrap();
+    assert!(
+        !lbs.contains(&json!(load_balancer_name(WEB))),
+        "finalizer removed while NRP still had the load balancer: {}",
+        removal.probe
+    );
+    assert!(
+        !removal.probe["gateway_services"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(WEB)),
+        "{}",
+        removal.probe
+    );
+    let mut expected = seed_expected();
+    expected.inbound.remove(WEB);
+    expected.addresses.retain(|_, s| {
+        s.remove(WEB);
+        !s.is_empty()
+    });
+    converge(&h, &expected).await;
+
+    // api stops being a LoadBalancer: withdrawn, then its finalizer and ingress are removed.
+    eventually("api has its ingress", || async {
+        let o = fake.get("services", "default", "api").unwrap();
+        if o["status"]["loadBalancer"]["ingress"].is_array() {
+            Ok(())
+        } else {
+            Err(o.to_string())
+        }
+    })
+    .await;
+    let mut api = fake.get("services", "default", "api").unwrap();
+    api["spec"] = json!({"type": "ClusterIP", "ports": [{"port": 443}]});
+    fake.put("services", api);
+    eventually("api's finalizer is removed", || async {
+        let o = fake.get("services", "default", "api").unwrap();
+        if !has_finalizer(&o) && o["status"]["loadBalancer"].get("ingress").is_none() {
+            Ok(())
+        } else {
+            Err(o.to_string())
+        }
+    })
+    .await;
+    let removal = fake
+        .patches()
+        .into_iter()
+        .rfind(|p| p.path == "/api/v1/namespaces/default/services/api" && p.status == 200)
+        .unwrap();
+    assert!(
+        !removal.probe["load_balancers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(load_balancer_name(API))),
+        "{}",
+        removal.probe
+    );
+    expected.inbound.remove(API);
+    expected.addresses.retain(|_, s| {
+        s.remove(API);
+        !s.is_empty()
+    });
+    converge(&h, &expected).await;
+    // Every call the watcher made is granted by its ClusterRole in deploy/.
+    assert_rbac_covers(&fake.requests(), "watcher.yaml", "clb-watcher");
+
+    w.stop().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_410_gone_the_relist_resyncs_and_removes_exactly_what_vanished() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: true });
+    let client = h.client().await;
+    converge(&h, &seed_expected()).await;
+    let resynced_at = |s: &clb_proto::v1::StatusResponse| {
+        s.writers
+            .iter()
+            .find(|w| w.source == "watcher")
+            .map_or(0, |w| w.last_resync_unix_ms)
+    };
+    let before = resynced_at(&client.status().await.unwrap());
+    // Make sure a later resync has a later timestamp.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    // The watches are cut off; meanwhile api (whose finalizer someone removed), its slice and
+    // pod p2 vanish. The watcher hears nothing of it...
+    for plural in ["services", "endpointslices", "pods"] {
+        fake.pause(plural);
+    }
+    fake.vanish("services", "default", "api");
+    fake.vanish("endpointslices", "default", "api-1");
+    fake.vanish("pods", "default", "p2");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(client.service(API).await.unwrap().desired);
+
+    // ...until the watches end with 410 Gone: it lists again and resyncs.
+    for plural in ["services", "endpointslices", "pods"] {
+        fake.expire(plural);
+    }
+    let mut expected = seed_expected();
+    expected.inbound.remove(API);
+    expected.addresses.retain(|_, s| {
+        s.remove(API);
+        !s.is_empty()
+    });
+    expected
+        .addresses
+        .remove(&("10.0.0.2".into(), "10.1.0.6".into()));
+    expected
+        .addresses
+        .remove(&("fd00::2".into(), "fd01::6".into()));
+    converge(&h, &expected).await;
+    assert!(
+        resynced_at(&client.status().await.unwrap()) > before,
+        "the relist did not resync"
+    );
+    // The rest is untouched: web's endpoints on both nodes, p1.
+    assert_eq!(
+        desired_at(&client, "10.0.0.2").await,
+        vec![format!("10.1.0.2={WEB}")]
+    );
+    assert_eq!(
+        desired_at(&client, "10.0.0.1").await,
+        vec![format!("10.1.0.1={WEB}"), "10.1.0.5=eg1".to_owned()]
+    );
+    // Every stream listed again, and the watch resumed from the new list's version.
+    let lists = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /api/v1/services?") && !r.contains("watch=true"))
+        .count();
+    assert!(lists >= 2, "{:?}", fake.requests());
+
+    // Changes after the relist still flow as deltas.
+    fake.put("pods", pod("p3", "node-b", &["10.1.0.9"], Some("eg2")));
+    eventually("p3 is desired", || async {
+        let at = desired_at(&client, "10.0.0.2").await;
+        if at.contains(&"10.1.0.9=eg2".to_owned()) {
+            Ok(())
+        } else {
+            Err(format!("{at:?}"))
+        }
+    })
+    .await;
+
+    w.stop().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_agent_reports_only_the_pods_on_its_node() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let client = h.client().await;
+    // Another node's agent reported a pod on node-a; this agent's previous run reported a pod on
+    // node-b that no longer exists.
+    client
+        .writer("node-agent/node-a")
+        .apply_ok(vec![updates::pod_add(
+            "10.1.0.5",
+            "10.0.0.1",
+            "eg1",
+            "default/p1",
+            "uid-p1",
+        )])
+        .await;
+    client
+        .writer("node-agent/node-b")
+        .apply_ok(vec![updates::pod_add(
+            "10.1.0.99",
+            "10.0.0.2",
+            "eg1",
+            "default/gone",
+            "uid-gone",
+        )])
+        .await;
+
+    let w = start_watcher(
+        &h,
+        &fake,
+        Mode::NodeAgent {
+            node: "node-b".into(),
+        },
+    );
+    eventually("node-b's pods are reported", || async {
+        let v4 = desired_at(&client, "10.0.0.2").await;
+        let v6 = desired_at(&client, "fd00::2").await;
+        if v4 == ["10.1.0.6=eg1"] && v6 == ["fd01::6=eg1"] {
+            Ok(())
+        } else {
+            Err(format!("{v4:?} {v6:?}"))
+        }
+    })
+    .await;
+    // node-a is not this agent's: its pod stays as the other agent reported it, and nothing of
+    // the Services is written.
+    assert_eq!(desired_at(&client, "10.0.0.1").await, vec!["10.1.0.5=eg1"]);
+    assert!(client.service(WEB).await.is_err());
+    let status = client.status().await.unwrap();
+    let agent = status
+        .writers
+        .iter()
+        .find(|w| w.source == "node-agent/node-b")
+        .unwrap();
+    assert!(agent.last_resync_unix_ms > 0);
+    // It watched only its node's pods and its node; it patched nothing.
+    let requests = fake.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.starts_with("GET /api/v1/pods?") || r.starts_with("GET /api/v1/nodes?")),
+        "{requests:#?}"
+    );
+    assert!(requests.iter().any(|r| r.starts_with("GET /api/v1/pods?")
+        && r.contains("fieldSelector=spec.nodeName=node-b")
+        && r.contains(&format!("labelSelector={EGRESS_LABEL}"))));
+    assert!(
+        requests.iter().any(|r| r.starts_with("GET /api/v1/nodes?")
+            && r.contains("fieldSelector=metadata.name=node-b"))
+    );
+    assert!(fake.patches().is_empty());
+    assert_rbac_covers(&requests, "node-agent.yaml", "clb-node-agent");
+
+    // A new pod on node-b comes as a delta; one on node-a is not this agent's.
+    fake.put("pods", pod("p4", "node-b", &["10.1.0.10"], Some("eg2")));
+    fake.put("pods", pod("p5", "node-a", &["10.1.0.11"], Some("eg2")));
+    eventually("p4 is reported", || async {
+        let v4 = desired_at(&client, "10.0.0.2").await;
+        if v4 == ["10.1.0.10=eg2", "10.1.0.6=eg1"] {
+            Ok(())
+        } else {
+            Err(format!("{v4:?}"))
+        }
+    })
+    .await;
+    assert_eq!(desired_at(&client, "10.0.0.1").await, vec!["10.1.0.5=eg1"]);
+
+    w.stop().await;
+    h.shutdown().await;
+}
+
+/// A TCP forwarder between the watcher and the state server: it can be re-pointed (a restarted
+/// server listens on a new port) and can cut every open connection.
+#[derive(Clone)]
+struct Forwarder {
+    url: String,
+    target: Arc<Mutex<String>>,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Forwarder {
+    async fn start(target: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let f = Self {
+            url,
+            target: Arc::new(Mutex::new(target.trim_start_matches("http://").to_owned())),
+            conns: Arc::default(),
+        };
+        let me = f.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = me.target.lock().unwrap().clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                me.conns.lock().unwrap().push(task);
+            }
+        });
+        f
+    }
+
+    /// Points new connections at `target` and cuts the open ones.
+    fn retarget(&self, target: &str) {
+        *self.target.lock().unwrap() = target.trim_start_matches("http://").to_owned();
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_or_unreachable_state_server_gets_the_whole_view_again() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mut h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let fwd = Forwarder::start(&h.url()).await;
+    let mut config =
+        WatcherConfig::new(ConnectOptions::new(&fwd.url), Mode::Cluster { pods: true });
+    config.coalesce = Duration::from_millis(20);
+    config.poll_interval = Duration::from_millis(50);
+    config.check_interval = Duration::from_millis(200);
+    config.backoff_initial = Duration::from_millis(50);
+    config.backoff_max = Duration::from_millis(300);
+    let kube = fake.kube_client();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        watcher::run(config, kube, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("the watcher runs");
+    });
+    let w = Running {
+        stop: Some(stop),
+        task,
+    };
+    converge(&h, &seed_expected()).await;
+
+    // The server restarts (empty desired state, gate closed until "watcher" resyncs) while nothing
+    // changes in the cluster: the watcher notices that the server lost its view and resyncs.
+    h.restart_server().await;
+    fwd.retarget(&h.url());
+    converge(&h, &seed_expected()).await;
+
+    // The server is unreachable while the cluster changes, then comes back restarted: nothing is
+    // lost.
+    fwd.retarget("127.0.0.1:1");
+    fake.put("pods", pod("p3", "node-b", &["10.1.0.9"], Some("eg2")));
+    fake.vanish("pods", "default", "p1");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.restart_server().await;
+    fwd.retarget(&h.url());
+    let mut expected = seed_expected();
+    expected.outbound.insert("eg2".into());
+    expected.addresses.insert(
+        ("10.0.0.2".into(), "10.1.0.9".into()),
+        ["eg2".to_owned()].into(),
+    );
+    expected
+        .addresses
+        .remove(&("10.0.0.1".into(), "10.1.0.5".into()));
+    converge(&h, &expected).await;
+
+    w.stop().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finalizer_removal_that_meets_a_concurrent_writer_is_retried_and_keeps_their_finalizer() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.set_probe(lbs_probe(&h));
+    seed(&fake);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: true });
+    converge(&h, &seed_expected()).await;
+    assert!(has_finalizer(
+        &fake.get("services", "default", "api").unwrap()
+    ));
+
+    // api is deleted; when the watcher removes its finalizer, another controller has just added
+    // its own: the PATCH gets 409, and the retry must keep the other controller's finalizer.
+    const THEIRS: &str = "example.com/keep";
+    fake.conflict_next("api", THEIRS);
+    fake.delete("services", "default", "api");
+    let path = "/api/v1/namespaces/default/services/api";
+    let retried = eventually("the removal is retried after the 409", || async {
+        let patches: Vec<PatchRecord> = fake
+            .patches()
+            .into_iter()
+            .filter(|p| p.path == path && p.body["metadata"]["finalizers"].is_array())
+            .collect();
+        let conflict = patches.iter().position(|p| p.status == 409);
+        match conflict.and_then(|i| patches[i + 1..].iter().find(|p| p.status == 200)) {
+            Some(p) => Ok(p.clone()),
+            None => Err(format!("{} finalizer patches so far", patches.len())),
+        }
+    })
+    .await;
+    assert_eq!(retried.body["metadata"]["finalizers"], json!([THEIRS]));
+    let api = fake
+        .get("services", "default", "api")
+        .expect("kept by their finalizer");
+    assert_eq!(api["metadata"]["finalizers"], json!([THEIRS]));
+    // Ours went only after NRP dropped the service (the probe at the PATCH).
+    let lbs = retried.probe["load_balancers"].as_array().unwrap();
+    assert!(
+        !lbs.contains(&json!(load_balancer_name(API))),
+        "{}",
+        retried.probe
+    );
+
+    w.stop().await;
+    h.shutdown().await;
+}

@@ -1,0 +1,21 @@
+//! `clb-watcher`: the kube watcher (cluster mode) or, with `--node NAME`, the node agent of one
+//! node. Watches the Kubernetes API and writes the desired state to the clb state server
+//! (docs/watcher.md).
+
+use anyhow::Context;
+use clap::Parser;
+use clb_watcher::{self as watcher, cli::Args};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let _telemetry = clb_telemetry::init("clb-watcher")?;
+    let args = Args::parse();
+    let config = args.config()?;
+    // In-cluster service account, or the kubeconfig (KUBECONFIG / ~/.kube/config).
+    let kube = kube::Client::try_default()
+        .await
+        .context("creating the Kubernetes client (in-cluster or kubeconfig)")?;
+    watcher::run(config, kube, clb_telemetry::shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! Command-line flags of `clb-watcher`, each with a `CLB_*` environment fallback (in the library so
+//! that the deployment manifests can be checked against them).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::{DEFAULT_CLASS, FINALIZER, Mode, WatcherConfig};
+use clb_client::client::{ConnectOptions, TlsOptions};
+
+/// Watch Services, EndpointSlices, Pods and Nodes; write clb's desired state.
+#[derive(Debug, Parser)]
+#[command(name = "clb-watcher", version)]
+pub struct Args {
+    /// The state server's URL (`https://` with TLS).
+    #[arg(long, env = "CLB_SERVER", default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+    /// The gateway to write to; empty is the server's default gateway.
+    #[arg(long, env = "CLB_GATEWAY", default_value = "")]
+    pub gateway: String,
+    /// Run as the node agent of this node: report only the egress pods on it (source
+    /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
+    #[arg(long, env = "CLB_NODE")]
+    pub node: Option<String>,
+    /// Cluster mode: also report egress-labelled pods. Set to false when node agents run.
+    #[arg(long, env = "CLB_PODS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pods: bool,
+    /// The same as `--pods=false`.
+    #[arg(long, conflicts_with = "pods")]
+    pub no_pods: bool,
+    /// The `spec.loadBalancerClass` served.
+    #[arg(long, env = "CLB_LOAD_BALANCER_CLASS", default_value = DEFAULT_CLASS)]
+    pub class: String,
+    /// Whether LoadBalancer Services without a `loadBalancerClass` are served.
+    #[arg(long, env = "CLB_CLAIM_UNCLASSED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub claim_unclassed: bool,
+    /// Cluster mode: add the finalizer and write `status.loadBalancer.ingress` back.
+    #[arg(long, env = "CLB_WRITE_BACK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub write_back: bool,
+    /// The finalizer put on the Services programmed.
+    #[arg(long, env = "CLB_FINALIZER", default_value = FINALIZER)]
+    pub finalizer: String,
+    /// How long updates are collected before one batch is sent, in milliseconds.
+    #[arg(long, env = "CLB_COALESCE_MS", default_value_t = 50)]
+    pub coalesce_ms: u64,
+    /// How often the write-back polls the state server, in milliseconds.
+    #[arg(long, env = "CLB_POLL_MS", default_value_t = 1_000)]
+    pub poll_ms: u64,
+    /// PEM file of the CA that signs the state server's certificate.
+    #[arg(long, env = "CLB_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM certificate and key files of this client, for mutual TLS.
+    #[arg(long, env = "CLB_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The key of `--tls-cert`.
+    #[arg(long, env = "CLB_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl Args {
+    /// The watcher configuration the flags describe (reads the TLS files).
+    pub fn config(&self) -> anyhow::Result<WatcherConfig> {
+        let mut server = ConnectOptions::new(&self.server);
+        server.gateway = self.gateway.clone();
+        if self.server.starts_with("https://") || self.tls_ca.is_some() {
+            let read = |p: &std::path::PathBuf| {
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+            };
+            server.tls = Some(TlsOptions {
+                ca_pem: self.tls_ca.as_ref().map(read).transpose()?,
+                domain: None,
+                identity: match (&self.tls_cert, &self.tls_key) {
+                    (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+                    _ => None,
+                },
+            });
+        }
+        let mode = match &self.node {
+            Some(node) if !node.trim().is_empty() => Mode::NodeAgent {
+                node: node.trim().to_owned(),
+            },
+            Some(_) => anyhow::bail!("--node is empty"),
+            None => Mode::Cluster {
+                pods: self.pods && !self.no_pods,
+            },
+        };
+        let mut c = WatcherConfig::new(server, mode);
+        c.class = self.class.clone();
+        c.claim_unclassed = self.claim_unclassed;
+        c.write_back = self.write_back;
+        c.finalizer = self.finalizer.clone();
+        c.coalesce = Duration::from_millis(self.coalesce_ms);
+        c.poll_interval = Duration::from_millis(self.poll_ms.max(1));
+        Ok(c)
+    }
+}

@@ -1,0 +1,494 @@
+//! The kube watcher and the node agent: Kubernetes → desired state of the clb state server.
+//!
+//! One process, two modes (binary `clb-watcher`, docs/watcher.md):
+//! - **cluster** (source `watcher`): watches Services, EndpointSlices, Nodes and (unless pods are
+//!   left to node agents) egress-labelled Pods; writes inbound identities, their endpoints and pods;
+//!   writes back `status.loadBalancer.ingress` and owns a finalizer on the Services it programs;
+//! - **node agent** (`--node NAME`, source `node-agent/NAME`): watches only the egress-labelled
+//!   Pods on that node and the Node itself; writes those pods.
+//!
+//! Three tasks share one [`translate::Translator`]:
+//! 1. the **kube side** (this module) runs one `kube::runtime::watcher` stream per kind, decodes
+//!    each object (a malformed one is logged and skipped, the stream goes on), feeds the translator
+//!    and queues the delta updates it returns;
+//! 2. the **sender** (`sender.rs`) sends one `Resync` (the translator's full view) once every
+//!    stream has listed, again after every relist, after every failed call or reconnect and when
+//!    the server no longer lists a resync of ours (it restarted), and in between coalesces the
+//!    queued deltas into `Apply` batches;
+//! 3. the **write-back** (`writeback.rs`, cluster mode) adds the finalizer, patches the ingress IP
+//!    once the service is programmed and removes the finalizer once NRP no longer has the service.
+
+pub mod cli;
+pub mod translate;
+
+mod sender;
+mod writeback;
+
+use std::collections::{BTreeSet, HashSet};
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use clb_proto::v1::Update;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{Notify, mpsc, watch};
+
+use clb_client::client::{ClientError, ConnectOptions};
+pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
+use translate::{Kind, ObjKey, Translator, TranslatorConfig};
+
+/// Source name of the cluster-wide watcher.
+pub const WATCHER_SOURCE: &str = "watcher";
+
+/// What the process watches and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// The cluster-wide watcher (source `watcher`).
+    Cluster {
+        /// Whether it also reports egress-labelled pods (false when node agents do).
+        pods: bool,
+    },
+    /// A node agent (source `node-agent/<node>`): only the pods on this node.
+    NodeAgent {
+        /// The node's name.
+        node: String,
+    },
+}
+
+/// Configuration of [`run`].
+#[derive(Debug, Clone)]
+pub struct WatcherConfig {
+    /// How to reach the state server (gateway, TLS, timeouts). Connection attempts are retried by
+    /// the watcher itself, forever.
+    pub server: ConnectOptions,
+    /// Cluster watcher or node agent.
+    pub mode: Mode,
+    /// The `spec.loadBalancerClass` we serve.
+    pub class: String,
+    /// Whether LoadBalancer Services without a `loadBalancerClass` are ours.
+    pub claim_unclassed: bool,
+    /// Cluster mode: write back (finalizer, ingress IP). When false, nothing is patched and
+    /// Services are programmed without waiting for the finalizer.
+    pub write_back: bool,
+    /// The finalizer put on our Services.
+    pub finalizer: String,
+    /// How long deltas are collected before an `Apply` is sent.
+    pub coalesce: Duration,
+    /// An `Apply` is sent at once when this many deltas are queued.
+    pub max_batch: usize,
+    /// How often the write-back polls the state server for the services it waits on.
+    pub poll_interval: Duration,
+    /// How often the write-back re-checks the ingress IP of a service that already has it.
+    pub recheck_interval: Duration,
+    /// How often the server is asked whether it still has this writer's resync (a restarted server
+    /// has lost it; the watcher then resyncs even when nothing changed).
+    pub check_interval: Duration,
+    /// First delay after a failed call to the state server (doubled up to `backoff_max`).
+    pub backoff_initial: Duration,
+    /// Largest delay between attempts.
+    pub backoff_max: Duration,
+}
+
+impl WatcherConfig {
+    /// Defaults: our class, unclassed Services claimed, write-back on, 50 ms coalescing, batches
+    /// of up to 1000 updates, 1 s polling, 60 s ingress re-checks, a server check every 10 s, backoff
+    /// 200 ms doubling to 10 s.
+    pub fn new(server: ConnectOptions, mode: Mode) -> Self {
+        Self {
+            server,
+            mode,
+            class: DEFAULT_CLASS.to_owned(),
+            claim_unclassed: true,
+            write_back: true,
+            finalizer: FINALIZER.to_owned(),
+            coalesce: Duration::from_millis(50),
+            max_batch: 1_000,
+            poll_interval: Duration::from_secs(1),
+            recheck_interval: Duration::from_secs(60),
+            check_interval: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+        }
+    }
+
+    /// The writer's source name: `watcher` or `node-agent/<node>`.
+    pub fn source(&self) -> String {
+        match &self.mode {
+            Mode::Cluster { .. } => WATCHER_SOURCE.to_owned(),
+            Mode::NodeAgent { node } => format!("node-agent/{node}"),
+        }
+    }
+
+    /// The kinds this mode watches.
+    pub fn kinds(&self) -> Vec<Kind> {
+        match &self.mode {
+            Mode::Cluster { pods: true } => Kind::ALL.to_vec(),
+            Mode::Cluster { pods: false } => vec![Kind::Service, Kind::EndpointSlice, Kind::Node],
+            Mode::NodeAgent { .. } => vec![Kind::Pod, Kind::Node],
+        }
+    }
+
+    fn writes_back(&self) -> bool {
+        self.write_back && matches!(self.mode, Mode::Cluster { .. })
+    }
+
+    /// The translator's configuration for this mode.
+    pub fn translator_config(&self) -> TranslatorConfig {
+        TranslatorConfig {
+            class: self.class.clone(),
+            claim_unclassed: self.claim_unclassed,
+            require_finalizer: self.writes_back().then(|| self.finalizer.clone()),
+            node: match &self.mode {
+                Mode::NodeAgent { node } => Some(node.clone()),
+                Mode::Cluster { .. } => None,
+            },
+        }
+    }
+}
+
+/// State shared by the kube side and the sender, behind one mutex (never held across an await).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) translator: Translator,
+    /// Deltas not sent yet.
+    pub(crate) pending: Vec<Update>,
+    /// When the oldest pending delta was queued.
+    pub(crate) first_pending_at: Option<Instant>,
+    /// Number of watch events processed so far.
+    pub(crate) seq: u64,
+    /// Every stream has completed its first list.
+    pub(crate) initialized: bool,
+    /// Streams that have completed a list at least once.
+    listed: HashSet<Kind>,
+    /// Streams between `Init` and `InitDone`.
+    pub(crate) relisting: HashSet<Kind>,
+    /// A resync must be sent (first list, relist, failure).
+    pub(crate) resync_due: bool,
+    /// The sender has a call under way.
+    pub(crate) in_flight: bool,
+    /// The last `seq` whose deltas the server has acknowledged.
+    pub(crate) acked: watch::Sender<u64>,
+    /// Node agent: the locations of its last successful resync.
+    pub(crate) agent_locations: BTreeSet<IpAddr>,
+}
+
+impl Shared {
+    fn new(translator: Translator) -> (Self, watch::Receiver<u64>) {
+        let (acked, acked_rx) = watch::channel(0);
+        (
+            Self {
+                translator,
+                pending: Vec::new(),
+                first_pending_at: None,
+                seq: 0,
+                initialized: false,
+                listed: HashSet::new(),
+                relisting: HashSet::new(),
+                resync_due: false,
+                in_flight: false,
+                acked,
+                agent_locations: BTreeSet::new(),
+            },
+            acked_rx,
+        )
+    }
+
+    fn push(&mut self, deltas: Vec<Update>) {
+        if !self.initialized || deltas.is_empty() {
+            // Before the first resync, the resync carries everything.
+            return;
+        }
+        if self.pending.is_empty() {
+            self.first_pending_at = Some(Instant::now());
+        }
+        self.pending.extend(deltas);
+    }
+
+    /// With nothing queued, due or under way, every event so far is acknowledged.
+    pub(crate) fn settle(&mut self) {
+        if self.initialized && self.pending.is_empty() && !self.in_flight && !self.resync_due {
+            let seq = self.seq;
+            self.acked.send_if_modified(|a| {
+                let changed = *a < seq;
+                *a = (*a).max(seq);
+                changed
+            });
+        }
+    }
+
+    pub(crate) fn ack(&mut self, seq: u64) {
+        self.acked.send_if_modified(|a| {
+            let changed = *a < seq;
+            *a = (*a).max(seq);
+            changed
+        });
+    }
+}
+
+pub(crate) type SharedRef = Arc<Mutex<Shared>>;
+
+pub(crate) fn lock(shared: &SharedRef) -> MutexGuard<'_, Shared> {
+    // A panic while holding the lock is a bug; the state is still consistent enough to go on.
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the watcher (or node agent) until `shutdown` completes. Every failure (kube API, state
+/// server) is retried; only an invalid state-server endpoint ends it with an error.
+pub async fn run(
+    config: WatcherConfig,
+    kube: kube::Client,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ClientError> {
+    let source = config.source();
+    let kinds = config.kinds();
+    tracing::info!(
+        source = %source,
+        mode = ?config.mode,
+        class = %config.class,
+        claim_unclassed = config.claim_unclassed,
+        write_back = config.writes_back(),
+        "starting"
+    );
+    let (shared, acked_rx) = Shared::new(Translator::new(config.translator_config()));
+    let shared = Arc::new(Mutex::new(shared));
+    let notify = Arc::new(Notify::new());
+
+    let mut sender = tokio::spawn(sender::run(shared.clone(), notify.clone(), config.clone()));
+    let (wb_tx, writeback) = if config.writes_back() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(writeback::run(
+            writeback::Config::from(&config),
+            kube.clone(),
+            rx,
+            acked_rx,
+        ));
+        (Some(tx), Some(task))
+    } else {
+        (None, None)
+    };
+
+    let streams = streams(&kube, &config, &kinds);
+    let mut kube_side = std::pin::pin!(kube_side(
+        streams,
+        shared,
+        notify,
+        wb_tx,
+        kinds,
+        config.translator_config()
+    ));
+    let result = tokio::select! {
+        () = shutdown => Ok(()),
+        () = &mut kube_side => Ok(()),
+        r = &mut sender => match r {
+            Ok(r) => r,
+            // Cancelled: the runtime is shutting down.
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        },
+    };
+    sender.abort();
+    if let Some(w) = writeback {
+        w.abort();
+    }
+    tracing::info!(source = %source, "stopped");
+    result
+}
+
+type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
+
+/// One watch stream per kind, merged. Errors are retried with kube's default backoff.
+fn streams(
+    kube: &kube::Client,
+    config: &WatcherConfig,
+    kinds: &[Kind],
+) -> futures::stream::SelectAll<BoxStream<'static, KindEvent>> {
+    let mut all = futures::stream::SelectAll::new();
+    for &kind in kinds {
+        let (resource, wc) = match kind {
+            Kind::Service => (
+                ApiResource::erase::<Service>(&()),
+                watcher::Config::default(),
+            ),
+            Kind::EndpointSlice => (
+                ApiResource::erase::<EndpointSlice>(&()),
+                watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            ),
+            Kind::Pod => {
+                let wc = watcher::Config::default().labels(EGRESS_LABEL);
+                let wc = match &config.mode {
+                    Mode::NodeAgent { node } => wc.fields(&format!("spec.nodeName={node}")),
+                    Mode::Cluster { .. } => wc,
+                };
+                (ApiResource::erase::<Pod>(&()), wc)
+            }
+            Kind::Node => {
+                let wc = match &config.mode {
+                    Mode::NodeAgent { node } => {
+                        watcher::Config::default().fields(&format!("metadata.name={node}"))
+                    }
+                    Mode::Cluster { .. } => watcher::Config::default(),
+                };
+                (ApiResource::erase::<Node>(&()), wc)
+            }
+        };
+        let api: Api<DynamicObject> = Api::all_with(kube.clone(), &resource);
+        let s = watcher::watcher(api, wc)
+            .default_backoff()
+            .map(move |e| (kind, e))
+            .boxed();
+        all.push(s);
+    }
+    all
+}
+
+/// Feeds watch events into the translator until the streams end (they do not).
+async fn kube_side(
+    mut streams: futures::stream::SelectAll<BoxStream<'static, KindEvent>>,
+    shared: SharedRef,
+    notify: Arc<Notify>,
+    wb: Option<mpsc::UnboundedSender<writeback::Msg>>,
+    kinds: Vec<Kind>,
+    tconfig: TranslatorConfig,
+) {
+    {
+        lock(&shared).translator.set_warn_unlocated(false);
+    }
+    while let Some((kind, event)) = streams.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                let gone = matches!(&e, watcher::Error::WatchError(s) if s.code == 410);
+                if gone {
+                    tracing::info!(%kind, error = %e, "watch expired; relisting");
+                } else {
+                    tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
+                }
+                continue;
+            }
+        };
+        let mut s = lock(&shared);
+        s.seq += 1;
+        let seq = s.seq;
+        match event {
+            Event::Init => {
+                tracing::debug!(%kind, "listing");
+                s.translator.begin_relist(kind);
+                s.relisting.insert(kind);
+                if kind == Kind::Service
+                    && let Some(wb) = &wb
+                {
+                    let _ = wb.send(writeback::Msg::RelistStart);
+                }
+            }
+            Event::InitApply(obj) | Event::Apply(obj) => {
+                let deltas = apply_object(&mut s.translator, kind, obj, wb.as_ref(), seq, &tconfig);
+                s.push(deltas);
+            }
+            Event::Delete(obj) => {
+                let deltas = match ObjKey::of(kind, &obj.metadata) {
+                    Some(key) => {
+                        if kind == Kind::Service
+                            && let Some(wb) = &wb
+                        {
+                            let _ = wb.send(writeback::Msg::Gone(key.clone()));
+                        }
+                        delete_object(&mut s.translator, kind, &key)
+                    }
+                    None => Vec::new(),
+                };
+                s.push(deltas);
+            }
+            Event::InitDone => {
+                let deltas = s.translator.end_relist(kind);
+                s.push(deltas);
+                s.relisting.remove(&kind);
+                s.listed.insert(kind);
+                if kind == Kind::Service
+                    && let Some(wb) = &wb
+                {
+                    let _ = wb.send(writeback::Msg::RelistDone);
+                }
+                if !s.initialized && kinds.iter().all(|k| s.listed.contains(k)) {
+                    s.initialized = true;
+                    s.translator.set_warn_unlocated(true);
+                    let unlocated = s.translator.warn_unlocated();
+                    let (services, endpoints, pods) = s.translator.counts();
+                    tracing::info!(
+                        services,
+                        endpoints,
+                        pod_addresses = pods,
+                        unlocated,
+                        "every stream listed; resyncing"
+                    );
+                }
+                if s.initialized {
+                    // A relist becomes a resync: it also repairs anything the server lost.
+                    s.resync_due = true;
+                    s.pending.clear();
+                    s.first_pending_at = None;
+                }
+            }
+        }
+        s.settle();
+        drop(s);
+        notify.notify_one();
+    }
+}
+
+fn apply_object(
+    t: &mut Translator,
+    kind: Kind,
+    obj: DynamicObject,
+    wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
+    seq: u64,
+    tconfig: &TranslatorConfig,
+) -> Vec<Update> {
+    let Some(key) = ObjKey::of(kind, &obj.metadata) else {
+        return Vec::new();
+    };
+    macro_rules! decode {
+        ($ty:ty) => {
+            match obj.try_parse::<$ty>() {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(%kind, object = %key, error = %e, "object skipped: it does not decode");
+                    t.keep(kind, &key);
+                    return Vec::new();
+                }
+            }
+        };
+    }
+    match kind {
+        Kind::Service => {
+            let svc = decode!(Service);
+            let deltas = t.apply_service(&svc);
+            if let Some(wb) = wb {
+                let msg = match writeback::ServiceFacts::of(&key, &svc, tconfig) {
+                    Some(facts) => writeback::Msg::Seen { facts, seq },
+                    None => writeback::Msg::Gone(key),
+                };
+                let _ = wb.send(msg);
+            }
+            deltas
+        }
+        Kind::EndpointSlice => t.apply_slice(&decode!(EndpointSlice)),
+        Kind::Pod => t.apply_pod(&decode!(Pod)),
+        Kind::Node => t.apply_node(&decode!(Node)),
+    }
+}
+
+fn delete_object(t: &mut Translator, kind: Kind, key: &ObjKey) -> Vec<Update> {
+    match kind {
+        Kind::Service => t.delete_service(key),
+        Kind::EndpointSlice => t.delete_slice(key),
+        Kind::Pod => t.delete_pod(key),
+        Kind::Node => t.delete_node(&key.name),
+    }
+}

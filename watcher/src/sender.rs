@@ -1,0 +1,341 @@
+//! The state-server side of the watcher: resyncs and coalesced `Apply` batches, with reconnects.
+//!
+//! Nothing acknowledged is ever lost: a failed call (or a failed connection) drops the queued deltas
+//! and makes a resync due, and the resync carries the translator's whole view.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clb_proto::v1::{ResyncScope, Update};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{Mode, SharedRef, WatcherConfig, lock};
+use clb_client::client::{Client, ClientError, ConnectOptions, scope};
+
+/// A connection to the state server, made on demand (one attempt per call; the caller backs off).
+#[derive(Debug)]
+pub(crate) struct Conn {
+    options: ConnectOptions,
+    client: Option<Client>,
+}
+
+impl Conn {
+    pub(crate) fn new(options: &ConnectOptions) -> Self {
+        let mut options = options.clone();
+        options.attempts = 1;
+        Self {
+            options,
+            client: None,
+        }
+    }
+
+    /// The client, connecting if needed.
+    pub(crate) async fn get(&mut self) -> Result<Client, ClientError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let c = Client::connect(self.options.clone()).await?;
+        tracing::info!(endpoint = %self.options.endpoint, "connected to the state server");
+        self.client = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Forgets the connection after a failure; the next call reconnects.
+    pub(crate) fn reset(&mut self) {
+        self.client = None;
+    }
+}
+
+/// Exponential backoff with ±20 % jitter.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = self.initial;
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let jitter = rand::random_range(0.8..1.2);
+        d.mul_f64(jitter)
+    }
+}
+
+enum Job {
+    Idle,
+    WaitUntil(Instant),
+    Resync {
+        views: Vec<(ResyncScope, Vec<Update>)>,
+        locations: BTreeSet<IpAddr>,
+        seq: u64,
+    },
+    Apply {
+        batch: Vec<Update>,
+        seq: u64,
+    },
+    /// Ask the server whether it still has our view (it may have restarted).
+    Check,
+}
+
+fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: Instant) -> Job {
+    let mut s = lock(shared);
+    if !s.initialized || s.in_flight {
+        return Job::Idle;
+    }
+    if s.resync_due && (s.relisting.is_empty() || failed) {
+        s.resync_due = false;
+        s.pending.clear();
+        s.first_pending_at = None;
+        s.in_flight = true;
+        let (views, locations) = match &config.mode {
+            Mode::Cluster { pods } => {
+                let scope = ResyncScope {
+                    services: true,
+                    endpoints: true,
+                    pods: *pods,
+                    ..ResyncScope::default()
+                };
+                (vec![(scope, s.translator.full_view())], BTreeSet::new())
+            }
+            Mode::NodeAgent { node } => {
+                let mut now = s.translator.pod_locations();
+                if let Some(ips) = s.translator.node_ips(node) {
+                    now.extend(ips.all());
+                }
+                // Locations of the last resync that hold nothing now get an empty view, so that
+                // the server drops what this agent reported there.
+                let all: BTreeSet<IpAddr> = now.union(&s.agent_locations).copied().collect();
+                let views = all
+                    .iter()
+                    .map(|l| (scope::pods_at(&l.to_string()), s.translator.pods_at(*l)))
+                    .collect();
+                (views, now)
+            }
+        };
+        return Job::Resync {
+            views,
+            locations,
+            seq: s.seq,
+        };
+    }
+    if !s.resync_due && Instant::now() >= next_check {
+        return Job::Check;
+    }
+    let Some(first) = s.first_pending_at else {
+        return Job::WaitUntil(next_check);
+    };
+    let due = Instant::from_std(first) + config.coalesce;
+    if s.pending.len() >= config.max_batch || Instant::now() >= due {
+        let batch = std::mem::take(&mut s.pending);
+        s.first_pending_at = None;
+        s.in_flight = true;
+        return Job::Apply { batch, seq: s.seq };
+    }
+    Job::WaitUntil(due.min(next_check))
+}
+
+/// Runs until an unrecoverable error (an invalid endpoint).
+pub(crate) async fn run(
+    shared: SharedRef,
+    notify: Arc<Notify>,
+    config: WatcherConfig,
+) -> Result<(), ClientError> {
+    let source = config.source();
+    let mut conn = Conn::new(&config.server);
+    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    let mut failed = false;
+    let mut has_resynced = false;
+    let mut next_check = Instant::now() + config.check_interval;
+    loop {
+        match decide(&shared, &config, failed, next_check) {
+            Job::Idle => notify.notified().await,
+            Job::WaitUntil(t) => {
+                tokio::select! {
+                    () = notify.notified() => {}
+                    () = tokio::time::sleep_until(t) => {}
+                }
+            }
+            Job::Resync {
+                views,
+                locations,
+                seq,
+            } => {
+                let sends = !views.is_empty();
+                let r = resync(&mut conn, &source, views).await;
+                let mut s = lock(&shared);
+                s.in_flight = false;
+                match r {
+                    Ok(()) => {
+                        failed = false;
+                        has_resynced |= sends;
+                        backoff.reset();
+                        s.agent_locations = locations;
+                        s.ack(seq);
+                        s.settle();
+                    }
+                    Err(e) => {
+                        fail_or_return(e, &mut s, &mut conn)?;
+                        failed = true;
+                    }
+                }
+            }
+            Job::Check if !has_resynced => {
+                // Nothing was ever sent (a node agent with nothing to report): nothing to lose.
+                next_check = Instant::now() + config.check_interval;
+            }
+            Job::Check => {
+                next_check = Instant::now() + config.check_interval;
+                match knows_us(&mut conn, &source).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::info!(
+                            source,
+                            "the state server has no resync of ours (it restarted?); resyncing"
+                        );
+                        lock(&shared).resync_due = true;
+                        // Resync at once, even while a stream relists: the server has nothing.
+                        failed = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        fail_or_return(e, &mut lock(&shared), &mut conn)?;
+                        failed = true;
+                    }
+                }
+            }
+            Job::Apply { batch, seq } => {
+                let r = apply(&mut conn, &source, batch).await;
+                let mut s = lock(&shared);
+                s.in_flight = false;
+                match r {
+                    Ok(()) => {
+                        failed = false;
+                        backoff.reset();
+                        s.ack(seq);
+                        s.settle();
+                    }
+                    Err(e) => {
+                        fail_or_return(e, &mut s, &mut conn)?;
+                        failed = true;
+                    }
+                }
+            }
+        }
+        if failed {
+            let delay = backoff.next_delay();
+            tracing::debug!(?delay, "backing off before the resync");
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+fn fail_or_return(
+    e: ClientError,
+    s: &mut super::Shared,
+    conn: &mut Conn,
+) -> Result<(), ClientError> {
+    if let ClientError::InvalidEndpoint { .. } = e {
+        return Err(e);
+    }
+    tracing::warn!(error = %e, "state server call failed; reconnecting, then resyncing");
+    conn.reset();
+    s.resync_due = true;
+    s.pending.clear();
+    s.first_pending_at = None;
+    Ok(())
+}
+
+/// Whether the server has completed a resync of `source` (a restarted server has not).
+async fn knows_us(conn: &mut Conn, source: &str) -> Result<bool, ClientError> {
+    let client = conn.get().await?;
+    let status = client.status().await?;
+    Ok(status
+        .writers
+        .iter()
+        .any(|w| w.source == source && w.last_resync_unix_ms > 0))
+}
+
+async fn resync(
+    conn: &mut Conn,
+    source: &str,
+    views: Vec<(ResyncScope, Vec<Update>)>,
+) -> Result<(), ClientError> {
+    let client = conn.get().await?;
+    let mut writer = client.writer(source);
+    for (scope, view) in views {
+        let what = scope_name(&scope);
+        let n = view.len();
+        let r = writer.resync(scope, view).await?;
+        for rejected in &r.rejected {
+            tracing::warn!(source, "resync item rejected: {rejected}");
+        }
+        tracing::info!(
+            source,
+            scope = %what,
+            updates = n,
+            applied = r.applied,
+            removed = r.removed,
+            rejected = r.rejected.len(),
+            revision = r.revision,
+            "resynced"
+        );
+    }
+    Ok(())
+}
+
+async fn apply(conn: &mut Conn, source: &str, batch: Vec<Update>) -> Result<(), ClientError> {
+    let client = conn.get().await?;
+    let mut writer = client.writer(source);
+    let n = batch.len();
+    let r = writer.apply(batch).await?;
+    for rejected in &r.rejected {
+        tracing::warn!(source, "update rejected: {rejected}");
+    }
+    tracing::debug!(
+        source,
+        updates = n,
+        applied = r.applied,
+        rejected = r.rejected.len(),
+        revision = r.revision,
+        "applied"
+    );
+    Ok(())
+}
+
+fn scope_name(s: &ResyncScope) -> String {
+    let mut parts = Vec::new();
+    if s.services {
+        parts.push("services".to_owned());
+    }
+    if s.egresses {
+        parts.push("egresses".to_owned());
+    }
+    if s.endpoints {
+        parts.push("endpoints".to_owned());
+    }
+    if s.pods {
+        parts.push(if s.location.is_empty() {
+            "pods".to_owned()
+        } else {
+            format!("pods at {}", s.location)
+        });
+    }
+    parts.join(", ")
+}
