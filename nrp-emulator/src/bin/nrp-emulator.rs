@@ -10,7 +10,13 @@ use clb_nrp_emulator::{Emulator, EmulatorConfig, serve};
 
 /// Serve the NRP emulator.
 #[derive(Debug, Parser)]
-#[command(name = "nrp-emulator", version, about)]
+#[command(
+    name = "nrp-emulator",
+    version,
+    about = "An emulator of Azure NRP's Service Gateway REST API (and the public IPs, load \
+             balancers and NAT gateways it uses) over HTTP, with cost, throttling and fault models: \
+             the NRP of the demo, benchmarks and end-to-end tests"
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8600", env = "NRP_EMULATOR_LISTEN")]
