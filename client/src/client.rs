@@ -26,10 +26,16 @@ use clb_proto::v1::{
     ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery, ServiceState,
     StatusRequest, StatusResponse, Update, resync_request::Part,
 };
+use clb_telemetry::TraceContextInterceptor;
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tracing::Instrument as _;
+
+/// The channel every call goes over: it sends the caller's trace context (W3C `traceparent`).
+type Traced = InterceptedService<Channel, TraceContextInterceptor>;
 
 /// Updates per `Apply` batch and per resync chunk (below the server's default batch limit).
 pub const CHUNK: usize = 2_000;
@@ -251,7 +257,7 @@ impl Client {
     /// A writer of desired state named `source` (e.g. `watcher`, `node-agent/<node>`).
     pub fn writer(&self, source: impl Into<String>) -> Writer {
         Writer {
-            client: WriterClient::new(self.channel.clone()),
+            client: WriterClient::with_interceptor(self.channel.clone(), TraceContextInterceptor),
             gateway: self.gateway.clone(),
             source: source.into(),
             next_batch: 1,
@@ -259,8 +265,8 @@ impl Client {
         }
     }
 
-    fn admin(&self) -> AdminClient<Channel> {
-        AdminClient::new(self.channel.clone())
+    fn admin(&self) -> AdminClient<Traced> {
+        AdminClient::with_interceptor(self.channel.clone(), TraceContextInterceptor)
     }
 
     /// `Admin.Status`: gateways, workers, writers.
@@ -428,7 +434,7 @@ pub mod scope {
 /// A writer of desired state: one source, one gateway.
 #[derive(Debug, Clone)]
 pub struct Writer {
-    client: WriterClient<Channel>,
+    client: WriterClient<Traced>,
     gateway: String,
     source: String,
     next_batch: u64,
@@ -458,6 +464,20 @@ impl Writer {
         }
     }
 
+    /// The client span of one call (its context travels as `traceparent`): the server's request span
+    /// is its child, and the work units that carry the call's changes link to that.
+    fn call_span(&self, rpc: &'static str, updates: usize) -> tracing::Span {
+        tracing::info_span!(
+            "clb.writer",
+            otel.name = rpc,
+            otel.kind = "client",
+            rpc.system = "grpc",
+            source = %self.source,
+            gateway = %self.gateway,
+            updates,
+        )
+    }
+
     /// Applies one update (`Writer.Apply`).
     pub async fn apply_one(&mut self, update: Update) -> Result<ApplyOutcome, ClientError> {
         self.apply(vec![update]).await
@@ -473,9 +493,11 @@ impl Writer {
             let tail = rest.split_off(rest.len().min(self.chunk));
             let n = rest.len();
             let request = self.request(rest);
+            let span = self.call_span("Writer.Apply", n);
             let r = self
                 .client
                 .apply(request)
+                .instrument(span)
                 .await
                 .map_err(ClientError::rpc("Writer.Apply"))?
                 .into_inner();
@@ -531,9 +553,11 @@ impl Writer {
             }
             let _ = count_tx.send(batch_id - first_batch);
         });
+        let span = self.call_span(RPC, 0);
         let mut responses = self
             .client
             .apply_stream(ReceiverStream::new(rx))
+            .instrument(span)
             .await
             .map_err(ClientError::rpc(RPC))?
             .into_inner();
@@ -576,6 +600,7 @@ impl Writer {
             })),
         };
         let chunk = self.chunk;
+        let span = self.call_span(RPC, view.len());
         let send = async move {
             if tx.send(header).await.is_err() {
                 return;
@@ -593,7 +618,7 @@ impl Writer {
             }
         };
         let mut client = self.client.clone();
-        let call = async move { client.resync(ReceiverStream::new(rx)).await };
+        let call = async move { client.resync(ReceiverStream::new(rx)).await }.instrument(span);
         let ((), response) = tokio::join!(send, call);
         let r = response.map_err(ClientError::rpc(RPC))?.into_inner();
         Ok(ResyncOutcome {

@@ -6,6 +6,7 @@
 //!
 //! Trace context crosses gRPC calls as W3C `traceparent`/`tracestate` metadata:
 //! - clients add [`TraceContextInterceptor`] (or call [`inject`]) so each call carries the caller's span;
+//! - a span that carries the work of many requests links to them ([`current_span_link`], [`add_links`]);
 //! - servers pass [`grpc_server_span`] to `tonic::transport::Server::builder().trace_fn(..)`, which
 //!   makes every incoming RPC's span a child of the incoming `traceparent` (see also [`extract_parent`]).
 //!
@@ -178,6 +179,40 @@ pub fn extract_map(map: &HashMap<String, String>) -> Context {
 /// The OpenTelemetry context of the current `tracing` span (what a client call should carry).
 pub fn current_context() -> Context {
     tracing::Span::current().context()
+}
+
+/// A link to a span that ended or goes on elsewhere: its trace and span id. The state server keeps
+/// the links of the writer requests whose changes a work unit carries (a unit mixes many writers'
+/// changes, so they are links, not parents), and [`add_links`] puts them on the unit's span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanLink(opentelemetry::trace::SpanContext);
+
+impl SpanLink {
+    /// The linked span's trace id (hex).
+    pub fn trace_id(&self) -> String {
+        self.0.trace_id().to_string()
+    }
+
+    /// The linked span's id (hex).
+    pub fn span_id(&self) -> String {
+        self.0.span_id().to_string()
+    }
+}
+
+/// A link to the current `tracing` span, or `None` when it has no valid OpenTelemetry context
+/// (no OpenTelemetry layer installed, or the span is disabled).
+pub fn current_span_link() -> Option<SpanLink> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing::Span::current().context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then_some(SpanLink(sc))
+}
+
+/// Adds `links` to `span` (a no-op when no OpenTelemetry layer is installed).
+pub fn add_links(span: &tracing::Span, links: impl IntoIterator<Item = SpanLink>) {
+    for link in links {
+        span.add_link(link.0);
+    }
 }
 
 /// Makes `span` a child of the trace context carried by `metadata`, if any.
