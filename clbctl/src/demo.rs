@@ -32,6 +32,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use clb_embedded::{Cluster, ClusterSpec, Expected};
 
+use crate::system::{External, System};
+
 const UAL: &str = "ServiceGateways_UpdateAddressLocations";
 
 /// How the demo is played.
@@ -329,178 +331,35 @@ impl Progress {
     }
 }
 
-/// What the demo drives: the embedded system, or an external state server.
-enum System {
-    Embedded(Box<Harness>),
-    External {
-        client: Client,
-        /// Every location the cluster may use, to read back after each phase.
-        locations: Vec<String>,
-        /// Every service and egress the cluster ever declares.
-        services: Vec<String>,
-    },
-}
-
-impl System {
-    async fn watcher(&self) -> Writer {
-        match self {
-            System::Embedded(h) => h.watcher().await,
-            System::External { client, .. } => client.writer(WATCHER),
-        }
-    }
-
-    fn reset_stats(&self) {
-        if let System::Embedded(h) = self {
-            h.emulator().reset_stats();
-        }
-    }
-
-    fn stats(&self) -> Option<Stats> {
-        match self {
-            System::Embedded(h) => Some(h.emulator().stats()),
-            System::External { .. } => None,
-        }
-    }
-
-    async fn gateway_status(&self) -> Result<clb_proto::v1::GatewayStatus, String> {
-        match self {
-            System::Embedded(h) => Ok(h.gateway_status().await),
-            System::External { client, .. } => {
-                let s = client.status().await.map_err(|e| e.to_string())?;
-                crate::status::gateway_of(client, &s)
-                    .cloned()
-                    .ok_or_else(|| {
-                        format!("the state server has no gateway {:?}", client.gateway())
-                    })
-            }
-        }
-    }
-
-    async fn progress_line(&self, start: Instant) -> String {
-        let g = match self.gateway_status().await {
-            Ok(g) => g,
-            Err(e) => return format!("{:>6.1} s  status: {e}", start.elapsed().as_secs_f64()),
-        };
-        let nrp = match self.stats() {
-            Some(s) => format!(
-                "NRP calls {} ({} in flight)",
-                s.calls, s.in_flight_mutations
-            ),
-            None => format!("dirty locations {}", g.dirty_locations),
-        };
-        format!(
-            "{:>6.1} s  addresses desired {} / programmed {}  ·  {nrp}  ·  units in flight {}",
-            start.elapsed().as_secs_f64(),
-            g.desired_addresses,
-            g.actual_addresses,
-            g.units_in_flight,
-        )
-    }
-
-    async fn try_converge(&self, expected: &Expected, patience: Duration) -> Result<(), String> {
-        match self {
-            System::Embedded(h) => h.try_converge(expected, patience).await,
-            System::External {
-                client,
-                locations,
-                services,
-            } => {
-                crate::status::wait_converged(client, patience, Duration::from_millis(100)).await?;
-                compare_through_admin(client, locations, services, expected).await
-            }
-        }
-    }
-
-    async fn shutdown(self) {
-        if let System::Embedded(h) = self {
-            h.shutdown().await;
-        }
+/// A writer connected as the watcher, to the system the demo drives.
+async fn watcher_of(system: &System) -> Writer {
+    match system {
+        System::Embedded(h) => h.watcher().await,
+        System::External(x) => x.client.writer(WATCHER),
     }
 }
 
-/// Compares the state server's actual state (what NRP confirmed) with `expected`, location by
-/// location and service by service, through the Admin API.
-async fn compare_through_admin(
-    client: &Client,
-    locations: &[String],
-    services: &[String],
-    expected: &Expected,
-) -> Result<(), String> {
-    let mut errors = Vec::new();
-    for location in locations {
-        let want: std::collections::BTreeMap<&str, Vec<String>> = expected
-            .addresses
-            .iter()
-            .filter(|((l, _), _)| l == location)
-            .map(|((_, a), s)| (a.as_str(), s.iter().map(|x| x.to_lowercase()).collect()))
-            .collect();
-        let have: std::collections::BTreeMap<String, Vec<String>> =
-            match client.location(location).await {
-                Ok(l) => l
-                    .addresses
-                    .into_iter()
-                    .filter(|a| a.actual)
-                    .map(|a| {
-                        let mut s: Vec<String> =
-                            a.actual_services.iter().map(|x| x.to_lowercase()).collect();
-                        s.sort();
-                        (a.address, s)
-                    })
-                    .collect(),
-                Err(e)
-                    if e.status()
-                        .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
-                {
-                    Default::default()
-                }
-                Err(e) => return Err(format!("location {location}: {e}")),
-            };
-        for (address, w) in &want {
-            match have.get(*address) {
-                None => errors.push(format!("missing address {location}/{address} with {w:?}")),
-                Some(h) if h != w => {
-                    errors.push(format!(
-                        "address {location}/{address}: has {h:?}, want {w:?}"
-                    ));
-                }
-                Some(_) => {}
-            }
-        }
-        for (address, h) in &have {
-            if !want.contains_key(address.as_str()) {
-                errors.push(format!("extra address {location}/{address} with {h:?}"));
-            }
-        }
-    }
-    let wanted = expected.services();
-    for name in services {
-        let actual = match client.service(name).await {
-            Ok(s) => s.actual,
-            Err(e)
-                if e.status()
-                    .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
-            {
-                false
-            }
-            Err(e) => return Err(format!("service {name}: {e}")),
-        };
-        match (wanted.contains(name), actual) {
-            (true, false) => errors.push(format!("missing service {name}")),
-            (false, true) => errors.push(format!("extra service {name}")),
-            _ => {}
-        }
-    }
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let mut msg = format!(
-        "the actual state differs from the desired state in {} ways (first 30):\n",
-        errors.len()
-    );
-    for e in errors.iter().take(30) {
-        msg.push_str(&format!("  {e}\n"));
-    }
-    Err(msg)
+/// One line of progress: desired vs programmed addresses, NRP calls (or dirty locations when NRP is
+/// not visible), units in flight.
+async fn progress_line(system: &System, start: Instant) -> String {
+    let g = match system.gateway_status().await {
+        Ok(g) => g,
+        Err(e) => return format!("{:>6.1} s  status: {e}", start.elapsed().as_secs_f64()),
+    };
+    let nrp = match system.stats() {
+        Some(s) => format!(
+            "NRP calls {} ({} in flight)",
+            s.calls, s.in_flight_mutations
+        ),
+        None => format!("dirty locations {}", g.dirty_locations),
+    };
+    format!(
+        "{:>6.1} s  addresses desired {} / programmed {}  ·  {nrp}  ·  units in flight {}",
+        start.elapsed().as_secs_f64(),
+        g.desired_addresses,
+        g.actual_addresses,
+        g.units_in_flight,
+    )
 }
 
 /// Sends a phase's writes; any failed call or rejected item fails the phase.
@@ -549,7 +408,7 @@ async fn phase(
     let outcome = loop {
         tokio::select! {
             r = &mut work => break r,
-            _ = tick.tick() => progress.update(system.progress_line(start).await),
+            _ = tick.tick() => progress.update(progress_line(system, start).await),
         }
     };
     let elapsed = start.elapsed();
@@ -634,14 +493,15 @@ pub async fn run(config: &DemoConfig) -> Summary {
             );
             let mut services: Vec<String> = cluster.services().keys().cloned().collect();
             services.extend(cluster.expected().outbound);
-            System::External {
+            System::External(External {
                 client: client.clone(),
+                poll: Duration::from_millis(100),
                 locations: (0..spec.locations).map(location_ip).collect(),
                 services,
-            }
+            })
         }
     };
-    let mut watcher = system.watcher().await;
+    let mut watcher = watcher_of(&system).await;
     let mut summary = Summary {
         external: config.external.is_some(),
         ..Summary::default()

@@ -12,8 +12,20 @@ fn help_describes_the_emulator_not_the_sync_worker() {
     assert!(out.status.success(), "--help exits with {:?}", out.status);
     let help = String::from_utf8(out.stdout).expect("--help prints UTF-8");
     let lower = help.to_lowercase();
-    assert!(lower.contains("emulator"), "--help does not say emulator:\n{help}");
-    assert!(lower.contains("service gateway"), "--help does not name the API:\n{help}");
-    assert!(!lower.contains("sync worker"), "--help describes the sync worker:\n{help}");
-    assert!(help.contains("--listen"), "--help lists no --listen:\n{help}");
+    assert!(
+        lower.contains("emulator"),
+        "--help does not say emulator:\n{help}"
+    );
+    assert!(
+        lower.contains("service gateway"),
+        "--help does not name the API:\n{help}"
+    );
+    assert!(
+        !lower.contains("sync worker"),
+        "--help describes the sync worker:\n{help}"
+    );
+    assert!(
+        help.contains("--listen"),
+        "--help lists no --listen:\n{help}"
+    );
 }

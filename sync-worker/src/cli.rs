@@ -55,7 +55,7 @@ pub struct Args {
     /// Gateways served (comma-separated; empty: all).
     #[arg(long, env = "CLB_GATEWAYS", value_delimiter = ',')]
     pub gateways: Vec<String>,
-    /// ARM endpoint: the NRP emulator's URL or https://management.azure.com.
+    /// ARM endpoint: the NRP emulator's URL or `https://management.azure.com`.
     #[arg(long, env = "CLB_NRP_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     pub nrp_endpoint: String,
     /// Azure subscription id of the resources.

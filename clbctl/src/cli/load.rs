@@ -53,6 +53,8 @@ use clb_client::updates;
 use clb_embedded::cluster::location_ip;
 use clb_embedded::{Expected, Harness, Options};
 
+use crate::system::{External, System};
+
 /// Updates per churn event.
 const UPDATES_PER_EVENT: usize = 3;
 /// Pod IPs are `10.{64..=254}.x.y`: this many addresses.
@@ -359,11 +361,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-enum System {
-    Embedded(Box<Harness>),
-    External,
-}
-
 fn note(line: &str) {
     eprintln!("load: {line}");
 }
@@ -387,13 +384,17 @@ pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
                 .connect_to(url)
                 .await
                 .with_context(|| format!("load: cannot reach the state server at {url}"))?;
-            (System::External, client)
+            let system = System::External(External {
+                client: client.clone(),
+                poll: Duration::from_millis(50),
+                locations: Vec::new(),
+                services: Vec::new(),
+            });
+            (system, client)
         }
     };
     let result = drive(args, &mut model, &system, &client).await;
-    if let System::Embedded(h) = system {
-        h.shutdown().await;
-    }
+    system.shutdown().await;
     let report = result?;
     emit(global.output, &report, render)?;
     if report.ingest.updates_rejected > 0 {
@@ -443,22 +444,6 @@ fn costly(args: &LoadArgs) -> EmulatorConfig {
     }
 }
 
-async fn wait(
-    system: &System,
-    client: &Client,
-    expected: &Expected,
-    patience: Duration,
-) -> Result<(), String> {
-    match system {
-        System::Embedded(h) => h.try_converge(expected, patience).await,
-        System::External => {
-            crate::status::wait_converged(client, patience, Duration::from_millis(50))
-                .await
-                .map(drop)
-        }
-    }
-}
-
 async fn apply_all(writer: &mut Writer, updates: Vec<Update>, what: &str) -> anyhow::Result<()> {
     let chunks: Vec<Vec<Update>> = updates.chunks(CHUNK).map(<[Update]>::to_vec).collect();
     let outcome = writer
@@ -481,7 +466,7 @@ async fn drive(
     system: &System,
     client: &Client,
 ) -> anyhow::Result<LoadReport> {
-    let embedded = matches!(system, System::Embedded(_));
+    let embedded = system.is_embedded();
     let mut writer = client.writer(args.source.clone());
 
     // 1. The initial population.
@@ -494,7 +479,8 @@ async fn drive(
     ));
     let start = Instant::now();
     apply_all(&mut writer, model.initial_updates(), "initial population").await?;
-    wait(system, client, &model.expected(), args.patience)
+    system
+        .try_converge(&model.expected(), args.patience)
         .await
         .map_err(|e| anyhow::anyhow!("load: the initial population did not converge: {e}"))?;
     let initial_sync = start.elapsed();
@@ -502,11 +488,11 @@ async fn drive(
         "initial population programmed in {:.2} s",
         initial_sync.as_secs_f64()
     ));
-    if let System::Embedded(h) = system {
-        h.emulator()
+    if let Some(emulator) = system.emulator() {
+        emulator
             .set_config(costly(args))
             .context("load: invalid NRP emulator settings")?;
-        h.emulator().reset_stats();
+        emulator.reset_stats();
     }
 
     // 2. The churn, with the latency sampler beside it.
@@ -612,7 +598,7 @@ async fn drive(
     // 3. Drain: wait for the system to converge, and for the followed samples.
     note("churn done; waiting for the system to converge");
     let expected = model.expected();
-    let outcome = wait(system, client, &expected, args.patience).await;
+    let outcome = system.try_converge(&expected, args.patience).await;
     let drain = last_ack.elapsed();
     let sample_deadline = Instant::now() + Duration::from_secs(5).max(args.sample_poll * 10);
     while !lock(&samples).pending.is_empty() && Instant::now() < sample_deadline {
@@ -622,9 +608,9 @@ async fn drive(
     let _ = poller.await;
     let samples = std::mem::take(&mut *lock(&samples));
 
-    let nrp = match system {
-        System::Embedded(h) => nrp_view(&h.emulator().stats(), events),
-        System::External => NrpView {
+    let nrp = match system.stats() {
+        Some(stats) => nrp_view(&stats, events),
+        None => NrpView {
             available: false,
             note: Some(
                 "unavailable: an external state server's NRP is not visible to clbctl (see the \
