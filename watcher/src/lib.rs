@@ -21,6 +21,7 @@
 pub mod cli;
 pub mod translate;
 
+mod relist;
 mod sender;
 mod writeback;
 
@@ -36,7 +37,6 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -303,7 +303,8 @@ pub async fn run(
 
 type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
 
-/// One watch stream per kind, merged. Errors are retried with kube's default backoff.
+/// One watch stream per kind, merged. Failed connections are retried with kube's default backoff;
+/// an expired watch (410 Gone) relists at once ([`relist::paced`]).
 fn streams(
     kube: &kube::Client,
     config: &WatcherConfig,
@@ -339,10 +340,12 @@ fn streams(
             }
         };
         let api: Api<DynamicObject> = Api::all_with(kube.clone(), &resource);
-        let s = watcher::watcher(api, wc)
-            .default_backoff()
-            .map(move |e| (kind, e))
-            .boxed();
+        let s = relist::paced(
+            watcher::watcher(api, wc),
+            watcher::DefaultBackoff::default(),
+        )
+        .map(move |e| (kind, e))
+        .boxed();
         all.push(s);
     }
     all
@@ -364,8 +367,7 @@ async fn kube_side(
         let event = match event {
             Ok(e) => e,
             Err(e) => {
-                let gone = matches!(&e, watcher::Error::WatchError(s) if s.code == 410);
-                if gone {
+                if relist::is_gone(&e) {
                     tracing::info!(%kind, error = %e, "watch expired; relisting");
                 } else {
                     tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
