@@ -36,6 +36,9 @@ pub struct EmulatorConfig {
     pub fault_rate_5xx: f64,
     /// Probability (0..=1) that a call fails with an injected 429.
     pub fault_rate_429: f64,
+    /// Probability (0..=1) that a call fails with an injected `409 AnotherOperationInProgress` (with
+    /// `Retry-After`), as NRP answers a call that meets another operation on the same resource.
+    pub fault_rate_409: f64,
     /// Probability (0..=1) that a call is held for `timeout_hold_ms` and then answered 504.
     pub fault_rate_timeout: f64,
     /// How long an injected timeout holds the request before answering 504; make it longer than the
@@ -74,6 +77,7 @@ impl Default for EmulatorConfig {
             retry_after_secs: 1,
             fault_rate_5xx: 0.0,
             fault_rate_429: 0.0,
+            fault_rate_409: 0.0,
             fault_rate_timeout: 0.0,
             timeout_hold_ms: 30_000,
             timeout_applies_change: false,
@@ -114,6 +118,7 @@ impl EmulatorConfig {
         let rates = [
             ("fault_rate_5xx", self.fault_rate_5xx),
             ("fault_rate_429", self.fault_rate_429),
+            ("fault_rate_409", self.fault_rate_409),
             ("fault_rate_timeout", self.fault_rate_timeout),
         ];
         for (field, value) in rates {
@@ -142,7 +147,10 @@ impl EmulatorConfig {
 
     /// Whether any fault injection is configured.
     pub fn has_faults(&self) -> bool {
-        self.fault_rate_5xx > 0.0 || self.fault_rate_429 > 0.0 || self.fault_rate_timeout > 0.0
+        self.fault_rate_5xx > 0.0
+            || self.fault_rate_429 > 0.0
+            || self.fault_rate_409 > 0.0
+            || self.fault_rate_timeout > 0.0
     }
 }
 
@@ -172,5 +180,13 @@ mod tests {
         c.fault_rate_5xx = 0.6;
         c.fault_rate_429 = 0.6;
         assert!(matches!(c.validate(), Err(ConfigError::RatesExceedOne(_))));
+        c.fault_rate_429 = 0.2;
+        c.fault_rate_409 = 0.3;
+        assert!(matches!(c.validate(), Err(ConfigError::RatesExceedOne(_))));
+        c.fault_rate_409 = -0.1;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::RateOutOfRange { .. })
+        ));
     }
 }

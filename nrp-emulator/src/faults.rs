@@ -17,6 +17,8 @@ pub(crate) enum Fault {
     Timeout,
     ServerError(u16),
     TooManyRequests,
+    /// `409 AnotherOperationInProgress`.
+    Conflict,
 }
 
 /// Seeded fault decisions: one uniform draw per call that is subject to faults.
@@ -44,6 +46,7 @@ impl FaultInjector {
         let t = cfg.fault_rate_timeout;
         let s = t + cfg.fault_rate_5xx;
         let r = s + cfg.fault_rate_429;
+        let c = r + cfg.fault_rate_409;
         if u < t {
             Some(Fault::Timeout)
         } else if u < s {
@@ -55,6 +58,8 @@ impl FaultInjector {
             }))
         } else if u < r {
             Some(Fault::TooManyRequests)
+        } else if u < c {
+            Some(Fault::Conflict)
         } else {
             None
         }
@@ -144,6 +149,7 @@ mod tests {
         let cfg = EmulatorConfig {
             fault_rate_5xx: 0.2,
             fault_rate_429: 0.2,
+            fault_rate_409: 0.1,
             fault_rate_timeout: 0.1,
             seed: Some(42),
             ..Default::default()
@@ -158,6 +164,7 @@ mod tests {
         assert!(s.iter().any(|f| f.is_none()));
         assert!(s.contains(&Some(Fault::TooManyRequests)));
         assert!(s.contains(&Some(Fault::Timeout)));
+        assert!(s.contains(&Some(Fault::Conflict)));
         assert!(
             FaultInjector::new(None)
                 .draw(&EmulatorConfig::default())

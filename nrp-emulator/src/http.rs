@@ -180,11 +180,16 @@ async fn inject(
         Fault::Timeout => "timeout".to_string(),
         Fault::ServerError(s) => s.to_string(),
         Fault::TooManyRequests => "429".to_string(),
+        Fault::Conflict => "409".to_string(),
     };
     lock(&st.emu.inner.stats).record_fault(&kind);
     match fault {
         Fault::TooManyRequests => Err(EmulatorError::TooManyRequests {
             scope: "injected".into(),
+            retry_after_secs: cfg.retry_after_secs,
+        }),
+        Fault::Conflict => Err(EmulatorError::AnotherOperationInProgress {
+            gateway: target_name(route),
             retry_after_secs: cfg.retry_after_secs,
         }),
         Fault::ServerError(status) => Err(EmulatorError::InjectedServerError {
@@ -199,6 +204,15 @@ async fn inject(
             pause(st, Duration::from_millis(cfg.timeout_hold_ms)).await?;
             Err(EmulatorError::InjectedTimeout)
         }
+    }
+}
+
+/// The name of the resource (or gateway) a route names, for messages.
+fn target_name(route: &Route) -> String {
+    match &route.target {
+        Target::Resource(id) | Target::Gateway(id, _) => id.name.clone(),
+        Target::PublicIps(_, rg) | Target::LoadBalancers(_, rg) => rg.clone(),
+        Target::OperationStatus(id) | Target::OperationResult(id) => id.clone(),
     }
 }
 

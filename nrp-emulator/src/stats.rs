@@ -23,7 +23,7 @@ pub struct Stats {
     pub locations_carried: u64,
     /// Error answers by ARM error code (rule violations, throttling, injected faults, …).
     pub rejected_by_code: BTreeMap<String, u64>,
-    /// Injected faults by kind (`timeout`, `500`, `503`, `429`).
+    /// Injected faults by kind (`timeout`, `500`, `503`, `429`, `409`).
     pub faults_injected: BTreeMap<String, u64>,
     /// Calls refused by the per-gateway concurrency limit.
     pub throttled_by_limit: u64,

@@ -149,6 +149,25 @@ async fn injected_timeouts_answer_504_and_may_apply() {
     assert_eq!(h.emu().stats().faults_injected.get("timeout"), Some(&2));
 }
 
+#[tokio::test]
+async fn injected_conflicts_answer_409_another_operation_in_progress_and_change_nothing() {
+    let h = Harness::start(EmulatorConfig {
+        fault_rate_409: 1.0,
+        retry_after_secs: 2,
+        ..Default::default()
+    })
+    .await;
+    let pip = id(ResourceKind::PublicIpAddress, "p");
+    let r = h.put(&pip, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert_eq!(r.code(), "AnotherOperationInProgress");
+    assert_eq!(r.header("retry-after").as_deref(), Some("2"));
+    assert!(h.emu().dump().public_ip_addresses.is_empty());
+    // Reads are spared unless asked.
+    assert_eq!(h.get(&pip, None).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(h.emu().stats().faults_injected.get("409"), Some(&1));
+}
+
 async fn wait_for_operation(h: &Harness, status_url: &str) -> OperationStatus {
     loop {
         let r = h.call(Method::GET, status_url, None).await;

@@ -39,6 +39,9 @@ struct Args {
     /// Probability of an injected 429.
     #[arg(long)]
     fault_rate_429: Option<f64>,
+    /// Probability of an injected 409 AnotherOperationInProgress.
+    #[arg(long)]
+    fault_rate_409: Option<f64>,
     /// Probability of an injected timeout (held, then 504).
     #[arg(long)]
     fault_rate_timeout: Option<f64>,
@@ -78,6 +81,9 @@ impl Args {
         }
         if let Some(v) = self.fault_rate_429 {
             c.fault_rate_429 = v;
+        }
+        if let Some(v) = self.fault_rate_409 {
+            c.fault_rate_409 = v;
         }
         if let Some(v) = self.fault_rate_timeout {
             c.fault_rate_timeout = v;
