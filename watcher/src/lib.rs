@@ -19,6 +19,7 @@
 //!    once the service is programmed and removes the finalizer once NRP no longer has the service.
 
 pub mod cli;
+pub mod decode;
 pub mod translate;
 
 mod relist;

@@ -1,11 +1,13 @@
 //! Kubernetes objects → clb updates. Pure and synchronous: no kube client, no tokio, no I/O.
 //!
-//! A [`Translator`] keeps indexes of what the watch streams have shown (Services, EndpointSlices,
-//! egress-labelled Pods, Nodes) and a record of what it has *sent* (each inbound identity with its
-//! ports and endpoint set, each pod with its addresses). Every `apply_*` / `delete_*` recomputes only
-//! what the object can affect and returns the **delta**: the updates that take the state server from
-//! what was sent to what is wanted now. [`Translator::full_view`] renders the sent record as a resync
-//! view, so a resync after any sequence of calls equals the net effect of the deltas.
+//! Decoding an object into a plain record (what is valid, what is ours, what is skipped and why) is
+//! [`crate::decode`]'s; this module keeps the records and what was sent. A [`Translator`] keeps
+//! indexes of what the watch streams have shown (Services, EndpointSlices, egress-labelled Pods,
+//! Nodes) and a record of what it has *sent* (each inbound identity with its ports and endpoint set,
+//! each pod with its addresses). Every `apply_*` / `delete_*` recomputes only what the object can
+//! affect and returns the **delta**: the updates that take the state server from what was sent to
+//! what is wanted now. [`Translator::full_view`] renders the sent record as a resync view, so a
+//! resync after any sequence of calls equals the net effect of the deltas.
 //!
 //! Rules (docs/watcher.md has the long form):
 //! - a Service is an inbound identity (its UID) when it is of type `LoadBalancer`, its
@@ -25,27 +27,19 @@
 //!   sent for it (a bad report never removes a live backend).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt;
 use std::net::IpAddr;
 
-use clb_proto::v1::{Protocol, ServicePort, Update};
+use clb_proto::v1::{ServicePort, Update};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use clb_client::updates;
 
-/// The pod label naming a pod's egress (its outbound identity).
-pub const EGRESS_LABEL: &str = "kubernetes.azure.com/service-egress-gateway";
-
-/// The EndpointSlice label naming the Service a slice belongs to.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-/// The `spec.loadBalancerClass` that clb serves by default.
-pub const DEFAULT_CLASS: &str = "clb.azure.com/container-load-balancer";
-
-/// The finalizer clb puts on the LoadBalancer Services it programs.
-pub const FINALIZER: &str = "clb.azure.com/load-balancer-cleanup";
+use crate::decode::{self, Decoded, PodRecord, ServiceRecord, SliceRecord, family};
+pub use crate::decode::{
+    DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NodeIps, ObjKey, SERVICE_NAME_LABEL,
+    ServiceClass, classify, service_ports,
+};
 
 /// How the translator decides what is ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,253 +67,6 @@ impl Default for TranslatorConfig {
     }
 }
 
-/// The kinds of objects the watcher follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// `v1/Service`.
-    Service,
-    /// `discovery.k8s.io/v1/EndpointSlice`.
-    EndpointSlice,
-    /// `v1/Pod` (egress-labelled).
-    Pod,
-    /// `v1/Node`.
-    Node,
-}
-
-impl Kind {
-    /// Every kind, in a fixed order.
-    pub const ALL: [Kind; 4] = [Kind::Service, Kind::EndpointSlice, Kind::Pod, Kind::Node];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Service => "Service",
-            Kind::EndpointSlice => "EndpointSlice",
-            Kind::Pod => "Pod",
-            Kind::Node => "Node",
-        })
-    }
-}
-
-/// The key of an object: `namespace/name` (the namespace is empty for Nodes).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjKey {
-    /// The namespace; empty for cluster-scoped objects.
-    pub namespace: String,
-    /// The name.
-    pub name: String,
-}
-
-impl ObjKey {
-    /// A namespaced key.
-    pub fn new(namespace: &str, name: &str) -> Self {
-        Self {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        }
-    }
-
-    /// The key of a cluster-scoped object (a Node).
-    pub fn cluster(name: &str) -> Self {
-        Self::new("", name)
-    }
-
-    /// The key of an object from its metadata; `None` (with a warning) when the name, or for a
-    /// namespaced kind the namespace, is missing.
-    pub fn of(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
-        let Some(name) = meta.name.as_deref().filter(|n| !n.is_empty()) else {
-            tracing::warn!(%kind, "object skipped: it has no metadata.name");
-            return None;
-        };
-        if kind == Kind::Node {
-            return Some(Self::cluster(name));
-        }
-        match meta.namespace.as_deref().filter(|n| !n.is_empty()) {
-            Some(ns) => Some(Self::new(ns, name)),
-            None => {
-                tracing::warn!(%kind, name, "object skipped: it has no metadata.namespace");
-                None
-            }
-        }
-    }
-}
-
-impl fmt::Display for ObjKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            f.write_str(&self.name)
-        } else {
-            write!(f, "{}/{}", self.namespace, self.name)
-        }
-    }
-}
-
-/// How a Service relates to clb.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServiceClass {
-    /// Not of type `LoadBalancer`.
-    NotLoadBalancer,
-    /// A LoadBalancer Service of another class (or unclassed, when unclassed ones are not claimed).
-    OtherClass(Option<String>),
-    /// A LoadBalancer Service of our class.
-    Ours,
-}
-
-/// Classifies a Service: is it a LoadBalancer Service of our class?
-pub fn classify(svc: &Service, config: &TranslatorConfig) -> ServiceClass {
-    let Some(spec) = &svc.spec else {
-        return ServiceClass::NotLoadBalancer;
-    };
-    if spec.type_.as_deref() != Some("LoadBalancer") {
-        return ServiceClass::NotLoadBalancer;
-    }
-    match spec.load_balancer_class.as_deref() {
-        None if config.claim_unclassed => ServiceClass::Ours,
-        Some(c) if c == config.class => ServiceClass::Ours,
-        other => ServiceClass::OtherClass(other.map(str::to_owned)),
-    }
-}
-
-/// The ports of a LoadBalancer Service as load balancer rules: TCP and UDP, deduplicated, sorted.
-/// SCTP ports and ports out of range are skipped with a warning naming the Service.
-pub fn service_ports(key: &ObjKey, svc: &Service) -> Vec<ServicePort> {
-    let mut out = BTreeSet::new();
-    let ports = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.as_deref())
-        .unwrap_or(&[]);
-    for (i, p) in ports.iter().enumerate() {
-        let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
-            "TCP" => Protocol::Tcp,
-            "UDP" => Protocol::Udp,
-            other => {
-                tracing::warn!(
-                    service = %key,
-                    field = %format!("spec.ports[{i}].protocol"),
-                    value = other,
-                    "port skipped: Azure load balancer rules support only TCP and UDP"
-                );
-                continue;
-            }
-        };
-        let Some(port) = u16::try_from(p.port).ok().filter(|p| *p != 0) else {
-            tracing::warn!(
-                service = %key,
-                field = %format!("spec.ports[{i}].port"),
-                value = p.port,
-                "port skipped: not in 1..=65535"
-            );
-            continue;
-        };
-        out.insert((port, protocol as i32));
-    }
-    out.into_iter()
-        .map(|(port, protocol)| ServicePort {
-            port: u32::from(port),
-            protocol,
-        })
-        .collect()
-}
-
-fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    s.trim()
-        .parse::<IpAddr>()
-        .map_err(|_| "not an IP address".to_owned())
-}
-
-fn family(ip: IpAddr) -> &'static str {
-    if ip.is_ipv4() { "IPv4" } else { "IPv6" }
-}
-
-/// A Node's InternalIPs: the first valid one of each family.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeIps {
-    /// The IPv4 InternalIP.
-    pub v4: Option<IpAddr>,
-    /// The IPv6 InternalIP.
-    pub v6: Option<IpAddr>,
-}
-
-impl NodeIps {
-    /// The InternalIPs of `node` (malformed addresses are skipped with a warning).
-    pub fn of(key: &ObjKey, node: &Node) -> Self {
-        let mut ips = Self::default();
-        let addresses = node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_deref())
-            .unwrap_or(&[]);
-        for (i, a) in addresses.iter().enumerate() {
-            if a.type_ != "InternalIP" {
-                continue;
-            }
-            match parse_ip(&a.address) {
-                Ok(ip @ IpAddr::V4(_)) => {
-                    ips.v4.get_or_insert(ip);
-                }
-                Ok(ip @ IpAddr::V6(_)) => {
-                    ips.v6.get_or_insert(ip);
-                }
-                Err(reason) => tracing::warn!(
-                    node = %key,
-                    field = %format!("status.addresses[{i}].address"),
-                    value = %a.address,
-                    reason,
-                    "node address skipped"
-                ),
-            }
-        }
-        ips
-    }
-
-    /// The InternalIP of the same family as `address`.
-    pub fn for_address(&self, address: IpAddr) -> Option<IpAddr> {
-        if address.is_ipv4() { self.v4 } else { self.v6 }
-    }
-
-    /// Both IPs that are known.
-    pub fn all(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.v4.iter().chain(self.v6.iter()).copied()
-    }
-}
-
-/// A desired inbound identity.
-#[derive(Debug, Clone)]
-struct SvcEntry {
-    uid: String,
-    ports: Vec<ServicePort>,
-}
-
-/// One endpoint of an EndpointSlice, validated.
-#[derive(Debug, Clone)]
-struct SliceEndpoint {
-    address: IpAddr,
-    node: String,
-    ready: bool,
-    serving_terminating: bool,
-}
-
-#[derive(Debug, Clone)]
-struct SliceEntry {
-    service: ObjKey,
-    endpoints: Vec<SliceEndpoint>,
-}
-
-#[derive(Debug, Clone)]
-struct PodEntry {
-    uid: String,
-    node: String,
-    addresses: Vec<IpAddr>,
-    host_ips: Vec<IpAddr>,
-    egress: String,
-}
-
 /// What was sent for one Service.
 #[derive(Debug, Clone)]
 struct SentService {
@@ -342,11 +89,11 @@ struct SentPod {
 #[derive(Debug)]
 pub struct Translator {
     config: TranslatorConfig,
-    services: HashMap<ObjKey, SvcEntry>,
-    slices: HashMap<ObjKey, SliceEntry>,
+    services: HashMap<ObjKey, ServiceRecord>,
+    slices: HashMap<ObjKey, SliceRecord>,
     slices_of: HashMap<ObjKey, BTreeSet<ObjKey>>,
     nodes: HashMap<String, NodeIps>,
-    pods: HashMap<ObjKey, PodEntry>,
+    pods: HashMap<ObjKey, PodRecord>,
     /// node → service → number of slice endpoints of that service on the node.
     services_on_node: HashMap<String, HashMap<ObjKey, usize>>,
     /// node → pods on it.
@@ -439,7 +186,7 @@ impl Translator {
 
     /// A pod address's location: its node's InternalIP of the family, else the pod's hostIP of
     /// the family (kubelet's view of where the pod is).
-    fn pod_location(&self, pod: &PodEntry, address: IpAddr) -> Option<IpAddr> {
+    fn pod_location(&self, pod: &PodRecord, address: IpAddr) -> Option<IpAddr> {
         self.node_ip(&pod.node, address).or_else(|| {
             pod.host_ips
                 .iter()
@@ -536,36 +283,14 @@ impl Translator {
             return Vec::new();
         };
         self.seen(Kind::Service, &key);
-        let class = classify(svc, &self.config);
-        let deleting = svc.metadata.deletion_timestamp.is_some();
-        let wanted = class == ServiceClass::Ours && !deleting;
-        let uid = svc.metadata.uid.as_deref().unwrap_or("");
-        if wanted && uid.trim().is_empty() {
-            tracing::warn!(service = %key, "Service skipped: it has no metadata.uid");
-            return Vec::new();
-        }
-        let finalized = match &self.config.require_finalizer {
-            None => true,
-            Some(f) => svc
-                .metadata
-                .finalizers
-                .as_ref()
-                .is_some_and(|l| l.iter().any(|x| x == f)),
-        };
-        if wanted && !finalized {
-            tracing::debug!(service = %key, "Service waits for its finalizer before it is programmed");
-        }
-        if wanted && finalized {
-            let ports = service_ports(&key, svc);
-            self.services.insert(
-                key.clone(),
-                SvcEntry {
-                    uid: uid.to_owned(),
-                    ports,
-                },
-            );
-        } else {
-            self.services.remove(&key);
+        match decode::service(&key, svc, &self.config) {
+            Decoded::Record(record) => {
+                self.services.insert(key.clone(), record);
+            }
+            Decoded::Ignored => {
+                self.services.remove(&key);
+            }
+            Decoded::Malformed => return Vec::new(),
         }
         let mut out = Vec::new();
         self.sync_service(&key, &mut out);
@@ -659,21 +384,10 @@ impl Translator {
             return Vec::new();
         };
         self.seen(Kind::EndpointSlice, &key);
-        let service = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            .filter(|s| !s.is_empty());
-        let Some(service) = service else {
-            tracing::debug!(slice = %key, "EndpointSlice without label {SERVICE_NAME_LABEL}: no Service");
-            return self.delete_slice(&key);
-        };
-        let entry = SliceEntry {
-            service: ObjKey::new(&key.namespace, service),
-            endpoints: slice_endpoints(&key, slice),
-        };
-        self.replace_slice(&key, Some(entry))
+        match decode::slice(&key, slice) {
+            Decoded::Record(record) => self.replace_slice(&key, Some(record)),
+            Decoded::Ignored | Decoded::Malformed => self.delete_slice(&key),
+        }
     }
 
     /// An EndpointSlice was deleted.
@@ -681,7 +395,7 @@ impl Translator {
         self.replace_slice(key, None)
     }
 
-    fn replace_slice(&mut self, key: &ObjKey, new: Option<SliceEntry>) -> Vec<Update> {
+    fn replace_slice(&mut self, key: &ObjKey, new: Option<SliceRecord>) -> Vec<Update> {
         let mut affected = BTreeSet::new();
         if let Some(old) = self.slices.remove(key) {
             for ep in &old.endpoints {
@@ -782,6 +496,14 @@ impl Translator {
         self.nodes.get(name).copied()
     }
 
+    /// Every known node with its InternalIPs, by name.
+    pub fn nodes(&self) -> Vec<(String, NodeIps)> {
+        let mut nodes: Vec<(String, NodeIps)> =
+            self.nodes.iter().map(|(n, ips)| (n.clone(), *ips)).collect();
+        nodes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
     // ---- Pods ----
 
     /// A Pod was added or changed.
@@ -790,10 +512,10 @@ impl Translator {
             return Vec::new();
         };
         self.seen(Kind::Pod, &key);
-        match self.pod_entry(&key, pod) {
-            Ok(Some(entry)) => self.replace_pod(&key, Some(entry)),
-            Ok(None) => self.replace_pod(&key, None),
-            Err(()) => Vec::new(),
+        match decode::pod(&key, pod, self.config.node.as_deref()) {
+            Decoded::Record(record) => self.replace_pod(&key, Some(record)),
+            Decoded::Ignored => self.replace_pod(&key, None),
+            Decoded::Malformed => Vec::new(),
         }
     }
 
@@ -802,99 +524,7 @@ impl Translator {
         self.replace_pod(key, None)
     }
 
-    /// `Ok(None)`: the pod is not reported (no egress, other node, terminal, host network, no IP
-    /// yet); `Err`: malformed (logged), what was sent stays.
-    fn pod_entry(&self, key: &ObjKey, pod: &Pod) -> Result<Option<PodEntry>, ()> {
-        let egress = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(EGRESS_LABEL))
-            .map(|e| e.trim())
-            .unwrap_or("");
-        if egress.is_empty() {
-            tracing::debug!(pod = %key, "pod not reported: no {EGRESS_LABEL} label value");
-            return Ok(None);
-        }
-        let spec = pod.spec.as_ref();
-        let node = spec.and_then(|s| s.node_name.as_deref()).unwrap_or("");
-        if let Some(only) = &self.config.node
-            && node != only
-        {
-            return Ok(None);
-        }
-        if spec.and_then(|s| s.host_network).unwrap_or(false) {
-            tracing::debug!(pod = %key, "pod not reported: it uses the host network");
-            return Ok(None);
-        }
-        let status = pod.status.as_ref();
-        if matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        ) {
-            return Ok(None);
-        }
-        let uid = pod.metadata.uid.as_deref().unwrap_or("").trim();
-        if uid.is_empty() {
-            tracing::warn!(pod = %key, "pod skipped: it has no metadata.uid");
-            return Err(());
-        }
-        if node.is_empty() {
-            // Not scheduled yet: it has no IP either.
-            return Ok(None);
-        }
-        let mut raw: Vec<(String, String)> = Vec::new();
-        if let Some(ips) = status.and_then(|s| s.pod_ips.as_ref()) {
-            raw.extend(
-                ips.iter()
-                    .enumerate()
-                    .map(|(i, p)| (format!("status.podIPs[{i}].ip"), p.ip.clone())),
-            );
-        }
-        if raw.is_empty()
-            && let Some(ip) = status.and_then(|s| s.pod_ip.as_ref())
-        {
-            raw.push(("status.podIP".to_owned(), ip.clone()));
-        }
-        let mut addresses = Vec::new();
-        for (field, value) in &raw {
-            match parse_ip(value) {
-                Ok(ip) if !addresses.contains(&ip) => addresses.push(ip),
-                Ok(_) => {}
-                Err(reason) => {
-                    tracing::warn!(pod = %key, field = %field, value = %value, reason, "pod address skipped");
-                }
-            }
-        }
-        if addresses.is_empty() && !raw.is_empty() {
-            return Err(());
-        }
-        let mut host_ips = Vec::new();
-        let host_raw: Vec<&str> = match status.and_then(|s| s.host_ips.as_ref()) {
-            Some(h) if !h.is_empty() => h.iter().map(|h| h.ip.as_str()).collect(),
-            _ => status
-                .and_then(|s| s.host_ip.as_deref())
-                .into_iter()
-                .collect(),
-        };
-        for h in host_raw {
-            match parse_ip(h) {
-                Ok(ip) => host_ips.push(ip),
-                Err(reason) => {
-                    tracing::warn!(pod = %key, field = "status.hostIPs", value = h, reason, "pod host IP ignored");
-                }
-            }
-        }
-        Ok(Some(PodEntry {
-            uid: uid.to_owned(),
-            node: node.to_owned(),
-            addresses,
-            host_ips,
-            egress: egress.to_owned(),
-        }))
-    }
-
-    fn replace_pod(&mut self, key: &ObjKey, new: Option<PodEntry>) -> Vec<Update> {
+    fn replace_pod(&mut self, key: &ObjKey, new: Option<PodRecord>) -> Vec<Update> {
         if let Some(old) = self.pods.remove(key)
             && let Some(s) = self.pods_on_node.get_mut(&old.node)
         {
@@ -1049,61 +679,4 @@ fn level(uid: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {
             .map(|(a, l)| updates::endpoint(&a.to_string(), &l.to_string()))
             .collect(),
     )
-}
-
-/// The valid endpoints of a slice; malformed ones are skipped with a warning.
-fn slice_endpoints(key: &ObjKey, slice: &EndpointSlice) -> Vec<SliceEndpoint> {
-    let want_v4 = match slice.address_type.as_str() {
-        "IPv4" => true,
-        "IPv6" => false,
-        "FQDN" => {
-            tracing::debug!(slice = %key, "FQDN EndpointSlice ignored: no IP endpoints");
-            return Vec::new();
-        }
-        other => {
-            tracing::warn!(slice = %key, field = "addressType", value = other, "EndpointSlice skipped: unknown address type");
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for (i, ep) in slice.endpoints.iter().enumerate() {
-        // Only the first address has a meaning (the API says consumers use addresses[0]).
-        let Some(raw) = ep.addresses.first() else {
-            tracing::warn!(slice = %key, field = %format!("endpoints[{i}].addresses"), "endpoint skipped: no address");
-            continue;
-        };
-        let address = match parse_ip(raw) {
-            Ok(a) => a,
-            Err(reason) => {
-                tracing::warn!(slice = %key, field = %format!("endpoints[{i}].addresses[0]"), value = %raw, reason, "endpoint skipped");
-                continue;
-            }
-        };
-        if address.is_ipv4() != want_v4 {
-            tracing::warn!(
-                slice = %key,
-                field = %format!("endpoints[{i}].addresses[0]"),
-                value = %raw,
-                address_type = %slice.address_type,
-                "endpoint skipped: its IP family differs from the slice's addressType"
-            );
-            continue;
-        }
-        let Some(node) = ep.node_name.as_deref().filter(|n| !n.is_empty()) else {
-            tracing::warn!(slice = %key, field = %format!("endpoints[{i}].nodeName"), address = %address, "endpoint skipped: no nodeName, its location is unknown");
-            continue;
-        };
-        let c = ep.conditions.as_ref();
-        // API semantics: ready unset = ready; serving unset = as ready; terminating unset = false.
-        let ready = c.and_then(|c| c.ready).unwrap_or(true);
-        let serving = c.and_then(|c| c.serving).unwrap_or(ready);
-        let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
-        out.push(SliceEndpoint {
-            address,
-            node: node.to_owned(),
-            ready,
-            serving_terminating: serving && terminating,
-        });
-    }
-    out
 }
