@@ -97,7 +97,8 @@ impl ClientError {
 /// TLS to the state server.
 #[derive(Debug, Clone, Default)]
 pub struct TlsOptions {
-    /// PEM of the CA that signs the server's certificate; `None` uses the system's roots.
+    /// PEM of the CA that signs the server's certificate; `None` uses the TLS stack's enabled roots
+    /// (this build enables none: give the CA).
     pub ca_pem: Option<Vec<u8>>,
     /// The name to check in the server's certificate; `None` uses the endpoint's host.
     pub domain: Option<String>,
@@ -121,7 +122,7 @@ pub struct ConnectOptions {
     /// Deadline of each unary call (`None`: none).
     pub request_timeout: Option<Duration>,
     /// TLS settings; `None` is plaintext HTTP/2. With TLS, an `http://` endpoint is upgraded to
-    /// `https://` (never plaintext by accident).
+    /// `https://` (never plaintext by accident; [`clb_proto::endpoint_url`]).
     pub tls: Option<TlsOptions>,
     /// The gateway every call names; empty is the server's default gateway.
     pub gateway: String,
@@ -154,12 +155,8 @@ impl ConnectOptions {
             endpoint: self.endpoint.clone(),
             reason,
         };
-        // tonic only speaks TLS to `https://` URLs and would silently fall back to plaintext for an
-        // `http://` one: with TLS options, the scheme is upgraded.
-        let url = match (&self.tls, self.endpoint.strip_prefix("http://")) {
-            (Some(_), Some(rest)) => format!("https://{rest}"),
-            _ => self.endpoint.clone(),
-        };
+        // With TLS options an `http://` URL is dialled as `https://` (never plaintext by accident).
+        let url = clb_proto::endpoint_url(&self.endpoint, self.tls.is_some());
         let mut ep = Endpoint::from_shared(url)
             .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(self.connect_timeout)
@@ -634,5 +631,21 @@ impl Writer {
                 })
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_tls_options_an_http_endpoint_is_dialled_as_https() {
+        let plain = ConnectOptions::new("http://127.0.0.1:50051");
+        assert_eq!(plain.endpoint().unwrap().uri().scheme_str(), Some("http"));
+        let mut tls = ConnectOptions::new("http://127.0.0.1:50051");
+        tls.tls = Some(TlsOptions::default());
+        let uri = tls.endpoint().unwrap().uri().clone();
+        assert_eq!(uri.scheme_str(), Some("https"));
+        assert_eq!(uri.authority().map(|a| a.as_str()), Some("127.0.0.1:50051"));
     }
 }

@@ -34,6 +34,21 @@ pub fn now_unix_ms() -> i64 {
     unix_ms(std::time::SystemTime::now())
 }
 
+/// The URL to dial for the state server at `url`: with `tls`, an `http://` URL (scheme matched
+/// case-insensitively) becomes `https://`, since tonic speaks TLS only to `https://` URLs and would
+/// otherwise fall back to plaintext; anything else is returned unchanged. Used by every client of
+/// the state server (the typed client, the sync worker), so that asking for TLS never ends in
+/// plaintext.
+pub fn endpoint_url(url: &str, tls: bool) -> String {
+    const HTTP: &str = "http://";
+    match url.get(..HTTP.len()) {
+        Some(scheme) if tls && scheme.eq_ignore_ascii_case(HTTP) => {
+            format!("https://{}", &url[HTTP.len()..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// The fully qualified gRPC names of the three services, as they appear on the wire and in
 /// reflection.
 pub mod service_names {
@@ -57,6 +72,33 @@ mod tests {
         ServiceFrontend, WorkUnit, report, work_unit,
     };
     use super::{FILE_DESCRIPTOR_SET, service_names};
+
+    #[test]
+    fn endpoint_url_upgrades_http_to_https_only_with_tls() {
+        use super::endpoint_url;
+        // Plaintext: every URL as given.
+        assert_eq!(endpoint_url("http://a:1", false), "http://a:1");
+        assert_eq!(endpoint_url("https://a:1", false), "https://a:1");
+        // TLS: http:// becomes https://, whatever the scheme's case; the rest is kept verbatim.
+        assert_eq!(endpoint_url("http://a:1", true), "https://a:1");
+        assert_eq!(endpoint_url("HTTP://a:1/x?y", true), "https://a:1/x?y");
+        assert_eq!(
+            endpoint_url("http://[::1]:50051", true),
+            "https://[::1]:50051"
+        );
+        // Already https, another scheme, no scheme, or too short: unchanged.
+        assert_eq!(endpoint_url("https://a:1", true), "https://a:1");
+        assert_eq!(endpoint_url("HTTPS://a:1", true), "HTTPS://a:1");
+        assert_eq!(
+            endpoint_url("unix:///run/clb.sock", true),
+            "unix:///run/clb.sock"
+        );
+        assert_eq!(endpoint_url("a:1", true), "a:1");
+        assert_eq!(endpoint_url("http:/", true), "http:/");
+        assert_eq!(endpoint_url("", true), "");
+        // A multi-byte character where the scheme would end is not a panic.
+        assert_eq!(endpoint_url("http:/é", true), "http:/é");
+    }
 
     fn descriptor_set() -> FileDescriptorSet {
         FileDescriptorSet::decode(FILE_DESCRIPTOR_SET).expect("FILE_DESCRIPTOR_SET decodes")
@@ -105,6 +147,10 @@ mod tests {
             frontends: vec![ServiceFrontend {
                 service: "uid-a".into(),
                 ip: "20.0.0.7".into(),
+            }],
+            service_progress: vec![super::v1::ServiceProgress {
+                index: 1,
+                step: super::v1::ServiceStep::Unregistered as i32,
             }],
             outcome: Some(report::Outcome::Retryable(Retryable {
                 retry_after_ms: 1500,

@@ -82,11 +82,7 @@ impl WorkerConfig {
     /// The URL the worker connects to: [`WorkerConfig::server`], with `http://` turned into
     /// `https://` when TLS is configured (tonic only speaks TLS to `https://` URLs).
     pub fn connect_url(&self) -> String {
-        if self.tls.is_some() && has_scheme(&self.server, "http://") {
-            format!("https://{}", &self.server["http://".len()..])
-        } else {
-            self.server.clone()
-        }
+        clb_proto::endpoint_url(&self.server, self.tls.is_some())
     }
 
     /// The TLS settings the connection uses (defaults for an `https://` URL without settings), or
