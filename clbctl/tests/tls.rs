@@ -1,12 +1,11 @@
 //! Every client of the state server over TLS, against a real state server behind TLS on 127.0.0.1:0
-//! (certificates generated here with rcgen: a CA, a server certificate for `localhost` and 127.0.0.1,
-//! a client certificate): the typed client (with the CA, without it, by IP address with a domain
-//! override), mutual TLS (no certificate refused, the signed one accepted, also through the
-//! watcher's `--tls-*` flags), `clbctl --ca-cert`, and a sync worker that gets its work over mutual
-//! TLS and executes it against the NRP emulator. Nothing reaches the network; waits are bounded
-//! only to fail a hung test.
+//! (certificates from `tests/support/pki.rs`, shared with the state server's TLS tests: a CA, a
+//! server certificate for `localhost` and 127.0.0.1, a client certificate): the typed client (with
+//! the CA, without it, by IP address with a domain override), mutual TLS (no certificate refused,
+//! the signed one accepted, also through the watcher's `--tls-*` flags), `clbctl --ca-cert`, and a
+//! sync worker that gets its work over mutual TLS and executes it against the NRP emulator. Nothing
+//! reaches the network; waits are bounded only to fail a hung test.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,113 +18,17 @@ use clb_proto::v1::Protocol;
 use clb_state_server::state::{ServerConfig, StateServer};
 use clb_state_server::tls::TlsFiles;
 use clb_sync_worker::worker::{self, Backoff, WorkerConfig, WorkerTls};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use tokio::sync::oneshot;
+
+#[path = "../../tests/support/pki.rs"]
+mod pki;
+use pki::Pki;
 
 /// A guard against hangs, not a timing assertion.
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn init() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
-// ---- certificates -----------------------------------------------------------------------------------
-
-/// A test CA, a server certificate for `localhost` and 127.0.0.1 and a client certificate, as PEM
-/// strings and as files in a directory of their own.
-struct Pki {
-    dir: PathBuf,
-    ca: String,
-    client_cert: String,
-    client_key: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Self {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, format!("clb test CA {name}"));
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-            let key = KeyPair::generate().unwrap();
-            let mut p = CertificateParams::new(names.clone()).unwrap();
-            p.distinguished_name.push(DnType::CommonName, &names[0]);
-            p.extended_key_usages = vec![usage];
-            p.use_authority_key_identifier_extension = true;
-            (
-                p.signed_by(&key, &issuer).unwrap().pem(),
-                key.serialize_pem(),
-            )
-        };
-        let (server_cert, server_key) = leaf(
-            vec!["localhost".into(), "127.0.0.1".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client_cert, client_key) = leaf(
-            vec!["clb-test-client".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        let dir =
-            std::env::temp_dir().join(format!("clb-client-tls-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ca = ca_cert.pem();
-        for (file, pem) in [
-            ("ca.pem", &ca),
-            ("server.pem", &server_cert),
-            ("server.key", &server_key),
-            ("client.pem", &client_cert),
-            ("client.key", &client_key),
-        ] {
-            std::fs::write(dir.join(file), pem).unwrap();
-        }
-        Self {
-            dir,
-            ca,
-            client_cert,
-            client_key,
-        }
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
-    }
-
-    fn path_str(&self, file: &str) -> String {
-        self.path(file).display().to_string()
-    }
-
-    /// The server's files, with the CA as client CA for mutual TLS.
-    fn server_files(&self, mutual: bool) -> TlsFiles {
-        TlsFiles {
-            cert: self.path("server.pem"),
-            key: self.path("server.key"),
-            client_ca: mutual.then(|| self.path("ca.pem")),
-        }
-    }
-
-    fn client_identity(&self) -> (Vec<u8>, Vec<u8>) {
-        (
-            self.client_cert.clone().into_bytes(),
-            self.client_key.clone().into_bytes(),
-        )
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 // ---- a state server behind TLS -----------------------------------------------------------------------

@@ -5,9 +5,9 @@
 //! plaintext. Certificates are generated here with rcgen; every server binds 127.0.0.1:0.
 //!
 //! The typed client, clbctl's options and the sync worker over TLS are tested in
-//! `client/tests/tls.rs`.
+//! `clbctl/tests/tls.rs`. The certificates come from `tests/support/pki.rs`, shared with it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,109 +16,15 @@ use clb_proto::v1::StatusRequest;
 use clb_proto::v1::admin_client::AdminClient;
 use clb_state_server::state::{ServerConfig, StateServer};
 use clb_state_server::tls::{TlsError, TlsFiles};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use tokio::sync::oneshot;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
+#[path = "../../tests/support/pki.rs"]
+mod pki;
+use pki::Pki;
+
 /// A guard against hangs, not a timing assertion.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-// ---- certificates -----------------------------------------------------------------------------------
-
-/// A test CA, a server certificate for `localhost` and 127.0.0.1 and a client certificate, all PEM,
-/// also written to files in a directory of their own.
-struct Pki {
-    dir: PathBuf,
-    ca: String,
-    server_cert: String,
-    server_key: String,
-    client_cert: String,
-    client_key: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Self {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, format!("clb test CA {name}"));
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-            let key = KeyPair::generate().unwrap();
-            let mut p = CertificateParams::new(names.clone()).unwrap();
-            p.distinguished_name.push(DnType::CommonName, &names[0]);
-            p.extended_key_usages = vec![usage];
-            p.use_authority_key_identifier_extension = true;
-            (
-                p.signed_by(&key, &issuer).unwrap().pem(),
-                key.serialize_pem(),
-            )
-        };
-        let (server_cert, server_key) = leaf(
-            vec!["localhost".into(), "127.0.0.1".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client_cert, client_key) = leaf(
-            vec!["clb-test-client".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        let dir = std::env::temp_dir().join(format!("clb-tls-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pki = Self {
-            dir,
-            ca: ca_cert.pem(),
-            server_cert,
-            server_key,
-            client_cert,
-            client_key,
-        };
-        for (file, pem) in [
-            ("ca.pem", &pki.ca),
-            ("server.pem", &pki.server_cert),
-            ("server.key", &pki.server_key),
-            ("client.pem", &pki.client_cert),
-            ("client.key", &pki.client_key),
-        ] {
-            std::fs::write(pki.dir.join(file), pem).unwrap();
-        }
-        pki
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
-    }
-
-    /// Writes `content` to `file` in the directory and returns its path.
-    fn write(&self, file: &str, content: &str) -> PathBuf {
-        let p = self.path(file);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
-
-    fn files(&self, client_ca: bool) -> TlsFiles {
-        TlsFiles {
-            cert: self.path("server.pem"),
-            key: self.path("server.key"),
-            client_ca: client_ca.then(|| self.path("ca.pem")),
-        }
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn init() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -137,8 +43,8 @@ fn load_err(files: &TlsFiles) -> String {
 fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     init();
     let pki = Pki::new("load");
-    pki.files(false).load().expect("server identity");
-    pki.files(true)
+    pki.server_files(false).load().expect("server identity");
+    pki.server_files(true)
         .load()
         .expect("server identity with a client CA");
 
@@ -149,7 +55,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     // Unreadable files.
     let e = load_err(&TlsFiles {
         cert: missing.clone(),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!(
@@ -160,7 +66,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     );
     let e = load_err(&TlsFiles {
         key: missing.clone(),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!(
@@ -171,7 +77,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     );
     let e = load_err(&TlsFiles {
         client_ca: Some(missing.clone()),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!(
@@ -188,17 +94,17 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     );
     let e = load_err(&TlsFiles {
         cert: garbage.clone(),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert_eq!(e, format!("--tls-cert {no_cert}"));
     let e = load_err(&TlsFiles {
         client_ca: Some(garbage.clone()),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert_eq!(e, format!("--tls-client-ca {no_cert}"));
     let e = load_err(&TlsFiles {
         key: garbage.clone(),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!(
@@ -210,7 +116,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     // A key file that holds a certificate (a classic mix-up) holds no key either.
     let e = load_err(&TlsFiles {
         key: pki.path("server.pem"),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(e.starts_with("--tls-key "), "{e}");
 
@@ -218,7 +124,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     let other_key = pki.path("client.key");
     let e = load_err(&TlsFiles {
         key: other_key.clone(),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!(
@@ -231,7 +137,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     assert!(matches!(
         TlsFiles {
             key: other_key,
-            ..pki.files(false)
+            ..pki.server_files(false)
         }
         .load(),
         Err(TlsError::Identity { .. })
@@ -244,7 +150,7 @@ fn valid_files_load_and_bad_ones_are_errors_naming_the_flag_and_the_file() {
     );
     let e = load_err(&TlsFiles {
         client_ca: Some(bad_der.clone()),
-        ..pki.files(false)
+        ..pki.server_files(false)
     });
     assert!(
         e.starts_with(&format!("--tls-client-ca {}: ", d(&bad_der))),
@@ -381,7 +287,7 @@ async fn status(url: String, tls: Option<ClientTlsConfig>) -> Result<String, Str
 async fn a_server_behind_tls_answers_only_tls_clients_that_trust_its_ca() {
     init();
     let pki = Pki::new("serve");
-    let server = TlsServer::start(&pki.files(false)).await;
+    let server = TlsServer::start(&pki.server_files(false)).await;
     let https = format!("https://localhost:{}", server.port);
     let trust = || ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pki.ca));
 
@@ -412,7 +318,7 @@ async fn a_server_behind_tls_answers_only_tls_clients_that_trust_its_ca() {
 async fn with_a_client_ca_only_clients_with_a_certificate_it_signed_get_in() {
     init();
     let pki = Pki::new("mtls");
-    let server = TlsServer::start(&pki.files(true)).await;
+    let server = TlsServer::start(&pki.server_files(true)).await;
     let https = format!("https://localhost:{}", server.port);
     let trust = || ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pki.ca));
 
