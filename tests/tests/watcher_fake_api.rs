@@ -189,9 +189,13 @@ impl Running {
 }
 
 fn start_watcher(h: &Harness, fake: &FakeApi, mode: Mode) -> Running {
+    start_watcher_polling(h, fake, mode, Duration::from_millis(50))
+}
+
+fn start_watcher_polling(h: &Harness, fake: &FakeApi, mode: Mode, poll: Duration) -> Running {
     let mut config = WatcherConfig::new(ConnectOptions::new(h.url()), mode);
     config.coalesce = Duration::from_millis(20);
-    config.poll_interval = Duration::from_millis(50);
+    config.poll_interval = poll;
     config.recheck_interval = Duration::from_secs(1);
     config.backoff_initial = Duration::from_millis(50);
     config.backoff_max = Duration::from_millis(500);
@@ -853,4 +857,68 @@ async fn a_finalizer_removal_that_meets_a_concurrent_writer_is_retried_and_keeps
 
     w.stop().await;
     h.shutdown().await;
+}
+
+/// The finalizer of a new Service is added on its watch event, not by the write-back's poll: with a
+/// poll interval of an hour (after the first tick at start), a Service created later still gets its
+/// finalizer and its endpoints reach the state server's desired state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_services_finalizer_is_added_on_its_first_event_without_waiting_for_a_poll() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let w = start_watcher_polling(
+        &h,
+        &fake,
+        Mode::Cluster { pods: true },
+        Duration::from_secs(3600),
+    );
+    let client = h.client().await;
+    eventually("the first list is resynced", || async {
+        let s = client.status().await.map_err(|e| e.to_string())?;
+        s.writers
+            .iter()
+            .any(|w| w.source == "watcher" && w.last_resync_unix_ms > 0)
+            .then_some(())
+            .ok_or_else(|| "no resync yet".to_owned())
+    })
+    .await;
+
+    const LATE: &str = "3b0c0d4e-0000-4000-8000-00000000000d";
+    fake.put(
+        "services",
+        svc(
+            "late",
+            LATE,
+            json!({"type": "LoadBalancer", "ports": [{"port": 8080, "protocol": "TCP"}]}),
+        ),
+    );
+    fake.put(
+        "endpointslices",
+        slice(
+            "late-1",
+            "late",
+            "IPv4",
+            vec![ep("10.1.0.7", "node-a", true)],
+        ),
+    );
+    eventually("the late Service carries our finalizer", || async {
+        let o = fake.get("services", "default", "late").ok_or("gone")?;
+        has_finalizer(&o)
+            .then_some(())
+            .ok_or_else(|| format!("no finalizer: {o}"))
+    })
+    .await;
+    let desired = eventually("the late Service's endpoint is desired", || async {
+        let d = desired_at(&client, "10.0.0.1").await;
+        d.iter()
+            .any(|a| a == &format!("10.1.0.7={LATE}"))
+            .then_some(d.clone())
+            .ok_or_else(|| format!("{d:?}"))
+    })
+    .await;
+    assert!(desired.contains(&format!("10.1.0.7={LATE}")));
+    w.stop().await;
 }

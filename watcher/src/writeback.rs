@@ -186,7 +186,11 @@ pub(crate) async fn run(
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some(m) => wb.handle(m),
+                // A Service seen without our finalizer gets it at once, not at the next tick: the
+                // translator programs a Service only once it carries the finalizer.
+                Some(m) => if wb.handle(m) {
+                    wb.act().await;
+                },
                 None => return,
             },
             _ = tick.tick() => wb.act().await,
@@ -195,7 +199,21 @@ pub(crate) async fn run(
 }
 
 impl WriteBack {
-    fn handle(&mut self, msg: Msg) {
+    /// Folds in `msg`; returns whether a finalizer is to be added now.
+    fn handle(&mut self, msg: Msg) -> bool {
+        let key = match &msg {
+            Msg::Seen { facts, .. } => Some(facts.key.clone()),
+            _ => None,
+        };
+        self.fold(msg);
+        key.and_then(|k| self.records.get(&k)).is_some_and(|r| {
+            r.action() == Action::AddFinalizer
+                && r.next_at <= Instant::now()
+                && r.patched_at_rv.as_deref() != Some(r.facts.resource_version.as_str())
+        })
+    }
+
+    fn fold(&mut self, msg: Msg) {
         match msg {
             Msg::RelistStart => {
                 for r in self.records.values_mut() {
