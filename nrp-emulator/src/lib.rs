@@ -1,7 +1,7 @@
 //! The project's NRP emulator: a real HTTP server speaking the Service Gateway REST API
 //! (`Microsoft.Network/serviceGateways`, api-version 2025-05-01) and the public IP, load balancer and NAT
 //! gateway resources the service sagas create, enforcing what Azure enforces and modelling cost and
-//! faults (ARCHITECTURE.md §6).
+//! faults (`docs/contract.md` §6).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

@@ -1,5 +1,6 @@
-//! Talking to Azure's network resource provider (NRP): the wire types of the Service Gateway REST API,
-//! the `Nrp` client trait with its ARM/HTTP implementation, and the project's own NRP emulator.
+//! Talking to Azure's network resource provider (NRP): the wire types of the Service Gateway REST API
+//! and the `Nrp` client trait with its ARM/HTTP implementation. The project's own NRP emulator, which
+//! speaks the same API, is the `clb-nrp-emulator` crate.
 //!
 //! The worker talks to NRP only through [`Nrp`] (usually as `Arc<dyn Nrp>`). The one production
 //! implementation is [`azure::ArmClient`], which speaks ARM over HTTPS to either real Azure or the

@@ -152,7 +152,7 @@ fn shows(us: &[Update]) -> Vec<String> {
     us.iter().map(show).collect()
 }
 
-/// The desired state a sequence of updates leaves on the server (the §3 rules that matter here).
+/// The desired state a sequence of updates leaves on the server (the rules of `docs/contract.md` §3 that matter here).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Model {
     services: BTreeMap<String, Vec<(u32, i32)>>,

@@ -2,7 +2,7 @@
 //! incremental difference between them, for one gateway.
 //!
 //! Pure domain code: no gRPC, no async runtime, no Kubernetes. The rules are those of
-//! ARCHITECTURE.md §3; `docs/architecture.md` maps each rule to the function that implements it.
+//! `docs/contract.md` §3; `docs/architecture.md` maps each rule to the function that implements it.
 //!
 //! * [`desired`] — mutations from Kubernetes: services, egresses, endpoints (level and edge), pods.
 //! * [`actual`] — what NRP accepted (recorded exactly as sent) and what an observation read back.

@@ -1,4 +1,4 @@
-//! Behaviour tests of the DiffTracker rules (ARCHITECTURE.md §3).
+//! Behaviour tests of the DiffTracker rules (`docs/contract.md` §3).
 
 use std::net::IpAddr;
 

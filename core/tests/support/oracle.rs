@@ -1,4 +1,4 @@
-//! The oracle: a deliberately naive model of the DiffTracker rules (ARCHITECTURE.md §3) that
+//! The oracle: a deliberately naive model of the DiffTracker rules (`docs/contract.md` §3) that
 //! recomputes everything by scanning the whole cluster, as Azure's reference implementation does.
 //! Used by the property tests (the incremental tracker must agree with it) and as the benchmark
 //! baseline. Inputs are assumed valid: input validation is tested on the tracker itself.

@@ -1,6 +1,6 @@
 //! The sync worker: receives leased work units from the state server over one bidirectional gRPC
 //! stream, executes them against NRP, and reports each outcome on the same stream
-//! (ARCHITECTURE.md §5, docs/protocol.md "Worker").
+//! (`docs/contract.md` §5, `docs/protocol.md` "Worker").
 //!
 //! ```no_run
 //! # async fn demo(nrp: std::sync::Arc<dyn clb_nrp::Nrp>) {
