@@ -3,7 +3,7 @@
 //! The server is the single writer of every DiffTracker: gRPC handlers lock a gateway briefly,
 //! mutate, and wake the worker sessions.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -147,6 +147,19 @@ impl Gateway {
                 self.service_ports.remove(&id);
             }
         }
+    }
+
+    /// Forgets the ports of every service that is no longer desired as an inbound identity (a
+    /// resync that replaced the services scope removes services without naming them; an `Apply`
+    /// removal is forgotten by [`Gateway::remember_ports`]): Admin shows no stale ports, and a
+    /// service added again later starts from its new ports.
+    pub fn forget_undesired_ports(&mut self) {
+        let desired: HashSet<String> = self
+            .tracker
+            .desired_inbound_identities()
+            .into_iter()
+            .collect();
+        self.service_ports.retain(|name, _| desired.contains(name));
     }
 
     /// Asks the tracker to create `id` again if `desired` differs from the ports NRP has.
@@ -358,9 +371,10 @@ pub struct WorkerInfo {
     pub connected_at_unix_ms: i64,
 }
 
-/// A gateway name the server does not drive.
+/// A gateway name the server does not drive. Its message quotes at most
+/// [`clb_core::difftracker::MAX_QUOTED_CHARS`] characters of the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("gateway {0:?} is not driven by this server")]
+#[error("gateway {} is not driven by this server", clb_core::difftracker::quote(.0))]
 pub struct UnknownGateway(pub String);
 
 /// Everything the gRPC services share.

@@ -441,3 +441,209 @@ async fn pending_diff_lists_what_would_be_sent_within_the_limit() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 }
+
+fn service_with_ports(id: &str, ports: &[u32]) -> Update {
+    Update {
+        kind: Some(Kind::Service(ServiceUpdate {
+            operation: ADD,
+            id: id.into(),
+            ports: ports
+                .iter()
+                .map(|&port| v1::ServicePort {
+                    port,
+                    protocol: v1::Protocol::Tcp as i32,
+                })
+                .collect(),
+        })),
+    }
+}
+
+fn port_numbers(s: &v1::ServiceState) -> Vec<u32> {
+    s.ports.iter().map(|p| p.port).collect()
+}
+
+#[tokio::test]
+async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
+    let mut h = start().await;
+    let r = h
+        .writer
+        .apply(ApplyRequest {
+            gateway: "gw-main".into(),
+            source: "watcher".into(),
+            batch_id: 1,
+            updates: vec![
+                service_with_ports("svc-p", &[80]),
+                service_with_ports("svc-q", &[443]),
+                service_with_ports("svc-r", &[8080]),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.applied, r.rejected.len()), (3, 0), "{:?}", r.rejected);
+    // NRP has svc-p and svc-q (as a worker's report would record it); svc-r only is desired.
+    {
+        let handle = h.state.gateway("gw-main").unwrap();
+        let mut g = handle.lock();
+        for s in g.tracker.pending_diff().services {
+            if s.name != "svc-r" {
+                g.tracker.record_service_applied(&s).unwrap();
+            }
+        }
+    }
+    let query = |id: &str| ServiceQuery {
+        gateway: "gw-main".into(),
+        id: id.into(),
+    };
+    let p = h
+        .admin
+        .get_service(query("svc-p"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(port_numbers(&p), [80]);
+
+    // The watcher resyncs its services: svc-p and svc-r are no longer in its view.
+    let requests = vec![
+        ResyncRequest {
+            part: Some(Part::Header(ResyncHeader {
+                gateway: "gw-main".into(),
+                source: "watcher".into(),
+                scope: Some(ResyncScope {
+                    services: true,
+                    ..ResyncScope::default()
+                }),
+            })),
+        },
+        ResyncRequest {
+            part: Some(Part::Chunk(ResyncChunk {
+                updates: vec![service_with_ports("svc-q", &[443])],
+            })),
+        },
+    ];
+    let r = h
+        .writer
+        .resync(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.applied, r.removed), (1, 2));
+    // svc-p: still in NRP until it is deleted, no longer desired, and without stale ports.
+    let p = h
+        .admin
+        .get_service(query("svc-p"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!p.desired && p.actual);
+    assert!(p.ports.is_empty(), "stale ports: {:?}", p.ports);
+    // svc-r: in NRP never, desired no more: unknown, and nothing of it is kept.
+    let err = h.admin.get_service(query("svc-r")).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(
+        !h.state
+            .gateway("gw-main")
+            .unwrap()
+            .lock()
+            .service_ports
+            .contains_key("svc-r")
+    );
+    let q = h
+        .admin
+        .get_service(query("svc-q"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(q.desired);
+    assert_eq!(port_numbers(&q), [443]);
+
+    // Removed by Apply: the same.
+    let r = h
+        .writer
+        .apply(ApplyRequest {
+            gateway: "gw-main".into(),
+            source: "watcher".into(),
+            batch_id: 2,
+            updates: vec![Update {
+                kind: Some(Kind::Service(ServiceUpdate {
+                    operation: v1::Operation::Remove as i32,
+                    id: "SVC-Q".into(),
+                    ports: vec![],
+                })),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.applied, 1);
+    let q = h
+        .admin
+        .get_service(query("svc-q"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!q.desired && q.actual);
+    assert!(q.ports.is_empty(), "stale ports: {:?}", q.ports);
+}
+
+#[tokio::test]
+async fn a_huge_gateway_name_or_value_gets_its_proper_code_and_a_short_message() {
+    let mut h = start().await;
+    seed(&mut h).await;
+    let huge = "g".repeat(1 << 20);
+    let check = |err: tonic::Status, code: Code| {
+        assert_eq!(err.code(), code, "{}", err.message());
+        assert!(err.message().len() < 300, "{} bytes", err.message().len());
+        assert!(
+            err.message().contains("…\" (1048576 bytes)"),
+            "{}",
+            err.message()
+        );
+    };
+    let err = h
+        .admin
+        .get_service(ServiceQuery {
+            gateway: huge.clone(),
+            id: "svc-a".into(),
+        })
+        .await
+        .unwrap_err();
+    check(err, Code::NotFound);
+    let err = h
+        .admin
+        .get_location(LocationQuery {
+            gateway: huge.clone(),
+            location: "10.0.0.1".into(),
+        })
+        .await
+        .unwrap_err();
+    check(err, Code::NotFound);
+    let err = h
+        .admin
+        .pending_diff(DiffQuery {
+            gateway: huge.clone(),
+            limit: 0,
+        })
+        .await
+        .unwrap_err();
+    check(err, Code::NotFound);
+    // Huge values of a known gateway: INVALID_ARGUMENT, also short.
+    let err = h
+        .admin
+        .get_service(ServiceQuery {
+            gateway: "gw-main".into(),
+            id: huge.clone(),
+        })
+        .await
+        .unwrap_err();
+    check(err, Code::InvalidArgument);
+    let err = h
+        .admin
+        .get_location(LocationQuery {
+            gateway: "gw-main".into(),
+            location: huge,
+        })
+        .await
+        .unwrap_err();
+    check(err, Code::InvalidArgument);
+}

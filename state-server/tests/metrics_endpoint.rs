@@ -1,10 +1,17 @@
 //! The metrics HTTP endpoint, over real loopback HTTP/1.1.
 
-use std::sync::Arc;
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clb_core::difftracker::Operation;
+use clb_core::dispatch::DispatchConfig;
+use clb_proto::v1;
 use clb_state_server::metrics::{GatewaySnapshot, Metrics, UnitResult, serve_metrics};
+use clb_state_server::state::ServerConfig;
+use support::worker::{FakeNrp, TestServer, TestWorker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -106,4 +113,101 @@ async fn metrics_and_healthz_are_served() {
         .expect("server stops after shutdown")
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn units_a_worker_reports_are_counted_by_kind_and_result_on_the_endpoint() {
+    let server = TestServer::start(ServerConfig {
+        dispatch: DispatchConfig {
+            retry_base: Duration::from_millis(10),
+            retry_max: Duration::from_millis(50),
+            ..DispatchConfig::default()
+        },
+        ..ServerConfig::default()
+    })
+    .await;
+    {
+        let g = server.state.gateway("").unwrap();
+        g.lock()
+            .tracker
+            .update_service(Operation::Add, "svc-a")
+            .unwrap();
+    }
+    server.state.notify_work();
+    let nrp = Arc::new(Mutex::new(FakeNrp::default()));
+    let mut w = TestWorker::connect(&server.url(), "w", 1).await;
+    let wait = Duration::from_secs(10);
+    let kind = |u: &v1::WorkUnit| match u.work {
+        Some(v1::work_unit::Work::Observe(_)) => "observe",
+        Some(v1::work_unit::Work::Services(_)) => "services",
+        _ => "other",
+    };
+    // The observe first, read back from the fake NRP.
+    let observe = w.next_unit(wait).await.expect("an observe");
+    assert_eq!(kind(&observe), "observe");
+    let report = nrp.lock().unwrap().apply_report(&observe);
+    w.send_report(report).await;
+    // The creation of svc-a: throttled once, then applied.
+    let create = w.next_unit(wait).await.expect("a service unit");
+    assert_eq!(kind(&create), "services");
+    w.report(
+        create.work_id,
+        v1::report::Outcome::Retryable(v1::Retryable {
+            retry_after_ms: 0,
+            code: "TooManyRequests".into(),
+            message: "slow down".into(),
+        }),
+    )
+    .await;
+    let again = w.next_unit(wait).await.expect("the service unit again");
+    assert_eq!(kind(&again), "services");
+    let report = nrp.lock().unwrap().apply_report(&again);
+    w.send_report(report).await;
+    // Wait (without a time bound on the server) until the last report has been folded.
+    let folded = async {
+        loop {
+            let g = server.state.gateway("").unwrap();
+            if g.lock()
+                .tracker
+                .service_view("svc-a")
+                .is_some_and(|v| v.actual)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(wait, folded)
+        .await
+        .expect("the creation is recorded");
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = server.state.clone();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let metrics_server = tokio::spawn(serve_metrics(
+        listener,
+        server.state.metrics().clone(),
+        move || state.metrics().refresh_from(&state),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let (status, _, body) = get(addr, "/metrics").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for line in [
+        "clb_units_total{kind=\"observe\",result=\"observed\",code=\"\"} 1",
+        "clb_units_total{kind=\"services\",result=\"retryable\",code=\"TooManyRequests\"} 1",
+        "clb_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
+        "clb_actual_services{gateway=\"default\"} 1",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    stop_tx.send(()).unwrap();
+    let _ = tokio::time::timeout(wait, metrics_server).await;
+    drop(w);
+    server.stop().await;
 }

@@ -283,6 +283,42 @@ async fn status(url: String, tls: Option<ClientTlsConfig>) -> Result<String, Str
     Ok(r.into_inner().server_id)
 }
 
+/// Connects with `tls` to `url` and lists the services through `grpc.reflection.v1alpha`.
+async fn reflected_services(url: String, tls: ClientTlsConfig) -> Vec<String> {
+    use tonic_reflection::pb::v1alpha::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let channel = Endpoint::from_shared(url)
+        .unwrap()
+        .timeout(PATIENCE)
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("v1alpha reflection behind TLS")
+        .into_inner();
+    match answers
+        .message()
+        .await
+        .unwrap()
+        .and_then(|a| a.message_response)
+    {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("not a service list: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_server_behind_tls_answers_only_tls_clients_that_trust_its_ca() {
     init();
@@ -309,8 +345,15 @@ async fn a_server_behind_tls_answers_only_tls_clients_that_trust_its_ca() {
     status(format!("http://127.0.0.1:{}", server.port), None)
         .await
         .expect_err("plaintext to a TLS port");
-    // And the server still serves afterwards.
-    status(https, Some(trust())).await.expect("still serving");
+    // And the server still serves afterwards, reflection (v1alpha as well as v1) included.
+    status(https.clone(), Some(trust()))
+        .await
+        .expect("still serving");
+    let services = reflected_services(https, trust()).await;
+    assert!(
+        services.iter().any(|s| s == "clb.v1.Writer"),
+        "{services:?}"
+    );
     server.stop().await;
 }
 

@@ -151,6 +151,57 @@ async fn a_worker_that_disconnects_mid_unit_loses_its_units_at_once() {
 }
 
 #[tokio::test]
+async fn a_unit_re_sent_after_its_worker_disconnected_carries_the_next_attempt() {
+    let server = TestServer::start(config(Duration::from_secs(600))).await;
+    seed(&server.state, 2);
+    let nrp = Arc::new(Mutex::new(FakeNrp::default()));
+    let mut a = TestWorker::connect(&server.url(), "a", 1).await;
+    let held = a
+        .first_location_unit(&nrp, IDLE)
+        .await
+        .expect("a location unit");
+    assert_eq!(held.attempt, 1, "first hand-out");
+    // a vanishes without reporting.
+    drop(a);
+    let mut b = TestWorker::connect(&server.url(), "b", 1).await;
+    let again = b
+        .next_unit(Duration::from_secs(5))
+        .await
+        .expect("b gets the released unit");
+    assert_eq!(unit_locations(&again), unit_locations(&held));
+    assert_ne!(again.work_id, held.work_id);
+    assert_eq!(again.attempt, 2, "the same change handed out a second time");
+    let outcome = nrp.lock().unwrap().apply(&again);
+    b.report(again.work_id, outcome).await;
+    b.run_until_idle(&nrp, IDLE).await;
+    assert!(converged(&server.state));
+    // Recorded: a new change of one of those locations starts at attempt 1 again.
+    {
+        let g = server.state.gateway("").unwrap();
+        g.lock()
+            .tracker
+            .update_pod(
+                Operation::Add,
+                &PodUpdate {
+                    address: "10.1.1.9",
+                    location: "10.0.0.1",
+                    outbound_identity: "egress-1",
+                    uid: "new",
+                },
+            )
+            .unwrap();
+    }
+    server.state.notify_work();
+    let next = b
+        .next_unit(Duration::from_secs(5))
+        .await
+        .expect("the new change");
+    assert_eq!(unit_locations(&next), ["10.0.0.1"]);
+    assert_eq!(next.attempt, 1);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_report_is_ignored() {
     let server = TestServer::start(config(Duration::from_millis(400))).await;
     seed(&server.state, 2);

@@ -644,3 +644,78 @@ async fn a_resync_that_fails_or_breaks_changes_nothing() {
         vec!["watcher"]
     );
 }
+
+#[tokio::test]
+async fn huge_values_come_back_cut_in_item_errors_and_status_messages() {
+    const MIB: usize = 1 << 20;
+    let mut h = start().await;
+    seed(&mut h).await;
+    let before = snapshot(&mut h).await;
+    let huge = "a".repeat(MIB);
+    let cut = format!("{}… (1048576 bytes)", "a".repeat(100));
+    let short = |s: &Status| s.message().len() < 300;
+
+    // A 1 MiB gateway name: NOT_FOUND (not RESOURCE_EXHAUSTED), with a short message.
+    let mut unknown = batch("watcher", 1, vec![service(ADD, "svc-x")]);
+    unknown.gateway = huge.clone();
+    let err = h.writer.apply(unknown).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    assert!(short(&err), "{} bytes", err.message().len());
+    assert!(
+        err.message().contains("…\" (1048576 bytes)"),
+        "{}",
+        err.message()
+    );
+
+    // Over-long values of items: each ItemError echoes an excerpt of the value. (One batch
+    // each: the pod builder repeats its address in the pod's key and UID.)
+    let items = [
+        (pod(ADD, &huge, "10.0.0.1", "eg"), "updates[0].pod.address"),
+        (service(ADD, &huge), "updates[0].service.id"),
+        (
+            level("svc-a", &[("10.1.1.1", &huge)]),
+            "updates[0].endpoints.level.endpoints[0].location",
+        ),
+    ];
+    for (update, field) in items {
+        let r = h
+            .writer
+            .apply(batch("watcher", 2, vec![update]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.applied, 0, "{field}");
+        let [e]: [ItemError; 1] = r.rejected.try_into().unwrap();
+        assert_eq!((e.field.as_str(), e.value.as_str()), (field, cut.as_str()));
+        if field.ends_with(".id") {
+            assert!(e.reason.contains("1048576 characters long"), "{}", e.reason);
+        }
+    }
+
+    // A resync's header: a 1 MiB gateway, a 1 MiB location.
+    let mut far = header("watcher", node("10.0.0.1"));
+    if let Some(Part::Header(hd)) = &mut far.part {
+        hd.gateway = huge.clone();
+    }
+    let err = h
+        .writer
+        .resync(tokio_stream::iter(vec![far]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    assert!(short(&err), "{} bytes", err.message().len());
+    let err = h
+        .writer
+        .resync(tokio_stream::iter(vec![header("watcher", node(&huge))]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(short(&err), "{} bytes", err.message().len());
+    assert!(
+        err.message().starts_with("header.scope.location = \"aaa"),
+        "{}",
+        err.message()
+    );
+
+    assert_eq!(snapshot(&mut h).await, before);
+}

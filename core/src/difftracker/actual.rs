@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::DiffTracker;
 use super::diff::{AddressUpdateAction, LocationDiff, ServiceAction, ServiceChange};
-use super::error::InvalidInput;
+use super::error::{InvalidInput, quote};
 use super::identity::{ServiceId, ServiceKind, normalize_identity};
 use super::location::Refs;
 
@@ -15,7 +15,8 @@ use super::location::Refs;
 pub enum ReportError {
     /// An address refers to a service NRP does not have (NRP refuses such a call).
     #[error(
-        "location {location}, address {address}: service {service:?} is not in NRP's actual state"
+        "location {location}, address {address}: service {} is not in NRP's actual state",
+        quote(.service)
     )]
     UnknownService {
         /// The location of the address.
@@ -27,7 +28,8 @@ pub enum ReportError {
     },
     /// A service was reported deleted while NRP addresses still refer to it (NRP refuses that).
     #[error(
-        "service {service:?} cannot have been deleted: {count} addresses in NRP still refer to it"
+        "service {} cannot have been deleted: {count} addresses in NRP still refer to it",
+        quote(.service)
     )]
     StillReferenced {
         /// The service.

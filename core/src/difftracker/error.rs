@@ -1,6 +1,58 @@
 //! Typed errors for input the DiffTracker refuses: every error names the field, the value and the reason.
+//!
+//! A value given by a client is never echoed in full: [`quote`] (in messages) and [`excerpt`] (as
+//! a field's value) keep at most [`MAX_QUOTED_CHARS`] characters of it and mark the cut, so that a
+//! huge value cannot make a huge error (a gRPC status message travels in a header, and a header
+//! over the peer's limit turns the answer into `RESOURCE_EXHAUSTED`).
 
+use std::borrow::Cow;
 use std::fmt;
+
+/// Most characters of a client's value that an error message quotes or an error echoes back.
+pub const MAX_QUOTED_CHARS: usize = 100;
+
+/// The first [`MAX_QUOTED_CHARS`] characters of `value` when it has more (cut on a character
+/// boundary), `None` when it is short enough to be shown whole.
+fn cut(value: &str) -> Option<&str> {
+    value
+        .char_indices()
+        .nth(MAX_QUOTED_CHARS)
+        .map(|(end, _)| &value[..end])
+}
+
+/// `value` for an error message, quoted and escaped as `{:?}` would. A value longer than
+/// [`MAX_QUOTED_CHARS`] characters is cut to them, marked with `…` and followed by its length:
+/// `"aaaa…" (1048576 bytes)`.
+pub fn quote(value: &str) -> Quoted<'_> {
+    Quoted(value)
+}
+
+/// A value as [`quote`] shows it (formats with `Display`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match cut(self.0) {
+            None => write!(f, "{:?}", self.0),
+            Some(head) => {
+                let quoted = format!("{head:?}");
+                let open = &quoted[..quoted.len() - 1];
+                write!(f, "{open}…\" ({} bytes)", self.0.len())
+            }
+        }
+    }
+}
+
+/// `value` to echo back as the value of a refused field (unquoted): whole when it has at most
+/// [`MAX_QUOTED_CHARS`] characters, else those followed by `…` and its length:
+/// `aaaa… (1048576 bytes)`.
+pub fn excerpt(value: &str) -> Cow<'_, str> {
+    match cut(value) {
+        None => Cow::Borrowed(value),
+        Some(head) => Cow::Owned(format!("{head}… ({} bytes)", value.len())),
+    }
+}
 
 /// Why a value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +100,7 @@ pub enum Reason {
         existing: &'static str,
     },
     /// A report names a service that NRP does not have in the actual state.
-    #[error("refers to service {0:?}, which is not in NRP's actual state")]
+    #[error("refers to service {}, which is not in NRP's actual state", quote(.0))]
     UnknownActualService(String),
     /// A report deletes a service that addresses in NRP still refer to.
     #[error("is still referred to by {0} addresses in NRP")]
@@ -90,6 +142,66 @@ impl InvalidInput {
 
 impl fmt::Display for InvalidInput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} = {:?}: {}", self.field, self.value, self.reason)
+        write!(
+            f,
+            "{} = {}: {}",
+            self.field,
+            quote(&self.value),
+            self.reason
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_values_are_shown_whole() {
+        assert_eq!(quote("").to_string(), "\"\"");
+        assert_eq!(quote("a\"b").to_string(), "\"a\\\"b\"");
+        let limit = "x".repeat(MAX_QUOTED_CHARS);
+        assert_eq!(quote(&limit).to_string(), format!("\"{limit}\""));
+        assert_eq!(excerpt(&limit), limit.as_str());
+    }
+
+    #[test]
+    fn long_values_are_cut_on_a_character_boundary_with_a_marker_and_their_length() {
+        let big = "a".repeat(1 << 20);
+        let head = "a".repeat(MAX_QUOTED_CHARS);
+        assert_eq!(
+            quote(&big).to_string(),
+            format!("\"{head}…\" (1048576 bytes)")
+        );
+        assert_eq!(excerpt(&big), format!("{head}… (1048576 bytes)"));
+        // Multi-byte characters: 101 of them, 2 bytes each; the cut keeps 100 whole ones.
+        let wide = "é".repeat(MAX_QUOTED_CHARS + 1);
+        assert_eq!(
+            excerpt(&wide),
+            format!("{}… (202 bytes)", "é".repeat(MAX_QUOTED_CHARS))
+        );
+        // Escapes stay escaped inside the quotes.
+        let tabs = "\t".repeat(MAX_QUOTED_CHARS + 1);
+        let shown = quote(&tabs).to_string();
+        assert!(shown.starts_with("\"\\t\\t"), "{shown}");
+        assert!(shown.ends_with("\\t…\" (101 bytes)"), "{shown}");
+    }
+
+    #[test]
+    fn an_invalid_input_quotes_at_most_the_limit_of_its_value() {
+        let err = InvalidInput::new(
+            "id",
+            "b".repeat(5000),
+            Reason::TooLong { len: 5000, max: 80 },
+        );
+        let shown = err.to_string();
+        assert!(shown.starts_with("id = \"bbb"), "{shown}");
+        assert!(
+            shown.contains("…\" (5000 bytes): is 5000 characters long"),
+            "{shown}"
+        );
+        assert!(shown.len() < 200, "{shown}");
+        let reason = Reason::UnknownActualService("c".repeat(300)).to_string();
+        assert!(reason.contains("…\" (300 bytes), which"), "{reason}");
     }
 }

@@ -29,7 +29,7 @@ pub use diff::{
     AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange,
     ServiceStatus,
 };
-pub use error::{InvalidInput, Reason};
+pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
 pub use identity::ServiceKind;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
 

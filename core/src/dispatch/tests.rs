@@ -377,3 +377,103 @@ fn a_service_unit_counts_one_call_per_change_against_the_cap() {
     };
     assert_eq!(changes.len(), 2);
 }
+
+fn retryable(work_id: u64) -> Report {
+    Report {
+        work_id,
+        applied: vec![],
+        outcome: Outcome::Retryable {
+            retry_after: Duration::ZERO,
+            code: "TooManyRequests".into(),
+            message: String::new(),
+        },
+    }
+}
+
+#[test]
+fn the_attempt_grows_with_each_re_dispatch_and_starts_again_after_the_change_is_recorded() {
+    let now = Instant::now();
+    let lease = Duration::from_secs(5);
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            lease,
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(1),
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert_eq!(s.attempt, 1, "a service creation handed out the first time");
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+
+    let first = d.next_unit(&mut t, 1, 3, now).unwrap();
+    assert!(matches!(first.work, UnitWork::Locations(_)));
+    assert_eq!(first.attempt, 1);
+    // A retryable failure: the re-cut (after its backoff, at most retry_max) is attempt 2.
+    d.on_report(&mut t, 1, retryable(3), now);
+    let later = now + Duration::from_secs(1);
+    let second = d.next_unit(&mut t, 1, 4, later).expect("due again");
+    assert_eq!(second.work, first.work);
+    assert_eq!(second.attempt, 2);
+    // The lease runs out: attempt 3.
+    let expired = later + lease;
+    assert_eq!(d.expire(expired), 1);
+    let third = d.next_unit(&mut t, 2, 5, expired).expect("taken back");
+    assert_eq!(third.work, first.work);
+    assert_eq!(third.attempt, 3);
+    // The worker goes away: attempt 4.
+    assert_eq!(d.release_worker(2, expired), 1);
+    let fourth = d.next_unit(&mut t, 3, 6, expired).expect("released");
+    assert_eq!(fourth.work, first.work);
+    assert_eq!(fourth.attempt, 4);
+    // Recorded: the next change of that location starts at 1 again.
+    d.on_report(&mut t, 3, applied(6), expired);
+    t.set_endpoints(
+        "svc",
+        &[
+            Endpoint {
+                address: "10.1.1.1",
+                location: "10.0.0.1",
+            },
+            Endpoint {
+                address: "10.1.1.2",
+                location: "10.0.0.1",
+            },
+        ],
+    )
+    .unwrap();
+    let next = d.next_unit(&mut t, 3, 7, expired).expect("the new change");
+    assert!(matches!(&next.work, UnitWork::Locations(l) if l[0].addresses.len() == 1));
+    assert_eq!(next.attempt, 1);
+}
+
+#[test]
+fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let first = d.next_unit(&mut t, 1, 1, now).unwrap();
+    assert_eq!((first.work.clone(), first.attempt), (UnitWork::Observe, 1));
+    d.release_worker(1, now);
+    let second = d.next_unit(&mut t, 2, 2, now).unwrap();
+    assert_eq!((second.work, second.attempt), (UnitWork::Observe, 2));
+    d.on_report(
+        &mut t,
+        2,
+        Report {
+            work_id: 2,
+            applied: vec![],
+            outcome: Outcome::Observed {
+                snapshot: ActualSnapshot::default(),
+                last: true,
+            },
+        },
+        now,
+    );
+    d.request_observe();
+    let next = d.next_unit(&mut t, 2, 3, now).unwrap();
+    assert_eq!((next.work, next.attempt), (UnitWork::Observe, 1));
+}

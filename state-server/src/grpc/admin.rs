@@ -7,20 +7,19 @@ use std::time::Instant;
 
 use clb_proto::v1::admin_server::{Admin, AdminServer};
 use clb_proto::v1::{
-    DiffQuery, ErrorRecord, GatewayStatus, InitGates, LocationQuery, LocationState,
-    PendingDiffResponse, ServiceQuery, ServiceState, StatusRequest, StatusResponse, WorkerStatus,
-    WriterStatus,
+    DiffQuery, LocationQuery, LocationState, PendingDiffResponse, ServiceQuery, ServiceState,
+    StatusRequest, StatusResponse, WriterStatus,
 };
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    invalid_argument, location_change, location_state, service_change, service_kind,
-    unknown_gateway,
+    gateway_status, invalid_argument, location_change, location_state, service_change,
+    service_state, unknown_gateway, worker_status,
 };
 use crate::state::{Gateway, StateServer};
-use clb_core::difftracker::ServiceKind;
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
+use clb_core::difftracker::quote;
 
 /// Entries of each `PendingDiff` list when the query leaves the limit to the server.
 pub const DEFAULT_DIFF_LIMIT: usize = 1000;
@@ -40,46 +39,6 @@ impl AdminService {
     /// The service wrapped for a tonic server.
     pub fn into_server(self) -> AdminServer<Self> {
         AdminServer::new(self)
-    }
-}
-
-fn gateway_status(g: &Gateway, now: Instant) -> GatewayStatus {
-    let c = g.tracker.counts();
-    let mut last_errors: Vec<ErrorRecord> = g
-        .dispatch
-        .last_errors()
-        .into_iter()
-        .map(|e| ErrorRecord {
-            at_unix_ms: e.at_unix_ms,
-            work_id: e.work_id,
-            code: e.code,
-            message: e.message,
-            terminal: e.terminal,
-        })
-        .collect();
-    last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
-    let oldest = g.dispatch.oldest_pending_age(now).unwrap_or_default();
-    GatewayStatus {
-        name: g.name.clone(),
-        revision: g.tracker.revision(),
-        desired_addresses: c.desired_addresses,
-        actual_addresses: c.actual_addresses,
-        desired_locations: c.desired_locations,
-        actual_locations: c.actual_locations,
-        desired_services: c.desired_services,
-        actual_services: c.actual_load_balancers,
-        desired_egresses: c.desired_egresses,
-        actual_nat_gateways: c.actual_nat_gateways,
-        dirty_locations: c.dirty_locations,
-        units_in_flight: g.dispatch.units_in_flight() as u64,
-        parked_units: g.dispatch.parked_units() as u64,
-        init: Some(InitGates {
-            nrp_observed: g.dispatch.nrp_observed(),
-            pending_writers: g.pending_writers(),
-            removals_allowed: g.tracker.removals_allowed(),
-        }),
-        last_errors,
-        oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
     }
 }
 
@@ -125,13 +84,7 @@ impl AdminService {
             .state
             .workers()
             .into_iter()
-            .map(|w| WorkerStatus {
-                worker_id: w.worker_id,
-                capacity: w.capacity,
-                units_in_flight: w.units_in_flight,
-                connected_at_unix_ms: w.connected_at_unix_ms,
-                gateways: w.gateways,
-            })
+            .map(worker_status)
             .collect();
         StatusResponse {
             server_id: self.state.config().server_id.clone(),
@@ -152,8 +105,8 @@ impl AdminService {
         let g = handle.lock();
         let view = g.tracker.location_view(ip).ok_or_else(|| {
             Status::not_found(format!(
-                "location {ip} is neither desired nor in NRP in gateway {:?}",
-                g.name
+                "location {ip} is neither desired nor in NRP in gateway {}",
+                quote(&g.name)
             ))
         })?;
         Ok(location_state(&g.name, &view))
@@ -170,32 +123,12 @@ impl AdminService {
         let g = handle.lock();
         let view = g.tracker.service_view(&q.id).ok_or_else(|| {
             Status::not_found(format!(
-                "service {:?} is unknown in gateway {:?}",
-                q.id, g.name
+                "service {} is unknown in gateway {}",
+                quote(&q.id),
+                quote(&g.name)
             ))
         })?;
-        let inbound = view.kind == ServiceKind::Inbound;
-        let ports = match g.service_ports.get(&view.name) {
-            Some(ports) if inbound => ports.clone(),
-            _ => Vec::new(),
-        };
-        let frontend_ip = match g.frontends.get(&view.name) {
-            Some(ip) if inbound && view.actual => ip.clone(),
-            _ => String::new(),
-        };
-        Ok(ServiceState {
-            gateway: g.name.clone(),
-            id: view.name.clone(),
-            kind: service_kind(view.kind) as i32,
-            desired: view.desired,
-            actual: view.actual,
-            desired_addresses: u64::from(view.desired_addresses),
-            actual_addresses: u64::from(view.actual_addresses),
-            desired_locations: view.locations as u64,
-            actual_locations: g.tracker.actual_locations_of(&view.name),
-            ports,
-            frontend_ip,
-        })
+        Ok(service_state(&g, &view))
     }
 
     #[tracing::instrument(name = "Admin.PendingDiff", skip_all, fields(gateway = %q.gateway, limit = q.limit))]

@@ -1,20 +1,39 @@
-//! Proto ↔ domain conversion at the gRPC edge: validation and application of one writer
-//! [`Update`] to a [`DiffTracker`] (every refusal becomes a precise [`ItemError`]), and the
-//! domain's diff and views as proto messages for the Worker and Admin services.
+//! All proto ↔ domain conversion of the gRPC edge, in one place:
+//!
+//! * writer input: validation and application of one [`Update`] to a [`DiffTracker`] (every
+//!   refusal becomes a precise [`ItemError`]) and the scope of a resync header;
+//! * worker traffic: a dispatcher [`Unit`] as the [`v1::WorkUnit`] sent, and a worker's
+//!   [`v1::Report`] as the dispatcher's [`Report`] (with the frontends and rules it carries);
+//! * reads: the domain's diff and views as the proto messages of the Admin service.
+//!
+//! Errors never echo a client's value in full: status messages quote it with
+//! [`quote`] and item errors carry an [`excerpt`] of it (at most
+//! [`difftracker::MAX_QUOTED_CHARS`] characters, the cut marked).
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use clb_proto::v1::{
-    self, AddressChange, AddressState, ItemError, LocationChange, LocationState, ServicePort,
-    Update, endpoints_update::Change, update::Kind,
+    self, AddressChange, AddressState, ItemError, LocationChange, LocationState, ResyncScope,
+    ServicePort, Update, endpoints_update::Change, update::Kind,
 };
+use tracing::warn;
 
-use crate::state::UnknownGateway;
+use super::resync::{HeaderError, Scope};
+use crate::state::{Gateway, UnknownGateway, WorkerInfo};
+use clb_core::difftracker::identity::normalize_identity;
+use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{
-    self, DiffTracker, InvalidInput, LocationDiff, LocationView, Operation, Reason, ServiceKind,
+    self, ActualSnapshot, DiffTracker, InvalidInput, LocationDiff, LocationView, Operation, Reason,
+    ServiceKind, ServiceView, excerpt, quote,
 };
+use clb_core::dispatch::{self, Outcome, Report, Unit, UnitWork};
 
-/// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value and the reason.
+/// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value (quoted, cut when
+/// long) and the reason.
 pub fn invalid_argument(field: &str, value: &str, reason: &str) -> tonic::Status {
-    tonic::Status::invalid_argument(format!("{field} = {value:?}: {reason}"))
+    tonic::Status::invalid_argument(format!("{field} = {}: {reason}", quote(value)))
 }
 
 /// A gateway the server does not drive: `NOT_FOUND`.
@@ -22,17 +41,23 @@ pub fn unknown_gateway(err: &UnknownGateway) -> tonic::Status {
     tonic::Status::not_found(err.to_string())
 }
 
-/// Builds an [`ItemError`] for the update at `index`.
+/// Builds an [`ItemError`] for the update at `index`; the value is echoed back as an
+/// [`excerpt`] (at most [`difftracker::MAX_QUOTED_CHARS`] characters of it, the cut marked).
 pub fn item_error(
     index: usize,
     field: impl Into<String>,
     value: impl Into<String>,
     reason: impl Into<String>,
 ) -> ItemError {
+    let value = value.into();
+    let value = match excerpt(&value) {
+        Cow::Borrowed(_) => value,
+        Cow::Owned(cut) => cut,
+    };
     ItemError {
         index: u32::try_from(index).unwrap_or(u32::MAX),
         field: field.into(),
-        value: value.into(),
+        value,
         reason: reason.into(),
     }
 }
@@ -306,6 +331,275 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
     }
 }
 
+/// A unit the dispatcher cut as the proto sent to a worker. A creation of an inbound service
+/// carries the service's desired ports ([`Gateway::ports_for`] remembers them as in flight);
+/// `trace_context` is left for the session to fill.
+pub fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
+    let work = match &unit.work {
+        UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
+        UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
+            changes: changes
+                .iter()
+                .map(|c| service_change(c, gateway.ports_for(c)))
+                .collect(),
+        }),
+        UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
+            locations: diffs.iter().map(location_change).collect(),
+        }),
+    };
+    v1::WorkUnit {
+        work_id: unit.work_id,
+        gateway: gateway.name.clone(),
+        revision: unit.revision,
+        lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
+        lease_duration_ms: unit.lease.as_millis() as u64,
+        attempt: unit.attempt,
+        work: Some(work),
+        trace_context: Default::default(),
+    }
+}
+
+/// The frontends a report carries (for a service unit, or in an observe's snapshot) as canonical
+/// (service, IP) pairs. A malformed entry is left out: it cannot be true of NRP, and the next
+/// observe reads the frontends back anyway.
+pub fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
+    let listed = match &r.outcome {
+        Some(v1::report::Outcome::Observed(o)) => o
+            .snapshot
+            .as_ref()
+            .map_or(&[][..], |s| s.frontends.as_slice()),
+        _ => r.frontends.as_slice(),
+    };
+    let frontends: Vec<(String, String)> = listed
+        .iter()
+        .filter_map(|f| {
+            let service = normalize_identity("service", &f.service).ok()?;
+            let ip = f.ip.parse::<IpAddr>().ok()?.to_canonical();
+            Some((service.into_owned(), ip.to_string()))
+        })
+        .collect();
+    if frontends.len() < listed.len() {
+        warn!(
+            work_id = r.work_id,
+            ignored = listed.len() - frontends.len(),
+            "report with malformed frontends: ignored them"
+        );
+    }
+    frontends
+}
+
+/// The load balancer rules an observe's part carries, as (canonical service, ports) pairs. An
+/// entry with a malformed service name is left out (so that service's rules are not compared).
+pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<v1::ServicePort>)> {
+    let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
+        return Vec::new();
+    };
+    let listed = o.snapshot.as_ref().map_or(&[][..], |s| s.rules.as_slice());
+    let rules: Vec<(String, Vec<v1::ServicePort>)> = listed
+        .iter()
+        .filter_map(|s| {
+            let service = normalize_identity("service", &s.service).ok()?;
+            Some((service.into_owned(), s.ports.clone()))
+        })
+        .collect();
+    if rules.len() < listed.len() {
+        warn!(
+            work_id = r.work_id,
+            ignored = listed.len() - rules.len(),
+            "observe with malformed service rules: ignored them"
+        );
+    }
+    rules
+}
+
+/// A report from the wire; a malformed one becomes a retryable failure (the unit is cut again).
+pub fn report_from_proto(r: v1::Report) -> Report {
+    let invalid = |message: String| Outcome::Retryable {
+        retry_after: Duration::ZERO,
+        code: "InvalidReport".into(),
+        message,
+    };
+    let outcome = match r.outcome {
+        Some(v1::report::Outcome::Applied(_)) => Outcome::Applied,
+        Some(v1::report::Outcome::Retryable(e)) => Outcome::Retryable {
+            retry_after: Duration::from_millis(e.retry_after_ms),
+            code: e.code,
+            message: e.message,
+        },
+        Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
+            code: e.code,
+            message: e.message,
+        },
+        Some(v1::report::Outcome::Observed(o)) => {
+            match snapshot_from_proto(o.snapshot.unwrap_or_default()) {
+                Ok(snapshot) => Outcome::Observed {
+                    snapshot,
+                    last: o.last,
+                },
+                Err(message) => invalid(message),
+            }
+        }
+        None => invalid("report.outcome: missing".into()),
+    };
+    Report {
+        work_id: r.work_id,
+        applied: r.applied_indices,
+        outcome,
+    }
+}
+
+/// NRP's state as an observe read it back (one part of it), IPs canonical; a malformed IP refuses
+/// the whole part with a message naming the field and (an excerpt of) the value.
+pub fn snapshot_from_proto(s: v1::NrpSnapshot) -> Result<ActualSnapshot, String> {
+    let ip = |field: String, v: &str| -> Result<IpAddr, String> {
+        v.parse::<IpAddr>()
+            .map(|ip| ip.to_canonical())
+            .map_err(|_| format!("{field} = {}: not an IP address", quote(v)))
+    };
+    let mut locations = Vec::with_capacity(s.locations.len());
+    for (i, l) in s.locations.iter().enumerate() {
+        let location = ip(
+            format!("observed.snapshot.locations[{i}].location"),
+            &l.location,
+        )?;
+        let mut addresses = Vec::with_capacity(l.addresses.len());
+        for (j, a) in l.addresses.iter().enumerate() {
+            let address = ip(
+                format!("observed.snapshot.locations[{i}].addresses[{j}].address"),
+                &a.address,
+            )?;
+            addresses.push((address, a.services.clone()));
+        }
+        locations.push((location, addresses));
+    }
+    Ok(ActualSnapshot {
+        load_balancers: s.load_balancers,
+        nat_gateways: s.nat_gateways,
+        locations,
+    })
+}
+
+/// The scope of a resync header: at least one kind, and a location only for pods.
+pub fn resync_scope(scope: Option<&ResyncScope>) -> Result<Scope, HeaderError> {
+    let empty = || HeaderError {
+        field: "header.scope".into(),
+        value: String::new(),
+        reason: "is empty: set at least one of services, egresses, endpoints, pods".into(),
+    };
+    let s = scope.ok_or_else(empty)?;
+    if !(s.services || s.egresses || s.endpoints || s.pods) {
+        return Err(empty());
+    }
+    let location = if s.location.is_empty() {
+        None
+    } else {
+        if !s.pods {
+            return Err(HeaderError {
+                field: "header.scope.location".into(),
+                value: s.location.clone(),
+                reason: "restricts pods, but the scope does not cover pods".into(),
+            });
+        }
+        let ip = parse_ip("header.scope.location", &s.location).map_err(|e| HeaderError {
+            field: e.field,
+            value: e.value,
+            reason: e.reason.to_string(),
+        })?;
+        Some(ip)
+    };
+    Ok(Scope {
+        services: s.services,
+        egresses: s.egresses,
+        endpoints: s.endpoints,
+        pods: s.pods,
+        location,
+    })
+}
+
+/// One of the dispatcher's recent errors as proto.
+pub fn error_record(e: dispatch::ErrorRecord) -> v1::ErrorRecord {
+    v1::ErrorRecord {
+        at_unix_ms: e.at_unix_ms,
+        work_id: e.work_id,
+        code: e.code,
+        message: e.message,
+        terminal: e.terminal,
+    }
+}
+
+/// A connected worker as proto.
+pub fn worker_status(w: WorkerInfo) -> v1::WorkerStatus {
+    v1::WorkerStatus {
+        worker_id: w.worker_id,
+        capacity: w.capacity,
+        units_in_flight: w.units_in_flight,
+        connected_at_unix_ms: w.connected_at_unix_ms,
+        gateways: w.gateways,
+    }
+}
+
+/// A gateway's counts, gates and recent errors (newest first) as proto, at `now`.
+pub fn gateway_status(g: &Gateway, now: Instant) -> v1::GatewayStatus {
+    let c = g.tracker.counts();
+    let mut last_errors: Vec<v1::ErrorRecord> = g
+        .dispatch
+        .last_errors()
+        .into_iter()
+        .map(error_record)
+        .collect();
+    last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
+    let oldest = g.dispatch.oldest_pending_age(now).unwrap_or_default();
+    v1::GatewayStatus {
+        name: g.name.clone(),
+        revision: g.tracker.revision(),
+        desired_addresses: c.desired_addresses,
+        actual_addresses: c.actual_addresses,
+        desired_locations: c.desired_locations,
+        actual_locations: c.actual_locations,
+        desired_services: c.desired_services,
+        actual_services: c.actual_load_balancers,
+        desired_egresses: c.desired_egresses,
+        actual_nat_gateways: c.actual_nat_gateways,
+        dirty_locations: c.dirty_locations,
+        units_in_flight: g.dispatch.units_in_flight() as u64,
+        parked_units: g.dispatch.parked_units() as u64,
+        init: Some(v1::InitGates {
+            nrp_observed: g.dispatch.nrp_observed(),
+            pending_writers: g.pending_writers(),
+            removals_allowed: g.tracker.removals_allowed(),
+        }),
+        last_errors,
+        oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// One service of gateway `g` as proto: the tracker's view, and beside it the desired ports and
+/// the frontend IP of an inbound service (the frontend only while NRP has the service).
+pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
+    let inbound = view.kind == ServiceKind::Inbound;
+    let ports = match g.service_ports.get(&view.name) {
+        Some(ports) if inbound => ports.clone(),
+        _ => Vec::new(),
+    };
+    let frontend_ip = match g.frontends.get(&view.name) {
+        Some(ip) if inbound && view.actual => ip.clone(),
+        _ => String::new(),
+    };
+    v1::ServiceState {
+        gateway: g.name.clone(),
+        id: view.name.clone(),
+        kind: service_kind(view.kind) as i32,
+        desired: view.desired,
+        actual: view.actual,
+        desired_addresses: u64::from(view.desired_addresses),
+        actual_addresses: u64::from(view.actual_addresses),
+        desired_locations: view.locations as u64,
+        actual_locations: g.tracker.actual_locations_of(&view.name),
+        ports,
+        frontend_ip,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,6 +782,206 @@ mod tests {
         // Ports are ignored on removal.
         let mut t = DiffTracker::new();
         apply_update(&mut t, &service(2, "svc", vec![no_proto]), 0).unwrap();
+    }
+
+    #[test]
+    fn header_scopes_are_validated() {
+        assert!(resync_scope(None).is_err());
+        let empty = ResyncScope::default();
+        assert_eq!(
+            resync_scope(Some(&empty)).unwrap_err().field,
+            "header.scope"
+        );
+        let loc_without_pods = ResyncScope {
+            services: true,
+            location: "10.0.0.1".into(),
+            ..ResyncScope::default()
+        };
+        assert_eq!(
+            resync_scope(Some(&loc_without_pods)).unwrap_err().field,
+            "header.scope.location"
+        );
+        let bad_loc = ResyncScope {
+            pods: true,
+            location: "10.0.0.999".into(),
+            ..ResyncScope::default()
+        };
+        let e = resync_scope(Some(&bad_loc)).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("header.scope.location", "10.0.0.999")
+        );
+        let node = ResyncScope {
+            pods: true,
+            location: "10.0.0.1".into(),
+            ..ResyncScope::default()
+        };
+        let s = resync_scope(Some(&node)).unwrap();
+        assert_eq!(s.location, Some("10.0.0.1".parse::<IpAddr>().unwrap()));
+        assert_eq!(s.to_string(), "pods at 10.0.0.1");
+    }
+
+    #[test]
+    fn long_values_are_cut_in_item_errors_and_messages() {
+        let long = "x".repeat(1 << 20);
+        let e = err(&pod(v1::Operation::Add, &long, "10.0.0.1", ""), 0);
+        assert_eq!(e.field, "updates[0].pod.address");
+        assert_eq!(
+            e.value,
+            format!(
+                "{}… (1048576 bytes)",
+                "x".repeat(difftracker::MAX_QUOTED_CHARS)
+            )
+        );
+        let e = err(&service(1, &long, vec![]), 0);
+        assert!(e.value.ends_with("… (1048576 bytes)"), "{}", e.value);
+        assert!(e.reason.contains("1048576 characters long"), "{}", e.reason);
+
+        let status = invalid_argument("id", &long, "is too long");
+        assert!(status.message().len() < 200, "{}", status.message());
+        assert!(
+            status
+                .message()
+                .ends_with("…\" (1048576 bytes): is too long")
+        );
+        let status = unknown_gateway(&UnknownGateway(long.clone()));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(status.message().len() < 200, "{}", status.message());
+
+        let header = resync_scope(Some(&ResyncScope {
+            pods: true,
+            location: long.clone(),
+            ..ResyncScope::default()
+        }))
+        .unwrap_err();
+        assert!(header.to_string().len() < 300, "{header}");
+
+        // A worker's malformed observe: the message kept in status quotes an excerpt.
+        let report = report_from_proto(v1::Report {
+            work_id: 3,
+            outcome: Some(v1::report::Outcome::Observed(v1::Observed {
+                snapshot: Some(v1::NrpSnapshot {
+                    locations: vec![LocationChange {
+                        location: long,
+                        ..LocationChange::default()
+                    }],
+                    ..v1::NrpSnapshot::default()
+                }),
+                last: true,
+            })),
+            ..v1::Report::default()
+        });
+        let Outcome::Retryable { code, message, .. } = report.outcome else {
+            panic!("{:?}", report.outcome)
+        };
+        assert_eq!(code, "InvalidReport");
+        assert!(message.starts_with("observed.snapshot.locations[0].location = \"xxx"));
+        assert!(message.len() < 300, "{message}");
+    }
+
+    #[test]
+    fn reports_convert_from_proto() {
+        let applied = report_from_proto(v1::Report {
+            work_id: 7,
+            applied_indices: vec![1],
+            outcome: Some(v1::report::Outcome::Applied(v1::Applied {})),
+            ..v1::Report::default()
+        });
+        assert_eq!(
+            applied,
+            Report {
+                work_id: 7,
+                applied: vec![1],
+                outcome: Outcome::Applied
+            }
+        );
+        let retry = report_from_proto(v1::Report {
+            work_id: 8,
+            outcome: Some(v1::report::Outcome::Retryable(v1::Retryable {
+                retry_after_ms: 1500,
+                code: "TooManyRequests".into(),
+                message: "slow down".into(),
+            })),
+            ..v1::Report::default()
+        });
+        assert_eq!(
+            retry.outcome,
+            Outcome::Retryable {
+                retry_after: Duration::from_millis(1500),
+                code: "TooManyRequests".into(),
+                message: "slow down".into(),
+            }
+        );
+        let missing = report_from_proto(v1::Report {
+            work_id: 9,
+            ..v1::Report::default()
+        });
+        assert!(
+            matches!(missing.outcome, Outcome::Retryable { code, .. } if code == "InvalidReport")
+        );
+
+        let observed = v1::Report {
+            work_id: 10,
+            outcome: Some(v1::report::Outcome::Observed(v1::Observed {
+                snapshot: Some(v1::NrpSnapshot {
+                    load_balancers: vec!["svc-a".into()],
+                    locations: vec![LocationChange {
+                        location: "::ffff:10.0.0.1".into(),
+                        action: 0,
+                        addresses: vec![AddressChange {
+                            address: "10.1.0.1".into(),
+                            services: vec!["svc-a".into()],
+                        }],
+                    }],
+                    frontends: vec![
+                        v1::ServiceFrontend {
+                            service: "SVC-A".into(),
+                            ip: "20.0.0.1".into(),
+                        },
+                        v1::ServiceFrontend {
+                            service: "svc-b".into(),
+                            ip: "not an ip".into(),
+                        },
+                    ],
+                    rules: vec![v1::ServiceRules {
+                        service: "Svc-A".into(),
+                        ports: vec![ServicePort {
+                            port: 80,
+                            protocol: 1,
+                        }],
+                    }],
+                    ..v1::NrpSnapshot::default()
+                }),
+                last: false,
+            })),
+            ..v1::Report::default()
+        };
+        assert_eq!(
+            frontends_from_proto(&observed),
+            vec![("svc-a".to_string(), "20.0.0.1".to_string())]
+        );
+        assert_eq!(
+            rules_from_proto(&observed),
+            vec![(
+                "svc-a".to_string(),
+                vec![ServicePort {
+                    port: 80,
+                    protocol: 1
+                }]
+            )]
+        );
+        let Outcome::Observed { snapshot, last } = report_from_proto(observed).outcome else {
+            panic!("an observe")
+        };
+        assert!(!last);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            snapshot.locations,
+            vec![(
+                ip("10.0.0.1"),
+                vec![(ip("10.1.0.1"), vec!["svc-a".to_string()])]
+            )]
+        );
     }
 
     #[test]

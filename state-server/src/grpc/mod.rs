@@ -1,6 +1,7 @@
 //! The gRPC edge: proto ↔ domain conversion, validation, and the Writer, Worker and Admin services,
-//! plus standard health and reflection. `serve` runs them on a bound listener until `shutdown`
-//! (plaintext HTTP/2); `serve_tls` does the same behind TLS, optionally mutual.
+//! plus standard health and reflection (`grpc.reflection.v1` and `v1alpha`). `serve` runs them on a
+//! bound listener until `shutdown` (plaintext HTTP/2); `serve_tls` does the same behind TLS,
+//! optionally mutual.
 
 pub mod admin;
 pub mod convert;
@@ -52,9 +53,16 @@ pub async fn serve_tls(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(clb_proto::FILE_DESCRIPTOR_SET)
+    // Both reflection versions: grpcurl and most tools speak v1, older clients only v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(clb_proto::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
+        .expect("the descriptor set is generated at build time");
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
         .expect("the descriptor set is generated at build time");
     let ticker = tokio::spawn(lease_ticker(state.clone(), stop_rx.clone()));
     let max = state.config().max_message_bytes;
@@ -73,7 +81,8 @@ pub async fn serve_tls(
     let result = builder
         .trace_fn(crate::telemetry::grpc_server_span)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(worker)
         .add_service(writer)
         .add_service(admin)

@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use clb_proto::v1::{self, ItemError, ResyncScope, Update, endpoints_update::Change, update::Kind};
+use clb_proto::v1::{self, ItemError, Update, endpoints_update::Change, update::Kind};
 
 use super::convert::{self, apply_update, item_error, kind_name, update_path};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
-use clb_core::difftracker::{DiffTracker, Operation, PodUpdate};
+use clb_core::difftracker::{DiffTracker, Operation, PodUpdate, quote};
 
 /// The part of the desired state a resync covers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,7 +28,8 @@ pub struct Scope {
     pub location: Option<IpAddr>,
 }
 
-/// A problem with the resync header as a whole: the call fails with `INVALID_ARGUMENT`.
+/// A problem with the resync header as a whole (see [`convert::resync_scope`]): the call fails
+/// with `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderError {
     /// The path of the field at fault, such as `header.scope`.
@@ -41,48 +42,17 @@ pub struct HeaderError {
 
 impl fmt::Display for HeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} = {:?}: {}", self.field, self.value, self.reason)
+        write!(
+            f,
+            "{} = {}: {}",
+            self.field,
+            quote(&self.value),
+            self.reason
+        )
     }
 }
 
 impl Scope {
-    /// Validates the scope of a resync header: at least one kind, and a location only for pods.
-    pub fn from_proto(scope: Option<&ResyncScope>) -> Result<Self, HeaderError> {
-        let empty = || HeaderError {
-            field: "header.scope".into(),
-            value: String::new(),
-            reason: "is empty: set at least one of services, egresses, endpoints, pods".into(),
-        };
-        let s = scope.ok_or_else(empty)?;
-        if !(s.services || s.egresses || s.endpoints || s.pods) {
-            return Err(empty());
-        }
-        let location = if s.location.is_empty() {
-            None
-        } else {
-            if !s.pods {
-                return Err(HeaderError {
-                    field: "header.scope.location".into(),
-                    value: s.location.clone(),
-                    reason: "restricts pods, but the scope does not cover pods".into(),
-                });
-            }
-            let ip = parse_ip("header.scope.location", &s.location).map_err(|e| HeaderError {
-                field: e.field,
-                value: e.value,
-                reason: e.reason.to_string(),
-            })?;
-            Some(ip)
-        };
-        Ok(Self {
-            services: s.services,
-            egresses: s.egresses,
-            endpoints: s.endpoints,
-            pods: s.pods,
-            location,
-        })
-    }
-
     fn covers(&self, kind: &Kind) -> bool {
         match kind {
             Kind::Service(_) => self.services,
@@ -350,45 +320,6 @@ mod tests {
         let out = replace_scope(&mut t, &all(), &view);
         assert_eq!((out.applied, out.removed, out.rejected.len()), (8, 0, 0));
         t
-    }
-
-    #[test]
-    fn header_scopes_are_validated() {
-        assert!(Scope::from_proto(None).is_err());
-        let empty = ResyncScope::default();
-        assert_eq!(
-            Scope::from_proto(Some(&empty)).unwrap_err().field,
-            "header.scope"
-        );
-        let loc_without_pods = ResyncScope {
-            services: true,
-            location: "10.0.0.1".into(),
-            ..ResyncScope::default()
-        };
-        assert_eq!(
-            Scope::from_proto(Some(&loc_without_pods))
-                .unwrap_err()
-                .field,
-            "header.scope.location"
-        );
-        let bad_loc = ResyncScope {
-            pods: true,
-            location: "10.0.0.999".into(),
-            ..ResyncScope::default()
-        };
-        let e = Scope::from_proto(Some(&bad_loc)).unwrap_err();
-        assert_eq!(
-            (e.field.as_str(), e.value.as_str()),
-            ("header.scope.location", "10.0.0.999")
-        );
-        let node = ResyncScope {
-            pods: true,
-            location: "10.0.0.1".into(),
-            ..ResyncScope::default()
-        };
-        let s = Scope::from_proto(Some(&node)).unwrap();
-        assert_eq!(s.location, Some(ip("10.0.0.1")));
-        assert_eq!(s.to_string(), "pods at 10.0.0.1");
     }
 
     #[test]

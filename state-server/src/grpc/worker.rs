@@ -3,7 +3,6 @@
 //! whatever reason, the worker's units are released at once.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,11 +17,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, Span, debug, info, info_span, warn};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::convert::{location_change, service_change};
-use crate::state::{Gateway, GatewayHandle, StateServer, WorkerInfo, unix_ms};
-use clb_core::difftracker::ActualSnapshot;
-use clb_core::difftracker::identity::normalize_identity;
-use clb_core::dispatch::{Outcome, Report, Unit, UnitWork};
+use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto, unit_to_proto};
+use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
 
 /// How often an idle session looks for work whose backoff has ended.
 const IDLE_POLL: Duration = Duration::from_millis(50);
@@ -305,147 +301,4 @@ fn report_outcome(report: &v1::Report) -> &'static str {
         Some(v1::report::Outcome::Observed(_)) => "observed",
         None => "invalid",
     }
-}
-
-fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
-    let work = match &unit.work {
-        UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
-        UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
-            changes: changes
-                .iter()
-                .map(|c| service_change(c, gateway.ports_for(c)))
-                .collect(),
-        }),
-        UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
-            locations: diffs.iter().map(location_change).collect(),
-        }),
-    };
-    v1::WorkUnit {
-        work_id: unit.work_id,
-        gateway: gateway.name.clone(),
-        revision: unit.revision,
-        lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
-        lease_duration_ms: unit.lease.as_millis() as u64,
-        attempt: unit.attempt,
-        work: Some(work),
-        trace_context: Default::default(),
-    }
-}
-
-/// The frontends a report carries (for a service unit, or in an observe's snapshot) as canonical
-/// (service, IP) pairs. A malformed entry is left out: it cannot be true of NRP, and the next
-/// observe reads the frontends back anyway.
-fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
-    let listed = match &r.outcome {
-        Some(v1::report::Outcome::Observed(o)) => o
-            .snapshot
-            .as_ref()
-            .map_or(&[][..], |s| s.frontends.as_slice()),
-        _ => r.frontends.as_slice(),
-    };
-    let frontends: Vec<(String, String)> = listed
-        .iter()
-        .filter_map(|f| {
-            let service = normalize_identity("service", &f.service).ok()?;
-            let ip = f.ip.parse::<IpAddr>().ok()?.to_canonical();
-            Some((service.into_owned(), ip.to_string()))
-        })
-        .collect();
-    if frontends.len() < listed.len() {
-        warn!(
-            work_id = r.work_id,
-            ignored = listed.len() - frontends.len(),
-            "report with malformed frontends: ignored them"
-        );
-    }
-    frontends
-}
-
-/// The load balancer rules an observe's part carries, as (canonical service, ports) pairs. An
-/// entry with a malformed service name is left out (so that service's rules are not compared).
-fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<v1::ServicePort>)> {
-    let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
-        return Vec::new();
-    };
-    let listed = o.snapshot.as_ref().map_or(&[][..], |s| s.rules.as_slice());
-    let rules: Vec<(String, Vec<v1::ServicePort>)> = listed
-        .iter()
-        .filter_map(|s| {
-            let service = normalize_identity("service", &s.service).ok()?;
-            Some((service.into_owned(), s.ports.clone()))
-        })
-        .collect();
-    if rules.len() < listed.len() {
-        warn!(
-            work_id = r.work_id,
-            ignored = listed.len() - rules.len(),
-            "observe with malformed service rules: ignored them"
-        );
-    }
-    rules
-}
-
-/// A report from the wire; a malformed one becomes a retryable failure (the unit is cut again).
-fn report_from_proto(r: v1::Report) -> Report {
-    let invalid = |message: String| Outcome::Retryable {
-        retry_after: Duration::ZERO,
-        code: "InvalidReport".into(),
-        message,
-    };
-    let outcome = match r.outcome {
-        Some(v1::report::Outcome::Applied(_)) => Outcome::Applied,
-        Some(v1::report::Outcome::Retryable(e)) => Outcome::Retryable {
-            retry_after: Duration::from_millis(e.retry_after_ms),
-            code: e.code,
-            message: e.message,
-        },
-        Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
-            code: e.code,
-            message: e.message,
-        },
-        Some(v1::report::Outcome::Observed(o)) => {
-            match snapshot_from_proto(o.snapshot.unwrap_or_default()) {
-                Ok(snapshot) => Outcome::Observed {
-                    snapshot,
-                    last: o.last,
-                },
-                Err(message) => invalid(message),
-            }
-        }
-        None => invalid("report.outcome: missing".into()),
-    };
-    Report {
-        work_id: r.work_id,
-        applied: r.applied_indices,
-        outcome,
-    }
-}
-
-fn snapshot_from_proto(s: v1::NrpSnapshot) -> Result<ActualSnapshot, String> {
-    let ip = |field: String, v: &str| -> Result<IpAddr, String> {
-        v.parse::<IpAddr>()
-            .map(|ip| ip.to_canonical())
-            .map_err(|_| format!("{field} = {v:?}: not an IP address"))
-    };
-    let mut locations = Vec::with_capacity(s.locations.len());
-    for (i, l) in s.locations.iter().enumerate() {
-        let location = ip(
-            format!("observed.snapshot.locations[{i}].location"),
-            &l.location,
-        )?;
-        let mut addresses = Vec::with_capacity(l.addresses.len());
-        for (j, a) in l.addresses.iter().enumerate() {
-            let address = ip(
-                format!("observed.snapshot.locations[{i}].addresses[{j}].address"),
-                &a.address,
-            )?;
-            addresses.push((address, a.services.clone()));
-        }
-        locations.push((location, addresses));
-    }
-    Ok(ActualSnapshot {
-        load_balancers: s.load_balancers,
-        nat_gateways: s.nat_gateways,
-        locations,
-    })
 }

@@ -13,7 +13,7 @@ use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::convert::{apply_update, invalid_argument, unknown_gateway};
+use super::convert::{apply_update, invalid_argument, resync_scope, unknown_gateway};
 use super::resync::{Scope, replace_scope};
 use crate::state::{GatewayHandle, StateServer};
 
@@ -142,7 +142,7 @@ async fn read_resync(
     span.record("gateway", header.gateway.as_str());
     span.record("source", header.source.as_str());
     check_source("header.source", &header.source)?;
-    let scope = Scope::from_proto(header.scope.as_ref())
+    let scope = resync_scope(header.scope.as_ref())
         .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
     let handle = state
         .gateway(&header.gateway)
@@ -244,6 +244,8 @@ impl WriterService {
                     gateway.remember_ports(update);
                 }
             }
+            // The services the view no longer names were removed: so are their ports.
+            gateway.forget_undesired_ports();
             gateway.record_writes(
                 &source,
                 u64::from(outcome.applied),
