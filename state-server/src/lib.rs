@@ -8,3 +8,4 @@ pub mod metrics;
 pub mod state;
 pub use clb_telemetry as telemetry;
 pub mod tls;
+pub mod trace_links;

@@ -85,6 +85,8 @@ pub struct Gateway {
     /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
     observing: Option<(u64, ObservedExtras)>,
     expected_writers: Vec<String>,
+    /// Writer spans to link from the spans of the units that carry their changes.
+    pub trace_links: crate::trace_links::TraceLinks,
 }
 
 /// What an observe reports beside the DiffTracker's snapshot, merged over its parts.
@@ -129,6 +131,7 @@ impl Gateway {
             programmed_ports: HashMap::new(),
             ports_in_flight: HashMap::new(),
             observing: None,
+            trace_links: Default::default(),
             expected_writers: config.expected_writers.clone(),
         }
     }

@@ -184,11 +184,12 @@ impl Session {
     /// Sends units while the worker has capacity and some gateway has work.
     async fn fill(&mut self) -> Result<(), ()> {
         while self.outstanding.len() < self.capacity {
-            let Some(mut unit) = self.cut() else {
+            let Some((mut unit, links)) = self.cut() else {
                 break;
             };
             debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
             let span = unit_span(&unit);
+            clb_telemetry::add_links(&span, links);
             unit.trace_context = clb_telemetry::inject_map(&span.context());
             self.outstanding.insert(unit.work_id, span);
             let msg = v1::ServerMessage {
@@ -203,7 +204,8 @@ impl Session {
     }
 
     /// Cuts one unit from the next gateway (round robin) that has work.
-    fn cut(&mut self) -> Option<v1::WorkUnit> {
+    /// Also returns the links to the writer spans whose changes the unit carries.
+    fn cut(&mut self) -> Option<(v1::WorkUnit, Vec<clb_telemetry::SpanLink>)> {
         for i in 0..self.gateways.len() {
             let g = &self.gateways[(self.next_gateway + i) % self.gateways.len()];
             let mut gw = g.lock();
@@ -214,7 +216,8 @@ impl Session {
                     .next_unit(&mut gw.tracker, self.session, work_id, Instant::now())
             {
                 self.next_gateway = (self.next_gateway + i + 1) % self.gateways.len();
-                return Some(unit_to_proto(gw, unit));
+                let links = gw.trace_links.take(&unit.work);
+                return Some((unit_to_proto(gw, unit), links));
             }
         }
         None

@@ -80,6 +80,7 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
     let handle = state
         .gateway(&req.gateway)
         .map_err(|e| unknown_gateway(&e))?;
+    let link = clb_telemetry::current_span_link();
     let (revision, applied, rejected) = {
         let mut gateway = handle.lock();
         let mut applied = 0u32;
@@ -89,6 +90,9 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
                 Ok(()) => {
                     applied += 1;
                     gateway.remember_ports(update);
+                    if let Some(link) = &link {
+                        gateway.trace_links.note(link, update);
+                    }
                 }
                 Err(e) => rejected.push(e),
             }
@@ -236,12 +240,16 @@ impl WriterService {
         // the HTTP/2 server check for a reset stream (it does whenever the handler is pending),
         // which drops this handler before anything is applied: a cancelled resync changes nothing.
         tokio::task::yield_now().await;
+        let link = clb_telemetry::current_span_link();
         let (revision, outcome) = {
             let mut gateway = handle.lock();
             let outcome = replace_scope(&mut gateway.tracker, &scope, &view);
             for (index, update) in view.iter().enumerate() {
                 if !outcome.rejected.iter().any(|e| e.index as usize == index) {
                     gateway.remember_ports(update);
+                    if let Some(link) = &link {
+                        gateway.trace_links.note(link, update);
+                    }
                 }
             }
             // The services the view no longer names were removed: so are their ports.
