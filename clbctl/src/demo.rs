@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use clb_client::client::{Client, Writer, scope};
 use clb_core::dispatch::DispatchConfig;
 use clb_embedded::cluster::location_ip;
-use clb_embedded::{Harness, Options, WATCHER};
+use clb_embedded::{Harness, Options, PodWriters, WATCHER};
 use clb_nrp_emulator::{EmulatorConfig, Stats};
-use clb_proto::v1::Update;
+use clb_proto::v1::{ClusterTopology, Update};
 use clb_state_server::state::ServerConfig;
 use clb_sync_worker::worker::Limits;
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
@@ -252,7 +252,8 @@ impl Summary {
 type Step = Box<dyn FnOnce(&mut Cluster) -> Writes>;
 
 enum Writes {
-    Resync(Vec<Update>),
+    /// The watcher's view, with the nodes it declares (the restart gate's topology).
+    Resync(Vec<Update>, ClusterTopology),
     Apply(Vec<Vec<Update>>),
 }
 
@@ -365,9 +366,9 @@ async fn progress_line(system: &System, start: Instant) -> String {
 /// Sends a phase's writes; any failed call or rejected item fails the phase.
 async fn write(watcher: &mut Writer, writes: Writes) -> Result<(), String> {
     let rejected = match writes {
-        Writes::Resync(view) => {
+        Writes::Resync(view, topology) => {
             let r = watcher
-                .resync(scope::all(), view)
+                .resync_with_topology(scope::all(), Some(topology), view)
                 .await
                 .map_err(|e| e.to_string())?;
             r.describe_rejected()
@@ -508,8 +509,9 @@ pub async fn run(config: &DemoConfig) -> Summary {
     };
 
     let view = cluster.full_view();
+    let topology = cluster.topology(PodWriters::Watcher);
     let mut steps: Vec<(&str, Step)> = vec![
-        ("create", Box::new(move |_| Writes::Resync(view))),
+        ("create", Box::new(move |_| Writes::Resync(view, topology))),
         ("rollout", Box::new(|c| Writes::Apply(c.roll_all()))),
     ];
     let keep = config.scale_down_to;

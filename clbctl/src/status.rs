@@ -208,6 +208,9 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
             yes(init.nrp_observed),
             yes(init.removals_allowed),
         );
+        for line in held_lines(&init, now_unix_ms) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let mut w = table(vec![
         "worker",
@@ -273,6 +276,36 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
         let _ = writeln!(out, "\nlast errors:\n{e}");
     }
     out
+}
+
+/// One line per reason the restart gate holds removals back, e.g. `removals held back: waiting for
+/// node-agent/node-3 (pod writer) at 1 location: 4 addresses, 0 services; gives up in 2m 40s`.
+pub fn held_lines(init: &clb_proto::v1::InitGates, now_unix_ms: i64) -> Vec<String> {
+    init.held
+        .iter()
+        .map(|h| {
+            let what = match h.reason.as_str() {
+                "nrp_not_observed" => "NRP not read back yet".to_owned(),
+                "cluster_view" => "waiting for the cluster watcher's resync".to_owned(),
+                "expected_writer" => format!("waiting for {} (expected writer)", h.writer),
+                "pod_writer" => format!("waiting for {} (pod writer)", h.writer),
+                other => other.to_owned(),
+            };
+            let bound = if h.deadline_unix_ms > 0 {
+                let left = (h.deadline_unix_ms - now_unix_ms).max(0) as u64;
+                format!("; gives up in {}", time::short(Duration::from_millis(left)))
+            } else {
+                String::new()
+            };
+            format!(
+                "removals held back: {what} at {} location{}: {} addresses, {} services{bound}",
+                h.locations,
+                if h.locations == 1 { "" } else { "s" },
+                h.addresses,
+                h.services,
+            )
+        })
+        .collect()
 }
 
 fn yes(b: bool) -> &'static str {

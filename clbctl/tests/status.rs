@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clb_embedded::{Cluster, ClusterSpec, Harness, Options, PATIENCE, WriterExt};
 use clb_proto::v1::{
-    ErrorRecord, GatewayStatus, InitGates, StatusResponse, WorkerStatus, WriterStatus,
+    ErrorRecord, GatewayStatus, HeldRemovals, InitGates, StatusResponse, WorkerStatus, WriterStatus,
 };
 use clbctl::status;
 
@@ -55,6 +55,15 @@ fn sample_status() -> StatusResponse {
                 nrp_observed: true,
                 pending_writers: vec!["watcher".into()],
                 removals_allowed: false,
+                held: vec![HeldRemovals {
+                    reason: "pod_writer".into(),
+                    writer: "node-agent/n2".into(),
+                    locations: 1,
+                    addresses: 4,
+                    services: 0,
+                    deadline_unix_ms: 1_700_000_000_000 + 123_000,
+                }],
+                ..InitGates::default()
             }),
             last_errors: vec![ErrorRecord {
                 at_unix_ms: 1_700_000_000_000,
@@ -102,6 +111,8 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
         "oldest unconfirmed change 1.5 s",
         "pending writers watcher",
         "removals allowed no",
+        "removals held back: waiting for node-agent/n2 (pod writer) at 1 location: 4 addresses, 0 \
+         services; gives up in 2m 00s",
         "worker-a",
         "1m 08s ago",
         "node-agent/n1",
@@ -125,6 +136,7 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
         nrp_observed: true,
         pending_writers: Vec::new(),
         removals_allowed: true,
+        ..InitGates::default()
     });
     assert!(status::converged(g));
     assert_eq!(status::not_converged_because(g), "");

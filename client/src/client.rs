@@ -22,9 +22,9 @@ use std::time::Duration;
 use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
-    ApplyRequest, DiffQuery, ItemError, LocationQuery, LocationState, PendingDiffResponse,
-    ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery, ServiceState,
-    StatusRequest, StatusResponse, Update, resync_request::Part,
+    ApplyRequest, ClusterTopology, DiffQuery, ItemError, LocationQuery, LocationState,
+    PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
+    ServiceState, StatusRequest, StatusResponse, Update, resync_request::Part,
 };
 use clb_telemetry::TraceContextInterceptor;
 use futures::{Stream, StreamExt};
@@ -587,6 +587,18 @@ impl Writer {
         scope: ResyncScope,
         view: Vec<Update>,
     ) -> Result<ResyncOutcome, ClientError> {
+        self.resync_with_topology(scope, None, view).await
+    }
+
+    /// Like [`Writer::resync`], declaring the cluster's nodes and their pod writers in the header
+    /// (the cluster-wide watcher, with a scope that covers services): a restarted server then
+    /// removes nothing at a node's locations before that node's pod writer has resynced them.
+    pub async fn resync_with_topology(
+        &mut self,
+        scope: ResyncScope,
+        topology: Option<ClusterTopology>,
+        view: Vec<Update>,
+    ) -> Result<ResyncOutcome, ClientError> {
         const RPC: &str = "Writer.Resync";
         let (tx, rx) = mpsc::channel(4);
         let header = ResyncRequest {
@@ -594,6 +606,7 @@ impl Writer {
                 gateway: self.gateway.clone(),
                 source: self.source.clone(),
                 scope: Some(scope),
+                topology,
             })),
         };
         let chunk = self.chunk;

@@ -119,6 +119,52 @@ pub struct Cluster {
     app_egress: Vec<Option<String>>,
     /// Pods by address.
     pods: BTreeMap<String, Pod>,
+    /// Nodes deleted from the cluster (by index): no pod is placed there any more.
+    deleted_nodes: BTreeSet<usize>,
+}
+
+/// Name of node `i` (the node at [`location_ip`]`(i)`).
+pub fn node_name(i: usize) -> String {
+    format!("node-{i}")
+}
+
+/// Source name of the node agent of node `i`.
+pub fn node_agent(i: usize) -> String {
+    format!("node-agent/{}", node_name(i))
+}
+
+/// Which writer reports the pods in a split view ([`Cluster::watcher_view`] and
+/// [`Cluster::pods_view_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodWriters {
+    /// The watcher itself (one writer, scope all).
+    Watcher,
+    /// One node agent per node, `node-agent/node-<i>`.
+    NodeAgents,
+}
+
+/// A batch of the watcher's changes split by writer: the watcher's part (services, egresses,
+/// endpoints) and each location's pod changes (for that node's agent).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SplitBatch {
+    /// Services, egresses and endpoints.
+    pub watcher: Vec<Update>,
+    /// Pod changes by location.
+    pub pods: BTreeMap<String, Vec<Update>>,
+}
+
+impl SplitBatch {
+    /// Splits `batch` by writer.
+    pub fn of(batch: Vec<Update>) -> Self {
+        let mut out = Self::default();
+        for u in batch {
+            match &u.kind {
+                Some(Kind::Pod(p)) => out.pods.entry(p.location.clone()).or_default().push(u),
+                _ => out.watcher.push(u),
+            }
+        }
+        out
+    }
 }
 
 /// Node IP of location `i`.
@@ -150,6 +196,7 @@ impl Cluster {
             egresses,
             app_egress,
             pods: BTreeMap::new(),
+            deleted_nodes: BTreeSet::new(),
         };
         for app in 0..cluster.spec.apps {
             for _ in 0..cluster.spec.pods_per_app {
@@ -185,7 +232,11 @@ impl Cluster {
         let n = self.next_ip;
         self.next_pod += 1;
         let serial = self.next_pod;
-        let location = location_ip(self.rng.random_range(0..self.spec.locations));
+        let mut node = self.rng.random_range(0..self.spec.locations);
+        while self.deleted_nodes.contains(&node) {
+            node = self.rng.random_range(0..self.spec.locations);
+        }
+        let location = location_ip(node);
         let ready = self.spec.not_ready_every == 0
             || !serial.is_multiple_of(self.spec.not_ready_every as u64);
         Pod {
@@ -272,6 +323,79 @@ impl Cluster {
         view.extend(self.services.keys().map(|s| self.endpoints_update(s)));
         view.extend(self.pods.values().map(|p| self.pod_update(ADD, p)));
         view
+    }
+
+    /// The watcher's part of the view when node agents report the pods: services, egresses,
+    /// endpoints.
+    pub fn watcher_view(&self) -> Vec<Update> {
+        self.full_view()
+            .into_iter()
+            .filter(|u| !matches!(u.kind, Some(Kind::Pod(_))))
+            .collect()
+    }
+
+    /// The pods at `location` (a node agent's view of its node).
+    pub fn pods_view_at(&self, location: &str) -> Vec<Update> {
+        self.pods
+            .values()
+            .filter(|p| p.location == location)
+            .map(|p| self.pod_update(ADD, p))
+            .collect()
+    }
+
+    /// Indices of the nodes of the cluster (deleted ones excluded).
+    pub fn nodes(&self) -> Vec<usize> {
+        (0..self.spec.locations)
+            .filter(|i| !self.deleted_nodes.contains(i))
+            .collect()
+    }
+
+    /// The topology the cluster-wide watcher declares: every node with its location, and who
+    /// reports its pods.
+    pub fn topology(&self, pods: PodWriters) -> v1::ClusterTopology {
+        v1::ClusterTopology {
+            nodes: self
+                .nodes()
+                .into_iter()
+                .map(|i| v1::ClusterNode {
+                    name: node_name(i),
+                    locations: vec![location_ip(i)],
+                    pods_source: match pods {
+                        PodWriters::Watcher => "watcher".to_owned(),
+                        PodWriters::NodeAgents => node_agent(i),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// Deletes node `i` with its pods (as when a node is removed while they run): returns the
+    /// watcher's batch, the endpoints without those pods and the removal of the pods. Needs
+    /// another node.
+    pub fn delete_node(&mut self, i: usize) -> Vec<Update> {
+        assert!(
+            self.nodes().len() > 1,
+            "the cluster would have no node left"
+        );
+        self.deleted_nodes.insert(i);
+        let location = location_ip(i);
+        let gone: Vec<Pod> = self
+            .pods
+            .values()
+            .filter(|p| p.location == location)
+            .cloned()
+            .collect();
+        let apps: BTreeSet<usize> = gone.iter().map(|p| p.app).collect();
+        for p in &gone {
+            self.pods.remove(&p.address);
+        }
+        let mut batch: Vec<Update> = apps
+            .iter()
+            .flat_map(|a| self.services_of(*a))
+            .map(|s| self.endpoints_update(&s))
+            .collect();
+        batch.extend(gone.iter().map(|p| self.pod_update(REMOVE, p)));
+        batch
     }
 
     /// Replaces every pod of `app` by a new one (new IP, new node, same Services) as a Deployment

@@ -7,19 +7,26 @@
 pub mod cluster;
 pub mod harness;
 
-pub use cluster::{Cluster, ClusterSpec, Expected, Pod};
+pub use cluster::{Cluster, ClusterSpec, Expected, Pod, PodWriters, SplitBatch};
 pub use harness::{
     GATEWAY, Harness, Options, PATIENCE, ServerProc, StalledWorker, WATCHER, WorkerProc,
 };
 
 use clb_client::client::{ApplyOutcome, ResyncOutcome, Writer, scope};
-use clb_proto::v1::Update;
+use clb_proto::v1::{ClusterTopology, ResyncScope, Update};
 
 /// Writer calls for tests and scripted runs: they panic when the call fails or any item is rejected.
 #[allow(async_fn_in_trait)]
 pub trait WriterExt {
     /// Resyncs the whole cluster-wide scope with `view`.
     async fn resync_ok(&mut self, view: Vec<Update>) -> ResyncOutcome;
+    /// Resyncs `scope` with `view`, declaring `topology` in the header.
+    async fn resync_scope_ok(
+        &mut self,
+        scope: ResyncScope,
+        topology: Option<ClusterTopology>,
+        view: Vec<Update>,
+    ) -> ResyncOutcome;
     /// Applies `updates` (in batches).
     async fn apply_ok(&mut self, updates: Vec<Update>) -> ApplyOutcome;
     /// Applies each batch in order.
@@ -28,7 +35,19 @@ pub trait WriterExt {
 
 impl WriterExt for Writer {
     async fn resync_ok(&mut self, view: Vec<Update>) -> ResyncOutcome {
-        let r = self.resync(scope::all(), view).await.expect("resync call");
+        self.resync_scope_ok(scope::all(), None, view).await
+    }
+
+    async fn resync_scope_ok(
+        &mut self,
+        scope: ResyncScope,
+        topology: Option<ClusterTopology>,
+        view: Vec<Update>,
+    ) -> ResyncOutcome {
+        let r = self
+            .resync_with_topology(scope, topology, view)
+            .await
+            .expect("resync call");
         assert!(
             r.rejected.is_empty(),
             "resync items rejected:\n{}",

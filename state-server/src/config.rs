@@ -44,8 +44,18 @@ pub struct Args {
     pub gateways: Vec<String>,
 
     /// Writers whose first resync must complete before removals are sent to NRP, comma-separated.
+    /// Optional: without it the server still waits for the cluster watcher's resync and for each
+    /// node's pod writer (the restart gate).
     #[arg(long, env = "CLB_EXPECTED_WRITERS", value_delimiter = ',')]
     pub expected_writers: Vec<String>,
+
+    /// Longest wait, in seconds, for a writer after a restart: once NRP is read back and the
+    /// cluster watcher resynced, removals at a node's locations wait at most this long for the
+    /// resync of the node's pod writer (a node agent that never comes back), and removals wait at
+    /// most this long for each --expected-writers entry. The watcher itself is waited for without
+    /// bound.
+    #[arg(long, env = "CLB_RESYNC_WAIT_S", default_value_t = 180)]
+    pub resync_wait_s: u64,
 
     /// Lease of a work unit, in milliseconds.
     #[arg(long, env = "CLB_LEASE_MS", default_value_t = 30_000)]
@@ -274,6 +284,7 @@ impl Args {
                 .iter()
                 .map(|w| w.trim().to_owned())
                 .collect(),
+            resync_wait: Duration::from_secs(self.resync_wait_s),
             max_items_per_batch: self.max_items_per_batch,
             max_message_bytes: self.max_message_bytes,
             dispatch: DispatchConfig {
@@ -316,6 +327,7 @@ mod tests {
         let d = ServerConfig::default();
         assert_eq!(c.gateways, d.gateways);
         assert_eq!(c.max_items_per_batch, d.max_items_per_batch);
+        assert_eq!(c.resync_wait, d.resync_wait);
         assert_eq!(c.max_message_bytes, d.max_message_bytes);
         assert_eq!(c.dispatch.lease, d.dispatch.lease);
         assert_eq!(

@@ -3,6 +3,7 @@
 //! the Writer, Worker and Admin gRPC APIs. Every proto <-> domain conversion is in [`grpc::convert`].
 
 pub mod config;
+pub mod gate;
 pub mod grpc;
 pub mod metrics;
 pub mod state;

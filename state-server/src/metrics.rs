@@ -80,6 +80,21 @@ struct GatewayLabels {
 
 type GatewayGauge = Family<GatewayLabels, Gauge>;
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabels {
+    gateway: String,
+    reason: String,
+}
+
+/// What the restart gate holds back for one reason (summed over the writers waited for).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    /// Removals held back: addresses that keep a ref (or stay) and services kept from deletion.
+    pub removals: u64,
+    /// Locations whose removals are held back.
+    pub locations: u64,
+}
+
 /// Everything the gauges of one gateway show, at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GatewaySnapshot {
@@ -109,6 +124,9 @@ pub struct GatewaySnapshot {
     pub staleness: Duration,
     /// Connected workers serving this gateway.
     pub workers: u64,
+    /// What the restart gate holds back, by reason label (see [`crate::gate::HoldReason::label`]);
+    /// a reason not listed holds back nothing.
+    pub held_back: Vec<(&'static str, HeldBack)>,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +143,8 @@ struct GatewayGauges {
     parked_units: GatewayGauge,
     staleness_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
     workers: GatewayGauge,
+    removals_held_back: Family<HeldLabels, Gauge>,
+    locations_held_back: Family<HeldLabels, Gauge>,
 }
 
 /// The server's metrics and their registry.
@@ -234,6 +254,17 @@ impl Metrics {
         for (name, help, gauge) in gauges {
             registry.register(name, help, gauge.clone());
         }
+        registry.register(
+            "removals_held_back",
+            "Removals the restart gate holds back (addresses keeping a ref or staying, services kept \
+             from deletion), by reason: nrp_not_observed, cluster_view, expected_writer, pod_writer",
+            gw.removals_held_back.clone(),
+        );
+        registry.register(
+            "locations_held_back",
+            "Locations whose removals the restart gate holds back, by reason",
+            gw.locations_held_back.clone(),
+        );
         registry.register_with_unit(
             "staleness",
             "Age of the oldest change not yet applied in NRP",
@@ -317,6 +348,26 @@ impl Metrics {
         g.staleness_seconds
             .get_or_create(&l)
             .set(s.staleness.as_secs_f64());
+        for reason in crate::gate::HoldReason::LABELS {
+            let held = s.held_back.iter().filter(|(r, _)| *r == reason).fold(
+                HeldBack::default(),
+                |a, (_, h)| HeldBack {
+                    removals: a.removals + h.removals,
+                    locations: a.locations + h.locations,
+                },
+            );
+            let labels = HeldLabels {
+                gateway: s.gateway.clone(),
+                reason: reason.to_owned(),
+            };
+            let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            g.removals_held_back
+                .get_or_create(&labels)
+                .set(as_i64(held.removals));
+            g.locations_held_back
+                .get_or_create(&labels)
+                .set(as_i64(held.locations));
+        }
     }
 
     /// Sets every gateway's gauges from the server's current state.
@@ -349,6 +400,18 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
                 .iter()
                 .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
                 .count();
+            let held_back = gw
+                .gate_view()
+                .holds
+                .into_iter()
+                .map(|h| {
+                    let held = HeldBack {
+                        removals: h.addresses + h.services,
+                        locations: h.locations,
+                    };
+                    (h.reason.label(), held)
+                })
+                .collect();
             GatewaySnapshot {
                 revision: gw.tracker.revision(),
                 desired_addresses: c.desired_addresses,
@@ -362,6 +425,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
                 parked_units: gw.dispatch.parked_units() as u64,
                 staleness: gw.dispatch.oldest_pending_age(now).unwrap_or_default(),
                 workers: serving as u64,
+                held_back,
                 gateway: name,
             }
         })
@@ -468,6 +532,22 @@ mod tests {
             parked_units: 0,
             staleness: Duration::from_millis(1500),
             workers: 2,
+            held_back: vec![
+                (
+                    "pod_writer",
+                    HeldBack {
+                        removals: 3,
+                        locations: 1,
+                    },
+                ),
+                (
+                    "pod_writer",
+                    HeldBack {
+                        removals: 2,
+                        locations: 1,
+                    },
+                ),
+            ],
         };
         m.set_gateway(&s);
         s.gateway = "west".into();
@@ -488,6 +568,9 @@ mod tests {
             "clb_parked_units{gateway=\"east\"} 0",
             "clb_staleness_seconds{gateway=\"east\"} 1.5",
             "clb_workers{gateway=\"east\"} 2",
+            "clb_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
+            "clb_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
+            "clb_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",
             "# UNIT clb_staleness_seconds seconds",
         ] {
             assert!(

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use clb_proto::v1::ServicePort;
 use tokio::sync::Notify;
 
+use crate::gate::{GateView, RestartGate, Topology};
+use crate::grpc::resync::Scope;
 use crate::metrics::Metrics;
 use clb_core::difftracker::{DiffTracker, ServiceAction, ServiceChange, ServiceKind};
 use clb_core::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Outcome, Report};
@@ -23,8 +25,12 @@ pub struct ServerConfig {
     pub server_id: String,
     /// Gateways this server drives; the first is the default (used for an empty gateway name).
     pub gateways: Vec<String>,
-    /// Writers (sources) whose first resync must complete before removals are allowed.
+    /// Writers (sources) whose first resync must complete before removals are allowed, beside
+    /// the restart gate's own rules (an extra; see [`crate::gate`]).
     pub expected_writers: Vec<String>,
+    /// Longest wait, after the cluster view and the read-back of NRP, for a pod writer or an
+    /// expected writer that has not resynced (see [`crate::gate`]).
+    pub resync_wait: Duration,
     /// Most updates accepted in one batch (`Apply`, one `ApplyStream` message, one resync chunk).
     pub max_items_per_batch: usize,
     /// Largest gRPC message accepted or sent.
@@ -39,6 +45,7 @@ impl Default for ServerConfig {
             server_id: "clb-state-server".into(),
             gateways: vec!["default".into()],
             expected_writers: Vec::new(),
+            resync_wait: crate::gate::DEFAULT_RESYNC_WAIT,
             max_items_per_batch: 10_000,
             max_message_bytes: 16 * 1024 * 1024,
             dispatch: DispatchConfig::default(),
@@ -84,7 +91,8 @@ pub struct Gateway {
     ports_in_flight: HashMap<String, Vec<ServicePort>>,
     /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
     observing: Option<(u64, ObservedExtras)>,
-    expected_writers: Vec<String>,
+    /// The restart gate: which removals wait for which writer (see [`crate::gate`]).
+    pub gate: RestartGate,
     /// Writer spans to link from the spans of the units that carry their changes.
     pub trace_links: crate::trace_links::TraceLinks,
 }
@@ -115,7 +123,7 @@ fn programmable(p: &ServicePort) -> bool {
 impl Gateway {
     fn new(name: String, config: &ServerConfig, metrics: Arc<Metrics>) -> Self {
         let mut tracker = DiffTracker::new();
-        // Initialization gate: nothing is removed until NRP was read back and writers resynced.
+        // Restart gate: nothing is removed until NRP was read back and writers resynced.
         tracker.set_removals_allowed(false);
         Self {
             name,
@@ -132,7 +140,7 @@ impl Gateway {
             ports_in_flight: HashMap::new(),
             observing: None,
             trace_links: Default::default(),
-            expected_writers: config.expected_writers.clone(),
+            gate: RestartGate::new(config.expected_writers.clone(), config.resync_wait),
         }
     }
 
@@ -306,34 +314,66 @@ impl Gateway {
         w.items_rejected += rejected;
     }
 
-    /// Marks `source`'s resync complete, and opens the removal gate if that was the last one needed.
+    /// Marks `source`'s resync of every scope (services, egresses, endpoints, all pods; no
+    /// topology) complete; see [`Gateway::resync_scope_completed`].
     pub fn resync_completed(&mut self, source: &str) {
+        let all = Scope {
+            services: true,
+            egresses: true,
+            endpoints: true,
+            pods: true,
+            location: None,
+        };
+        self.resync_scope_completed(source, &all, None);
+    }
+
+    /// Marks `source`'s resync of `scope` complete (with the topology its header declared) and
+    /// opens what the restart gate no longer holds back.
+    pub fn resync_scope_completed(
+        &mut self,
+        source: &str,
+        scope: &Scope,
+        topology: Option<&Topology>,
+    ) {
         self.writers
             .entry(source.to_owned())
             .or_default()
             .last_resync_unix_ms = Some(unix_ms(SystemTime::now()));
+        self.gate
+            .resync_completed(source, scope, topology, Instant::now());
         self.update_gates();
     }
 
-    /// Expected writers that have not completed a resync yet.
+    /// The writers the restart gate waits for now.
     pub fn pending_writers(&self) -> Vec<String> {
-        self.expected_writers
-            .iter()
-            .filter(|w| {
-                self.writers
-                    .get(*w)
-                    .is_none_or(|r| r.last_resync_unix_ms.is_none())
-            })
-            .cloned()
-            .collect()
+        self.gate.pending_writers()
     }
 
-    /// Allows removals once NRP has been observed and every expected writer resynced.
-    pub fn update_gates(&mut self) {
-        let open = self.dispatch.nrp_observed() && self.pending_writers().is_empty();
-        if open && !self.tracker.removals_allowed() {
-            self.tracker.set_removals_allowed(true);
+    /// Brings the tracker's removal gate in step with the restart gate (after an observe, a
+    /// resync, or when a bounded wait may have passed). Returns true when it released removals.
+    /// Cheap when nothing changed.
+    pub fn update_gates(&mut self) -> bool {
+        let now = Instant::now();
+        if self.dispatch.nrp_observed() && !self.gate.nrp_observed() {
+            // At the first read-back the tracker withholds everything, so these are every
+            // location and every service NRP has that is not desired.
+            let nothing_to_protect = self.tracker.counts().actual_locations == 0
+                && self.tracker.withheld_deletions().is_empty();
+            self.gate.observed(now, nothing_to_protect);
         }
+        match self.gate.poll(now) {
+            Some(withheld) if &withheld != self.tracker.withheld() => {
+                tracing::debug!(gateway = %self.name, ?withheld, "restart gate changed");
+                self.tracker.set_withheld(withheld);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The restart gate as the Admin API shows it.
+    pub fn gate_view(&self) -> GateView {
+        self.gate.view(&self.tracker, Instant::now())
     }
 }
 

@@ -188,6 +188,7 @@ async fn status_reflects_applied_updates_gates_and_writers() {
             part: Some(Part::Header(ResyncHeader {
                 gateway: "gw-main".into(),
                 source: "node-agent/n1".into(),
+                topology: None,
                 scope: Some(ResyncScope {
                     pods: true,
                     location: "10.0.0.1".into(),
@@ -509,6 +510,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
             part: Some(Part::Header(ResyncHeader {
                 gateway: "gw-main".into(),
                 source: "watcher".into(),
+                topology: None,
                 scope: Some(ResyncScope {
                     services: true,
                     ..ResyncScope::default()

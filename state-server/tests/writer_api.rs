@@ -476,6 +476,7 @@ fn header(source: &str, scope: ResyncScope) -> ResyncRequest {
         part: Some(Part::Header(ResyncHeader {
             gateway: String::new(),
             source: source.into(),
+            topology: None,
             scope: Some(scope),
         })),
     }

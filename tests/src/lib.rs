@@ -18,14 +18,16 @@
 //! The end-to-end tests are in `tests/tests/e2e.rs`; the rollout benchmark in
 //! `tests/benches/rollout.rs`.
 
+pub mod deploy;
 pub mod nrp;
+pub mod recorder;
 
 pub mod fake_kube;
 
 pub use clb_client::client::{ApplyOutcome, ResyncOutcome, Writer, scope};
 pub use clb_embedded::{
-    Cluster, ClusterSpec, Expected, GATEWAY, Harness, Options, PATIENCE, Pod, ServerProc,
-    StalledWorker, WATCHER, WorkerProc, WriterExt,
+    Cluster, ClusterSpec, Expected, GATEWAY, Harness, Options, PATIENCE, Pod, PodWriters,
+    ServerProc, SplitBatch, StalledWorker, WATCHER, WorkerProc, WriterExt,
 };
 
 /// Installs a `tracing` subscriber writing to the test output, filtered by `RUST_LOG` (default:

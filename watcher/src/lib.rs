@@ -48,6 +48,11 @@ use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 /// Source name of the cluster-wide watcher.
 pub const WATCHER_SOURCE: &str = "watcher";
 
+/// Source name of the node agent of node `node`: `node-agent/<node>`.
+pub fn node_agent_source(node: &str) -> String {
+    format!("node-agent/{node}")
+}
+
 /// What the process watches and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -123,7 +128,7 @@ impl WatcherConfig {
     pub fn source(&self) -> String {
         match &self.mode {
             Mode::Cluster { .. } => WATCHER_SOURCE.to_owned(),
-            Mode::NodeAgent { node } => format!("node-agent/{node}"),
+            Mode::NodeAgent { node } => node_agent_source(node),
         }
     }
 

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clb_proto::v1::{ResyncScope, Update};
+use clb_proto::v1::{ClusterNode, ClusterTopology, ResyncScope, Update};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -78,11 +78,35 @@ impl Backoff {
     }
 }
 
+/// One resync: its scope, the topology its header declares (the cluster view only) and the view.
+type View = (ResyncScope, Option<ClusterTopology>, Vec<Update>);
+
+/// The cluster's nodes as the translator knows them, each with the writer of its pods: this
+/// watcher when it reports pods itself, the node's agent otherwise. A restarted state server waits
+/// for each node's pod writer before it removes anything at the node's IPs.
+fn topology(translator: &super::translate::Translator, pods: bool) -> ClusterTopology {
+    let nodes = translator
+        .nodes()
+        .into_iter()
+        .filter(|(_, ips)| ips.all().next().is_some())
+        .map(|(name, ips)| ClusterNode {
+            locations: ips.all().map(|ip| ip.to_string()).collect(),
+            pods_source: if pods {
+                super::WATCHER_SOURCE.to_owned()
+            } else {
+                super::node_agent_source(&name)
+            },
+            name,
+        })
+        .collect();
+    ClusterTopology { nodes }
+}
+
 enum Job {
     Idle,
     WaitUntil(Instant),
     Resync {
-        views: Vec<(ResyncScope, Vec<Update>)>,
+        views: Vec<View>,
         locations: BTreeSet<IpAddr>,
         seq: u64,
     },
@@ -112,7 +136,11 @@ fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: 
                     pods: *pods,
                     ..ResyncScope::default()
                 };
-                (vec![(scope, s.translator.full_view())], BTreeSet::new())
+                let topology = topology(&s.translator, *pods);
+                (
+                    vec![(scope, Some(topology), s.translator.full_view())],
+                    BTreeSet::new(),
+                )
             }
             Mode::NodeAgent { node } => {
                 let mut now = s.translator.pod_locations();
@@ -124,7 +152,13 @@ fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: 
                 let all: BTreeSet<IpAddr> = now.union(&s.agent_locations).copied().collect();
                 let views = all
                     .iter()
-                    .map(|l| (scope::pods_at(&l.to_string()), s.translator.pods_at(*l)))
+                    .map(|l| {
+                        (
+                            scope::pods_at(&l.to_string()),
+                            None,
+                            s.translator.pods_at(*l),
+                        )
+                    })
                     .collect();
                 (views, now)
             }
@@ -272,17 +306,14 @@ async fn knows_us(conn: &mut Conn, source: &str) -> Result<bool, ClientError> {
         .any(|w| w.source == source && w.last_resync_unix_ms > 0))
 }
 
-async fn resync(
-    conn: &mut Conn,
-    source: &str,
-    views: Vec<(ResyncScope, Vec<Update>)>,
-) -> Result<(), ClientError> {
+async fn resync(conn: &mut Conn, source: &str, views: Vec<View>) -> Result<(), ClientError> {
     let client = conn.get().await?;
     let mut writer = client.writer(source);
-    for (scope, view) in views {
+    for (scope, topology, view) in views {
         let what = scope_name(&scope);
         let n = view.len();
-        let r = writer.resync(scope, view).await?;
+        let nodes = topology.as_ref().map(|t| t.nodes.len());
+        let r = writer.resync_with_topology(scope, topology, view).await?;
         for rejected in &r.rejected {
             tracing::warn!(source, "resync item rejected: {rejected}");
         }
@@ -290,6 +321,7 @@ async fn resync(
             source,
             scope = %what,
             updates = n,
+            nodes,
             applied = r.applied,
             removed = r.removed,
             rejected = r.rejected.len(),

@@ -496,6 +496,17 @@ impl Translator {
         self.nodes.get(name).copied()
     }
 
+    /// Every known node with its InternalIPs, by name.
+    pub fn nodes(&self) -> Vec<(String, NodeIps)> {
+        let mut nodes: Vec<(String, NodeIps)> = self
+            .nodes
+            .iter()
+            .map(|(n, ips)| (n.clone(), *ips))
+            .collect();
+        nodes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
     // ---- Pods ----
 
     /// A Pod was added or changed.

@@ -110,10 +110,33 @@ pub struct GatewayView {
 pub struct InitView {
     /// NRP was read back once.
     pub nrp_observed: bool,
-    /// Expected writers that have not resynced yet.
+    /// Writers the restart gate waits for.
     pub pending_writers: Vec<String>,
     /// Removals are sent.
     pub removals_allowed: bool,
+    /// The source of the cluster view (the watcher's resync of services), once it came.
+    pub cluster_view_source: Option<String>,
+    /// Whether that resync declared the cluster's nodes.
+    pub topology_declared: bool,
+    /// What holds removals back, by reason.
+    pub held: Vec<HeldView>,
+}
+
+/// Removals the restart gate holds back for one reason.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldView {
+    /// `nrp_not_observed`, `cluster_view`, `expected_writer` or `pod_writer`.
+    pub reason: String,
+    /// The writer waited for (empty for the first two reasons).
+    pub writer: String,
+    /// Locations held back.
+    pub locations: u64,
+    /// Addresses in NRP kept only because of this wait.
+    pub addresses: u64,
+    /// Services in NRP whose deletion waits.
+    pub services: u64,
+    /// When the wait ends anyway, in ms since the Unix epoch (0: no bound).
+    pub deadline_unix_ms: i64,
 }
 
 /// One worker error.
@@ -165,6 +188,22 @@ impl From<&InitGates> for InitView {
             nrp_observed: i.nrp_observed,
             pending_writers: i.pending_writers.clone(),
             removals_allowed: i.removals_allowed,
+            cluster_view_source: i
+                .cluster_view_resynced
+                .then(|| i.cluster_view_source.clone()),
+            topology_declared: i.topology_declared,
+            held: i
+                .held
+                .iter()
+                .map(|h| HeldView {
+                    reason: h.reason.clone(),
+                    writer: h.writer.clone(),
+                    locations: h.locations,
+                    addresses: h.addresses,
+                    services: h.services,
+                    deadline_unix_ms: h.deadline_unix_ms,
+                })
+                .collect(),
         }
     }
 }

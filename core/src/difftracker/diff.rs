@@ -6,7 +6,8 @@
 //!   at all (no address with a non-empty filtered ref) is sent as a full update with no addresses,
 //!   which deletes it in NRP; a location NRP does not have is sent as a full update.
 //! * A service is deleted only once no actual address refers to it (drain first).
-//! * While removals are withheld, nothing is removed and no full update replaces NRP's content.
+//! * At a location whose removals are withheld ([`super::withheld`]), nothing is removed and no
+//!   full update replaces NRP's content; a service whose deletions are withheld is not deleted.
 
 use std::net::IpAddr;
 
@@ -90,7 +91,7 @@ pub enum ServiceStatus {
         /// Addresses in NRP still referring to it.
         actual_refs: u32,
     },
-    /// Deletion is due but removals are withheld (initialization gates closed).
+    /// Deletion is due but deletions of its kind are withheld (restart gate closed).
     Withheld,
 }
 
@@ -114,7 +115,7 @@ impl DiffTracker {
     /// The change `location` needs now, in time proportional to that location; `None` if in sync.
     pub fn location_diff(&self, location: IpAddr) -> Option<LocationDiff> {
         let loc = self.locations.get(&location)?;
-        let allowed = self.removals_allowed;
+        let allowed = !self.withheld.location(location);
         let full = allowed && !loc.in_nrp;
         // The location's addresses are kept sorted by IP, so the output is sorted too.
         let mut addresses = Vec::new();
@@ -214,7 +215,7 @@ impl DiffTracker {
                 kind: e.kind,
                 action: ServiceAction::Create,
             }),
-            (false, Some(_)) if !self.removals_allowed => ServiceStatus::Withheld,
+            (false, Some(kind)) if self.withheld.deletions_of(kind) => ServiceStatus::Withheld,
             (false, Some(_)) if e.actual_refs > 0 => ServiceStatus::AwaitingDrain {
                 actual_refs: e.actual_refs,
             },
@@ -240,7 +241,7 @@ impl DiffTracker {
     /// The desired ref of an address, keeping only services that NRP has **and** that are still
     /// desired (the readiness filter). The second half keeps a late endpoint update of a Service
     /// being deleted from re-programming it, which would block its deletion forever.
-    fn filtered(&self, d: &Desired) -> RefBuf {
+    pub(super) fn filtered(&self, d: &Desired) -> RefBuf {
         let mut refs = d.refs();
         refs.retain(|id| {
             let e = self.services.get(*id);

@@ -20,6 +20,7 @@ mod location;
 pub mod scope;
 mod vecmap;
 pub mod view;
+pub mod withheld;
 
 use std::net::IpAddr;
 
@@ -32,6 +33,7 @@ pub use diff::{
 pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
 pub use identity::ServiceKind;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
+pub use withheld::{Withheld, WithheldLocations};
 
 use dirty::DirtyQueue;
 use identity::{ServiceId, ServiceTable};
@@ -55,7 +57,8 @@ pub struct DiffTracker {
     desired_at: AddressIndex,
     dirty_locations: DirtyQueue<IpAddr>,
     dirty_services: DirtyQueue<Box<str>>,
-    removals_allowed: bool,
+    /// The removal gate (see [`withheld`]).
+    withheld: Withheld,
     revision: u64,
     actual_addresses: u64,
     actual_locations: u64,
@@ -68,7 +71,7 @@ impl Default for DiffTracker {
 }
 
 impl DiffTracker {
-    /// An empty tracker that emits removals (see [`DiffTracker::set_removals_allowed`]).
+    /// An empty tracker that emits removals (see [`DiffTracker::set_withheld`]).
     pub fn new() -> Self {
         Self {
             services: ServiceTable::default(),
@@ -76,7 +79,7 @@ impl DiffTracker {
             desired_at: AddressIndex::default(),
             dirty_locations: DirtyQueue::default(),
             dirty_services: DirtyQueue::default(),
-            removals_allowed: true,
+            withheld: Withheld::nothing(),
             revision: 0,
             actual_addresses: 0,
             actual_locations: 0,
@@ -86,28 +89,6 @@ impl DiffTracker {
     /// Revision of the desired state: grows with every desired change that changed something.
     pub fn revision(&self) -> u64 {
         self.revision
-    }
-
-    /// Whether diffs may remove anything from NRP.
-    pub fn removals_allowed(&self) -> bool {
-        self.removals_allowed
-    }
-
-    /// Withholds (false) or allows (true) removals: while withheld, diffs only add (no service
-    /// deletion, no address removal, no ref dropped, and partial instead of full updates, since a
-    /// full update would replace what NRP has). Used until NRP has been read back and every writer
-    /// has resynced, so that a restart never deletes live backends. Allowing dirties every location
-    /// and service so that what was withheld is sent.
-    pub fn set_removals_allowed(&mut self, allowed: bool) {
-        if allowed && !self.removals_allowed {
-            for (loc, _) in self.locations.iter() {
-                self.dirty_locations.push(loc);
-            }
-            for (_, e) in self.services.iter() {
-                self.dirty_services.push(e.name.clone());
-            }
-        }
-        self.removals_allowed = allowed;
     }
 
     /// Takes every dirty location and service (FIFO). The caller computes their diffs; a location

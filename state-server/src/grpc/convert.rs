@@ -21,6 +21,7 @@ use clb_proto::v1::{
 use tracing::warn;
 
 use super::resync::{HeaderError, Scope};
+use crate::gate::{GateView, NodeDecl, Topology};
 use crate::state::{Gateway, UnknownGateway, WorkerInfo};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
@@ -516,6 +517,88 @@ pub fn resync_scope(scope: Option<&ResyncScope>) -> Result<Scope, HeaderError> {
     })
 }
 
+/// The topology of a resync header (`header.topology`), checked: only with a scope that covers
+/// services, every node named once, with at least one valid location and a pods source.
+pub fn resync_topology(
+    topology: Option<&v1::ClusterTopology>,
+    scope: &Scope,
+) -> Result<Option<Topology>, HeaderError> {
+    let Some(t) = topology else {
+        return Ok(None);
+    };
+    let err = |field: String, value: &str, reason: &str| HeaderError {
+        field,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if !scope.services {
+        return Err(err(
+            "header.topology".into(),
+            "",
+            "is declared by the cluster view only: the scope must cover services",
+        ));
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut nodes = Vec::with_capacity(t.nodes.len());
+    for (i, n) in t.nodes.iter().enumerate() {
+        let field = |f: &str| format!("header.topology.nodes[{i}].{f}");
+        if n.name.is_empty() {
+            return Err(err(field("name"), "", "must not be empty"));
+        }
+        if !names.insert(n.name.as_str()) {
+            return Err(err(field("name"), &n.name, "names a node listed before"));
+        }
+        if n.pods_source.is_empty() {
+            return Err(err(field("pods_source"), "", "must not be empty"));
+        }
+        if n.locations.is_empty() {
+            return Err(err(field("locations"), "", "must list at least one IP"));
+        }
+        let locations = n
+            .locations
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                parse_ip(&field(&format!("locations[{j}]")), l).map_err(|e| HeaderError {
+                    field: e.field,
+                    value: e.value,
+                    reason: e.reason.to_string(),
+                })
+            })
+            .collect::<Result<Vec<IpAddr>, _>>()?;
+        nodes.push(NodeDecl {
+            name: n.name.clone(),
+            locations,
+            pods_source: n.pods_source.clone(),
+        });
+    }
+    Ok(Some(Topology { nodes }))
+}
+
+/// The restart gate as proto.
+pub fn init_gates(view: GateView) -> v1::InitGates {
+    v1::InitGates {
+        nrp_observed: view.nrp_observed,
+        pending_writers: view.pending_writers,
+        removals_allowed: view.open,
+        cluster_view_resynced: view.cluster_view_source.is_some(),
+        cluster_view_source: view.cluster_view_source.unwrap_or_default(),
+        topology_declared: view.topology_declared,
+        held: view
+            .holds
+            .into_iter()
+            .map(|h| v1::HeldRemovals {
+                reason: h.reason.label().to_owned(),
+                writer: h.reason.writer().unwrap_or_default().to_owned(),
+                locations: h.locations,
+                addresses: h.addresses,
+                services: h.services,
+                deadline_unix_ms: h.deadline_unix_ms.unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
 /// One of the dispatcher's recent errors as proto.
 pub fn error_record(e: dispatch::ErrorRecord) -> v1::ErrorRecord {
     v1::ErrorRecord {
@@ -563,11 +646,7 @@ pub fn gateway_status(g: &Gateway, now: Instant) -> v1::GatewayStatus {
         dirty_locations: c.dirty_locations,
         units_in_flight: g.dispatch.units_in_flight() as u64,
         parked_units: g.dispatch.parked_units() as u64,
-        init: Some(v1::InitGates {
-            nrp_observed: g.dispatch.nrp_observed(),
-            pending_writers: g.pending_writers(),
-            removals_allowed: g.tracker.removals_allowed(),
-        }),
+        init: Some(init_gates(g.gate_view())),
         last_errors,
         oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
     }

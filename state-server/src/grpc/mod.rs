@@ -95,7 +95,8 @@ pub async fn serve_tls(
     result
 }
 
-/// Takes back units whose lease expired, and wakes sessions when it did.
+/// Takes back units whose lease expired and lets the restart gate's bounded waits end; wakes
+/// sessions when either freed work.
 async fn lease_ticker(state: Arc<StateServer>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period =
         (state.lease_duration() / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
@@ -106,11 +107,17 @@ async fn lease_ticker(state: Arc<StateServer>, mut stop: tokio::sync::watch::Rec
             _ = stop.changed() => return,
         }
         let mut expired = 0;
+        let mut released = false;
         for g in state.gateways() {
-            expired += g.lock().dispatch.expire(Instant::now());
+            let mut gw = g.lock();
+            expired += gw.dispatch.expire(Instant::now());
+            // A bounded wait of the restart gate may have passed.
+            released |= gw.update_gates();
         }
         if expired > 0 {
             info!(expired, "leases expired; units go back to the queue");
+        }
+        if expired > 0 || released {
             state.notify_work();
         }
     }

@@ -13,8 +13,11 @@ use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::convert::{apply_update, invalid_argument, resync_scope, unknown_gateway};
+use super::convert::{
+    apply_update, invalid_argument, resync_scope, resync_topology, unknown_gateway,
+};
 use super::resync::{Scope, replace_scope};
+use crate::gate::Topology;
 use crate::state::{GatewayHandle, StateServer};
 
 /// The responses of `ApplyStream`, one per request, in request order.
@@ -117,12 +120,21 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
     })
 }
 
-/// Reads a resync stream to its clean end and returns the header's gateway, source, scope and the
-/// whole view. Any error (a broken stream included) means nothing is applied.
+/// A resync read to its clean end.
+struct ResyncRead {
+    handle: Arc<GatewayHandle>,
+    source: String,
+    scope: Scope,
+    topology: Option<Topology>,
+    view: Vec<Update>,
+}
+
+/// Reads a resync stream to its clean end and returns the header's gateway, source, scope and
+/// topology, and the whole view. Any error (a broken stream included) means nothing is applied.
 async fn read_resync(
     state: &StateServer,
     stream: &mut Streaming<ResyncRequest>,
-) -> Result<(Arc<GatewayHandle>, String, Scope, Vec<Update>), Status> {
+) -> Result<ResyncRead, Status> {
     let header: ResyncHeader = match stream.message().await? {
         Some(ResyncRequest {
             part: Some(Part::Header(h)),
@@ -147,6 +159,8 @@ async fn read_resync(
     span.record("source", header.source.as_str());
     check_source("header.source", &header.source)?;
     let scope = resync_scope(header.scope.as_ref())
+        .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
+    let topology = resync_topology(header.topology.as_ref(), &scope)
         .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
     let handle = state
         .gateway(&header.gateway)
@@ -180,7 +194,13 @@ async fn read_resync(
             }
         }
     }
-    Ok((handle, header.source, scope, view))
+    Ok(ResyncRead {
+        handle,
+        source: header.source,
+        scope,
+        topology,
+        view,
+    })
 }
 
 impl WriterService {
@@ -227,7 +247,13 @@ impl WriterService {
         &self,
         mut incoming: Streaming<ResyncRequest>,
     ) -> Result<ResyncResponse, Status> {
-        let (handle, source, scope, view) = match read_resync(&self.state, &mut incoming).await {
+        let ResyncRead {
+            handle,
+            source,
+            scope,
+            topology,
+            view,
+        } = match read_resync(&self.state, &mut incoming).await {
             Ok(read) => read,
             Err(status) => {
                 tracing::info!(%status, "resync abandoned; nothing changed");
@@ -260,7 +286,7 @@ impl WriterService {
                 outcome.rejected.len() as u64,
             );
             self.state.metrics().rejected(outcome.rejected.len() as u64);
-            gateway.resync_completed(&source);
+            gateway.resync_scope_completed(&source, &scope, topology.as_ref());
             (gateway.tracker.revision(), outcome)
         };
         self.state.notify_work();
