@@ -141,6 +141,16 @@ impl ServerProc {
         }
     }
 
+    /// Kills the server as a crash would, as far as one process can: it stops leading at once (no
+    /// unit is cut any more, worker streams end) and its task is aborted without a graceful
+    /// shutdown; a Lease it holds is not released.
+    pub async fn kill(mut self) {
+        self.state.set_leader(false);
+        self.request_stop();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Shuts the server down; if it has not ended within `grace`, it is aborted.
     pub async fn stop(mut self, grace: Duration) {
         self.request_stop();
@@ -446,32 +456,7 @@ impl Harness {
     }
 
     async fn wait_quiet(&self, timeout: Duration, nrp_too: bool) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let g = self.gateway_status().await;
-            let gates_open = g.init.as_ref().is_some_and(|i| i.removals_allowed);
-            if gates_open && g.units_in_flight == 0 && g.dirty_locations == 0 {
-                let d = self.pending_diff().await;
-                let nrp_idle = !nrp_too || self.emulator().stats().in_flight_mutations == 0;
-                if d.services.is_empty() && d.locations.is_empty() && nrp_idle {
-                    let again = self.gateway_status().await;
-                    if again.revision == g.revision && again.units_in_flight == 0 {
-                        return Ok(());
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                let d = self.pending_diff().await;
-                return Err(format!(
-                    "not idle after {timeout:?}\nstatus: {g:#?}\npending diff: {} services, {} \
-                     locations (first: {:?})",
-                    d.services.len(),
-                    d.locations.len(),
-                    d.locations.first(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_quiet_at(&self.admin, self.emulator(), timeout, nrp_too).await
     }
 
     /// Compares the emulator's state with `expected`: the same services (of the right kind), the
@@ -479,100 +464,7 @@ impl Harness {
     /// services NRP has — no empty location, and exactly the load balancers, NAT gateways and public
     /// IPs of the expected services.
     pub fn compare(&self, expected: &Expected) -> Result<(), String> {
-        let dump = self.emulator().dump();
-        let empty = Default::default();
-        let gw = dump.gateway(GATEWAY).unwrap_or(&empty);
-        let mut errors = Vec::new();
-        let mut inbound = BTreeSet::new();
-        let mut outbound = BTreeSet::new();
-        for s in &gw.services {
-            if s.service_type.is_inbound() {
-                inbound.insert(s.name.clone());
-            }
-            if s.service_type.is_outbound() {
-                outbound.insert(s.name.clone());
-            }
-        }
-        set_diff(&mut errors, "inbound service", &expected.inbound, &inbound);
-        set_diff(
-            &mut errors,
-            "outbound service",
-            &expected.outbound,
-            &outbound,
-        );
-        // The readiness filter: an address refers only to services NRP has.
-        let nrp_services = gw.service_names();
-        let want: BTreeMap<(String, String), BTreeSet<String>> = expected
-            .addresses
-            .iter()
-            .map(|(k, v)| {
-                let ready: BTreeSet<String> = v.intersection(&nrp_services).cloned().collect();
-                (k.clone(), ready)
-            })
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
-        let have = gw.address_map();
-        for (k, w) in &want {
-            match have.get(k) {
-                None => errors.push(format!("missing address {k:?} with {w:?}")),
-                Some(h) if h != w => errors.push(format!("address {k:?}: has {h:?}, want {w:?}")),
-                Some(_) => {}
-            }
-        }
-        for (k, h) in &have {
-            if !want.contains_key(k) {
-                errors.push(format!("extra address {k:?} with {h:?}"));
-            }
-        }
-        for l in &gw.address_locations {
-            if l.addresses.is_empty() {
-                errors.push(format!("empty location {}", l.address_location));
-            }
-        }
-        let lbs: BTreeSet<String> = dump
-            .load_balancers
-            .iter()
-            .filter_map(|r| r.name.clone())
-            .collect();
-        let want_lbs = expected
-            .inbound
-            .iter()
-            .map(|s| load_balancer_name(s))
-            .collect();
-        set_diff(&mut errors, "load balancer", &want_lbs, &lbs);
-        let nats: BTreeSet<String> = dump
-            .nat_gateways
-            .iter()
-            .filter_map(|r| r.name.clone())
-            .collect();
-        let want_nats = expected
-            .outbound
-            .iter()
-            .map(|s| nat_gateway_name(s))
-            .collect();
-        set_diff(&mut errors, "NAT gateway", &want_nats, &nats);
-        let pips: BTreeSet<String> = dump
-            .public_ip_addresses
-            .iter()
-            .filter_map(|r| r.name.clone())
-            .collect();
-        let want_pips = expected
-            .services()
-            .iter()
-            .map(|s| public_ip_name(s))
-            .collect();
-        set_diff(&mut errors, "public IP", &want_pips, &pips);
-        if errors.is_empty() {
-            return Ok(());
-        }
-        let mut msg = format!(
-            "NRP differs from the desired state in {} ways (first 30):\n",
-            errors.len()
-        );
-        for e in errors.iter().take(30) {
-            let _ = writeln!(msg, "  {e}");
-        }
-        Err(msg)
+        compare_nrp(self.emulator(), expected)
     }
 
     /// [`Harness::wait_idle`] then [`Harness::compare`].
@@ -615,6 +507,167 @@ impl Harness {
         self.server.stop(Duration::from_secs(5)).await;
         let _ = self.nrp.shutdown().await;
     }
+}
+
+/// Compares `emulator`'s state with `expected` (see [`Harness::compare`]).
+pub fn compare_nrp(emulator: &Emulator, expected: &Expected) -> Result<(), String> {
+    let dump = emulator.dump();
+    let empty = Default::default();
+    let gw = dump.gateway(GATEWAY).unwrap_or(&empty);
+    let mut errors = Vec::new();
+    let mut inbound = BTreeSet::new();
+    let mut outbound = BTreeSet::new();
+    for s in &gw.services {
+        if s.service_type.is_inbound() {
+            inbound.insert(s.name.clone());
+        }
+        if s.service_type.is_outbound() {
+            outbound.insert(s.name.clone());
+        }
+    }
+    set_diff(&mut errors, "inbound service", &expected.inbound, &inbound);
+    set_diff(
+        &mut errors,
+        "outbound service",
+        &expected.outbound,
+        &outbound,
+    );
+    // The readiness filter: an address refers only to services NRP has.
+    let nrp_services = gw.service_names();
+    let want: BTreeMap<(String, String), BTreeSet<String>> = expected
+        .addresses
+        .iter()
+        .map(|(k, v)| {
+            let ready: BTreeSet<String> = v.intersection(&nrp_services).cloned().collect();
+            (k.clone(), ready)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let have = gw.address_map();
+    for (k, w) in &want {
+        match have.get(k) {
+            None => errors.push(format!("missing address {k:?} with {w:?}")),
+            Some(h) if h != w => errors.push(format!("address {k:?}: has {h:?}, want {w:?}")),
+            Some(_) => {}
+        }
+    }
+    for (k, h) in &have {
+        if !want.contains_key(k) {
+            errors.push(format!("extra address {k:?} with {h:?}"));
+        }
+    }
+    for l in &gw.address_locations {
+        if l.addresses.is_empty() {
+            errors.push(format!("empty location {}", l.address_location));
+        }
+    }
+    let lbs: BTreeSet<String> = dump
+        .load_balancers
+        .iter()
+        .filter_map(|r| r.name.clone())
+        .collect();
+    let want_lbs = expected
+        .inbound
+        .iter()
+        .map(|s| load_balancer_name(s))
+        .collect();
+    set_diff(&mut errors, "load balancer", &want_lbs, &lbs);
+    let nats: BTreeSet<String> = dump
+        .nat_gateways
+        .iter()
+        .filter_map(|r| r.name.clone())
+        .collect();
+    let want_nats = expected
+        .outbound
+        .iter()
+        .map(|s| nat_gateway_name(s))
+        .collect();
+    set_diff(&mut errors, "NAT gateway", &want_nats, &nats);
+    let pips: BTreeSet<String> = dump
+        .public_ip_addresses
+        .iter()
+        .filter_map(|r| r.name.clone())
+        .collect();
+    let want_pips = expected
+        .services()
+        .iter()
+        .map(|s| public_ip_name(s))
+        .collect();
+    set_diff(&mut errors, "public IP", &want_pips, &pips);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "NRP differs from the desired state in {} ways (first 30):\n",
+        errors.len()
+    );
+    for e in errors.iter().take(30) {
+        let _ = writeln!(msg, "  {e}");
+    }
+    Err(msg)
+}
+
+/// [`Harness::wait_idle`] (`nrp_too`) or [`Harness::wait_server_idle`] against the server behind
+/// `admin` (e.g. whichever replica leads) and `emulator`.
+pub async fn wait_quiet_at(
+    admin: &AdminClient<Channel>,
+    emulator: &Emulator,
+    timeout: Duration,
+    nrp_too: bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let g = gateway_status_at(admin).await;
+        let gates_open = g.init.as_ref().is_some_and(|i| i.removals_allowed);
+        if gates_open && g.units_in_flight == 0 && g.dirty_locations == 0 {
+            let d = pending_diff_at(admin).await;
+            let nrp_idle = !nrp_too || emulator.stats().in_flight_mutations == 0;
+            if d.services.is_empty() && d.locations.is_empty() && nrp_idle {
+                let again = gateway_status_at(admin).await;
+                if again.revision == g.revision && again.units_in_flight == 0 {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            let d = pending_diff_at(admin).await;
+            return Err(format!(
+                "not idle after {timeout:?}\nstatus: {g:#?}\npending diff: {} services, {} \
+                 locations (first: {:?})",
+                d.services.len(),
+                d.locations.len(),
+                d.locations.first(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The default gateway's status from the server behind `admin`.
+pub async fn gateway_status_at(admin: &AdminClient<Channel>) -> GatewayStatus {
+    admin
+        .clone()
+        .status(StatusRequest {})
+        .await
+        .expect("status")
+        .into_inner()
+        .gateways
+        .into_iter()
+        .next()
+        .expect("a gateway")
+}
+
+/// `Admin.PendingDiff` of the default gateway from the server behind `admin`.
+pub async fn pending_diff_at(admin: &AdminClient<Channel>) -> PendingDiffResponse {
+    admin
+        .clone()
+        .pending_diff(DiffQuery {
+            gateway: String::new(),
+            limit: 0,
+        })
+        .await
+        .expect("pending diff")
+        .into_inner()
 }
 
 fn set_diff(

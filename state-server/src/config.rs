@@ -98,6 +98,46 @@ pub struct Args {
     #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL_S", default_value_t = 300)]
     pub anti_entropy_interval_s: u64,
 
+    /// Run as one of several replicas, active/standby: only the holder of the Lease
+    /// --leader-elect-resource-namespace/--leader-elect-resource-name leads (serves Writer, Worker
+    /// and Admin and hands out work); the others report NOT_SERVING and not ready on /readyz until
+    /// they acquire it. Needs a Kubernetes API (in-cluster service account or kubeconfig).
+    #[arg(
+        long,
+        env = "CLB_LEADER_ELECT",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub leader_elect: bool,
+
+    /// How long a standby waits after the last renewal it saw before it takes the Lease
+    /// (e.g. 15s, 1500ms).
+    #[arg(long, env = "CLB_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps leading without a successful renewal; then it stops handing out
+    /// work and closes its streams (shorter than the lease duration).
+    #[arg(long, env = "CLB_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often the leader renews the Lease and a standby tries to acquire it.
+    #[arg(long, env = "CLB_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "CLB_LEADER_ELECT_RESOURCE_NAME",
+        default_value = "clb-state-server"
+    )]
+    pub leader_elect_resource_name: String,
+
+    /// Namespace of the Lease (default: the namespace of the Kubernetes client, in a pod its own).
+    #[arg(long, env = "CLB_LEADER_ELECT_RESOURCE_NAMESPACE")]
+    pub leader_elect_resource_namespace: Option<String>,
+
     /// PEM certificate chain of the gRPC API: serves TLS instead of plaintext (needs --tls-key).
     /// The metrics endpoint stays plaintext.
     #[arg(long, env = "CLB_TLS_CERT", value_name = "FILE")]
@@ -111,6 +151,26 @@ pub struct Args {
     /// needs --tls-cert and --tls-key).
     #[arg(long, env = "CLB_TLS_CLIENT_CA", value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+}
+
+/// Parses a duration as Kubernetes flags write it: `15s`, `1500ms`, `2m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 15s, 1500ms, 2m)"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// A flag value that parses but makes no sense.
@@ -151,6 +211,9 @@ pub enum ConfigError {
     /// `--server-id` is empty.
     #[error("--server-id must not be empty")]
     EmptyServerId,
+    /// The leader election flags do not fit together.
+    #[error("{0}")]
+    LeaderElection(#[from] crate::leader::ElectionConfigError),
     /// A TLS flag is given without the flag(s) it needs.
     #[error("--{given} requires {missing}")]
     TlsIncomplete {
@@ -232,6 +295,9 @@ impl Args {
         {
             return Err(ConfigError::EmptyServerId);
         }
+        if self.leader_elect {
+            self.election_config("namespace-checked-later").validate()?;
+        }
         let incomplete = |given, missing| Err(ConfigError::TlsIncomplete { given, missing });
         match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
             (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
@@ -274,6 +340,23 @@ impl Args {
             .unwrap_or_else(|| DEFAULT_SERVER_ID.to_owned())
     }
 
+    /// The leader election of this replica (with `--leader-elect`): the Lease in
+    /// `--leader-elect-resource-namespace`, else in `default_namespace` (the Kubernetes client's);
+    /// the identity is the server id (the pod name).
+    pub fn election_config(&self, default_namespace: &str) -> crate::leader::ElectionConfig {
+        crate::leader::ElectionConfig {
+            namespace: self
+                .leader_elect_resource_namespace
+                .clone()
+                .unwrap_or_else(|| default_namespace.to_owned()),
+            name: self.leader_elect_resource_name.clone(),
+            identity: self.resolved_server_id(),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+    }
+
     /// The server core's configuration (call [`Args::validate`] first).
     pub fn to_server_config(&self) -> ServerConfig {
         ServerConfig {
@@ -297,6 +380,7 @@ impl Args {
                 anti_entropy_interval: Duration::from_secs(self.anti_entropy_interval_s),
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
             },
+            leader_elect: self.leader_elect,
         }
     }
 }
@@ -499,5 +583,49 @@ mod tests {
                 client_ca: Some("/ca.pem".into()),
             })
         );
+    }
+
+    #[test]
+    fn leader_election_flags_use_kubernetes_names_and_defaults() {
+        let a = parse(&[]);
+        assert!(!a.leader_elect);
+        let e = a.election_config("ns");
+        assert_eq!(e.lease_duration, Duration::from_secs(15));
+        assert_eq!(e.renew_deadline, Duration::from_secs(10));
+        assert_eq!(e.retry_period, Duration::from_secs(2));
+        assert_eq!(
+            (e.namespace.as_str(), e.name.as_str()),
+            ("ns", "clb-state-server")
+        );
+        for on in [&["--leader-elect"][..], &["--leader-elect=true"]] {
+            assert!(parse(on).leader_elect, "{on:?}");
+        }
+        assert!(!parse(&["--leader-elect=false"]).leader_elect);
+        let a = parse(&[
+            "--leader-elect",
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=2500ms",
+            "--leader-elect-retry-period=0.5",
+            "--leader-elect-resource-name=l",
+            "--leader-elect-resource-namespace=clb-system",
+            "--server-id=pod-a",
+        ]);
+        a.validate().unwrap();
+        let e = a.election_config("ignored");
+        assert_eq!(e.namespace, "clb-system");
+        assert_eq!(e.identity, "pod-a");
+        assert_eq!(e.renew_deadline, Duration::from_millis(2500));
+        assert_eq!(e.retry_period, Duration::from_millis(500));
+        let bad = parse(&["--leader-elect", "--leader-elect-renew-deadline=20s"]);
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("must be shorter than --leader-elect-lease-duration")
+        );
+        assert!(
+            Args::try_parse_from(["clb-state-server", "--leader-elect-retry-period=2x"]).is_err()
+        );
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
     }
 }

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod gate;
 pub mod grpc;
+pub mod leader;
 pub mod metrics;
 pub mod state;
 pub use clb_telemetry as telemetry;

@@ -444,13 +444,37 @@ async fn metrics_handler(
     )
 }
 
-/// The metrics HTTP routes: `GET /metrics` (calls `refresh` first, so gauges are current) and
-/// `GET /healthz`.
+/// The metrics HTTP routes: `GET /metrics` (calls `refresh` first, so gauges are current),
+/// `GET /healthz` and `GET /readyz` (always ready; see [`router_with_readiness`]).
 pub fn router(metrics: Arc<Metrics>, refresh: impl Fn() + Send + Sync + 'static) -> Router {
+    router_with_readiness(metrics, refresh, || true)
+}
+
+/// Like [`router`], with `GET /readyz` answering 200 while `ready()` holds and 503 otherwise (a
+/// standby replica is not ready: the Kubernetes Service routes to the leader only).
+pub fn router_with_readiness(
+    metrics: Arc<Metrics>,
+    refresh: impl Fn() + Send + Sync + 'static,
+    ready: impl Fn() -> bool + Send + Sync + 'static,
+) -> Router {
     let refresh: Refresh = Arc::new(refresh);
+    let ready = Arc::new(ready);
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready() {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "standby\n")
+                    }
+                }
+            }),
+        )
         .with_state((metrics, refresh))
 }
 
@@ -461,7 +485,16 @@ pub async fn serve_metrics(
     refresh: impl Fn() + Send + Sync + 'static,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics, refresh))
+    serve_router(listener, router(metrics, refresh), shutdown).await
+}
+
+/// Serves `router` (e.g. [`router_with_readiness`]) on `listener` until `shutdown` resolves.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -597,5 +630,38 @@ mod tests {
         let m = Metrics::new();
         m.refresh_from(&state);
         assert!(m.encode().contains("clb_revision{gateway=\"b\"}"));
+    }
+
+    /// `GET path` over plain HTTP/1.1; the status code.
+    async fn get_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn readyz_follows_readiness_and_healthz_does_not() {
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r = ready.clone();
+        let app = router_with_readiness(
+            Arc::new(Metrics::new()),
+            || {},
+            move || r.load(std::sync::atomic::Ordering::SeqCst),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_router(listener, app, std::future::pending()));
+        assert_eq!(
+            get_status(addr, "/readyz").await,
+            503,
+            "a standby is not ready"
+        );
+        assert_eq!(get_status(addr, "/healthz").await, 200);
+        ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(get_status(addr, "/readyz").await, 200);
     }
 }

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// Dispatcher settings: leases, unit limits, retries, anti-entropy.
     pub dispatch: DispatchConfig,
+    /// Starts as a standby: the server leads only once leader election makes it the leader
+    /// ([`crate::leader`], [`StateServer::set_leader`]). False: it leads from the start, alone.
+    pub leader_elect: bool,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             max_items_per_batch: 10_000,
             max_message_bytes: 16 * 1024 * 1024,
             dispatch: DispatchConfig::default(),
+            leader_elect: false,
         }
     }
 }
@@ -430,6 +434,8 @@ pub struct StateServer {
     next_work_id: AtomicU64,
     workers: Mutex<BTreeMap<u64, WorkerInfo>>,
     metrics: Arc<Metrics>,
+    /// Whether this replica leads (always, without leader election; see [`crate::leader`]).
+    leader: tokio::sync::watch::Sender<bool>,
 }
 
 impl StateServer {
@@ -450,6 +456,7 @@ impl StateServer {
             })
             .collect();
         let gateways = order.iter().map(|g| (g.name.clone(), g.clone())).collect();
+        let leading = !config.leader_elect;
         Arc::new(Self {
             config,
             gateways,
@@ -458,7 +465,39 @@ impl StateServer {
             next_work_id: AtomicU64::new(1),
             workers: Mutex::new(BTreeMap::new()),
             metrics,
+            leader: tokio::sync::watch::Sender::new(leading),
         })
+    }
+
+    /// Whether this replica leads: only a leader serves Writer, Worker and Admin and hands out
+    /// work. True unless leader election made it a standby.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Follows [`StateServer::is_leader`].
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leader.subscribe()
+    }
+
+    /// Makes this replica the leader or a standby. Either way every gateway starts afresh, exactly
+    /// as after a restart (empty DiffTracker, restart gate closed, no writer known): a new leader
+    /// reads NRP back and waits for the writers' resyncs before it removes anything; a standby
+    /// keeps nothing stale. Stepping down takes effect at once: no unit is cut afterwards, and
+    /// worker sessions end.
+    pub fn set_leader(&self, leading: bool) {
+        if !leading {
+            self.leader.send_replace(false);
+        }
+        if leading != self.is_leader() || !leading {
+            for g in &self.order {
+                *g.lock() = Gateway::new(g.name.clone(), &self.config, self.metrics.clone());
+            }
+        }
+        if leading {
+            self.leader.send_replace(true);
+        }
+        self.notify_work();
     }
 
     /// The Prometheus metrics of this server.

@@ -2,12 +2,16 @@
 //! list and watch (`resourceVersion`, `410 Gone` after a compaction, label and field selectors),
 //! deletion with finalizers (`deletionTimestamp`), merge and JSON patches with `resourceVersion`
 //! preconditions (`409 Conflict`, scriptable with [`FakeApi::conflict_next`]), the `status`
-//! subresource, and a log of every request (to check RBAC against deploy/). Binds 127.0.0.1:0.
+//! subresource, `coordination.k8s.io/v1` Leases (get, create, and update with the
+//! `resourceVersion` precondition: `409 Conflict`; for leader election), clients that can be cut
+//! off from the API ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC
+//! against deploy/). Binds 127.0.0.1:0.
 //!
 //! Kept in one place: every test that needs a Kubernetes API uses this one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -72,6 +76,8 @@ struct Inner {
     /// Services whose next PATCH with a resourceVersion meets a concurrent writer: the fake adds
     /// the finalizer given here to the object first (a MODIFIED event), so the PATCH gets 409.
     conflicts: HashMap<String, String>,
+    /// Leases by (namespace, name).
+    leases: BTreeMap<(String, String), Value>,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -280,6 +286,7 @@ impl FakeApi {
             conflicts: HashMap::new(),
             requests: Vec::new(),
             probe: None,
+            leases: BTreeMap::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -372,6 +379,76 @@ impl FakeApi {
     pub fn requests(&self) -> Vec<String> {
         self.lock().requests.clone()
     }
+
+    /// The Lease `namespace/name`, if it exists.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .leases
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// The holder of the Lease `namespace/name` (empty when free or missing).
+    pub fn lease_holder(&self, namespace: &str, name: &str) -> String {
+        self.lease(namespace, name)
+            .and_then(|l| {
+                l.pointer("/spec/holderIdentity")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    }
+
+    /// A kube client of this server through a link of its own that [`Partition::cut`] can cut:
+    /// while cut, its requests get no answer (they hang until the link heals, and are then refused
+    /// with 503 without being carried out), as across a network partition.
+    pub async fn partitionable_client(&self) -> (kube::Client, Partition) {
+        let partition = Partition(Arc::new(AtomicBool::new(false)));
+        let cut = partition.0.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(self.inner.clone())
+            .layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let cut = cut.clone();
+                    async move {
+                        if cut.load(Ordering::SeqCst) {
+                            while cut.load(Ordering::SeqCst) {
+                                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                            }
+                            return json_response(
+                                503,
+                                &status_body(503, "ServiceUnavailable", "partitioned"),
+                            );
+                        }
+                        next.run(req).await
+                    }
+                },
+            ));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let config = kube::Config::new(url.parse().unwrap());
+        (kube::Client::try_from(config).unwrap(), partition)
+    }
+}
+
+/// The link of a [`FakeApi::partitionable_client`].
+#[derive(Debug, Clone)]
+pub struct Partition(Arc<AtomicBool>);
+
+impl Partition {
+    /// Cuts the client off the API.
+    pub fn cut(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Heals the link.
+    pub fn heal(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 fn watch_line(kind: &str, object: &Value) -> Bytes {
@@ -428,6 +505,50 @@ async fn handle(
                 list(&inner, &plural, &q)
             }
         }
+        (
+            Method::GET,
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                name,
+            ],
+        ) => {
+            let inner = inner.lock().unwrap();
+            match inner.leases.get(&((*ns).to_owned(), (*name).to_owned())) {
+                Some(l) => json_response(200, l),
+                None => json_response(
+                    404,
+                    &status_body(404, "NotFound", &format!("leases {name:?} not found")),
+                ),
+            }
+        }
+        (
+            Method::POST,
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+            ],
+        ) => lease_write(&inner, ns, None, &body),
+        (
+            Method::PUT,
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                name,
+            ],
+        ) => lease_write(&inner, ns, Some(name), &body),
         (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
             let status_sub = match rest {
                 [] => false,
@@ -450,6 +571,64 @@ async fn handle(
             ),
         ),
     }
+}
+
+/// Creates (`name` None: POST, 409 if it exists) or replaces (PUT: 404 if missing, 409 if the body's
+/// `resourceVersion` is not the current one) a Lease.
+fn lease_write(inner: &Arc<Mutex<Inner>>, ns: &str, name: Option<&str>, body: &Bytes) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let Ok(mut lease) = serde_json::from_slice::<Value>(body) else {
+        return json_response(400, &status_body(400, "BadRequest", "not JSON"));
+    };
+    let Some(lease_name) = name
+        .map(str::to_owned)
+        .or_else(|| pointer_str(&lease, "/metadata/name").map(str::to_owned))
+    else {
+        return json_response(400, &status_body(400, "BadRequest", "no name"));
+    };
+    let key = (ns.to_owned(), lease_name.clone());
+    let current = inner.leases.get(&key).cloned();
+    match (name, &current) {
+        (None, Some(_)) => {
+            return json_response(
+                409,
+                &status_body(
+                    409,
+                    "AlreadyExists",
+                    &format!("leases {lease_name:?} already exists"),
+                ),
+            );
+        }
+        (Some(_), None) => {
+            return json_response(
+                404,
+                &status_body(404, "NotFound", &format!("leases {lease_name:?} not found")),
+            );
+        }
+        (Some(_), Some(cur)) => {
+            let want = pointer_str(&lease, "/metadata/resourceVersion");
+            if want.is_some() && want != pointer_str(cur, "/metadata/resourceVersion") {
+                return json_response(
+                    409,
+                    &status_body(
+                        409,
+                        "Conflict",
+                        "Operation cannot be fulfilled on leases: the object has been modified",
+                    ),
+                );
+            }
+        }
+        (None, None) => {}
+    }
+    inner.rv += 1;
+    let rv = inner.rv;
+    lease["apiVersion"] = json!("coordination.k8s.io/v1");
+    lease["kind"] = json!("Lease");
+    lease["metadata"]["name"] = json!(lease_name);
+    lease["metadata"]["namespace"] = json!(ns);
+    lease["metadata"]["resourceVersion"] = json!(rv.to_string());
+    inner.leases.insert(key, lease.clone());
+    json_response(if name.is_none() { 201 } else { 200 }, &lease)
 }
 
 fn list(inner: &Arc<Mutex<Inner>>, plural: &str, q: &HashMap<String, String>) -> Response {

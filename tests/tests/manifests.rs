@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 
@@ -30,6 +30,8 @@ struct Manifests {
     config_maps: Vec<ConfigMap>,
     cluster_roles: Vec<ClusterRole>,
     cluster_role_bindings: Vec<ClusterRoleBinding>,
+    roles: Vec<Role>,
+    role_bindings: Vec<RoleBinding>,
     pdbs: Vec<PodDisruptionBudget>,
 }
 
@@ -88,6 +90,10 @@ fn load() -> Manifests {
                 }
                 ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
                     m.cluster_role_bindings.push(parse(file, i, doc))
+                }
+                ("rbac.authorization.k8s.io/v1", "Role") => m.roles.push(parse(file, i, doc)),
+                ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+                    m.role_bindings.push(parse(file, i, doc))
                 }
                 ("policy/v1", "PodDisruptionBudget") => m.pdbs.push(parse(file, i, doc)),
                 _ => panic!("{file} document {i}: unexpected {api} {kind}"),
@@ -148,6 +154,8 @@ fn every_manifest_parses_and_namespaced_objects_are_in_clb_system() {
         .chain(m.services.iter().map(|o| &o.metadata))
         .chain(m.service_accounts.iter().map(|o| &o.metadata))
         .chain(m.config_maps.iter().map(|o| &o.metadata))
+        .chain(m.roles.iter().map(|o| &o.metadata))
+        .chain(m.role_bindings.iter().map(|o| &o.metadata))
         .chain(m.pdbs.iter().map(|o| &o.metadata));
     for meta in namespaced {
         assert_eq!(
@@ -464,8 +472,126 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
             }
         }
     }
-    // Workers and the state server talk to no Kubernetes API at all.
+    // Workers talk to no Kubernetes API at all, the state server to nothing cluster-wide.
     for account in ["clb-sync-worker", "clb-state-server"] {
         assert!(rules_of(&m, account).is_empty(), "{account} has RBAC rules");
     }
+    assert!(namespaced_rules_of(&m, "clb-sync-worker").is_empty());
+    // The state server: its Lease (leader election), in its own namespace, and nothing more.
+    let lease: &[(&str, &str, &str)] = &[
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    ];
+    let rules = namespaced_rules_of(&m, "clb-state-server");
+    for (g, r, v) in lease {
+        assert!(
+            grants(&rules, g, r, v),
+            "clb-state-server may not {v} {g}/{r}"
+        );
+    }
+    for rule in &rules {
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                for v in &rule.verbs {
+                    assert!(
+                        lease.contains(&(g.as_str(), r.as_str(), v.as_str())),
+                        "clb-state-server is granted {v} {g}/{r}, which it does not use"
+                    );
+                }
+            }
+        }
+        // get and update only on its own Lease (create cannot be limited to a name).
+        if rule.verbs.iter().any(|v| v != "create") {
+            assert_eq!(
+                rule.resource_names.as_deref(),
+                Some(&["clb-state-server".to_owned()][..]),
+                "{rule:?}"
+            );
+        }
+    }
+}
+
+/// The rules of the Roles bound (by RoleBindings, in clb-system) to `account`.
+fn namespaced_rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
+    m.role_bindings
+        .iter()
+        .filter(|b| b.subjects.iter().flatten().any(|s| s.name == account))
+        .flat_map(|b| {
+            assert_eq!(
+                b.role_ref.kind,
+                "Role",
+                "{}: a RoleBinding of a Role",
+                name(&b.metadata)
+            );
+            m.roles
+                .iter()
+                .filter(|r| name(&r.metadata) == b.role_ref.name)
+                .flat_map(|r| r.rules.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn the_state_server_runs_two_replicas_active_standby() {
+    let m = load();
+    let d = m
+        .deployments
+        .iter()
+        .find(|d| name(&d.metadata) == "clb-state-server")
+        .expect("the state server's Deployment");
+    let spec = d.spec.as_ref().expect("spec");
+    assert_eq!(spec.replicas, Some(2));
+    let strategy = spec.strategy.as_ref().expect("strategy");
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let c = container(&m, "clb-state-server");
+    let argv = command_line(&m, c, &clb_state_server::config::Args::command());
+    let args = <clb_state_server::config::Args as clap::Parser>::try_parse_from(&argv).unwrap();
+    args.validate().expect("valid flags");
+    assert!(args.leader_elect, "{argv:?}");
+    assert!(
+        args.expected_writers.is_empty(),
+        "safety needs no --expected-writers"
+    );
+    assert_eq!(
+        args.leader_elect_resource_namespace.as_deref(),
+        Some(NAMESPACE)
+    );
+    // The identity is the pod name.
+    assert!(c.env.iter().flatten().any(|e| {
+        e.name == "CLB_SERVER_ID"
+            && e.value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .is_some_and(|f| f.field_path == "metadata.name")
+    }));
+    // Ready = leads: readiness on /readyz.
+    let probe = c.readiness_probe.as_ref().expect("a readiness probe");
+    assert_eq!(
+        probe.http_get.as_ref().and_then(|h| h.path.as_deref()),
+        Some("/readyz")
+    );
+    let pod = spec.template.spec.as_ref().expect("pod spec");
+    assert_ne!(pod.automount_service_account_token, Some(false));
+    let anti = pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .expect("pod anti-affinity");
+    assert!(
+        anti.preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .any(|t| t.pod_affinity_term.topology_key == "kubernetes.io/hostname")
+    );
+    let pdb = m
+        .pdbs
+        .iter()
+        .find(|p| name(&p.metadata) == "clb-state-server")
+        .expect("a PodDisruptionBudget");
+    assert!(
+        pdb.spec
+            .as_ref()
+            .is_some_and(|s| s.max_unavailable.is_some() || s.min_available.is_some())
+    );
 }

@@ -43,14 +43,20 @@ fn seed(test: &str) -> u64 {
     seed
 }
 
-/// The state server's configuration from the flags of `deploy/state-server.yaml`.
+/// The state server's configuration from the flags of `deploy/state-server.yaml`. deploy/ runs two
+/// replicas with leader election; here one replica restarts, so it leads from the start (the
+/// fail-over between replicas, with these flags, is `tests/tests/ha.rs`).
 fn deploy_config() -> ServerConfig {
     let args = clb_tests::deploy::state_server_args();
     assert!(
         args.expected_writers.is_empty(),
         "deploy/ must not need --expected-writers"
     );
-    args.to_server_config()
+    assert!(args.leader_elect, "deploy/ runs active/standby replicas");
+    ServerConfig {
+        leader_elect: false,
+        ..args.to_server_config()
+    }
 }
 
 /// The state server's configuration with no flag at all.

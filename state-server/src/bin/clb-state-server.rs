@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use clb_state_server::config::Args;
-use clb_state_server::metrics::serve_metrics;
+use clb_state_server::metrics::{router_with_readiness, serve_router};
 use clb_state_server::state::StateServer;
 use clb_state_server::{grpc, telemetry};
 use tokio::net::TcpListener;
@@ -53,22 +53,47 @@ async fn main() -> anyhow::Result<()> {
         move || metrics.refresh_from(&state)
     };
     let grpc = async {
-        let r = grpc::serve_tls(grpc_listener, state, tls, stop.clone().cancelled_owned()).await;
-        stop.cancel();
-        r
-    };
-    let http = async {
-        let r = serve_metrics(
-            metrics_listener,
-            metrics.clone(),
-            refresh,
+        let r = grpc::serve_tls(
+            grpc_listener,
+            state.clone(),
+            tls,
             stop.clone().cancelled_owned(),
         )
         .await;
         stop.cancel();
         r
     };
+    // Active/standby: a standby serves nothing but health and metrics until it holds the Lease.
+    let election = if args.leader_elect {
+        let client = kube::Client::try_default()
+            .await
+            .context("--leader-elect: connecting to the Kubernetes API")?;
+        let config = args.election_config(client.default_namespace());
+        config.validate()?;
+        let api = kube::Api::namespaced(client, &config.namespace);
+        Some(tokio::spawn(clb_state_server::leader::run(
+            api,
+            config,
+            state.clone(),
+            stop.clone().cancelled_owned(),
+        )))
+    } else {
+        None
+    };
+    let router = {
+        let state = state.clone();
+        router_with_readiness(metrics.clone(), refresh, move || state.is_leader())
+    };
+    let http = async {
+        let r = serve_router(metrics_listener, router, stop.clone().cancelled_owned()).await;
+        stop.cancel();
+        r
+    };
     let (grpc_result, metrics_result) = tokio::join!(grpc, http);
+    if let Some(election) = election {
+        // On shutdown the leader steps down and releases the Lease (bounded by the retry period).
+        let _ = election.await;
+    }
     grpc_result.context("gRPC server")?;
     metrics_result.context("metrics server")?;
     Ok(())

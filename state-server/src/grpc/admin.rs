@@ -170,6 +170,7 @@ impl Admin for AdminService {
         &self,
         _request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        super::require_leader(&self.state)?;
         Ok(Response::new(AdminService::status(self)))
     }
 
@@ -177,6 +178,7 @@ impl Admin for AdminService {
         &self,
         request: Request<LocationQuery>,
     ) -> Result<Response<LocationState>, Status> {
+        super::require_leader(&self.state)?;
         AdminService::get_location(self, request.get_ref()).map(Response::new)
     }
 
@@ -184,6 +186,7 @@ impl Admin for AdminService {
         &self,
         request: Request<ServiceQuery>,
     ) -> Result<Response<ServiceState>, Status> {
+        super::require_leader(&self.state)?;
         AdminService::get_service(self, request.get_ref()).map(Response::new)
     }
 
@@ -191,6 +194,7 @@ impl Admin for AdminService {
         &self,
         request: Request<DiffQuery>,
     ) -> Result<Response<PendingDiffResponse>, Status> {
+        super::require_leader(&self.state)?;
         AdminService::pending_diff(self, request.get_ref()).map(Response::new)
     }
 }

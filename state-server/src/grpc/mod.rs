@@ -77,6 +77,7 @@ pub async fn serve_tls(
         .max_encoding_message_size(max);
     health.set_serving::<WriterServer<WriterService>>().await;
     health.set_serving::<AdminServer<AdminService>>().await;
+    let health_task = tokio::spawn(health_follows_leadership(health, state.leadership()));
     info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
     let result = builder
         .trace_fn(crate::telemetry::grpc_server_span)
@@ -92,7 +93,47 @@ pub async fn serve_tls(
         })
         .await;
     ticker.abort();
+    health_task.abort();
     result
+}
+
+/// Refuses a call on a standby replica (leader election): `UNAVAILABLE`, so that clients reconnect
+/// (the Kubernetes Service routes new connections to the ready replica, the leader).
+pub(crate) fn require_leader(state: &StateServer) -> Result<(), tonic::Status> {
+    if state.is_leader() {
+        Ok(())
+    } else {
+        Err(tonic::Status::unavailable(
+            "this state server replica is a standby (it does not hold the leader lease): reconnect",
+        ))
+    }
+}
+
+/// Keeps the gRPC health statuses in step with leadership: a standby reports `NOT_SERVING` for the
+/// server as a whole (`""`) and for Writer, Worker and Admin.
+async fn health_follows_leadership(
+    health: tonic_health::server::HealthReporter,
+    mut leadership: tokio::sync::watch::Receiver<bool>,
+) {
+    use tonic_health::ServingStatus;
+    loop {
+        let status = if *leadership.borrow_and_update() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for service in [
+            "",
+            <WorkerServer<WorkerService> as tonic::server::NamedService>::NAME,
+            <WriterServer<WriterService> as tonic::server::NamedService>::NAME,
+            <AdminServer<AdminService> as tonic::server::NamedService>::NAME,
+        ] {
+            health.set_service_status(service, status).await;
+        }
+        if leadership.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Takes back units whose lease expired and lets the restart gate's bounded waits end; wakes

@@ -52,6 +52,7 @@ impl Worker for WorkerService {
         &self,
         request: Request<Streaming<v1::WorkerMessage>>,
     ) -> Result<Response<SyncStream>, Status> {
+        super::require_leader(&self.state)?;
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await?.and_then(|m| m.kind) {
             Some(v1::worker_message::Kind::Hello(h)) => h,
@@ -142,7 +143,15 @@ impl Session {
         let state = self.state.clone();
         let mut shutdown = self.shutdown.clone();
         let tx = self.tx.clone();
+        let mut leadership = state.leadership();
         loop {
+            if !state.is_leader() {
+                // Stepped down: the stream ends, the worker reconnects (to the new leader).
+                let _ = tx.try_send(Err(Status::unavailable(
+                    "this state server replica lost the leader lease: reconnect",
+                )));
+                break;
+            }
             let notified = state.work_notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -163,6 +172,7 @@ impl Session {
                 _ = tokio::time::sleep(IDLE_POLL) => {}
                 _ = tx.closed() => break,
                 _ = shutdown.changed() => break,
+                _ = leadership.changed() => {}
             }
         }
         // Disconnect: the worker's units go back at once, to be cut for another worker.
@@ -209,6 +219,10 @@ impl Session {
         for i in 0..self.gateways.len() {
             let g = &self.gateways[(self.next_gateway + i) % self.gateways.len()];
             let mut gw = g.lock();
+            // Checked under the gateway lock: a replica that stepped down cuts nothing more.
+            if !self.state.is_leader() {
+                return None;
+            }
             let work_id = self.state.next_work_id();
             let gw = &mut *gw;
             if let Some(unit) =

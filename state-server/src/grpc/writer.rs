@@ -78,6 +78,7 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
         rejected = tracing::field::Empty,
     );
     let _entered = span.enter();
+    super::require_leader(state)?;
     check_source("source", &req.source)?;
     check_batch_size(state, "updates", req.updates.len())?;
     let handle = state
@@ -135,6 +136,7 @@ async fn read_resync(
     state: &StateServer,
     stream: &mut Streaming<ResyncRequest>,
 ) -> Result<ResyncRead, Status> {
+    super::require_leader(state)?;
     let header: ResyncHeader = match stream.message().await? {
         Some(ResyncRequest {
             part: Some(Part::Header(h)),
@@ -266,6 +268,8 @@ impl WriterService {
         // the HTTP/2 server check for a reset stream (it does whenever the handler is pending),
         // which drops this handler before anything is applied: a cancelled resync changes nothing.
         tokio::task::yield_now().await;
+        // A replica that stepped down meanwhile applies nothing: the writer resyncs with the leader.
+        super::require_leader(&self.state)?;
         let link = clb_telemetry::current_span_link();
         let (revision, outcome) = {
             let mut gateway = handle.lock();
