@@ -294,6 +294,17 @@ pub enum NrpError {
     /// The call's deadline passed: either nothing was sent, or the outcome of what was sent is unknown.
     #[error("deadline exceeded")]
     DeadlineExceeded,
+    /// A long-running operation was accepted, but following it to its end failed: a poll was
+    /// answered with an error (`code`, `message`). NRP may still complete the change, or not: for
+    /// the caller its outcome is unknown. (A poll that times out is a [`NrpError::Transport`], one
+    /// cut off by the deadline [`NrpError::DeadlineExceeded`]: unknown outcomes too.)
+    #[error("operation accepted but not followed to its end ({code}): {message}")]
+    Unconfirmed {
+        /// ARM error code of the failed poll, or `HttpStatus<status>` when it carried none.
+        code: String,
+        /// ARM error message of the failed poll.
+        message: String,
+    },
     /// A long-running operation was accepted but ended `Failed` or `Canceled`.
     #[error("operation {status} ({code}): {message}")]
     OperationFailed {
@@ -322,6 +333,7 @@ impl NrpError {
             NrpError::Transport { .. } => "Transport",
             NrpError::Auth { code, .. } => or(code, "AuthenticationFailed"),
             NrpError::DeadlineExceeded => "DeadlineExceeded",
+            NrpError::Unconfirmed { .. } => "OperationUnconfirmed",
             NrpError::OperationFailed { code, status, .. } => or(code, status),
         }
     }
@@ -367,6 +379,7 @@ impl NrpError {
             NrpError::Transport { .. } => "transport",
             NrpError::Auth { .. } => "auth",
             NrpError::DeadlineExceeded => "deadline_exceeded",
+            NrpError::Unconfirmed { .. } => "unconfirmed",
             NrpError::OperationFailed { .. } => "operation_failed",
         }
     }

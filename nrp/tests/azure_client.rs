@@ -608,6 +608,34 @@ async fn polling_stops_at_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_poll_answered_with_an_error_leaves_the_operation_unconfirmed() {
+    let (base, seen) = serve(|req, i| match i {
+        0 => Reply::empty(202).header(
+            "azure-asyncoperation",
+            format!("{}/operations/op", req.origin()),
+        ),
+        _ => Reply::json(
+            500,
+            json!({"error": {"code": "InternalServerError", "message": "boom"}}),
+        ),
+    })
+    .await;
+    let err = client(&base)
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap_err();
+    // The operation was accepted: it may complete whatever the poll said.
+    assert!(
+        matches!(&err, NrpError::Unconfirmed { code, .. } if code == "InternalServerError"),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), "OperationUnconfirmed");
+    assert_eq!(err.metric_label(), "unconfirmed");
+    assert!(err.is_retryable());
+    assert_eq!(requests(&seen).len(), 2, "the request, then one poll");
+}
+
+#[tokio::test]
 async fn connection_refused_is_a_transport_error() {
     // Bind and drop a listener to get a loopback port nobody listens on.
     let port = {

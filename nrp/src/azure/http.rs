@@ -398,6 +398,22 @@ impl ArmClient {
         if !resp.status.is_success() {
             return Err(error_from_response(&resp));
         }
+        // Accepted: from here on, a failure to follow the operation leaves its outcome unknown.
+        self.follow(method, url, resp, opts, final_state)
+            .await
+            .map_err(unconfirmed)
+    }
+
+    /// Follows an accepted long-running operation (`resp` is the answer to the mutating request) to
+    /// its end and returns the final body, if any.
+    async fn follow(
+        &self,
+        method: Method,
+        url: &Url,
+        resp: Response,
+        opts: CallOptions,
+        final_state: FinalState,
+    ) -> Result<Option<Vec<u8>>, NrpError> {
         let poll_opts = bounded(opts, self.config.operation_timeout);
         let header_url = |name: &str| {
             resp.headers
@@ -547,6 +563,21 @@ impl ArmClient {
                 OpState::Running => delay = retry_after(&resp.headers),
             }
         }
+    }
+}
+
+/// An error met while following an accepted operation: one that answers for the operation itself
+/// (it failed, or the poll could not tell: a timeout, the deadline) is kept; an error answer to a
+/// poll says nothing of the operation, whose outcome is then unknown.
+fn unconfirmed(e: NrpError) -> NrpError {
+    match e {
+        NrpError::Throttled { code, message, .. }
+        | NrpError::Conflict { code, message, .. }
+        | NrpError::NotFound { code, message }
+        | NrpError::Validation { code, message }
+        | NrpError::Auth { code, message }
+        | NrpError::Server { code, message, .. } => NrpError::Unconfirmed { code, message },
+        e => e,
     }
 }
 
