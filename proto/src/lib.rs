@@ -148,6 +148,10 @@ mod tests {
                 service: "uid-a".into(),
                 ip: "20.0.0.7".into(),
             }],
+            service_progress: vec![super::v1::ServiceProgress {
+                index: 1,
+                step: super::v1::ServiceStep::Unregistered as i32,
+            }],
             outcome: Some(report::Outcome::Retryable(Retryable {
                 retry_after_ms: 1500,
                 code: "AnotherOperationInProgress".into(),

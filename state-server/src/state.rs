@@ -594,6 +594,7 @@ mod tests {
         Report {
             work_id,
             applied: Vec::new(),
+            progress: Vec::new(),
             outcome: Outcome::Observed {
                 snapshot: ActualSnapshot {
                     load_balancers: load_balancers.iter().map(|s| s.to_string()).collect(),

@@ -206,6 +206,7 @@ async fn get_service_shows_the_frontend_of_the_creation_then_of_each_observe_unt
             frontend("svc-other", "20.0.0.8"),
             frontend("svc-f", "not-an-ip"),
         ],
+        service_progress: vec![],
         outcome: Some(Outcome::Applied(v1::Applied {})),
     })
     .await;

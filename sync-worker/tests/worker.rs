@@ -107,10 +107,11 @@ async fn limits_split_a_unit_and_a_failed_call_reports_what_went_through() {
     let mut conn = h.conn().await;
     create_services(&mut conn).await;
     h.emulator().reset_stats();
+    // An invalid request fails only its own call: the others go.
     let mut locs = three_locations();
-    locs[1] = location("10.0.0.2", false, &[("10.1.0.3", &["not-registered"])]);
+    locs[1] = location("10.0.0.2", false, &[("not-an-ip", &["svc-a"])]);
     let r = conn.run(locations(2, locs)).await;
-    assert_eq!(terminal(&r).code, "ServiceNotRegistered");
+    assert_eq!(terminal(&r).code, "InvalidAddress");
     assert_eq!(r.applied_indices, vec![0, 2]);
     assert_eq!(
         h.emulator()
@@ -118,10 +119,24 @@ async fn limits_split_a_unit_and_a_failed_call_reports_what_went_through() {
             .calls_of("ServiceGateways_UpdateAddressLocations"),
         3
     );
-    let locations: BTreeSet<_> = h.address_map().into_keys().map(|(l, _)| l).collect();
+    let programmed: BTreeSet<_> = h.address_map().into_keys().map(|(l, _)| l).collect();
     assert_eq!(
-        locations,
+        programmed,
         BTreeSet::from(["10.0.0.1".to_string(), "10.0.0.3".to_string()])
+    );
+    // A failure that shows the server's view wrong stops the unit: the rest would be cut from the
+    // same wrong view, and is sent again after the server has read NRP back.
+    h.emulator().reset_stats();
+    let mut locs = three_locations();
+    locs[1] = location("10.0.0.2", false, &[("10.1.0.3", &["not-registered"])]);
+    let r = conn.run(locations(3, locs)).await;
+    assert_eq!(repair(&r).code, "ServiceNotRegistered");
+    assert_eq!(r.applied_indices, vec![0]);
+    assert_eq!(
+        h.emulator()
+            .stats()
+            .calls_of("ServiceGateways_UpdateAddressLocations"),
+        2
     );
     h.shutdown().await;
 }
@@ -133,7 +148,7 @@ async fn a_unit_whose_lease_has_expired_makes_no_nrp_call() {
     let mut expired = services(1, vec![inbound("svc-a", Create)]);
     expired.lease_deadline_unix_ms = now_ms() - 1_000;
     let r = conn.run(expired).await;
-    assert_eq!(retryable(&r).code, "LeaseExpired");
+    assert_eq!(repair(&r).code, "LeaseExpired");
     assert!(r.applied_indices.is_empty());
     assert_eq!(h.emulator().stats().calls, 0, "no NRP call after the lease");
     h.shutdown().await;
@@ -161,7 +176,8 @@ async fn no_call_starts_after_the_lease_ends_even_once_the_unit_has_begun() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     release.add_permits(1);
     let r = conn.report().await;
-    assert_eq!(retryable(&r).code, "LeaseExpired");
+    // A call cut off by the lease may or may not have landed: the server reads NRP back.
+    assert_eq!(repair(&r).code, "LeaseExpired");
     assert!(r.applied_indices.is_empty());
     let stats = h.emulator().stats();
     assert_eq!(
@@ -172,7 +188,8 @@ async fn no_call_starts_after_the_lease_ends_even_once_the_unit_has_begun() {
 }
 
 #[tokio::test]
-async fn nrp_rejections_are_terminal_and_throttling_is_retryable_with_retry_after() {
+async fn invalid_requests_are_terminal_drift_is_repaired_and_throttling_is_retryable_with_retry_after()
+ {
     let mut h = Harness::default().await;
     let mut conn = h.conn().await;
     let r = conn
@@ -181,9 +198,17 @@ async fn nrp_rejections_are_terminal_and_throttling_is_retryable_with_retry_afte
             vec![location("10.0.0.1", true, &[("10.1.0.1", &["nobody"])])],
         ))
         .await;
-    let t = terminal(&r);
-    assert_eq!(t.code, "ServiceNotRegistered", "{t:?}");
+    let x = repair(&r);
+    assert_eq!(x.code, "ServiceNotRegistered", "{x:?}");
     assert!(r.applied_indices.is_empty());
+    let r = conn
+        .run(locations(
+            2,
+            vec![location("10.0.0.1", true, &[("2001:db8::1", &["nobody"])])],
+        ))
+        .await;
+    let t = terminal(&r);
+    assert_eq!(t.code, "AddressFamilyMismatch", "{t:?}");
 
     h.emulator()
         .set_config(EmulatorConfig {
@@ -194,7 +219,7 @@ async fn nrp_rejections_are_terminal_and_throttling_is_retryable_with_retry_afte
         })
         .unwrap();
     let r = conn
-        .run(locations(2, vec![location("10.0.0.1", true, &[])]))
+        .run(locations(3, vec![location("10.0.0.1", true, &[])]))
         .await;
     let x = retryable(&r);
     assert_eq!(x.retry_after_ms, 3_000, "{x:?}");
@@ -539,10 +564,7 @@ async fn the_delete_saga_runs_after_the_drain_and_removes_everything() {
             vec![inbound("svc-a", Delete), outbound("egress-e", Delete)],
         ))
         .await;
-    assert_eq!(
-        terminal(&r).code,
-        "ServiceWithOverlayMappingsCannotBeDeleted"
-    );
+    assert_eq!(repair(&r).code, "ServiceWithOverlayMappingsCannotBeDeleted");
     assert!(r.applied_indices.is_empty());
     assert_eq!(h.emulator().dump().load_balancers.len(), 1);
 

@@ -92,7 +92,10 @@ impl DiffTracker {
                             },
                         )
                     })?;
-                self.services.get_mut(sid).reprogram = false;
+                let entry = self.services.get_mut(sid);
+                entry.reprogram = false;
+                // The registration uses the resources a part-way saga left: nothing to clean up.
+                entry.leftover = false;
                 self.set_service_actual(sid, Some(change.kind));
             }
             ServiceAction::Delete => {
@@ -106,7 +109,9 @@ impl DiffTracker {
                         count,
                     });
                 }
+                self.services.get_mut(sid).leftover = false;
                 self.set_service_actual(sid, None);
+                self.services.release_if_unused(sid);
             }
         }
         Ok(())
@@ -216,6 +221,8 @@ impl DiffTracker {
             .collect();
         for sid in gone {
             summary.services_changed += 1;
+            // The registration went without a recorded deletion: its resources may remain.
+            self.services.get_mut(sid).leftover = true;
             self.set_service_actual(sid, None);
         }
         Ok(summary)
@@ -299,7 +306,7 @@ impl DiffTracker {
     }
 
     /// Sets whether NRP has a service; the locations whose filtered ref depends on it become dirty.
-    fn set_service_actual(&mut self, sid: ServiceId, kind: Option<ServiceKind>) {
+    pub(super) fn set_service_actual(&mut self, sid: ServiceId, kind: Option<ServiceKind>) {
         let entry = self.services.get_mut(sid);
         if entry.actual == kind {
             return;

@@ -224,6 +224,16 @@ impl DiffTracker {
                 kind,
                 action: ServiceAction::Delete,
             }),
+            // Not registered, but a saga that stopped part-way may have left its resources: delete
+            // again (nothing can refer to an unregistered service, so there is nothing to drain).
+            (false, None) if e.leftover && self.withheld.deletions_of(e.kind) => {
+                ServiceStatus::Withheld
+            }
+            (false, None) if e.leftover => ServiceStatus::Pending(ServiceChange {
+                name: e.name.to_string(),
+                kind: e.kind,
+                action: ServiceAction::Delete,
+            }),
             _ => ServiceStatus::InSync,
         }
     }

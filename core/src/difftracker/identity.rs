@@ -92,6 +92,11 @@ pub(crate) struct ServiceEntry {
     /// balancer changed): set by `reprogram_service`, cleared when a creation is recorded or the
     /// identity stops being desired.
     pub reprogram: bool,
+    /// NRP may hold resources of this identity (public IP, load balancer or NAT gateway) although
+    /// its registration is gone or was never made: a creation or deletion saga stopped part-way,
+    /// or an observe found the registration gone. Until a deletion is recorded (or a creation,
+    /// which takes them over), an undesired identity is deleted again to clean them up.
+    pub leftover: bool,
     pub desired_refs: u32,
     pub actual_refs: u32,
     /// Reverse index: locations where desired addresses refer to this service, with how many.
@@ -108,6 +113,7 @@ impl ServiceEntry {
         !self.desired_inbound
             && self.egress.is_none()
             && self.actual.is_none()
+            && !self.leftover
             && self.desired_refs == 0
             && self.actual_refs == 0
     }
@@ -148,6 +154,7 @@ impl ServiceTable {
             egress: None,
             actual: None,
             reprogram: false,
+            leftover: false,
             desired_refs: 0,
             actual_refs: 0,
             locations: HashMap::default(),

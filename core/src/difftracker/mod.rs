@@ -17,6 +17,7 @@ pub mod error;
 pub mod identity;
 pub mod ip;
 mod location;
+pub mod progress;
 pub mod scope;
 mod vecmap;
 pub mod view;
@@ -32,6 +33,7 @@ pub use diff::{
 };
 pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
 pub use identity::ServiceKind;
+pub use progress::ServiceStep;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
 pub use withheld::{Withheld, WithheldLocations};
 

@@ -6,9 +6,13 @@
 //! * many locations are packed into one unit up to the configured limits;
 //! * a unit's lease ends at its deadline; a disconnect releases a worker's units at once; a late
 //!   report (after expiry or release) is ignored, so it cannot corrupt the actual state;
-//! * failures come back with a retry hint (backoff with jitter, capped) or are parked until the
-//!   desired state of what they carried changes;
-//! * observe units read NRP back at start-up and periodically (anti-entropy).
+//! * failures come back with a retry hint (backoff with jitter, capped); a failure that shows the
+//!   actual state to be wrong (or leaves it unknown) is held until NRP has been read back, then
+//!   retried; only work that is invalid whatever NRP holds is parked, until the desired state of
+//!   what it carried changes (docs/errors.md);
+//! * observe units read NRP back at start-up, after such failures, one lease after units were
+//!   taken back, and periodically (anti-entropy); no location unit or service deletion is in flight
+//!   while an observe is, so that its snapshot never undoes a report folded meanwhile.
 //!
 //! Synchronous and clock-injected (`now` is passed in), so it is tested without a runtime.
 
@@ -21,9 +25,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::difftracker::dirty::DirtyQueue as Queue;
-use crate::difftracker::{ActualSnapshot, DiffTracker, LocationDiff, ServiceChange, ServiceStatus};
+use crate::difftracker::{
+    ActualSnapshot, DiffTracker, LocationDiff, ServiceAction, ServiceChange, ServiceStatus,
+    ServiceStep,
+};
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
-pub use unit::{Folded, Outcome, Report, Unit, UnitKind, UnitWork};
+pub use unit::{Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
 
 /// Dispatcher settings.
 #[derive(Debug, Clone)]
@@ -90,6 +97,10 @@ pub struct DispatchStats {
     pub lease_expiries: u64,
     /// Reports for units no longer leased to their sender.
     pub late_reports: u64,
+    /// Locations and services parked after a terminal error, by the error's code.
+    pub parked: HashMap<String, u64>,
+    /// Reports that asked for a read-back before a retry (outcome `Repair`), by code.
+    pub repairs: HashMap<String, u64>,
 }
 
 /// Something a unit carries: the key of the one-in-flight rule.
@@ -112,14 +123,40 @@ struct InFlight {
     work: UnitWork,
 }
 
+/// When NRP is to be read back.
 #[derive(Debug, Default)]
 struct ObserveState {
-    requested: bool,
+    /// An observe is wanted as soon as possible (start-up, [`Dispatcher::request_observe`]): the
+    /// next one that completes meets the wish.
+    asap: bool,
+    /// An observe is wanted by the report of this number (one that asked for a read-back, or that
+    /// NRP could not have accepted): one cut after it meets the wish.
+    after_report: Option<u64>,
+    /// An observe is wanted once this time has come (one lease after units were taken back): one
+    /// cut at or after it meets the wish.
+    deferred: Option<Instant>,
     in_flight: Option<u64>,
+    /// When the observe in flight (or the last one) was cut, and the number of the last report
+    /// folded before: its snapshot meets the wishes made before.
+    cut_at: Option<(Instant, u64)>,
     parts: ActualSnapshot,
     observed_once: bool,
     last_at: Option<Instant>,
+    /// Backoff after a failed observe.
     not_before: Option<Instant>,
+}
+
+impl ObserveState {
+    /// Whether an observe may be cut now.
+    fn due(&self, now: Instant, interval: Duration) -> bool {
+        let wanted = self.asap
+            || self.after_report.is_some()
+            || self.deferred.is_some_and(|t| t <= now)
+            || self
+                .last_at
+                .is_some_and(|last| now.saturating_duration_since(last) >= interval);
+        wanted && self.in_flight.is_none() && self.not_before.is_none_or(|t| t <= now)
+    }
 }
 
 const MAX_ERRORS: usize = 20;
@@ -138,6 +175,11 @@ pub struct Dispatcher {
     pending_since: HashMap<Key, Instant>,
     backoff: HashMap<Key, Backoff>,
     parked: HashMap<Key, ErrorRecord>,
+    /// Keys whose last failure asked for a read-back, with the number of that report: not cut
+    /// again before an observe cut after it completes.
+    awaiting_read_back: HashMap<Key, u64>,
+    /// Reports folded so far (numbers the reports, to order them with observe cuts).
+    reports: u64,
     observe: ObserveState,
     errors: VecDeque<ErrorRecord>,
     stats: DispatchStats,
@@ -164,8 +206,10 @@ impl Dispatcher {
             pending_since: HashMap::new(),
             backoff: HashMap::new(),
             parked: HashMap::new(),
+            awaiting_read_back: HashMap::new(),
+            reports: 0,
             observe: ObserveState {
-                requested: true,
+                asap: true,
                 ..ObserveState::default()
             },
             errors: VecDeque::new(),
@@ -190,7 +234,13 @@ impl Dispatcher {
 
     /// Asks for an observe unit as soon as possible.
     pub fn request_observe(&mut self) {
-        self.observe.requested = true;
+        self.observe.asap = true;
+    }
+
+    /// Locations and services held until NRP has been read back (their last failure showed the
+    /// actual state to be wrong, or left it unknown).
+    pub fn awaiting_read_back(&self) -> usize {
+        self.awaiting_read_back.len()
     }
 
     /// Units leased out now.
@@ -240,11 +290,32 @@ impl Dispatcher {
     }
 
     fn ready(&self, key: &Key, now: Instant) -> bool {
-        !self.busy.contains(key) && self.backoff.get(key).is_none_or(|b| b.not_before <= now)
+        !self.busy.contains(key)
+            && !self.awaiting_read_back.contains_key(key)
+            && self.backoff.get(key).is_none_or(|b| b.not_before <= now)
     }
 
-    /// Cuts the next unit for `worker`, if there is work: an observe first (start-up, anti-entropy),
-    /// then service changes, then packed location changes.
+    /// Units in flight that an observe must not overlap: location units and service units with a
+    /// deletion. A creation may (a snapshot read before it lands only makes it go again).
+    fn units_holding_observe(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|u| match &u.work {
+                UnitWork::Observe => false,
+                UnitWork::Locations(_) => true,
+                UnitWork::Services(changes) => {
+                    changes.iter().any(|c| c.action == ServiceAction::Delete)
+                }
+            })
+            .count()
+    }
+
+    /// Cuts the next unit for `worker`, if there is work: an observe first (start-up, read-back,
+    /// anti-entropy), then service changes, then packed location changes. An observe waits for the
+    /// location units and service deletions in flight to end, and none is cut while it is wanted
+    /// or in flight: a report folded between its read and its fold would be undone by its older
+    /// snapshot (NRP would keep what the server then believes gone, or lose what it believes
+    /// there). Service creations still go: a snapshot that misses one only makes it go again.
     pub fn next_unit(
         &mut self,
         tracker: &mut DiffTracker,
@@ -253,28 +324,24 @@ impl Dispatcher {
         now: Instant,
     ) -> Option<Unit> {
         self.absorb(tracker, now);
-        if let Some(last) = self.observe.last_at
-            && now.saturating_duration_since(last) >= self.config.anti_entropy_interval
-        {
-            self.observe.requested = true;
-        }
-        let work = if self.observe.requested
-            && self.observe.in_flight.is_none()
-            && self.observe.not_before.is_none_or(|t| t <= now)
-        {
+        let due = self.observe.due(now, self.config.anti_entropy_interval);
+        let work = if due && self.units_holding_observe() == 0 {
             self.observe.in_flight = Some(work_id);
+            self.observe.cut_at = Some((now, self.reports));
             self.observe.parts = ActualSnapshot::default();
             Some(UnitWork::Observe)
         } else {
-            // No location work before NRP has been read back: a partial update sets an address's
-            // whole ref, so a cut from a partial view of NRP would drop refs NRP has.
-            let observed = self.observe.observed_once;
+            // While NRP is read back (or waits to be), only creations go. No location work before
+            // NRP has been read back at all: a partial update sets an address's whole ref, so a
+            // cut from a partial view of NRP would drop refs NRP has.
+            let hold = due || self.observe.in_flight.is_some();
+            let locations = self.observe.observed_once && !hold;
             let room = self.mutation_room();
             if room == 0 {
                 return None;
             }
-            self.cut_services(tracker, now, room).or_else(|| {
-                if observed {
+            self.cut_services(tracker, now, room, hold).or_else(|| {
+                if locations {
                     self.cut_locations(tracker, now)
                 } else {
                     None
@@ -346,6 +413,7 @@ impl Dispatcher {
         tracker: &DiffTracker,
         now: Instant,
         room: usize,
+        creations_only: bool,
     ) -> Option<UnitWork> {
         let mut changes: Vec<ServiceChange> = Vec::new();
         let max = self.config.max_services_per_unit.max(1).min(room);
@@ -363,7 +431,7 @@ impl Dispatcher {
                 ServiceStatus::Pending(change) => {
                     let referenced =
                         self.service_refs_in_flight.get(&name).copied().unwrap_or(0) > 0;
-                    if change.action == crate::difftracker::ServiceAction::Delete && referenced {
+                    if change.action == ServiceAction::Delete && (referenced || creations_only) {
                         keep.push(name);
                     } else {
                         self.busy.insert(key);
@@ -460,7 +528,8 @@ impl Dispatcher {
     /// Puts what a unit carried back in the queues (after a failure, release or expiry).
     fn requeue(&mut self, work: &UnitWork, skip: &[u32], backoff: Option<(Duration, Instant)>) {
         if let UnitWork::Observe = work {
-            self.observe.requested = true;
+            // Still wanted (what wanted it is cleared only by a completed observe).
+            self.observe.asap = true;
             if let Some((delay, now)) = backoff {
                 self.observe.not_before = Some(now + delay);
             }
@@ -530,6 +599,7 @@ impl Dispatcher {
                 return None;
             }
         }
+        self.reports += 1;
         if let Outcome::Observed { snapshot, last } = report.outcome {
             let observed = self.merge_observed(tracker, report.work_id, snapshot, last, now);
             return Some(Folded {
@@ -543,7 +613,7 @@ impl Dispatcher {
             Outcome::Applied => {
                 self.count(kind, "applied", "");
                 let all: Vec<u32> = (0..unit.work.len() as u32).collect();
-                self.record(tracker, report.work_id, &unit.work, &all, now)
+                self.record(tracker, report.work_id, &unit.work, &all, &[], now)
             }
             Outcome::Retryable {
                 retry_after,
@@ -552,16 +622,54 @@ impl Dispatcher {
             } => {
                 self.count(kind, "retryable", &code);
                 self.error(report.work_id, &code, &message, false, now);
-                let recorded =
-                    self.record(tracker, report.work_id, &unit.work, &report.applied, now);
+                let recorded = self.record(
+                    tracker,
+                    report.work_id,
+                    &unit.work,
+                    &report.applied,
+                    &report.progress,
+                    now,
+                );
                 self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+                recorded
+            }
+            Outcome::Repair {
+                retry_after,
+                code,
+                message,
+            } => {
+                self.count(kind, "repair", &code);
+                *self.stats.repairs.entry(code.clone()).or_default() += 1;
+                self.error(report.work_id, &code, &message, false, now);
+                let recorded = self.record(
+                    tracker,
+                    report.work_id,
+                    &unit.work,
+                    &report.applied,
+                    &report.progress,
+                    now,
+                );
+                self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+                // What failed is cut again only from what NRP holds: read it back first.
+                for (i, key) in unit.work.keys().into_iter().enumerate() {
+                    if !report.applied.contains(&(i as u32)) {
+                        self.awaiting_read_back.insert(key, self.reports);
+                    }
+                }
+                self.observe_after_report();
                 recorded
             }
             Outcome::Terminal { code, message } => {
                 self.count(kind, "terminal", &code);
                 self.error(report.work_id, &code, &message, true, now);
-                let recorded =
-                    self.record(tracker, report.work_id, &unit.work, &report.applied, now);
+                let recorded = self.record(
+                    tracker,
+                    report.work_id,
+                    &unit.work,
+                    &report.applied,
+                    &report.progress,
+                    now,
+                );
                 if let UnitWork::Observe = unit.work {
                     self.requeue(&unit.work, &[], Some((self.config.retry_max, now)));
                 }
@@ -571,6 +679,7 @@ impl Dispatcher {
                         self.backoff.remove(&key);
                         self.dispatches.remove(&key);
                         self.parked.insert(key, record.clone());
+                        *self.stats.parked.entry(code.clone()).or_default() += 1;
                     }
                 }
                 recorded
@@ -605,11 +714,17 @@ impl Dispatcher {
         match tracker.observe(&snapshot) {
             Ok(_) => {
                 self.count("observe", "observed", "");
-                self.observe.requested = false;
+                // Every wish made before the observe was cut is met; one made later stays.
+                let (cut, seen) = self.observe.cut_at.unwrap_or((now, self.reports));
+                self.observe.asap = false;
+                self.observe.after_report = self.observe.after_report.filter(|n| *n > seen);
+                self.observe.deferred = self.observe.deferred.filter(|t| *t > cut);
                 self.observe.observed_once = true;
                 self.observe.last_at = Some(now);
                 self.observe.not_before = None;
                 self.observe_dispatches = 0;
+                // The actual state is NRP's again: what waited for it may go.
+                self.awaiting_read_back.retain(|_, n| *n > seen);
                 true
             }
             Err(e) => {
@@ -621,14 +736,16 @@ impl Dispatcher {
         }
     }
 
-    /// Records the listed parts of a unit as applied in the actual state; returns the service
-    /// changes that were.
+    /// Records the listed parts of a unit as applied in the actual state, and the steps that
+    /// service changes which did not go through reached (`progress`); returns the service changes
+    /// that were recorded (with a deletion that removed the registration).
     fn record(
         &mut self,
         tracker: &mut DiffTracker,
         work_id: u64,
         work: &UnitWork,
         which: &[u32],
+        progress: &[ServiceProgress],
         now: Instant,
     ) -> Vec<ServiceChange> {
         let mut failures = Vec::new();
@@ -646,6 +763,24 @@ impl Dispatcher {
                             Ok(()) => recorded.push(c.clone()),
                             Err(e) => failures.push(e.to_string()),
                         }
+                    }
+                }
+                for p in progress.iter().filter(|p| !which.contains(&p.index)) {
+                    let Some(c) = changes.get(p.index as usize) else {
+                        failures.push(format!("progress of change {}: no such change", p.index));
+                        continue;
+                    };
+                    if p.step == ServiceStep::Unregistered && c.action != ServiceAction::Delete {
+                        failures.push(format!(
+                            "service {}: a creation cannot have unregistered it",
+                            c.name
+                        ));
+                        continue;
+                    }
+                    match tracker.record_service_progress(c, p.step) {
+                        Ok(()) if p.step == ServiceStep::Unregistered => recorded.push(c.clone()),
+                        Ok(()) => {}
+                        Err(e) => failures.push(e.to_string()),
                     }
                 }
             }
@@ -666,7 +801,7 @@ impl Dispatcher {
         for f in failures {
             // A report NRP could not have accepted: keep the tracker as it is and read NRP back.
             self.error(work_id, "InconsistentReport", &f, false, now);
-            self.observe.requested = true;
+            self.observe_after_report();
         }
         recorded
     }
@@ -684,10 +819,15 @@ impl Dispatcher {
     /// land after newer changes. Once no such call can be (one lease later: a worker sends no call
     /// after its lease and bounds each call's timeout by it), NRP is read back so that anything the
     /// late call undid is seen and sent again.
+    /// Wants NRP read back by an observe cut after the report being folded.
+    fn observe_after_report(&mut self) {
+        let n = self.reports;
+        self.observe.after_report = Some(self.observe.after_report.map_or(n, |m| m.max(n)));
+    }
+
     fn observe_after_uncertainty(&mut self, now: Instant) {
         let at = now + self.config.lease;
-        self.observe.requested = true;
-        self.observe.not_before = Some(self.observe.not_before.map_or(at, |t| t.max(at)));
+        self.observe.deferred = Some(self.observe.deferred.map_or(at, |t| t.max(at)));
     }
 
     /// Releases every unit of a worker that disconnected, at once.
@@ -756,5 +896,7 @@ impl UnitWork {
     }
 }
 
+#[cfg(test)]
+mod repair_tests;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@ fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
         Report {
             work_id: 1,
             applied: vec![],
+            progress: vec![],
             outcome: Outcome::Observed {
                 snapshot: ActualSnapshot::default(),
                 last: true,
@@ -32,6 +33,7 @@ fn applied(work_id: u64) -> Report {
     Report {
         work_id,
         applied: vec![],
+        progress: vec![],
         outcome: Outcome::Applied,
     }
 }
@@ -167,6 +169,7 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
         Report {
             work_id: s.work_id,
             applied: vec![],
+            progress: vec![],
             outcome: Outcome::Retryable {
                 retry_after: Duration::from_secs(3),
                 code: "TooManyRequests".into(),
@@ -214,6 +217,7 @@ fn no_location_work_is_cut_before_nrp_has_been_read_back() {
         Report {
             work_id: 1,
             applied: vec![],
+            progress: vec![],
             outcome: Outcome::Observed {
                 // NRP has the service the unit above created.
                 snapshot: ActualSnapshot {
@@ -274,6 +278,7 @@ fn a_report_returns_what_it_recorded() {
     let last = |last| Report {
         work_id: 1,
         applied: vec![],
+        progress: vec![],
         outcome: Outcome::Observed {
             snapshot: ActualSnapshot::default(),
             last,
@@ -296,6 +301,7 @@ fn a_report_returns_what_it_recorded() {
             Report {
                 work_id: 2,
                 applied: vec![1],
+                progress: vec![],
                 outcome: Outcome::Retryable {
                     retry_after: Duration::ZERO,
                     code: "x".into(),
@@ -333,17 +339,24 @@ fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
     assert!(matches!(a.work, UnitWork::Locations(_)) && matches!(b.work, UnitWork::Locations(_)));
     assert_eq!(d.mutating_calls_in_flight(), 2);
     assert!(d.next_unit(&mut t, 3, 5, now).is_none(), "the cap holds");
-    // An observe still goes while the cap is reached.
-    d.request_observe();
-    let o = d.next_unit(&mut t, 3, 6, now).expect("observe");
-    assert!(matches!(o.work, UnitWork::Observe));
     // A result frees one slot: exactly one more unit.
     d.on_report(&mut t, 1, applied(3), now);
-    assert!(d.next_unit(&mut t, 3, 7, now).is_some());
+    let c = d
+        .next_unit(&mut t, 3, 7, now)
+        .expect("a third location unit");
     assert!(d.next_unit(&mut t, 3, 8, now).is_none());
     // A worker that goes away frees its slots at once.
     d.release_worker(2, now);
     assert!(d.next_unit(&mut t, 3, 9, now).is_some());
+    // An observe does not count against the cap, but it waits for the location units in flight
+    // to end (and none is cut meanwhile).
+    let later = now + d.config().lease;
+    d.request_observe();
+    assert!(d.next_unit(&mut t, 3, 10, later).is_none(), "draining");
+    d.on_report(&mut t, 3, applied(c.work_id), later);
+    d.on_report(&mut t, 3, applied(9), later);
+    let o = d.next_unit(&mut t, 3, 11, later).expect("observe");
+    assert!(matches!(o.work, UnitWork::Observe));
 }
 
 #[test]
@@ -382,6 +395,7 @@ fn retryable(work_id: u64) -> Report {
     Report {
         work_id,
         applied: vec![],
+        progress: vec![],
         outcome: Outcome::Retryable {
             retry_after: Duration::ZERO,
             code: "TooManyRequests".into(),
@@ -466,6 +480,7 @@ fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes()
         Report {
             work_id: 2,
             applied: vec![],
+            progress: vec![],
             outcome: Outcome::Observed {
                 snapshot: ActualSnapshot::default(),
                 last: true,

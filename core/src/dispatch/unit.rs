@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::difftracker::{ActualSnapshot, LocationDiff, ServiceChange};
+use crate::difftracker::{ActualSnapshot, LocationDiff, ServiceChange, ServiceStep};
 
 /// What a unit asks a worker to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +95,17 @@ pub enum Outcome {
         /// Message.
         message: String,
     },
+    /// Failed in a way that shows the actual state to be wrong, or leaves it unknown (the call may
+    /// or may not have been applied): NRP is read back before the work is cut again, and it is
+    /// never parked. Try again after at least `retry_after`.
+    Repair {
+        /// Hint from NRP (Retry-After), zero if none.
+        retry_after: Duration,
+        /// Error code.
+        code: String,
+        /// Message.
+        message: String,
+    },
     /// Failed for good until the desired state changes.
     Terminal {
         /// Error code.
@@ -118,15 +129,29 @@ pub struct Report {
     pub work_id: u64,
     /// Indices of the changes NRP accepted when the unit as a whole did not go through.
     pub applied: Vec<u32>,
+    /// For a service unit that did not go through as a whole: how far changes that are not in
+    /// `applied` got in NRP (the actual state follows it).
+    pub progress: Vec<ServiceProgress>,
     /// The outcome.
     pub outcome: Outcome,
+}
+
+/// How far one service change of a unit got in NRP although it did not go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceProgress {
+    /// Index of the change in the unit.
+    pub index: u32,
+    /// The step it reached.
+    pub step: ServiceStep,
 }
 
 /// What [`super::Dispatcher::on_report`] folded into the actual state: what the server keeps beside
 /// the tracker (ports, frontends) follows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Folded {
-    /// The service changes recorded as applied, in the unit's order.
+    /// The service changes recorded as applied, in the unit's order; a deletion that removed the
+    /// service's registration counts even if it stopped before its resources were gone (the
+    /// service is no longer in NRP).
     pub services: Vec<ServiceChange>,
     /// Whether the report completed an observe whose snapshot became the actual state.
     pub observed: bool,

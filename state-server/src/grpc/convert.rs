@@ -427,6 +427,11 @@ pub fn report_from_proto(r: v1::Report) -> Report {
             code: e.code,
             message: e.message,
         },
+        Some(v1::report::Outcome::Repair(e)) => Outcome::Repair {
+            retry_after: Duration::from_millis(e.retry_after_ms),
+            code: e.code,
+            message: e.message,
+        },
         Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
             code: e.code,
             message: e.message,
@@ -442,9 +447,22 @@ pub fn report_from_proto(r: v1::Report) -> Report {
         }
         None => invalid("report.outcome: missing".into()),
     };
+    // A step this server does not know is left out (nothing of it is recorded).
+    let progress = r.service_progress.iter().filter_map(|p| {
+        let step = match v1::ServiceStep::try_from(p.step).ok()? {
+            v1::ServiceStep::Resources => clb_core::difftracker::ServiceStep::Resources,
+            v1::ServiceStep::Unregistered => clb_core::difftracker::ServiceStep::Unregistered,
+            v1::ServiceStep::Unspecified => return None,
+        };
+        Some(dispatch::ServiceProgress {
+            index: p.index,
+            step,
+        })
+    });
     Report {
         work_id: r.work_id,
         applied: r.applied_indices,
+        progress: progress.collect(),
         outcome,
     }
 }
@@ -971,6 +989,7 @@ mod tests {
             Report {
                 work_id: 7,
                 applied: vec![1],
+                progress: vec![],
                 outcome: Outcome::Applied
             }
         );

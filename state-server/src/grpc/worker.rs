@@ -314,6 +314,7 @@ fn report_outcome(report: &v1::Report) -> &'static str {
     match &report.outcome {
         Some(v1::report::Outcome::Applied(_)) => "applied",
         Some(v1::report::Outcome::Retryable(_)) => "retryable",
+        Some(v1::report::Outcome::Repair(_)) => "repair",
         Some(v1::report::Outcome::Terminal(_)) => "terminal",
         Some(v1::report::Outcome::Observed(_)) => "observed",
         None => "invalid",

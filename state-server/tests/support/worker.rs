@@ -171,6 +171,7 @@ impl FakeNrp {
             work_id: unit.work_id,
             applied_indices: vec![],
             frontends,
+            service_progress: vec![],
             outcome: Some(outcome),
         }
     }
@@ -273,6 +274,7 @@ impl TestWorker {
             work_id,
             applied_indices: vec![],
             frontends: vec![],
+            service_progress: vec![],
             outcome: Some(outcome),
         })
         .await;

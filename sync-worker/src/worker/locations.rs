@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use clb_proto::v1::{self, LocationChange, LocationWork, Report};
 
 use super::config::Limits;
-use super::unit::{UnitCtx, UnitError, partial_report};
+use super::ctx::{UnitCtx, UnitError, partial_report};
 use clb_nrp::wire::{
     AddressLocationUpdate, GatewayAddress, UpdateAction, UpdateAddressLocationsRequest,
 };
@@ -138,8 +138,9 @@ fn validate(locations: &[LocationChange]) -> (Vec<usize>, Vec<UnitError>) {
     (valid, errors)
 }
 
-/// Runs the calls one after the other. A retryable failure stops the unit (the rest would most
-/// likely fail the same way); a terminal one only fails the locations of its call.
+/// Runs the calls one after the other. A failure that is retried or repaired stops the unit (the
+/// rest would most likely fail the same way, or be cut from the same wrong view of NRP); one that
+/// parks only fails the locations of its call.
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork) -> Report {
     let locations = &work.locations;
     let (valid, mut errors) = validate(locations);

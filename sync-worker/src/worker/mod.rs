@@ -17,10 +17,14 @@
 //!   and jitter.
 //! - **Leases.** A unit's lease ends at the earlier of `lease_deadline_unix_ms` and receipt +
 //!   `lease_duration_ms` (monotonic clock). Every NRP call carries it as its deadline, and no call
-//!   starts after it; a unit that runs out of lease is reported `Retryable` with code `LeaseExpired`.
+//!   starts after it; a unit that runs out of lease is reported `Repair` with code `LeaseExpired` (a
+//!   call cut off may or may not have landed: the server reads NRP back before it retries).
 //! - **Work.** Location changes become as few `updateAddressLocations` calls as the [`Limits`] allow;
 //!   service changes run as sagas of idempotent steps; observe units read the gateway back. A unit that
-//!   went through only in part reports the `applied_indices` of what NRP accepted.
+//!   went through only in part reports the `applied_indices` of what NRP accepted, and a service
+//!   saga that stopped part-way the step it reached (`service_progress`).
+//! - **Errors.** Every failure is retried, repaired (the server reads NRP back before it retries)
+//!   or parked, by one table: [`ERRORS`] (docs/errors.md).
 //! - **Concurrency.** Mutating calls per gateway are bounded by an AIMD limit (halved on throttling,
 //!   +1 after a run of successes, within `[1, max]`); waiting for it respects the lease.
 //! - **Shutdown.** When `shutdown` completes, no new unit is taken and no new NRP call starts; in-flight
@@ -28,6 +32,8 @@
 //!   is closed.
 
 mod config;
+mod ctx;
+mod errors;
 mod limiter;
 mod locations;
 mod observe;
@@ -41,6 +47,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Backoff, Limits, WorkerConfig, WorkerTls};
+pub use errors::{ERRORS, ErrorRow, Handling, classify as classify_error};
 pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
 pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
 pub use observe::{frontends_of, snapshot_parts};

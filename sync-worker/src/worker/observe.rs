@@ -10,8 +10,8 @@ use clb_proto::v1::{
     ServiceRules, report,
 };
 
+use super::ctx::{UnitCtx, UnitError, report};
 use super::services::{load_balancer_name, public_ip_name};
-use super::unit::{UnitCtx, UnitError, report};
 use clb_nrp::wire::{
     AddressLocation, GatewayService, LoadBalancer, PublicIpAddress, TransportProtocol,
 };

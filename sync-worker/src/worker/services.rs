@@ -10,13 +10,19 @@
 //! - delete (sent only after the drain): unregister, then the load balancer or NAT gateway, then the
 //!   public IP.
 //!
-//! The changes of a unit run concurrently (bounded by the gateway's limiter).
+//! The changes of a unit run concurrently (bounded by the gateway's limiter). A saga that stops
+//! part-way reports the step it reached ([`v1::ServiceStep`] in `Report.service_progress`), so that
+//! the server's actual state follows what NRP accepted, never all or nothing: a creation that got
+//! as far as a public IP or load balancer leaves resources that a later deletion must clean up,
+//! and a deletion that removed the registration has taken the service out of NRP even if its load
+//! balancer is still there.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI32, Ordering};
 
-use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceWork};
+use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceProgress, ServiceWork};
 
-use super::unit::{UnitCtx, UnitError, partial_report};
+use super::ctx::{UnitCtx, UnitError, partial_report};
 use clb_nrp::wire::{
     BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, GatewayService,
     LoadBalancer, LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties,
@@ -145,6 +151,36 @@ fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
     }
 }
 
+/// The step a saga has reached in NRP, as far as the worker knows: what it reports when it stops
+/// part-way.
+#[derive(Debug, Default)]
+struct Progress(AtomicI32);
+
+impl Progress {
+    /// NRP accepted `step` (or may have: `result` is an error whose outcome is unknown).
+    fn reached<T>(&self, step: v1::ServiceStep, result: &Result<T, UnitError>) {
+        let accepted = match result {
+            Ok(_) => true,
+            Err(e) => e.outcome_unknown(),
+        };
+        if accepted {
+            self.0.fetch_max(step as i32, Ordering::SeqCst);
+        }
+    }
+
+    /// NRP may hold the change's resources (whatever the outcome of the calls so far).
+    fn resources(&self) {
+        self.0
+            .fetch_max(v1::ServiceStep::Resources as i32, Ordering::SeqCst);
+    }
+
+    fn step(&self) -> Option<v1::ServiceStep> {
+        v1::ServiceStep::try_from(self.0.load(Ordering::SeqCst))
+            .ok()
+            .filter(|s| *s != v1::ServiceStep::Unspecified)
+    }
+}
+
 /// Treats NRP's `NotFound` as success (deleting what is gone).
 fn gone_ok(result: Result<(), UnitError>) -> Result<(), UnitError> {
     match result {
@@ -165,12 +201,15 @@ async fn ensure_public_ip(
     ctx: &UnitCtx<'_>,
     name: &str,
     region: &str,
+    progress: &Progress,
 ) -> Result<EnsuredIp, UnitError> {
     let pip_name = public_ip_name(name);
     let body = public_ip(region);
     let pip = ctx
         .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
-        .await?;
+        .await;
+    progress.reached(v1::ServiceStep::Resources, &pip);
+    let pip = pip?;
     let id = pip.id.ok_or_else(|| {
         UnitError::Nrp(clb_nrp::NrpError::Server {
             status: 200,
@@ -220,10 +259,11 @@ fn sibling_id(sibling: &str, kind: ResourceKind, name: &str) -> Result<ResourceI
 async fn create_inbound(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
+    progress: &Progress,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     let rules = rules(change)?;
     let region = ctx.ensure_gateway().await?;
-    let pip = ensure_public_ip(ctx, &change.name, &region).await?;
+    let pip = ensure_public_ip(ctx, &change.name, &region, progress).await?;
     let pip_id = pip.id;
     let lb_name = load_balancer_name(&change.name);
     let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
@@ -247,9 +287,15 @@ async fn create_inbound(
     }))
 }
 
-async fn create_outbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<(), UnitError> {
+async fn create_outbound(
+    ctx: &UnitCtx<'_>,
+    change: &ServiceChange,
+    progress: &Progress,
+) -> Result<(), UnitError> {
     let region = ctx.ensure_gateway().await?;
-    let pip_id = ensure_public_ip(ctx, &change.name, &region).await?.id;
+    let pip_id = ensure_public_ip(ctx, &change.name, &region, progress)
+        .await?
+        .id;
     let nat_name = nat_gateway_name(&change.name);
     let body = NatGateway {
         location: Some(region.clone()),
@@ -275,7 +321,14 @@ async fn create_outbound(ctx: &UnitCtx<'_>, change: &ServiceChange) -> Result<()
         .await
 }
 
-async fn delete(ctx: &UnitCtx<'_>, change: &ServiceChange, inbound: bool) -> Result<(), UnitError> {
+/// Deletes a service: unregister it, then its load balancer or NAT gateway, then its public IP.
+/// Until the registration is known to be gone, the resources are there (they were before).
+async fn delete(
+    ctx: &UnitCtx<'_>,
+    change: &ServiceChange,
+    inbound: bool,
+    progress: &Progress,
+) -> Result<(), UnitError> {
     let unregister = update(
         true,
         GatewayService {
@@ -283,10 +336,15 @@ async fn delete(ctx: &UnitCtx<'_>, change: &ServiceChange, inbound: bool) -> Res
             properties: Default::default(),
         },
     );
-    gone_ok(
+    progress.resources();
+    let unregistered = gone_ok(
         ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &unregister, o))
             .await,
-    )?;
+    );
+    if unregistered.is_ok() {
+        progress.reached(v1::ServiceStep::Unregistered, &unregistered);
+    }
+    unregistered?;
     if inbound {
         let lb = load_balancer_name(&change.name);
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_load_balancer(&lb, o)).await)?;
@@ -298,20 +356,22 @@ async fn delete(ctx: &UnitCtx<'_>, change: &ServiceChange, inbound: bool) -> Res
     gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
 }
 
-/// Runs the saga of one change; an inbound creation returns the service's frontend.
+/// Runs the saga of one change, noting in `progress` how far it got; an inbound creation returns
+/// the service's frontend.
 async fn saga(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
+    progress: &Progress,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     if change.name.trim().is_empty() {
         return Err(invalid("a service change without a name".into()));
     }
     use v1::{ServiceAction as A, ServiceKind as K};
     match (change.kind(), change.action()) {
-        (K::Inbound, A::Create) => create_inbound(ctx, change).await,
-        (K::Outbound, A::Create) => create_outbound(ctx, change).await.map(|()| None),
-        (K::Inbound, A::Delete) => delete(ctx, change, true).await.map(|()| None),
-        (K::Outbound, A::Delete) => delete(ctx, change, false).await.map(|()| None),
+        (K::Inbound, A::Create) => create_inbound(ctx, change, progress).await,
+        (K::Outbound, A::Create) => create_outbound(ctx, change, progress).await.map(|()| None),
+        (K::Inbound, A::Delete) => delete(ctx, change, true, progress).await.map(|()| None),
+        (K::Outbound, A::Delete) => delete(ctx, change, false, progress).await.map(|()| None),
         _ => Err(invalid(format!(
             "service {}: unknown kind {} or action {}",
             change.name, change.kind, change.action
@@ -319,39 +379,58 @@ async fn saga(
     }
 }
 
-/// Runs every saga of `work` concurrently. A retryable failure stops the sagas that have not started
-/// their next call yet; a terminal one fails only its own change. The report carries the frontends
-/// of the inbound services created (whatever the outcome of the others).
+/// Runs every saga of `work` concurrently. A failure that is retried or repaired stops the sagas
+/// that have not started their next call yet; one that parks fails only its own change. The report
+/// carries the frontends of the inbound services created (whatever the outcome of the others), and
+/// the step each saga that did not go through reached.
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork) -> Report {
     let results = futures::future::join_all(work.changes.iter().enumerate().map(
         |(i, change)| async move {
             let span = tracing::debug_span!("saga", service = %change.name, kind = change.kind, action = change.action);
-            let result = tracing::Instrument::instrument(saga(ctx, change), span).await;
+            let progress = Progress::default();
+            let result =
+                tracing::Instrument::instrument(saga(ctx, change, &progress), span).await;
             if let Err(e) = &result {
                 if e.is_retryable() {
                     ctx.abort();
                 }
                 if *e != UnitError::Aborted {
-                    tracing::warn!(service = %change.name, error = ?e, "service saga failed");
+                    tracing::warn!(
+                        service = %change.name,
+                        error = ?e,
+                        reached = ?progress.step(),
+                        "service saga failed"
+                    );
                 }
             }
-            (i, result)
+            (i, result, progress.step())
         },
     ))
     .await;
     let mut applied = Vec::new();
     let mut errors = Vec::new();
     let mut frontends = Vec::new();
-    for (i, r) in results {
+    let mut steps = Vec::new();
+    for (i, r, step) in results {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
         match r {
             Ok(frontend) => {
-                applied.push(u32::try_from(i).unwrap_or(u32::MAX));
+                applied.push(index);
                 frontends.extend(frontend);
             }
-            Err(e) => errors.push(e),
+            Err(e) => {
+                errors.push(e);
+                if let Some(step) = step {
+                    steps.push(ServiceProgress {
+                        index,
+                        step: step as i32,
+                    });
+                }
+            }
         }
     }
     let mut report = partial_report(work_id, applied, errors);
     report.frontends = frontends;
+    report.service_progress = steps;
     report
 }

@@ -16,8 +16,9 @@ use tracing::Instrument;
 
 use super::WorkerError;
 use super::config::WorkerConfig;
+use super::ctx::{Env, GatewayCache, UnitError, report};
 use super::limiter::GatewayLimiters;
-use super::unit::{Env, GatewayCache, UnitError, execute, lease_deadline, report};
+use super::unit::{execute, lease_deadline};
 use clb_nrp::Nrp;
 
 /// How a session ended without an error worth a log line at warn level.

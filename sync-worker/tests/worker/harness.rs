@@ -324,6 +324,13 @@ pub fn retryable(r: &Report) -> &v1::Retryable {
     }
 }
 
+pub fn repair(r: &Report) -> &v1::Repair {
+    match &r.outcome {
+        Some(report::Outcome::Repair(x)) => x,
+        other => panic!("expected repair, got {other:?}"),
+    }
+}
+
 pub fn terminal(r: &Report) -> &v1::Terminal {
     match &r.outcome {
         Some(report::Outcome::Terminal(x)) => x,
