@@ -74,16 +74,6 @@ impl TraceLinks {
         }
         out
     }
-
-    /// Keys with links (for tests and bounds).
-    pub fn len(&self) -> usize {
-        self.by_key.len()
-    }
-
-    /// Whether no key has links.
-    pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
-    }
 }
 
 /// The locations and services whose units may carry `update`'s change.
@@ -107,16 +97,13 @@ fn keys_of(update: &Update) -> Vec<Key> {
                     .collect(),
                 None => Vec::new(),
             };
-            let mut keys: Vec<Key> = endpoints
+            let mut locations: Vec<IpAddr> = endpoints
                 .iter()
-                .filter_map(|ep| location(&ep.location))
+                .filter_map(|ep| parse_ip("location", &ep.location).ok())
                 .collect();
-            keys.sort_by_key(|k| match k {
-                Key::Location(ip) => *ip,
-                Key::Service(_) => IpAddr::from([0, 0, 0, 0]),
-            });
-            keys.dedup();
-            keys
+            locations.sort();
+            locations.dedup();
+            locations.into_iter().map(Key::Location).collect()
         }
         Some(Kind::Pod(p)) => location(&p.location)
             .into_iter()

@@ -193,12 +193,23 @@ fn start_watcher(h: &Harness, fake: &FakeApi, mode: Mode) -> Running {
 }
 
 fn start_watcher_polling(h: &Harness, fake: &FakeApi, mode: Mode, poll: Duration) -> Running {
-    let mut config = WatcherConfig::new(ConnectOptions::new(h.url()), mode);
-    config.coalesce = Duration::from_millis(20);
+    let mut config = test_config(&h.url(), mode);
     config.poll_interval = poll;
+    run_watcher(config, fake)
+}
+
+/// The tests' watcher settings: short coalescing, polling and backoff.
+fn test_config(server: &str, mode: Mode) -> WatcherConfig {
+    let mut config = WatcherConfig::new(ConnectOptions::new(server), mode);
+    config.coalesce = Duration::from_millis(20);
+    config.poll_interval = Duration::from_millis(50);
     config.recheck_interval = Duration::from_secs(1);
     config.backoff_initial = Duration::from_millis(50);
     config.backoff_max = Duration::from_millis(500);
+    config
+}
+
+fn run_watcher(config: WatcherConfig, fake: &FakeApi) -> Running {
     let kube = fake.kube_client();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -758,26 +769,10 @@ async fn a_restarted_or_unreachable_state_server_gets_the_whole_view_again() {
     let fake = FakeApi::start().await;
     seed(&fake);
     let fwd = Forwarder::start(&h.url()).await;
-    let mut config =
-        WatcherConfig::new(ConnectOptions::new(&fwd.url), Mode::Cluster { pods: true });
-    config.coalesce = Duration::from_millis(20);
-    config.poll_interval = Duration::from_millis(50);
+    let mut config = test_config(&fwd.url, Mode::Cluster { pods: true });
     config.check_interval = Duration::from_millis(200);
-    config.backoff_initial = Duration::from_millis(50);
     config.backoff_max = Duration::from_millis(300);
-    let kube = fake.kube_client();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        watcher::run(config, kube, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("the watcher runs");
-    });
-    let w = Running {
-        stop: Some(stop),
-        task,
-    };
+    let w = run_watcher(config, &fake);
     converge(&h, &seed_expected()).await;
 
     // The server restarts (empty desired state, gate closed until "watcher" resyncs) while nothing
