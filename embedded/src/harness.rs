@@ -179,14 +179,28 @@ impl WorkerProc {
     }
 
     /// Starts worker `id` against the state server at `server_url`, talking to NRP through `nrp`.
+    /// Its reconnect backoff is short (20–200 ms), for tests.
     pub fn start(id: &str, server_url: &str, nrp: Arc<dyn Nrp>, options: &Options) -> Self {
-        let mut config = WorkerConfig::new(server_url, id);
-        config.capacity = options.worker_capacity;
-        config.limits = options.worker_limits;
-        config.backoff = Backoff {
+        let backoff = Backoff {
             initial: Duration::from_millis(20),
             max: Duration::from_millis(200),
         };
+        Self::start_with_backoff(id, server_url, nrp, options, backoff)
+    }
+
+    /// [`WorkerProc::start`] with the given reconnect backoff (`Backoff::default()` is the
+    /// binary's).
+    pub fn start_with_backoff(
+        id: &str,
+        server_url: &str,
+        nrp: Arc<dyn Nrp>,
+        options: &Options,
+        backoff: Backoff,
+    ) -> Self {
+        let mut config = WorkerConfig::new(server_url, id);
+        config.capacity = options.worker_capacity;
+        config.limits = options.worker_limits;
+        config.backoff = backoff;
         config.shutdown_grace = Duration::from_secs(5);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(worker::run(config, nrp, async move {

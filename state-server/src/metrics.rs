@@ -74,6 +74,11 @@ struct UnitLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GatewayLabels {
     gateway: String,
 }
@@ -154,6 +159,8 @@ pub struct Metrics {
     update_rpcs: Family<RpcLabels, Counter>,
     rejected_items: Counter,
     units: Family<UnitLabels, Counter>,
+    units_leased: Family<KindLabels, Counter>,
+    leader: Gauge,
     lease_expiries: Counter,
     late_reports: Counter,
     gw: GatewayGauges,
@@ -172,6 +179,8 @@ impl Metrics {
         let update_rpcs = Family::<RpcLabels, Counter>::default();
         let rejected_items = Counter::default();
         let units = Family::<UnitLabels, Counter>::default();
+        let units_leased = Family::<KindLabels, Counter>::default();
+        let leader = Gauge::default();
         let lease_expiries = Counter::default();
         let late_reports = Counter::default();
         let gw = GatewayGauges::default();
@@ -190,6 +199,16 @@ impl Metrics {
             "units",
             "Work unit outcomes, by unit kind, result and error code",
             units.clone(),
+        );
+        registry.register(
+            "units_leased",
+            "Work units handed out to workers, by unit kind",
+            units_leased.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica leads (serves writers and workers), 0 while it stands by",
+            leader.clone(),
         );
         registry.register(
             "lease_expiries",
@@ -277,6 +296,8 @@ impl Metrics {
             update_rpcs,
             rejected_items,
             units,
+            units_leased,
+            leader,
             lease_expiries,
             late_reports,
             gw,
@@ -311,6 +332,29 @@ impl Metrics {
             code: code.as_ref().to_owned(),
         };
         self.units.get_or_create(&labels).inc();
+    }
+
+    /// Counts one unit handed out to a worker: `kind` is `services`, `locations` or `observe`.
+    pub fn unit_leased(&self, kind: &str) {
+        self.units_leased
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Units of `kind` handed out since the start.
+    pub fn units_leased(&self, kind: &str) -> u64 {
+        self.units_leased
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .get()
+    }
+
+    /// Sets the `clb_leader` gauge.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Counts `n` expired leases.

@@ -457,6 +457,7 @@ impl StateServer {
             .collect();
         let gateways = order.iter().map(|g| (g.name.clone(), g.clone())).collect();
         let leading = !config.leader_elect;
+        metrics.set_leader(leading);
         Arc::new(Self {
             config,
             gateways,
@@ -488,6 +489,7 @@ impl StateServer {
     pub fn set_leader(&self, leading: bool) {
         if !leading {
             self.leader.send_replace(false);
+            self.metrics.set_leader(false);
         }
         if leading != self.is_leader() || !leading {
             for g in &self.order {
@@ -495,6 +497,7 @@ impl StateServer {
             }
         }
         if leading {
+            self.metrics.set_leader(true);
             self.leader.send_replace(true);
         }
         self.notify_work();

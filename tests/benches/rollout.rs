@@ -21,22 +21,14 @@ use clb_core::dispatch::DispatchConfig;
 use clb_nrp_emulator::{EmulatorConfig, Stats};
 use clb_state_server::state::ServerConfig;
 use clb_sync_worker::worker::Limits;
-use clb_tests::{Cluster, ClusterSpec, Harness, Options, WATCHER, WriterExt};
+use clb_tests::bench::{
+    CONCURRENCY, LATENCY_MS, LATENCY_PER_ADDRESS_US, PODS_PER_APP, costly, rollout_spec,
+};
+use clb_tests::{Cluster, Harness, Options, WATCHER, WriterExt};
 
-const LATENCY_MS: u64 = 100;
-const LATENCY_PER_ADDRESS_US: u64 = 50;
-const CONCURRENCY: usize = 4;
-const PODS_PER_APP: usize = 50;
 const UAL: &str = "ServiceGateways_UpdateAddressLocations";
 /// Upper bound of a convergence: a guard against a hung run, not a target.
 const PATIENCE: Duration = Duration::from_secs(900);
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Scenario {
@@ -67,27 +59,6 @@ impl Outcome {
     }
 }
 
-fn spec() -> ClusterSpec {
-    let pods = env_usize("CLB_BENCH_PODS", 10_000);
-    ClusterSpec {
-        locations: env_usize("CLB_BENCH_LOCATIONS", 500),
-        apps: pods.div_ceil(PODS_PER_APP),
-        pods_per_app: PODS_PER_APP,
-        egresses: 10,
-        not_ready_every: 0,
-        seed: 42,
-    }
-}
-
-fn costly() -> EmulatorConfig {
-    EmulatorConfig {
-        latency_ms: LATENCY_MS,
-        latency_per_address_us: LATENCY_PER_ADDRESS_US,
-        max_concurrent_mutations: Some(CONCURRENCY),
-        ..EmulatorConfig::default()
-    }
-}
-
 async fn run(s: Scenario) -> Outcome {
     let options = Options {
         workers: s.workers,
@@ -110,7 +81,7 @@ async fn run(s: Scenario) -> Outcome {
             ..ServerConfig::default()
         },
     };
-    let mut cluster = Cluster::generate(spec());
+    let mut cluster = Cluster::generate(rollout_spec());
     let h = Harness::start(options).await;
     let mut watcher = h.watcher().await;
     watcher.resync_ok(cluster.full_view()).await;
@@ -153,7 +124,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let spec = spec();
+    let spec = rollout_spec();
     let pods = spec.pods();
     println!(
         "rollout of {pods} pods ({} apps × {PODS_PER_APP}) over {} locations; emulator: \

@@ -18,7 +18,9 @@
 //! The end-to-end tests are in `tests/tests/e2e.rs`; the rollout benchmark in
 //! `tests/benches/rollout.rs`.
 
+pub mod bench;
 pub mod deploy;
+pub mod ha;
 pub mod nrp;
 pub mod recorder;
 

@@ -5,43 +5,20 @@
 //! agent per node. Waits only bound a hung test ([`PATIENCE`]); nothing here asserts on time, only
 //! on order. The seed is printed (`CLB_HA_SEED` replays one).
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clb_client::client::{Client, ConnectOptions};
-use clb_embedded::harness::{compare_nrp, gateway_status_at, wait_quiet_at};
-use clb_nrp_emulator::{Emulator, RunningEmulator};
-use clb_proto::v1::admin_client::AdminClient;
-use clb_proto::v1::{ResyncScope, Update};
-use clb_state_server::leader::{self, ElectionConfig};
-use clb_state_server::state::{ServerConfig, StateServer};
-use clb_tests::fake_kube::{FakeApi, Partition};
-use clb_tests::recorder::DeletionLog;
-use clb_tests::{
-    Cluster, ClusterSpec, Expected, Options, PATIENCE, PodWriters, ServerProc, SplitBatch, WATCHER,
-    WorkerProc, Writer, WriterExt, scope,
-};
-use k8s_openapi::api::coordination::v1::Lease;
+use clb_embedded::harness::gateway_status_at;
+use clb_sync_worker::worker::Backoff;
+use clb_tests::fake_kube::FakeApi;
+use clb_tests::ha::{LEASE, NAMESPACE, System, Writers, deploy_config, short_election, wait_until};
+use clb_tests::{Cluster, ClusterSpec, Options, WATCHER};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use tokio::task::JoinHandle;
-use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-
-const NAMESPACE: &str = "clb-system";
-const LEASE: &str = "clb-state-server";
-
-/// The state server's configuration from the flags of `deploy/state-server.yaml` (leader election
-/// on, no `--expected-writers`); the election's timings are shortened for the test.
-fn deploy_config() -> ServerConfig {
-    let args = clb_tests::deploy::state_server_args();
-    assert!(args.leader_elect && args.expected_writers.is_empty());
-    args.to_server_config()
-}
 
 fn seed(test: &str) -> u64 {
     let seed = std::env::var("CLB_HA_SEED")
@@ -50,107 +27,6 @@ fn seed(test: &str) -> u64 {
         .unwrap_or_else(rand::random);
     eprintln!("{test}: seed {seed} (replay with CLB_HA_SEED={seed})");
     seed
-}
-
-/// Short timings for a test (Kubernetes' defaults are 15 s / 10 s / 2 s).
-fn election(identity: &str) -> ElectionConfig {
-    ElectionConfig {
-        namespace: NAMESPACE.into(),
-        name: LEASE.into(),
-        identity: identity.into(),
-        lease_duration: Duration::from_secs(3),
-        renew_deadline: Duration::from_secs(2),
-        retry_period: Duration::from_millis(500),
-    }
-}
-
-/// One replica: a state server and its elector, with its own link to the Kubernetes API.
-struct Replica {
-    id: String,
-    server: Option<ServerProc>,
-    state: Arc<StateServer>,
-    addr: SocketAddr,
-    elector: JoinHandle<()>,
-    link: Partition,
-}
-
-async fn replica(api: &FakeApi, id: &str, options: &Options) -> Replica {
-    let config = ServerConfig {
-        server_id: id.into(),
-        leader_elect: true,
-        ..options.server.clone()
-    };
-    let server = ServerProc::start(config).await;
-    assert!(!server.state.is_leader(), "a replica starts as a standby");
-    let (client, link) = api.partitionable_client().await;
-    let leases: kube::Api<Lease> = kube::Api::namespaced(client, NAMESPACE);
-    let elector = tokio::spawn(leader::run(
-        leases,
-        election(id),
-        server.state.clone(),
-        std::future::pending(),
-    ));
-    Replica {
-        id: id.into(),
-        state: server.state.clone(),
-        addr: server.addr,
-        server: Some(server),
-        elector,
-        link,
-    }
-}
-
-impl Replica {
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Kills the replica: its elector stops without releasing the Lease, its server dies.
-    async fn kill(&mut self) {
-        self.elector.abort();
-        if let Some(s) = self.server.take() {
-            s.kill().await;
-        }
-    }
-}
-
-async fn wait_until(what: &str, seed: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "seed {seed}: {what}: not after {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// A loopback stand-in for the Kubernetes Service: each new connection goes to the replica that
-/// leads now (waiting for one); established connections stay where they are.
-async fn leader_proxy(replicas: Vec<(Arc<StateServer>, SocketAddr)>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            let replicas = replicas.clone();
-            tokio::spawn(async move {
-                let deadline = Instant::now() + PATIENCE;
-                let target = loop {
-                    if let Some((_, a)) = replicas.iter().find(|(s, _)| s.is_leader()) {
-                        break *a;
-                    }
-                    if Instant::now() > deadline {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                };
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
 }
 
 async fn health(url: &str, service: &str) -> ServingStatus {
@@ -170,193 +46,17 @@ async fn health(url: &str, service: &str) -> ServingStatus {
     ServingStatus::try_from(r.status).expect("known status")
 }
 
-/// The writers of a deployment, connected through the Service.
-struct Writers {
-    watcher: Writer,
-    agents: BTreeMap<String, Writer>,
-}
-
-impl Writers {
-    async fn connect(url: &str, cluster: &Cluster) -> Self {
-        let client = Client::connect(ConnectOptions::new(url))
-            .await
-            .expect("client connects");
-        let agents = cluster
-            .nodes()
-            .into_iter()
-            .map(|i| {
-                let w = client.writer(clb_embedded::cluster::node_agent(i));
-                (clb_embedded::cluster::location_ip(i), w)
-            })
-            .collect();
-        Self {
-            watcher: client.writer(WATCHER),
-            agents,
-        }
-    }
-
-    /// Every writer resyncs (as after a reconnect), in a random order within `spread_ms`.
-    async fn resync_all(&mut self, cluster: &Cluster, rng: &mut StdRng, spread_ms: u64) {
-        let mut arrivals: Vec<(u64, Option<String>)> = vec![(rng.random_range(0..spread_ms), None)];
-        for l in self.agents.keys() {
-            arrivals.push((rng.random_range(0..spread_ms), Some(l.clone())));
-        }
-        arrivals.sort();
-        let mut last = 0;
-        for (at, who) in arrivals {
-            tokio::time::sleep(Duration::from_millis(at - last)).await;
-            last = at;
-            match who {
-                None => {
-                    let scope = ResyncScope {
-                        services: true,
-                        egresses: true,
-                        endpoints: true,
-                        ..ResyncScope::default()
-                    };
-                    self.watcher
-                        .resync_scope_ok(
-                            scope,
-                            Some(cluster.topology(PodWriters::NodeAgents)),
-                            cluster.watcher_view(),
-                        )
-                        .await;
-                }
-                Some(l) => {
-                    let agent = self.agents.get_mut(&l).unwrap();
-                    agent
-                        .resync_scope_ok(scope::pods_at(&l), None, cluster.pods_view_at(&l))
-                        .await;
-                }
-            }
-        }
-    }
-
-    async fn apply(&mut self, batch: Vec<Update>) {
-        let split = SplitBatch::of(batch);
-        if !split.watcher.is_empty() {
-            self.watcher.apply_ok(split.watcher).await;
-        }
-        for (l, pods) in split.pods {
-            self.agents.get_mut(&l).unwrap().apply_ok(pods).await;
-        }
-    }
-}
-
-/// The system: the fake API, the emulator, two replicas behind the Service, three workers.
-struct System {
-    api: FakeApi,
-    nrp: RunningEmulator,
-    replicas: Vec<Replica>,
-    service: String,
-    workers: Vec<WorkerProc>,
-    log: DeletionLog,
-    options: Options,
-}
-
-impl System {
-    async fn start(seed: u64) -> Self {
-        clb_tests::init_tracing();
-        let mut options = Options::e2e();
-        // The server's flags as deploy/ runs it (leader election on, no --expected-writers).
-        options.server = deploy_config();
-        let api = FakeApi::start().await;
-        let nrp = RunningEmulator::start(Emulator::new(options.emulator.clone()).unwrap())
-            .await
-            .expect("emulator starts");
-        let a = replica(&api, "replica-a", &options).await;
-        wait_until("replica-a leads", seed, || a.state.is_leader()).await;
-        let b = replica(&api, "replica-b", &options).await;
-        let service =
-            leader_proxy(vec![(a.state.clone(), a.addr), (b.state.clone(), b.addr)]).await;
-        let log = DeletionLog::new();
-        let workers = (0..3)
-            .map(|i| {
-                let nrp = log.wrap(WorkerProc::arm_client(&nrp.base_url()));
-                WorkerProc::start(&format!("w{i}"), &service, nrp, &options)
-            })
-            .collect();
-        Self {
-            api,
-            nrp,
-            replicas: vec![a, b],
-            service,
-            workers,
-            log,
-            options,
-        }
-    }
-
-    fn emulator(&self) -> &Emulator {
-        self.nrp.emulator()
-    }
-
-    fn set_latency(&self, ms: u64) {
-        let mut c = self.emulator().config();
-        c.latency_ms = ms;
-        self.emulator().set_config(c).unwrap();
-    }
-
-    /// An Admin client on a new connection: it reaches the replica that leads now.
-    async fn admin(&self) -> AdminClient<Channel> {
-        AdminClient::connect(self.service.clone())
-            .await
-            .expect("admin connects")
-    }
-
-    async fn converge(&self, expected: &Expected, seed: u64) {
-        let admin = self.admin().await;
-        wait_quiet_at(&admin, self.emulator(), PATIENCE, true)
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        compare_nrp(self.emulator(), expected).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    }
-
-    fn removals_after(&self, from: u64, desired: &Expected) -> Vec<clb_nrp_emulator::Removal> {
-        self.emulator()
-            .removals()
-            .into_iter()
-            .filter(|r| r.seq > from)
-            .filter(|r| {
-                r.removed_services
-                    .iter()
-                    .any(|s| desired.wants(&r.location, &r.address, s))
-            })
-            .collect()
-    }
-
-    fn desired_deleted(&self, from: u64, desired: &Expected) -> Vec<String> {
-        use clb_sync_worker::worker::{load_balancer_name, nat_gateway_name, public_ip_name};
-        let names: std::collections::BTreeSet<String> = desired
-            .services()
-            .iter()
-            .flat_map(|s| {
-                [
-                    s.clone(),
-                    load_balancer_name(s),
-                    nat_gateway_name(s),
-                    public_ip_name(s),
-                ]
-            })
-            .collect();
-        self.log
-            .entries()
-            .into_iter()
-            .filter(|d| d.seq > from && names.contains(&d.name))
-            .map(|d| format!("{} {}", d.what, d.name))
-            .collect()
-    }
-
-    async fn shutdown(mut self) {
-        for w in std::mem::take(&mut self.workers) {
-            w.kill().await;
-        }
-        for r in &mut self.replicas {
-            r.kill().await;
-        }
-        let _ = self.nrp.shutdown().await;
-        let _ = &self.options;
-    }
+/// The system with the server's flags as deploy/ runs it (leader election on, no
+/// `--expected-writers`), the election's timings shortened for the test.
+async fn start(seed: u64) -> System {
+    clb_tests::init_tracing();
+    let mut options = Options::e2e();
+    options.server = deploy_config();
+    let backoff = Backoff {
+        initial: Duration::from_millis(20),
+        max: Duration::from_millis(200),
+    };
+    System::start(seed, options, short_election, backoff).await
 }
 
 fn spec(seed: u64) -> ClusterSpec {
@@ -370,7 +70,7 @@ fn spec(seed: u64) -> ClusterSpec {
 async fn the_standby_takes_over_a_killed_leader_without_removing_a_live_backend() {
     let seed = seed("killed leader");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut sys = System::start(seed).await;
+    let mut sys = start(seed).await;
     let (a, b) = (&sys.replicas[0], &sys.replicas[1]);
     assert_eq!(sys.api.lease_holder(NAMESPACE, LEASE), "replica-a");
 
@@ -395,7 +95,7 @@ async fn the_standby_takes_over_a_killed_leader_without_removing_a_live_backend(
     assert!(standby.status().await.is_err(), "a standby refuses Admin");
 
     let mut cluster = Cluster::generate(spec(seed));
-    let mut writers = Writers::connect(&sys.service, &cluster).await;
+    let mut writers = Writers::connect(&sys.service.url, &cluster).await;
     writers.resync_all(&cluster, &mut rng, 10).await;
     sys.converge(&cluster.expected(), seed).await;
 
@@ -428,7 +128,7 @@ async fn the_standby_takes_over_a_killed_leader_without_removing_a_live_backend(
         "seed {seed}: the new leader starts empty"
     );
     // The writers notice (their calls fail) and resync with the new leader, in a random order.
-    let mut writers = Writers::connect(&sys.service, &cluster).await;
+    let mut writers = Writers::connect(&sys.service.url, &cluster).await;
     writers.resync_all(&cluster, &mut rng, 2000).await;
     sys.converge(&at_kill, seed).await;
     let bad = sys.removals_after(removals_at_kill, &at_kill);
@@ -463,9 +163,9 @@ async fn the_standby_takes_over_a_killed_leader_without_removing_a_live_backend(
 async fn a_leader_cut_off_from_the_api_stops_dispatching_before_the_new_one_starts() {
     let seed = seed("partitioned leader");
     let mut rng = StdRng::seed_from_u64(seed);
-    let sys = System::start(seed).await;
+    let sys = start(seed).await;
     let mut cluster = Cluster::generate(spec(seed));
-    let mut writers = Writers::connect(&sys.service, &cluster).await;
+    let mut writers = Writers::connect(&sys.service.url, &cluster).await;
     writers.resync_all(&cluster, &mut rng, 10).await;
     sys.converge(&cluster.expected(), seed).await;
 
@@ -507,7 +207,7 @@ async fn a_leader_cut_off_from_the_api_stops_dispatching_before_the_new_one_star
     }
 
     // The cluster goes on with the new leader.
-    let mut writers = Writers::connect(&sys.service, &cluster).await;
+    let mut writers = Writers::connect(&sys.service.url, &cluster).await;
     writers.resync_all(&cluster, &mut rng, 1000).await;
     let removals_before = sys.emulator().stats().removals;
     for batch in cluster.roll_app(0) {

@@ -198,6 +198,7 @@ impl Session {
                 break;
             };
             debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
+            self.state.metrics().unit_leased(unit_kind(&unit));
             let span = unit_span(&unit);
             clb_telemetry::add_links(&span, links);
             unit.trace_context = clb_telemetry::inject_map(&span.context());
@@ -292,12 +293,7 @@ impl Session {
 /// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
 /// end of the session) and records the outcome. Its context travels in `WorkUnit.trace_context`.
 fn unit_span(unit: &v1::WorkUnit) -> Span {
-    let kind = match &unit.work {
-        Some(v1::work_unit::Work::Observe(_)) => "observe",
-        Some(v1::work_unit::Work::Services(_)) => "services",
-        Some(v1::work_unit::Work::Locations(_)) => "locations",
-        None => "none",
-    };
+    let kind = unit_kind(unit);
     info_span!(
         parent: None,
         "work_unit",
@@ -307,6 +303,16 @@ fn unit_span(unit: &v1::WorkUnit) -> Span {
         attempt = unit.attempt,
         outcome = tracing::field::Empty,
     )
+}
+
+/// The kind of a unit: `observe`, `services` or `locations`.
+fn unit_kind(unit: &v1::WorkUnit) -> &'static str {
+    match &unit.work {
+        Some(v1::work_unit::Work::Observe(_)) => "observe",
+        Some(v1::work_unit::Work::Services(_)) => "services",
+        Some(v1::work_unit::Work::Locations(_)) => "locations",
+        None => "none",
+    }
 }
 
 /// The name of a report's outcome, as recorded on the unit's span.
