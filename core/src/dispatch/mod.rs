@@ -175,6 +175,9 @@ pub struct Dispatcher {
     pending_since: HashMap<Key, Instant>,
     backoff: HashMap<Key, Backoff>,
     parked: HashMap<Key, ErrorRecord>,
+    /// The last retried (or repaired) failure of each key that has not gone through since: what
+    /// the Admin API reports as "retrying" for a service or a location.
+    failing: HashMap<Key, ErrorRecord>,
     /// Keys whose last failure asked for a read-back, with the number of that report: not cut
     /// again before an observe cut after it completes.
     awaiting_read_back: HashMap<Key, u64>,
@@ -206,6 +209,7 @@ impl Dispatcher {
             pending_since: HashMap::new(),
             backoff: HashMap::new(),
             parked: HashMap::new(),
+            failing: HashMap::new(),
             awaiting_read_back: HashMap::new(),
             reports: 0,
             observe: ObserveState {
@@ -251,6 +255,44 @@ impl Dispatcher {
     /// Locations and services parked after a terminal error.
     pub fn parked_units(&self) -> usize {
         self.parked.len()
+    }
+
+    /// The terminal error that parked service `name` (canonical name), if it is parked.
+    pub fn parked_service(&self, name: &str) -> Option<&ErrorRecord> {
+        self.parked.get(&Key::Service(name.to_owned()))
+    }
+
+    /// The parked locations with the error that parked each.
+    pub fn parked_locations(&self) -> impl Iterator<Item = (IpAddr, &ErrorRecord)> {
+        self.parked.iter().filter_map(|(k, e)| match k {
+            Key::Location(l) => Some((*l, e)),
+            Key::Service(_) => None,
+        })
+    }
+
+    /// The last retried or repaired failure of service `name` (canonical name), while its change
+    /// has not gone through since.
+    pub fn failing_service(&self, name: &str) -> Option<&ErrorRecord> {
+        self.failing.get(&Key::Service(name.to_owned()))
+    }
+
+    /// The locations whose last change failed and is retried (or repaired), with that failure.
+    pub fn failing_locations(&self) -> impl Iterator<Item = (IpAddr, &ErrorRecord)> {
+        self.failing.iter().filter_map(|(k, e)| match k {
+            Key::Location(l) => Some((*l, e)),
+            Key::Service(_) => None,
+        })
+    }
+
+    /// Whether a change of service `name` (canonical name) waits to be sent or is in flight.
+    pub fn service_pending(&self, name: &str) -> bool {
+        self.pending_since
+            .contains_key(&Key::Service(name.to_owned()))
+    }
+
+    /// Whether a change of `location` waits to be sent or is in flight.
+    pub fn location_pending(&self, location: IpAddr) -> bool {
+        self.pending_since.contains_key(&Key::Location(location))
     }
 
     /// The most recent errors, newest last.
@@ -441,6 +483,7 @@ impl Dispatcher {
                 _ => {
                     // In sync, draining or withheld: it is dirtied again when that changes.
                     self.pending_since.remove(&key);
+                    self.failing.remove(&key);
                     self.dispatches.remove(&key);
                 }
             }
@@ -469,6 +512,7 @@ impl Dispatcher {
             }
             let Some(diff) = tracker.location_diff(location) else {
                 self.pending_since.remove(&key);
+                self.failing.remove(&key);
                 self.backoff.remove(&key);
                 self.dispatches.remove(&key);
                 continue;
@@ -568,6 +612,19 @@ impl Dispatcher {
         capped.mul_f64(self.jitter.next_factor())
     }
 
+    /// Keeps the error just recorded as the last failure of the parts of `work` that did not go
+    /// through (`applied`: the indexes that did).
+    fn note_failing(&mut self, work: &UnitWork, applied: &[u32]) {
+        let Some(record) = self.errors.back().cloned() else {
+            return;
+        };
+        for (i, key) in work.keys().into_iter().enumerate() {
+            if !applied.contains(&(i as u32)) {
+                self.failing.insert(key, record.clone());
+            }
+        }
+    }
+
     fn error(&mut self, work_id: u64, code: &str, message: &str, terminal: bool, now: Instant) {
         if self.errors.len() == MAX_ERRORS {
             self.errors.pop_front();
@@ -622,6 +679,7 @@ impl Dispatcher {
             } => {
                 self.count(kind, "retryable", &code);
                 self.error(report.work_id, &code, &message, false, now);
+                self.note_failing(&unit.work, &report.applied);
                 let recorded = self.record(
                     tracker,
                     report.work_id,
@@ -641,6 +699,7 @@ impl Dispatcher {
                 self.count(kind, "repair", &code);
                 *self.stats.repairs.entry(code.clone()).or_default() += 1;
                 self.error(report.work_id, &code, &message, false, now);
+                self.note_failing(&unit.work, &report.applied);
                 let recorded = self.record(
                     tracker,
                     report.work_id,
@@ -678,6 +737,7 @@ impl Dispatcher {
                     if !report.applied.contains(&(i as u32)) {
                         self.backoff.remove(&key);
                         self.dispatches.remove(&key);
+                        self.failing.remove(&key);
                         self.parked.insert(key, record.clone());
                         *self.stats.parked.entry(code.clone()).or_default() += 1;
                     }
@@ -758,6 +818,7 @@ impl Dispatcher {
                         let key = Key::Service(c.name.clone());
                         self.backoff.remove(&key);
                         self.pending_since.remove(&key);
+                        self.failing.remove(&key);
                         self.dispatches.remove(&key);
                         match tracker.record_service_applied(c) {
                             Ok(()) => recorded.push(c.clone()),
@@ -790,6 +851,7 @@ impl Dispatcher {
                         let key = Key::Location(d.location);
                         self.backoff.remove(&key);
                         self.pending_since.remove(&key);
+                        self.failing.remove(&key);
                         self.dispatches.remove(&key);
                         if let Err(e) = tracker.record_location_applied(d) {
                             failures.push(e.to_string());

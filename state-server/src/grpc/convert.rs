@@ -694,6 +694,8 @@ pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
         actual_locations: g.tracker.actual_locations_of(&view.name),
         ports,
         frontend_ip,
+        // Derived by the Admin service (`grpc/admin.rs`, `service_condition`).
+        condition: None,
     }
 }
 
