@@ -3,9 +3,12 @@
 //! deletion with finalizers (`deletionTimestamp`), merge and JSON patches with `resourceVersion`
 //! preconditions (`409 Conflict`, scriptable with [`FakeApi::conflict_next`]), the `status`
 //! subresource, `coordination.k8s.io/v1` Leases (get, create, and update with the
-//! `resourceVersion` precondition: `409 Conflict`; for leader election), clients that can be cut
-//! off from the API ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC
-//! against deploy/). Binds 127.0.0.1:0.
+//! `resourceVersion` precondition: `409 Conflict`; for leader election), `events.k8s.io/v1`
+//! Events (create and merge patch, namespaced, validated as the API server does: [`FakeApi::events`]),
+//! `metadata.generation` (set on create, bumped when the spec changes), status conditions validated
+//! as the API server does (`422 Invalid`), clients that can be cut off from the API
+//! ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC against deploy/).
+//! Binds 127.0.0.1:0.
 //!
 //! Kept in one place: every test that needs a Kubernetes API uses this one.
 
@@ -78,6 +81,8 @@ struct Inner {
     conflicts: HashMap<String, String>,
     /// Leases by (namespace, name).
     leases: BTreeMap<(String, String), Value>,
+    /// `events.k8s.io/v1` Events by (namespace, name).
+    events: BTreeMap<(String, String), Value>,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -233,6 +238,18 @@ impl Inner {
         let res = self.resources.get_mut(plural).unwrap();
         let old = res.objects.get(&key).cloned();
         let new = new.map(|mut o| {
+            // As the API server: generation 1 on create, +1 whenever the spec changes.
+            let old_generation = old
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/generation"))
+                .and_then(Value::as_i64);
+            let spec_changed = old.as_ref().map(|o| o.get("spec")) != Some(o.get("spec"));
+            let generation = match old_generation {
+                None => 1,
+                Some(g) if spec_changed => g + 1,
+                Some(g) => g,
+            };
+            o["metadata"]["generation"] = json!(generation);
             o["metadata"]["resourceVersion"] = json!(rv.to_string());
             o["kind"] = json!(res.kind);
             o["apiVersion"] = json!(res.api_version);
@@ -287,6 +304,7 @@ impl FakeApi {
             requests: Vec::new(),
             probe: None,
             leases: BTreeMap::new(),
+            events: BTreeMap::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -378,6 +396,11 @@ impl FakeApi {
     /// `METHOD path?query` of every request received, in order.
     pub fn requests(&self) -> Vec<String> {
         self.lock().requests.clone()
+    }
+
+    /// Every `events.k8s.io/v1` Event stored, by namespace and name.
+    pub fn events(&self) -> Vec<Value> {
+        self.lock().events.values().cloned().collect()
     }
 
     /// The Lease `namespace/name`, if it exists.
@@ -549,6 +572,27 @@ async fn handle(
                 name,
             ],
         ) => lease_write(&inner, ns, Some(name), &body),
+        (Method::POST, ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"]) => {
+            event_create(&inner, ns, &body)
+        }
+        (
+            Method::PATCH,
+            [
+                "apis",
+                "events.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "events",
+                name,
+            ],
+        ) => {
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            event_patch(&inner, ns, name, ct, &body)
+        }
         (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
             let status_sub = match rest {
                 [] => false,
@@ -796,6 +840,11 @@ fn patch(
                     if let Some(s) = p.get("status") {
                         merge(&mut obj["status"], s);
                     }
+                    if let Err(m) = validate_conditions(&obj) {
+                        record.status = 422;
+                        inner.patches.push(record);
+                        return json_response(422, &status_body(422, "Invalid", &m));
+                    }
                 } else {
                     if let Some(o) = p.as_object_mut() {
                         o.remove("status");
@@ -812,4 +861,180 @@ fn patch(
     };
     inner.patches.push(record);
     response
+}
+
+/// `metav1.Condition` validation of `status.conditions`, as the API server does it for a Service:
+/// a qualified `type`, unique per list; `status` True, False or Unknown; a CamelCase `reason`
+/// (1–1024 characters); a `message` of at most 32768 characters; a `lastTransitionTime`; a
+/// non-negative `observedGeneration`.
+fn validate_conditions(obj: &Value) -> Result<(), String> {
+    let Some(list) = obj.pointer("/status/conditions") else {
+        return Ok(());
+    };
+    let Some(list) = list.as_array() else {
+        return Err("status.conditions: must be a list".into());
+    };
+    let mut types = std::collections::HashSet::new();
+    for (i, c) in list.iter().enumerate() {
+        let field = |f: &str| format!("status.conditions[{i}].{f}");
+        let str_of = |f: &str| c.get(f).and_then(Value::as_str).unwrap_or("");
+        let type_ = str_of("type");
+        let qualified = !type_.is_empty()
+            && type_.len() <= 316
+            && type_
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "-_./".contains(ch));
+        if !qualified {
+            return Err(format!("{}: Invalid value: {type_:?}", field("type")));
+        }
+        if !types.insert(type_.to_owned()) {
+            return Err(format!("{}: Duplicate value: {type_:?}", field("type")));
+        }
+        if !matches!(str_of("status"), "True" | "False" | "Unknown") {
+            return Err(format!("{}: Unsupported value", field("status")));
+        }
+        let reason = str_of("reason");
+        let reason_ok = !reason.is_empty()
+            && reason.len() <= 1024
+            && reason.starts_with(|ch: char| ch.is_ascii_alphabetic())
+            && reason
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "_,:".contains(ch))
+            && !reason.ends_with([',', ':']);
+        if !reason_ok {
+            return Err(format!("{}: Invalid value: {reason:?}", field("reason")));
+        }
+        if str_of("message").len() > 32768 {
+            return Err(format!("{}: Too long", field("message")));
+        }
+        if str_of("lastTransitionTime").is_empty() {
+            return Err(format!("{}: Required value", field("lastTransitionTime")));
+        }
+        if c.get("observedGeneration")
+            .is_some_and(|g| g.as_i64().is_none_or(|g| g < 0))
+        {
+            return Err(format!("{}: Invalid value", field("observedGeneration")));
+        }
+    }
+    Ok(())
+}
+
+/// The validation of an `events.k8s.io/v1` Event (the API server's for new Events): a name, the
+/// namespace of the request, `eventTime`, `reportingController`, `reportingInstance`, `action`
+/// and `reason` (at most 128 characters), `type` Normal or Warning, `regarding` in the same
+/// namespace, a `note` of at most 1 kB.
+fn validate_event(ns: &str, e: &Value) -> Result<(), String> {
+    let s = |p: &str| pointer_str(e, p).unwrap_or("");
+    if s("/metadata/name").is_empty() {
+        return Err("metadata.name: Required value".into());
+    }
+    if !s("/metadata/namespace").is_empty() && s("/metadata/namespace") != ns {
+        return Err("metadata.namespace: does not match the namespace of the request".into());
+    }
+    for (f, max) in [
+        ("eventTime", usize::MAX),
+        ("reportingController", 253),
+        ("reportingInstance", 128),
+        ("action", 128),
+        ("reason", 128),
+    ] {
+        let v = s(&format!("/{f}"));
+        if v.is_empty() {
+            return Err(format!("{f}: Required value"));
+        }
+        if v.len() > max {
+            return Err(format!("{f}: Too long: may not be longer than {max}"));
+        }
+    }
+    if !matches!(s("/type"), "Normal" | "Warning") {
+        return Err(format!("type: Unsupported value: {:?}", s("/type")));
+    }
+    if e.get("regarding").is_none_or(Value::is_null) {
+        return Err("regarding: Required value".into());
+    }
+    let regarding_ns = s("/regarding/namespace");
+    if !regarding_ns.is_empty() && regarding_ns != ns {
+        return Err("regarding.namespace: does not match the event namespace".into());
+    }
+    if s("/note").len() > 1024 {
+        return Err("note: Too long: must have at most 1024 bytes".into());
+    }
+    Ok(())
+}
+
+/// POST of an Event: validated, 409 AlreadyExists if the name is taken.
+fn event_create(inner: &Arc<Mutex<Inner>>, ns: &str, body: &Bytes) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let Ok(mut event) = serde_json::from_slice::<Value>(body) else {
+        return json_response(400, &status_body(400, "BadRequest", "not JSON"));
+    };
+    if let Err(m) = validate_event(ns, &event) {
+        return json_response(
+            422,
+            &status_body(422, "Invalid", &format!("Event is invalid: {m}")),
+        );
+    }
+    let key = (ns.to_owned(), s_owned(&event, "/metadata/name"));
+    if inner.events.contains_key(&key) {
+        return json_response(
+            409,
+            &status_body(
+                409,
+                "AlreadyExists",
+                &format!("events {:?} already exists", key.1),
+            ),
+        );
+    }
+    inner.rv += 1;
+    event["apiVersion"] = json!("events.k8s.io/v1");
+    event["kind"] = json!("Event");
+    event["metadata"]["namespace"] = json!(ns);
+    event["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    inner.events.insert(key, event.clone());
+    json_response(201, &event)
+}
+
+/// Merge PATCH of an Event (a series): 404 if it does not exist; the result is validated.
+fn event_patch(
+    inner: &Arc<Mutex<Inner>>,
+    ns: &str,
+    name: &str,
+    content_type: &str,
+    body: &Bytes,
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    if content_type != "application/merge-patch+json" {
+        return json_response(415, &status_body(415, "UnsupportedMediaType", content_type));
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        return json_response(400, &status_body(400, "BadRequest", "not JSON"));
+    };
+    let key = (ns.to_owned(), name.to_owned());
+    let Some(mut event) = inner.events.get(&key).cloned() else {
+        return json_response(
+            404,
+            &status_body(404, "NotFound", &format!("events {name:?} not found")),
+        );
+    };
+    let mut p = patch;
+    if let Some(m) = p.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("name");
+        m.remove("namespace");
+    }
+    merge(&mut event, &p);
+    if let Err(m) = validate_event(ns, &event) {
+        return json_response(
+            422,
+            &status_body(422, "Invalid", &format!("Event is invalid: {m}")),
+        );
+    }
+    inner.rv += 1;
+    event["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    inner.events.insert(key, event.clone());
+    json_response(200, &event)
+}
+
+fn s_owned(v: &Value, pointer: &str) -> String {
+    pointer_str(v, pointer).unwrap_or("").to_owned()
 }

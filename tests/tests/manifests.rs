@@ -446,6 +446,9 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         ("", "nodes", "watch"),
         ("discovery.k8s.io", "endpointslices", "list"),
         ("discovery.k8s.io", "endpointslices", "watch"),
+        // Events on Services: kube's recorder creates one, then patches it into a series.
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
     ];
     let agent: &[(&str, &str, &str)] = &[
         ("", "pods", "list"),

@@ -14,7 +14,10 @@ use clb_client::updates;
 use clb_sync_worker::worker::load_balancer_name;
 use clb_tests::fake_kube::{FakeApi, PatchRecord, finalizers};
 use clb_tests::{Expected, Harness, Options, PATIENCE, WriterExt, init_tracing};
-use clb_watcher::{self as watcher, DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Mode, WatcherConfig};
+use clb_watcher::{
+    self as watcher, CONDITION_TYPE, DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Mode,
+    REPORTING_CONTROLLER, WatcherConfig,
+};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -294,6 +297,8 @@ fn rbac_need(request: &str) -> (String, String, String) {
     let (group, resource) = match segs.as_slice() {
         ["api", "v1", plural] => ("", (*plural).to_owned()),
         ["apis", group, _, plural] => (*group, (*plural).to_owned()),
+        ["apis", group, _, "namespaces", _, plural] => (*group, (*plural).to_owned()),
+        ["apis", group, _, "namespaces", _, plural, _] => (*group, (*plural).to_owned()),
         ["api", "v1", "namespaces", _, plural, _] => ("", (*plural).to_owned()),
         ["api", "v1", "namespaces", _, plural, _, sub] => ("", format!("{plural}/{sub}")),
         _ => panic!("unexpected request {request}"),
@@ -306,6 +311,7 @@ fn rbac_need(request: &str) -> (String, String, String) {
         ("GET", false) if matches!(segs.len(), 3 | 4) => "list",
         ("GET", false) => "get",
         ("PATCH", _) => "patch",
+        ("POST", _) => "create",
         (m, _) => panic!("unexpected method in {request}: {m}"),
     };
     (group.to_owned(), resource, verb.to_owned())
@@ -915,5 +921,367 @@ async fn a_new_services_finalizer_is_added_on_its_first_event_without_waiting_fo
     })
     .await;
     assert!(desired.contains(&format!("10.1.0.7={LATE}")));
+    w.stop().await;
+}
+
+// ---- Events and the Programmed condition -------------------------------------------------------
+
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+/// One node and one LoadBalancer Service `name` (UID `uid`) with a ready endpoint on it; the
+/// Service carries a condition of another controller, which ours must not drop.
+fn small_cluster(fake: &FakeApi, name: &str, uid: &str) {
+    fake.put("nodes", node("node-a", &["10.0.0.1"]));
+    let mut s = svc(
+        name,
+        uid,
+        json!({"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}),
+    );
+    s["status"] = json!({"conditions": [{
+        "type": "example.com/Other", "status": "True", "reason": "Fine", "message": "theirs",
+        "lastTransitionTime": "2025-01-01T00:00:00Z"
+    }]});
+    fake.put("services", s);
+    fake.put(
+        "endpointslices",
+        slice(
+            &format!("{name}-1"),
+            name,
+            "IPv4",
+            vec![ep("10.1.0.1", "node-a", true)],
+        ),
+    );
+}
+
+/// Our condition of Service `name`, if it has one.
+fn condition_of(fake: &FakeApi, name: &str) -> Option<Value> {
+    fake.get("services", "default", name)?
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == CONDITION_TYPE)
+        .cloned()
+}
+
+/// Waits until Service `name` shows our condition with `reason`; returns it.
+async fn wait_condition(fake: &FakeApi, name: &str, reason: &str) -> Value {
+    eventually(&format!("{name} shows condition {reason}"), || async {
+        let c = condition_of(fake, name).ok_or("no condition")?;
+        (c["reason"] == reason)
+            .then(|| c.clone())
+            .ok_or_else(|| format!("{c}"))
+    })
+    .await
+}
+
+/// The Events regarding Service `name` (UID `uid`).
+fn events_of(fake: &FakeApi, uid: &str) -> Vec<Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e.pointer("/regarding/uid").and_then(Value::as_str) == Some(uid))
+        .collect()
+}
+
+/// Requests of `method` to the Events API.
+fn event_requests(fake: &FakeApi, method: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r.starts_with(&format!("{method} {EVENTS_PATH}")))
+        .count()
+}
+
+/// Every status PATCH of Service `name` the API answered with 200.
+fn status_patches(fake: &FakeApi, name: &str) -> Vec<PatchRecord> {
+    fake.patches()
+        .into_iter()
+        .filter(|p| {
+            p.path == format!("/api/v1/namespaces/default/services/{name}/status")
+                && p.status == 200
+        })
+        .collect()
+}
+
+fn assert_event(e: &Value, uid: &str, name: &str, type_: &str, reason: &str) {
+    assert_eq!(e["type"], type_, "{e}");
+    assert_eq!(e["reason"], reason, "{e}");
+    assert_eq!(e["reportingController"], REPORTING_CONTROLLER, "{e}");
+    assert!(
+        e["reportingInstance"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
+        "{e}"
+    );
+    assert!(e["action"].as_str().is_some_and(|s| !s.is_empty()), "{e}");
+    assert!(e["eventTime"].is_string(), "{e}");
+    assert_eq!(e["regarding"]["kind"], "Service", "{e}");
+    assert_eq!(e["regarding"]["name"], name, "{e}");
+    assert_eq!(e["regarding"]["namespace"], "default", "{e}");
+    assert_eq!(e["regarding"]["uid"], uid, "{e}");
+}
+
+/// A Service that gets programmed: one Normal `Programmed` Event with the frontend IP, and the
+/// condition True/Programmed (with `observedGeneration` and `lastTransitionTime`) written with the
+/// ingress in one merge patch of the status subresource that keeps the other conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_programmed_service_gets_a_normal_event_and_the_programmed_condition() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    small_cluster(&fake, "web", WEB);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+
+    let c = wait_condition(&fake, "web", "Programmed").await;
+    let obj = fake.get("services", "default", "web").unwrap();
+    let ip = obj["status"]["loadBalancer"]["ingress"][0]["ip"]
+        .as_str()
+        .expect("the ingress is set with the condition")
+        .to_owned();
+    assert_eq!(c["status"], "True");
+    assert!(c["message"].as_str().unwrap().contains(&ip), "{c}");
+    assert_eq!(
+        c["observedGeneration"], obj["metadata"]["generation"],
+        "{c}"
+    );
+    assert!(c["lastTransitionTime"].is_string(), "{c}");
+    let others: Vec<&Value> = obj["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "example.com/Other")
+        .collect();
+    assert_eq!(
+        others.len(),
+        1,
+        "the other controller's condition stays: {obj}"
+    );
+    assert_eq!(others[0]["message"], "theirs");
+
+    let events = eventually("the Programmed event", || async {
+        let e = events_of(&fake, WEB);
+        e.iter()
+            .any(|e| e["reason"] == "Programmed")
+            .then_some(e.clone())
+            .ok_or_else(|| format!("{e:?}"))
+    })
+    .await;
+    let programmed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "Programmed")
+        .collect();
+    assert_eq!(programmed.len(), 1, "{events:?}");
+    assert_event(programmed[0], WEB, "web", "Normal", "Programmed");
+    assert!(
+        programmed[0]["note"].as_str().unwrap().contains(&ip),
+        "{}",
+        programmed[0]
+    );
+    assert!(
+        events.iter().all(|e| e["type"] == "Normal"),
+        "no warning for a Service that just gets programmed: {events:?}"
+    );
+
+    // The status patches: merge patches of the status subresource with a resourceVersion
+    // precondition; the one that set our condition carries the whole list.
+    let patches = status_patches(&fake, "web");
+    assert!(!patches.is_empty());
+    for p in &patches {
+        assert_eq!(p.content_type, "application/merge-patch+json");
+        assert!(
+            p.body["metadata"]["resourceVersion"].is_string(),
+            "{:?}",
+            p.body
+        );
+    }
+    let last = patches
+        .iter()
+        .rev()
+        .find(|p| p.body.pointer("/status/conditions").is_some())
+        .expect("a patch sets the conditions");
+    let list = last.body["status"]["conditions"].as_array().unwrap();
+    assert!(
+        list.iter().any(|c| c["type"] == "example.com/Other"),
+        "{list:?}"
+    );
+    assert!(
+        list.iter()
+            .any(|c| c["type"] == CONDITION_TYPE && c["reason"] == "Programmed")
+    );
+
+    // Settled: more polls (a recheck, a resync of the server) send neither an Event nor a patch.
+    let patches_before = patches.len();
+    let posts_before = event_requests(&fake, "POST");
+    let gets = |client: Client| async move { client.service(WEB).await.unwrap() };
+    let client = h.client().await;
+    for _ in 0..3 {
+        let _ = gets(client.clone()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status_patches(&fake, "web").len(), patches_before);
+    assert_eq!(event_requests(&fake, "POST"), posts_before);
+    assert_eq!(event_requests(&fake, "PATCH"), 0);
+
+    // A spec change that does not concern the load balancer bumps the generation: the condition
+    // follows it (a new observedGeneration, the same lastTransitionTime since the status stays
+    // True), and no new Event.
+    let mut obj = fake.get("services", "default", "web").unwrap();
+    obj["spec"]["sessionAffinity"] = json!("None");
+    fake.put("services", obj);
+    let generation =
+        fake.get("services", "default", "web").unwrap()["metadata"]["generation"].clone();
+    let c2 = eventually("the condition observes the new generation", || async {
+        let c = condition_of(&fake, "web").ok_or("no condition")?;
+        (c["observedGeneration"] == generation && c["reason"] == "Programmed")
+            .then(|| c.clone())
+            .ok_or_else(|| format!("{c}"))
+    })
+    .await;
+    assert_eq!(c2["lastTransitionTime"], c["lastTransitionTime"]);
+    assert_eq!(
+        events_of(&fake, WEB)
+            .iter()
+            .filter(|e| e["reason"] == "Programmed")
+            .count(),
+        1
+    );
+    assert_rbac_covers(&fake.requests(), "watcher.yaml", "clb-watcher");
+    w.stop().await;
+}
+
+/// NRP rejects the Service for good (its UID makes an ARM resource name that is too long:
+/// `InvalidResourceName`, parked): a Warning Event with the code and the condition
+/// False/RejectedByAzure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_service_azure_rejects_gets_a_warning_event_and_the_rejected_condition() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    // 80 characters: a valid identity, but `pip-<uid>` has 84, more than ARM allows.
+    let long_uid = "a".repeat(80);
+    small_cluster(&fake, "long", &long_uid);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+
+    let c = wait_condition(&fake, "long", "RejectedByAzure").await;
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("InvalidResourceName"),
+        "{c}"
+    );
+    let events = eventually("the RejectedByAzure event", || async {
+        let e = events_of(&fake, &long_uid);
+        e.iter()
+            .any(|e| e["reason"] == "RejectedByAzure")
+            .then_some(e.clone())
+            .ok_or_else(|| format!("{e:?}"))
+    })
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_event(&events[0], &long_uid, "long", "Warning", "RejectedByAzure");
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("InvalidResourceName"),
+        "{}",
+        events[0]
+    );
+    let obj = fake.get("services", "default", "long").unwrap();
+    assert!(obj["status"]["loadBalancer"]["ingress"].is_null(), "{obj}");
+    w.stop().await;
+}
+
+/// NRP throttles every call for a while: one Warning `Throttled` Event and the condition
+/// False/Throttled, however many times the work is retried (the fake's request log counts the
+/// Event requests); once the throttling ends, one Normal `Programmed` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_under_throttling_give_one_event_not_one_per_retry() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mut options = Options::e2e();
+    options.emulator.fault_rate_429 = 1.0;
+    options.emulator.retry_after_secs = 0;
+    let h = Harness::start(options).await;
+    let fake = FakeApi::start().await;
+    small_cluster(&fake, "web", WEB);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+
+    let c = wait_condition(&fake, "web", "Throttled").await;
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"].as_str().unwrap().contains("TooManyRequests"),
+        "{c}"
+    );
+    // Let the work be retried many times, while the watcher polls.
+    let throttled = || -> u64 { h.emulator().stats().faults_injected.values().sum() };
+    let first = throttled();
+    eventually("NRP throttles several more retries", || async {
+        let n = throttled();
+        (n >= first + 5)
+            .then_some(())
+            .ok_or_else(|| format!("{n} faults"))
+    })
+    .await;
+    let events = events_of(&fake, WEB);
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "Throttled")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{events:?}");
+    assert_event(warnings[0], WEB, "web", "Warning", "Throttled");
+    assert!(
+        warnings[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("TooManyRequests")
+    );
+    assert_eq!(
+        event_requests(&fake, "POST"),
+        1,
+        "one Event, not one per retry"
+    );
+    assert_eq!(event_requests(&fake, "PATCH"), 0, "not even a series");
+    let condition_patches = status_patches(&fake, "web")
+        .iter()
+        .filter(|p| p.body.pointer("/status/conditions").is_some())
+        .count();
+
+    // The throttling ends: programmed, one Normal Event more.
+    let mut config = h.emulator().config();
+    config.fault_rate_429 = 0.0;
+    h.emulator().set_config(config).unwrap();
+    wait_condition(&fake, "web", "Programmed").await;
+    let events = eventually("the Programmed event", || async {
+        let e = events_of(&fake, WEB);
+        e.iter()
+            .any(|e| e["reason"] == "Programmed")
+            .then_some(e.clone())
+            .ok_or_else(|| format!("{e:?}"))
+    })
+    .await;
+    let reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "Throttled").count(),
+        1,
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "Programmed").count(),
+        1,
+        "{reasons:?}"
+    );
+    assert_eq!(event_requests(&fake, "POST"), 2);
+    // Throttled (once, however many retries), then Programmed: the condition was patched once per
+    // change, not per poll.
+    assert!(
+        condition_patches <= 2,
+        "{condition_patches} condition patches while throttled"
+    );
     w.stop().await;
 }

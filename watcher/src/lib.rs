@@ -44,6 +44,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use clb_client::client::{ClientError, ConnectOptions};
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
+pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
 
 /// Source name of the cluster-wide watcher.
 pub const WATCHER_SOURCE: &str = "watcher";
@@ -89,9 +90,12 @@ pub struct WatcherConfig {
     pub coalesce: Duration,
     /// An `Apply` is sent at once when this many deltas are queued.
     pub max_batch: usize,
-    /// How often the write-back polls the state server for the services it waits on.
+    /// The longest delay between two polls of the state server for a service that has something
+    /// pending (polls start 50 ms after the Service or its endpoints changed, and double up to
+    /// this).
     pub poll_interval: Duration,
-    /// How often the write-back re-checks the ingress IP of a service that already has it.
+    /// How often the write-back re-checks a service that is settled (programmed with its ingress
+    /// and condition written, or rejected by Azure).
     pub recheck_interval: Duration,
     /// How often the server is asked whether it still has this writer's resync (a restarted server
     /// has lost it; the watcher then resyncs even when nothing changed).
@@ -397,6 +401,7 @@ async fn kube_side(
             }
             Event::InitApply(obj) | Event::Apply(obj) => {
                 let deltas = apply_object(&mut s.translator, kind, obj, wb.as_ref(), seq, &tconfig);
+                touched(wb.as_ref(), &deltas, seq);
                 s.push(deltas);
             }
             Event::Delete(obj) => {
@@ -411,6 +416,7 @@ async fn kube_side(
                     }
                     None => Vec::new(),
                 };
+                touched(wb.as_ref(), &deltas, seq);
                 s.push(deltas);
             }
             Event::InitDone => {
@@ -447,6 +453,25 @@ async fn kube_side(
         s.settle();
         drop(s);
         notify.notify_one();
+    }
+}
+
+/// Tells the write-back which inbound services the updates `deltas` (of event `seq`) change the
+/// endpoints of: something is pending for them again, so it polls them soon.
+fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update], seq: u64) {
+    use clb_proto::v1::update::Kind as UpdateKind;
+    let Some(wb) = wb else {
+        return;
+    };
+    let uids: Vec<String> = deltas
+        .iter()
+        .filter_map(|u| match &u.kind {
+            Some(UpdateKind::Endpoints(e)) => Some(e.service_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if !uids.is_empty() {
+        let _ = wb.send(writeback::Msg::Touched { uids, seq });
     }
 }
 

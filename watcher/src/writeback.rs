@@ -1,4 +1,5 @@
-//! Write-back to Kubernetes (cluster mode): the finalizer and `status.loadBalancer.ingress`.
+//! Write-back to Kubernetes (cluster mode): the finalizer, `status.loadBalancer.ingress`, the
+//! `clb.azure.com/Programmed` condition and Events.
 //!
 //! For every LoadBalancer Service of our class the task
 //! 1. adds our finalizer (the translator programs a Service only once it carries it);
@@ -17,12 +18,34 @@
 //!
 //! The server is asked only about a Service whose watch event has been acknowledged by the server
 //! (the kube side's event sequence number): so "not desired, not actual" really follows our removal.
+//!
+//! **Condition and Events.** `GetService` reports the programming condition the server derives
+//! (`ServiceState.condition`: programmed, pending, rejected by Azure, throttled or retrying, held
+//! back by the restart gate). The write-back mirrors it on the Service as the condition
+//! [`CONDITION_TYPE`] and publishes an `events.k8s.io/v1` Event when its reason changes (not per
+//! poll, not per retry; kube's recorder turns a repeated Event into a series). The condition is
+//! written with the same merge patch of the `status` subresource as the ingress: a merge patch
+//! replaces a list as a whole, so the patch carries every condition of the Service as the watch
+//! showed it with ours replaced, and `metadata.resourceVersion` as a precondition — a condition
+//! someone else wrote in between makes it fail with 409 instead of being dropped, and the next watch
+//! event brings it. (A server-side apply patch would merge the list by `type` as well, but every
+//! status write of ours would have to become an apply — the ingress too — and an apply that leaves
+//! out a field it set before removes it; the merge patch with a precondition is what the finalizer
+//! patch already does, and what every API server version accepts for the `status` subresource.)
+//!
+//! **Polling.** A Service is polled only while something is pending for it: first after
+//! `poll_initial` (50 ms), doubling to `poll_interval`; once it is settled (programmed with its
+//! ingress and condition written, or rejected) only every `recheck_interval`. A new version of the
+//! Service, or a change of its endpoints sent to the server, starts the short polls again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use clb_proto::v1::{ProgrammingReason, ServiceState};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -35,8 +58,21 @@ use clb_client::client::ConnectOptions;
 /// The field manager named in our patches.
 pub(crate) const FIELD_MANAGER: &str = "clb-watcher";
 
+/// The type of our condition in `status.conditions` of a Service.
+pub const CONDITION_TYPE: &str = "clb.azure.com/Programmed";
+
+/// The reporting controller of our Events.
+pub const REPORTING_CONTROLLER: &str = "clb.azure.com/clb-watcher";
+
+/// The first poll of a Service with something pending comes this soon (then doubling to
+/// `poll_interval`).
+const POLL_INITIAL: Duration = Duration::from_millis(50);
+
+/// A Service whose latest event the server has not acknowledged yet is looked at again this soon.
+const ACK_WAIT: Duration = Duration::from_millis(10);
+
 /// What the write-back needs to know of a Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ServiceFacts {
     pub key: ObjKey,
     pub uid: String,
@@ -48,6 +84,10 @@ pub(crate) struct ServiceFacts {
     pub finalizers: Vec<String>,
     /// `status.loadBalancer.ingress[].ip` (or hostname).
     pub ingress: Vec<String>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `status.conditions`, every type.
+    pub conditions: Vec<Condition>,
 }
 
 impl ServiceFacts {
@@ -86,6 +126,12 @@ impl ServiceFacts {
             has_finalizer,
             finalizers,
             ingress,
+            generation: svc.metadata.generation,
+            conditions: svc
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default(),
         })
     }
 }
@@ -101,6 +147,15 @@ pub(crate) enum Msg {
     Gone(ObjKey),
     /// The Service list is complete: records not seen since `RelistStart` are dropped.
     RelistDone,
+    /// Updates about these inbound services (UIDs) were sent at event `seq` (their endpoints
+    /// changed): something is pending for them again.
+    Touched { uids: Vec<String>, seq: u64 },
+    /// The translator found a port-name conflict of a Service (or its situation changed).
+    PortConflict {
+        key: ObjKey,
+        port_name: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +163,7 @@ pub(crate) struct Config {
     server: ConnectOptions,
     finalizer: String,
     poll: Duration,
+    poll_initial: Duration,
     recheck: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
@@ -120,6 +176,7 @@ impl From<&WatcherConfig> for Config {
             server: c.server.clone(),
             finalizer: c.finalizer.clone(),
             poll: c.poll_interval,
+            poll_initial: POLL_INITIAL.min(c.poll_interval),
             recheck: c.recheck_interval,
             backoff_initial: c.backoff_initial,
             backoff_max: c.backoff_max,
@@ -146,6 +203,14 @@ struct Record {
     /// before the watch shows the result.
     patched_at_rv: Option<String>,
     seen_in_relist: bool,
+    /// The delay before the next poll while something is pending (doubles up to `poll`).
+    delay: Duration,
+    /// The (reason, error code) of the last Event published for the Service.
+    reported: Option<(&'static str, String)>,
+    /// The translator's last port-name conflict of each port of the Service (by port name).
+    port_conflicts: BTreeMap<String, String>,
+    /// Port-name conflicts to publish as Events.
+    conflicts_due: Vec<String>,
 }
 
 impl Record {
@@ -162,6 +227,7 @@ impl Record {
 struct WriteBack {
     config: Config,
     kube: kube::Client,
+    recorder: Recorder,
     conn: Conn,
     records: HashMap<ObjKey, Record>,
     acked: watch::Receiver<u64>,
@@ -174,16 +240,29 @@ pub(crate) async fn run(
     mut rx: mpsc::UnboundedReceiver<Msg>,
     acked: watch::Receiver<u64>,
 ) {
+    let reporter = Reporter {
+        controller: REPORTING_CONTROLLER.to_owned(),
+        instance: std::env::var("POD_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .or_else(|| Some(FIELD_MANAGER.to_owned())),
+    };
     let mut wb = WriteBack {
         conn: Conn::new(&config.server),
+        recorder: Recorder::new(kube.clone(), reporter),
         config,
         kube,
         records: HashMap::new(),
         acked,
     };
-    let mut tick = tokio::time::interval(wb.config.poll);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Sleep until the first record is due (records are few; an hour when there is none).
+        let next = wb
+            .records
+            .values()
+            .map(|r| r.next_at)
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             msg = rx.recv() => match msg {
                 // A Service seen without our finalizer gets it at once, not at the next tick: the
@@ -193,7 +272,7 @@ pub(crate) async fn run(
                 },
                 None => return,
             },
-            _ = tick.tick() => wb.act().await,
+            _ = tokio::time::sleep_until(next) => wb.act().await,
         }
     }
 }
@@ -226,6 +305,30 @@ impl WriteBack {
             Msg::Gone(key) => {
                 self.records.remove(&key);
             }
+            Msg::Touched { uids, seq } => {
+                let now = Instant::now();
+                let initial = self.config.poll_initial;
+                for r in self.records.values_mut() {
+                    if uids.contains(&r.facts.uid) {
+                        r.seq = r.seq.max(seq);
+                        r.delay = initial;
+                        if r.failures == 0 {
+                            r.next_at = r.next_at.min(now + initial);
+                        }
+                    }
+                }
+            }
+            Msg::PortConflict {
+                key,
+                port_name,
+                message,
+            } => {
+                if let Some(r) = self.records.get_mut(&key) {
+                    r.port_conflicts.insert(port_name, message.clone());
+                    r.conflicts_due.push(message);
+                    r.next_at = Instant::now();
+                }
+            }
             Msg::Seen { facts, seq } => {
                 let now = Instant::now();
                 match self.records.get_mut(&facts.key) {
@@ -233,6 +336,7 @@ impl WriteBack {
                         if r.facts.resource_version != facts.resource_version {
                             r.next_at = now;
                             r.failures = 0;
+                            r.delay = self.config.poll_initial;
                         }
                         r.facts = facts;
                         r.seq = seq;
@@ -248,6 +352,10 @@ impl WriteBack {
                                 failures: 0,
                                 patched_at_rv: None,
                                 seen_in_relist: true,
+                                delay: self.config.poll_initial,
+                                reported: None,
+                                port_conflicts: BTreeMap::new(),
+                                conflicts_due: Vec::new(),
                             },
                         );
                     }
@@ -275,11 +383,14 @@ impl WriteBack {
             let action = r.action();
             if action != Action::AddFinalizer && r.seq > acked {
                 // The server has not acknowledged what we sent for this Service yet.
+                if let Some(r) = self.records.get_mut(&key) {
+                    r.next_at = now + ACK_WAIT;
+                }
                 continue;
             }
             let result = match action {
                 Action::AddFinalizer => self.add_finalizer(&key).await,
-                Action::Ingress => self.ingress(&key).await,
+                Action::Ingress => self.program(&key).await,
                 Action::Cleanup => {
                     if nrp_observed.is_none() {
                         nrp_observed = Some(self.nrp_observed().await);
@@ -287,7 +398,7 @@ impl WriteBack {
                     if nrp_observed == Some(true) {
                         self.cleanup(&key).await
                     } else {
-                        Ok(Some(self.config.poll))
+                        Ok(Some(self.pending_delay(&key)))
                     }
                 }
             };
@@ -382,42 +493,140 @@ impl WriteBack {
         }
     }
 
-    async fn ingress(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let (uid, ingress, rv, patched) = {
-            let r = &self.records[key];
-            (
-                r.facts.uid.clone(),
-                r.facts.ingress.clone(),
-                r.facts.resource_version.clone(),
-                r.patched_at_rv.clone(),
-            )
-        };
-        let state = match self.service_state(&uid).await? {
-            Some(s) if s.actual && !s.frontend_ip.is_empty() => s,
-            // Not programmed yet (or the frontend IP is not known yet).
-            _ => return Ok(Some(self.config.poll)),
-        };
-        if ingress == [state.frontend_ip.clone()] {
-            return Ok(Some(self.config.recheck));
+    /// The next delay while something is pending for the Service: `poll_initial`, doubling up
+    /// to `poll`.
+    fn pending_delay(&mut self, key: &ObjKey) -> Duration {
+        let (initial, cap) = (self.config.poll_initial, self.config.poll);
+        match self.records.get_mut(key) {
+            Some(r) => {
+                let d = r.delay.clamp(initial, cap);
+                r.delay = (d * 2).min(cap);
+                d
+            }
+            None => cap,
         }
-        if patched.as_deref() == Some(rv.as_str()) {
-            return Ok(Some(self.config.poll));
+    }
+
+    /// The reference of our Events to the Service (no resourceVersion: the recorder keys its
+    /// series on the reference, and one Service's Events form one series per reason).
+    fn reference(facts: &ServiceFacts) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Service".to_owned()),
+            name: Some(facts.key.name.clone()),
+            namespace: Some(facts.key.namespace.clone()),
+            uid: Some(facts.uid.clone()),
+            ..ObjectReference::default()
         }
-        let patch =
-            json!({ "status": { "loadBalancer": { "ingress": [ { "ip": state.frontend_ip } ] } } });
+    }
+
+    /// Publishes one Event on the Service (best effort: a failure is logged, never retried on
+    /// its own; the next change of the condition publishes again).
+    async fn publish(&self, facts: &ServiceFacts, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(truncate(note, 1024)),
+            action: "Programming".to_owned(),
+            secondary: None,
+        };
+        match self.recorder.publish(&ev, &Self::reference(facts)).await {
+            Ok(()) => {
+                tracing::debug!(service = %facts.key, reason, "event published");
+            }
+            Err(e) => {
+                tracing::warn!(service = %facts.key, reason, error = %e, "publishing an event failed");
+            }
+        }
+    }
+
+    /// Follows the server's report of an inbound Service: Events when its condition changes,
+    /// then one merge patch of the `status` subresource for the ingress and our condition when
+    /// either differs from what the watch shows.
+    async fn program(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
+        let facts = self.records[key].facts.clone();
+        let state = self.service_state(&facts.uid).await?;
+        let record = &self.records[key];
+        let conflicts: Vec<String> = record.port_conflicts.values().cloned().collect();
+        let want = Wanted::of(state.as_ref(), &conflicts);
+
+        // Events: one per change of the reason (or error code), not per poll or retry. A Service
+        // that already shows this condition (a restarted watcher) gets none.
+        let event_key = (want.reason, want.error_code.clone());
+        let already = record.reported.as_ref() == Some(&event_key)
+            || (record.reported.is_none()
+                && ours(&facts.conditions)
+                    .is_some_and(|c| c.reason == want.reason && c.status == want.status));
+        if !already {
+            if let Some(type_) = want.event {
+                self.publish(&facts, type_, want.reason, want.message.clone())
+                    .await;
+            }
+            if let Some(r) = self.records.get_mut(key) {
+                r.reported = Some(event_key);
+            }
+        }
+        let due = self
+            .records
+            .get_mut(key)
+            .map(|r| std::mem::take(&mut r.conflicts_due))
+            .unwrap_or_default();
+        for m in due {
+            self.publish(&facts, EventType::Warning, "PortNameConflict", m)
+                .await;
+        }
+
+        let ip = state
+            .as_ref()
+            .filter(|s| s.actual && !s.frontend_ip.is_empty())
+            .map(|s| s.frontend_ip.clone());
+        let ingress_due = ip.as_ref().is_some_and(|ip| facts.ingress != [ip.clone()]);
+        let condition = want.condition(&facts);
+        let condition_due = condition.is_some();
+        let settled = matches!(want.reason, "Programmed" | "RejectedByAzure")
+            && !ingress_due
+            && !condition_due;
+        if !ingress_due && !condition_due {
+            return Ok(Some(if settled {
+                self.config.recheck
+            } else {
+                self.pending_delay(key)
+            }));
+        }
+        let rv = facts.resource_version.clone();
+        if self.records[key].patched_at_rv.as_deref() == Some(rv.as_str()) {
+            // Our last patch is not in the watch yet.
+            return Ok(Some(self.pending_delay(key)));
+        }
+        let mut status = serde_json::Map::new();
+        if ingress_due && let Some(ip) = &ip {
+            status.insert(
+                "loadBalancer".into(),
+                json!({ "ingress": [ { "ip": ip } ] }),
+            );
+        }
+        if let Some(conditions) = condition {
+            status.insert("conditions".into(), json!(conditions));
+        }
+        let patch = json!({ "metadata": { "resourceVersion": rv }, "status": status });
         match self
             .api(key)
             .patch_status(&key.name, &Self::params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {
-                tracing::info!(service = %key, ip = %state.frontend_ip, "status.loadBalancer.ingress set");
+                if let Some(ip) = ip.filter(|_| ingress_due) {
+                    tracing::info!(service = %key, %ip, "status.loadBalancer.ingress set");
+                }
+                if condition_due {
+                    tracing::info!(service = %key, reason = want.reason, message = %want.message, "condition {CONDITION_TYPE} set");
+                }
                 if let Some(r) = self.records.get_mut(key) {
                     r.patched_at_rv = Some(rv);
                 }
-                Ok(Some(self.config.poll))
+                Ok(Some(self.pending_delay(key)))
             }
-            Err(e) => self.kube_error(key, "patching status.loadBalancer.ingress", e),
+            Err(e) => self.kube_error(key, "patching the Service's status", e),
         }
     }
 
@@ -432,7 +641,27 @@ impl WriteBack {
             && (s.desired || s.actual)
         {
             tracing::debug!(service = %key, desired = s.desired, actual = s.actual, "waiting for NRP to drop the service");
-            return Ok(Some(self.config.poll));
+            let held = s
+                .condition
+                .as_ref()
+                .filter(|c| c.reason == ProgrammingReason::HeldBack as i32);
+            let reported = self.records.get(key).and_then(|r| r.reported.clone());
+            match held {
+                Some(c) if reported.as_ref().is_none_or(|r| r.0 != "HeldBack") => {
+                    self.publish(&facts, EventType::Normal, "HeldBack", c.message.clone())
+                        .await;
+                    if let Some(r) = self.records.get_mut(key) {
+                        r.reported = Some(("HeldBack", String::new()));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(r) = self.records.get_mut(key) {
+                        r.reported = None;
+                    }
+                }
+            }
+            return Ok(Some(self.pending_delay(key)));
         }
         let mut rv = facts.resource_version.clone();
         if !facts.deleting && !facts.ingress.is_empty() {
@@ -466,10 +695,7 @@ impl WriteBack {
     }
 
     /// `GetService`: `Ok(None)` when the server does not know the service.
-    async fn service_state(
-        &mut self,
-        uid: &str,
-    ) -> Result<Option<clb_proto::v1::ServiceState>, ()> {
+    async fn service_state(&mut self, uid: &str) -> Result<Option<ServiceState>, ()> {
         let client = match self.conn.get().await {
             Ok(c) => c,
             Err(e) => {
@@ -525,4 +751,146 @@ impl WriteBack {
             }
         }
     }
+}
+
+/// Our condition among `conditions`.
+fn ours(conditions: &[Condition]) -> Option<&Condition> {
+    conditions.iter().find(|c| c.type_ == CONDITION_TYPE)
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary).
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+/// The condition (and Event) a Service is to show for what the server reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    /// `"True"` or `"False"`.
+    pub status: &'static str,
+    /// CamelCase: `Programmed`, `Pending`, `RejectedByAzure`, `Throttled`, `Retrying`,
+    /// `HeldBack`, `PortNameConflict`.
+    pub reason: &'static str,
+    pub message: String,
+    /// The ARM error code, for the reasons that have one.
+    pub error_code: String,
+    /// The Event to publish when the condition changes to this one (`None`: no Event).
+    pub event: Option<EventType>,
+}
+
+impl Wanted {
+    /// From `GetService` (`None`: the server does not know the service yet) and the translator's
+    /// port-name conflicts of the Service.
+    pub(crate) fn of(state: Option<&ServiceState>, port_conflicts: &[String]) -> Self {
+        let pending = |message: &str| Self {
+            status: "False",
+            reason: "Pending",
+            message: message.to_owned(),
+            error_code: String::new(),
+            event: None,
+        };
+        let mut w = match state {
+            None => pending("waiting for the state server to take the Service"),
+            Some(s) => {
+                let c = s.condition.clone().unwrap_or_default();
+                let reason =
+                    ProgrammingReason::try_from(c.reason).unwrap_or(ProgrammingReason::Unspecified);
+                let failure = |reason: &'static str, text: &str| Self {
+                    status: "False",
+                    reason,
+                    message: format!("{text}: {}: {}", c.error_code, c.error_message),
+                    error_code: c.error_code.clone(),
+                    event: Some(EventType::Warning),
+                };
+                match reason {
+                    ProgrammingReason::Programmed if !s.frontend_ip.is_empty() => Self {
+                        status: "True",
+                        reason: "Programmed",
+                        message: format!(
+                            "programmed in Azure: frontend IP {}, {} backends",
+                            s.frontend_ip, s.actual_addresses
+                        ),
+                        error_code: String::new(),
+                        event: Some(EventType::Normal),
+                    },
+                    ProgrammingReason::Rejected => failure(
+                        "RejectedByAzure",
+                        "Azure rejected the load balancer; nothing is retried until the Service changes",
+                    ),
+                    ProgrammingReason::Throttled => {
+                        failure("Throttled", "Azure throttles the requests; retrying")
+                    }
+                    ProgrammingReason::Retrying => {
+                        failure("Retrying", "programming failed; retrying")
+                    }
+                    ProgrammingReason::HeldBack => Self {
+                        status: "False",
+                        reason: "HeldBack",
+                        message: c.message.clone(),
+                        error_code: String::new(),
+                        event: Some(EventType::Normal),
+                    },
+                    _ => pending("waiting for Azure to program the load balancer and its backends"),
+                }
+            }
+        };
+        if !port_conflicts.is_empty() {
+            let conflicts = port_conflicts.join("; ");
+            if matches!(w.reason, "Programmed" | "Pending") {
+                w.reason = "PortNameConflict";
+                w.event = None; // published per conflict (PortNameConflict Events)
+            }
+            w.message = format!("{}; port name conflict: {conflicts}", w.message);
+        }
+        w
+    }
+
+    /// The whole `status.conditions` list with ours replaced, when ours differs from the one the
+    /// Service shows (`None`: nothing to patch). `lastTransitionTime` changes only with the status.
+    pub(crate) fn condition(&self, facts: &ServiceFacts) -> Option<Vec<Condition>> {
+        let message = truncate(self.message.clone(), 32 * 1024);
+        let current = ours(&facts.conditions);
+        if let Some(c) = current
+            && c.status == self.status
+            && c.reason == self.reason
+            && c.message == message
+            && c.observed_generation == facts.generation
+        {
+            return None;
+        }
+        let last_transition_time = match current {
+            Some(c) if c.status == self.status => c.last_transition_time.clone(),
+            _ => Time(now_seconds()),
+        };
+        let mine = Condition {
+            type_: CONDITION_TYPE.to_owned(),
+            status: self.status.to_owned(),
+            reason: self.reason.to_owned(),
+            message,
+            last_transition_time,
+            observed_generation: facts.generation,
+        };
+        let mut list: Vec<Condition> = facts
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != CONDITION_TYPE)
+            .cloned()
+            .collect();
+        list.push(mine);
+        Some(list)
+    }
+}
+
+/// Now, to the second (`metav1.Time` is serialized in RFC 3339 seconds).
+fn now_seconds() -> k8s_openapi::jiff::Timestamp {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
