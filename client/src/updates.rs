@@ -6,11 +6,23 @@ use clb_proto::v1::{
     Protocol, ServicePort, ServiceUpdate, Update, endpoints_update::Change,
 };
 
-/// A `(port, protocol)` pair of an inbound service.
+/// A `(port, protocol)` pair of an inbound service; the pods listen on the same port (target port
+/// 0). See [`port_to`] for another pod port.
 pub fn port(port: u16, protocol: Protocol) -> ServicePort {
     ServicePort {
         port: u32::from(port),
         protocol: protocol as i32,
+        target_port: 0,
+    }
+}
+
+/// A port of an inbound service whose pods listen on `target_port`: the load-balancing rule's
+/// frontend port is `port`, its backend port `target_port`.
+pub fn port_to(port: u16, protocol: Protocol, target_port: u16) -> ServicePort {
+    ServicePort {
+        port: u32::from(port),
+        protocol: protocol as i32,
+        target_port: u32::from(target_port),
     }
 }
 

@@ -83,6 +83,33 @@ pub struct Expected {
     pub outbound: BTreeSet<String>,
     /// `(location, address) → services`; only addresses with at least one service.
     pub addresses: BTreeMap<(String, String), BTreeSet<String>>,
+    /// The load-balancing rules of inbound services, as `(protocol, frontend port, backend port)`
+    /// (protocol `"tcp"` or `"udp"`; the backend port is the pods' port, the target port). Only the
+    /// services listed are checked: one not listed may have any rules.
+    pub rules: BTreeMap<String, BTreeSet<Rule>>,
+}
+
+/// One load-balancing rule: `(protocol, frontend port, backend port)`, protocol `"tcp"` or `"udp"`.
+pub type Rule = (String, u16, u16);
+
+/// The rules the ports of a `ServiceUpdate` give: one per port, the backend port being the target
+/// port (or the port when the target port is 0).
+pub fn rules_of_ports(ports: &[ServicePort]) -> BTreeSet<Rule> {
+    ports
+        .iter()
+        .map(|p| {
+            let protocol = match p.protocol() {
+                v1::Protocol::Udp => "udp",
+                _ => "tcp",
+            };
+            let port = u16::try_from(p.port).unwrap_or(0);
+            let backend = match p.target_port {
+                0 => port,
+                t => u16::try_from(t).unwrap_or(0),
+            };
+            (protocol.to_owned(), port, backend)
+        })
+        .collect()
 }
 
 impl Expected {
@@ -262,15 +289,32 @@ impl Cluster {
             .collect()
     }
 
+    /// The ports of `service`: TCP 80 for each. The pods of app `i` listen on `8080 + i % 4`, the
+    /// target port of `svc-{i}`; `svc-{i}-internal` leaves the target port unset (0: the pods' port
+    /// is 80 too), so both forms go through every end-to-end test.
+    pub fn ports_of(&self, service: &str) -> Vec<ServicePort> {
+        let target_port = match self.services.get(service) {
+            Some(_) if service.ends_with("-internal") => 0,
+            Some(&app) => 8080 + (app % 4) as u32,
+            None => 0,
+        };
+        vec![ServicePort {
+            port: 80,
+            protocol: v1::Protocol::Tcp as i32,
+            target_port,
+        }]
+    }
+
     fn service_update(&self, op: i32, name: &str) -> Update {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
                 id: name.to_owned(),
-                ports: vec![ServicePort {
-                    port: 80,
-                    protocol: v1::Protocol::Tcp as i32,
-                }],
+                ports: if op == ADD {
+                    self.ports_of(name)
+                } else {
+                    Vec::new()
+                },
             })),
         }
     }
@@ -537,6 +581,11 @@ impl Cluster {
             inbound: self.services.keys().cloned().collect(),
             outbound: self.egresses.clone(),
             addresses: BTreeMap::new(),
+            rules: self
+                .services
+                .keys()
+                .map(|s| (s.clone(), rules_of_ports(&self.ports_of(s))))
+                .collect(),
         };
         let mut by_app: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
         for (s, app) in &self.services {
@@ -585,6 +634,15 @@ mod tests {
         assert!(e.addresses.len() < 80);
         assert!(e.addresses.values().any(|s| s.len() == 3));
         assert_eq!(e.outbound.len(), 3);
+        // The pods listen on another port than the Service's (the rule's backend port).
+        assert_eq!(
+            e.rules["svc-1"],
+            BTreeSet::from([("tcp".to_owned(), 80, 8081)])
+        );
+        assert_eq!(
+            e.rules["svc-3-internal"],
+            BTreeSet::from([("tcp".to_owned(), 80, 80)])
+        );
     }
 
     #[test]

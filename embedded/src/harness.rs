@@ -586,6 +586,39 @@ pub fn compare_nrp(emulator: &Emulator, expected: &Expected) -> Result<(), Strin
         .map(|s| load_balancer_name(s))
         .collect();
     set_diff(&mut errors, "load balancer", &want_lbs, &lbs);
+    // The rules of each load balancer whose rules are expected: frontend port → the pods' port.
+    for (service, want) in &expected.rules {
+        let name = load_balancer_name(service);
+        let Some(lb) = dump
+            .load_balancers
+            .iter()
+            .find(|lb| lb.name.as_deref() == Some(name.as_str()))
+        else {
+            continue; // reported missing above, if it is expected
+        };
+        let have: BTreeSet<crate::cluster::Rule> = lb
+            .properties
+            .load_balancing_rules
+            .iter()
+            .map(|r| {
+                let protocol = match r.properties.protocol {
+                    Some(clb_nrp::wire::TransportProtocol::Udp) => "udp",
+                    Some(clb_nrp::wire::TransportProtocol::Tcp) => "tcp",
+                    _ => "other",
+                };
+                (
+                    protocol.to_owned(),
+                    r.properties.frontend_port,
+                    r.properties.backend_port,
+                )
+            })
+            .collect();
+        if &have != want {
+            errors.push(format!(
+                "load balancer {name}: rules (protocol, frontend port, backend port) {have:?}, want {want:?}"
+            ));
+        }
+    }
     let nats: BTreeSet<String> = dump
         .nat_gateways
         .iter()

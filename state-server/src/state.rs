@@ -110,18 +110,34 @@ struct ObservedExtras {
     rules: HashMap<String, Vec<ServicePort>>,
 }
 
-/// Ports as a set of (protocol, port): the order and repetition of a list do not change the rules.
-fn port_set(ports: &[ServicePort]) -> BTreeSet<(i32, u32)> {
-    ports.iter().map(|p| (p.protocol, p.port)).collect()
+/// Ports as a set of (protocol, port, effective target port): the order and repetition of a list
+/// do not change the rules, and a target port of 0 is the port itself (the rule's backend port is
+/// the same either way), so a change of the target port re-creates the rules as a port change does.
+fn port_set(ports: &[ServicePort]) -> BTreeSet<(i32, u32, u32)> {
+    ports
+        .iter()
+        .map(|p| (p.protocol, p.port, effective_target_port(p)))
+        .collect()
 }
 
-/// Whether a worker can make a load balancing rule of `p` (TCP or UDP, port 1 to 65535).
+/// The backend port of `p`'s rule: its target port, or its port when the target port is 0.
+fn effective_target_port(p: &ServicePort) -> u32 {
+    if p.target_port == 0 {
+        p.port
+    } else {
+        p.target_port
+    }
+}
+
+/// Whether a worker can make a load balancing rule of `p` (TCP or UDP, port and target port 1 to
+/// 65535, the target port 0 meaning the port).
 fn programmable(p: &ServicePort) -> bool {
     use clb_proto::v1::Protocol;
     matches!(
         Protocol::try_from(p.protocol),
         Ok(Protocol::Tcp | Protocol::Udp)
     ) && (1..=65535).contains(&p.port)
+        && p.target_port <= 65535
 }
 
 impl Gateway {
@@ -676,8 +692,28 @@ mod tests {
             .map(|&(p, port)| ServicePort {
                 port,
                 protocol: p as i32,
+                target_port: 0,
             })
             .collect()
+    }
+
+    #[test]
+    fn port_sets_compare_the_effective_target_port() {
+        use clb_proto::v1::Protocol::Tcp;
+        let with_target = |target_port| {
+            vec![ServicePort {
+                port: 80,
+                protocol: Tcp as i32,
+                target_port,
+            }]
+        };
+        // 0 is the port itself: the same rule as an explicit 80.
+        assert_eq!(port_set(&with_target(0)), port_set(&with_target(80)));
+        assert_eq!(port_set(&with_target(0)), port_set(&ports(&[(Tcp, 80)])));
+        assert_ne!(port_set(&with_target(0)), port_set(&with_target(8080)));
+        assert_ne!(port_set(&with_target(8080)), port_set(&with_target(8081)));
+        assert!(programmable(&with_target(65_535)[0]));
+        assert!(!programmable(&with_target(65_536)[0]));
     }
 
     #[test]

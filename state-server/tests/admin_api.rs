@@ -453,6 +453,7 @@ fn service_with_ports(id: &str, ports: &[u32]) -> Update {
                 .map(|&port| v1::ServicePort {
                     port,
                     protocol: v1::Protocol::Tcp as i32,
+                    target_port: 0,
                 })
                 .collect(),
         })),

@@ -54,13 +54,23 @@ impl Clients {
 
     /// Adds (or updates) service `id` with `ports`, or removes it; returns the revision.
     async fn service(&mut self, op: v1::Operation, id: &str, ports: &[(i32, u32)]) -> u64 {
+        let ports: Vec<(i32, u32, u32)> = ports.iter().map(|&(p, port)| (p, port, 0)).collect();
+        self.service_to(op, id, &ports).await
+    }
+
+    /// [`Clients::service`] with (protocol, port, target port) ports.
+    async fn service_to(&mut self, op: v1::Operation, id: &str, ports: &[(i32, u32, u32)]) -> u64 {
         let update = Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op as i32,
                 id: id.into(),
                 ports: ports
                     .iter()
-                    .map(|&(protocol, port)| ServicePort { port, protocol })
+                    .map(|&(protocol, port, target_port)| ServicePort {
+                        port,
+                        protocol,
+                        target_port,
+                    })
                     .collect(),
             })),
         };
@@ -373,11 +383,108 @@ fn with_rules(
             service: service.into(),
             ports: ports
                 .iter()
-                .map(|&(protocol, port)| ServicePort { port, protocol })
+                .map(|&(protocol, port)| ServicePort {
+                    port,
+                    protocol,
+                    target_port: 0,
+                })
                 .collect(),
         });
     }
     snapshot
+}
+
+/// (protocol, port, target port) of each port of the unit's service changes.
+fn change_targets(u: &v1::WorkUnit) -> Vec<(String, Vec<(i32, u32, u32)>)> {
+    match u.work.as_ref() {
+        Some(Work::Services(w)) => w
+            .changes
+            .iter()
+            .map(|c| {
+                let ports = c
+                    .ports
+                    .iter()
+                    .map(|p| (p.protocol, p.port, p.target_port))
+                    .collect();
+                (c.name.clone(), ports)
+            })
+            .collect(),
+        other => panic!("expected a service unit, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_target_port_change_or_a_drifted_backend_port_creates_the_service_again() {
+    let server = TestServer::start(config()).await;
+    let mut c = Clients::connect(&server).await;
+    let nrp = Arc::new(Mutex::new(FakeNrp::default()));
+    let mut w = TestWorker::connect(&server.url(), "w", 1).await;
+    c.service_to(v1::Operation::Add, "svc-b", &[(TCP, 80, 8080)])
+        .await;
+    c.service_to(v1::Operation::Add, "svc-c", &[(TCP, 80, 0)])
+        .await;
+    w.run_until_idle(&nrp, IDLE).await;
+    let backends = |nrp: &Arc<Mutex<FakeNrp>>| nrp.lock().unwrap().backend_ports.clone();
+    assert_eq!(
+        backends(&nrp),
+        BTreeMap::from([
+            ("svc-b".to_string(), BTreeMap::from([((TCP, 80), 8080)])),
+            ("svc-c".to_string(), BTreeMap::new()),
+        ])
+    );
+
+    // Read back as created (svc-c's backend port 80 is its target port 0): nothing to do.
+    let u = observe_unit(&server, &mut w).await;
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert!(
+        w.next_unit(IDLE).await.is_none(),
+        "no unit for the same rules"
+    );
+    // The target port given as the port itself is no change either.
+    c.service_to(v1::Operation::Add, "svc-c", &[(TCP, 80, 80)])
+        .await;
+    assert!(w.next_unit(IDLE).await.is_none(), "80 → 80 is 80 → 0");
+
+    // Someone pointed svc-b's rule at port 80 in NRP: the observe reads the backend port back,
+    // and the service is created again with its target port.
+    nrp.lock().unwrap().backend_ports.remove("svc-b");
+    let u = observe_unit(&server, &mut w).await;
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    let u = expect_unit(&mut w).await;
+    assert_eq!(
+        change_targets(&u),
+        [("svc-b".to_string(), vec![(TCP, 80, 8080)])]
+    );
+    assert_eq!(service_changes(&u)[0].1, v1::ServiceAction::Create);
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0, "nothing else to do");
+    assert_eq!(backends(&nrp)["svc-b"], BTreeMap::from([((TCP, 80), 8080)]));
+
+    // The pods moved to another port (same frontend port): the rule is created again.
+    c.service_to(v1::Operation::Add, "svc-b", &[(TCP, 80, 9090)])
+        .await;
+    let u = expect_unit(&mut w).await;
+    assert_eq!(
+        change_targets(&u),
+        [("svc-b".to_string(), vec![(TCP, 80, 9090)])]
+    );
+    let report = nrp.lock().unwrap().apply_report(&u);
+    w.send_report(report).await;
+    assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0);
+    assert_eq!(backends(&nrp)["svc-b"], BTreeMap::from([((TCP, 80), 9090)]));
+    let shown: Vec<(u32, u32)> = c
+        .get_service("svc-b")
+        .await
+        .unwrap()
+        .ports
+        .iter()
+        .map(|p| (p.port, p.target_port))
+        .collect();
+    assert_eq!(shown, vec![(80, 9090)]);
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -274,6 +274,7 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
             ports: vec![ServicePort {
                 port: 80,
                 protocol: 42,
+                target_port: 0,
             }],
         })),
     };

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clb_embedded::cluster::rules_of_ports;
 use clb_nrp::Nrp;
 use clb_nrp::azure::{ArmClient, ArmConfig};
 use clb_nrp_emulator::{EmulatorConfig, Removal, ThrottleResponse};
@@ -69,7 +70,8 @@ struct PodM {
 struct Model {
     locations: Vec<String>,
     declared: BTreeSet<String>,
-    ports: BTreeMap<String, u32>,
+    /// (port, target port) of the Services whose ports changed; (80, 8080) for the others.
+    ports: BTreeMap<String, (u32, u32)>,
     endpoints: BTreeMap<String, BTreeSet<String>>,
     egresses: BTreeSet<String>,
     pods: BTreeMap<String, PodM>,
@@ -79,16 +81,21 @@ struct Model {
 }
 
 impl Model {
+    fn service_ports(&self, s: &str) -> Vec<ServicePort> {
+        let (port, target_port) = self.ports.get(s).copied().unwrap_or((80, 8080));
+        vec![ServicePort {
+            port,
+            protocol: v1::Protocol::Tcp as i32,
+            target_port,
+        }]
+    }
+
     fn service_update(&self, op: i32, s: &str) -> Update {
-        let port = self.ports.get(s).copied().unwrap_or(80);
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
                 id: s.to_owned(),
-                ports: vec![ServicePort {
-                    port,
-                    protocol: v1::Protocol::Tcp as i32,
-                }],
+                ports: self.service_ports(s),
             })),
         }
     }
@@ -192,6 +199,12 @@ impl Model {
             inbound: self.declared.clone(),
             outbound: self.egresses.clone(),
             addresses: BTreeMap::new(),
+            // Each load balancer's rule goes from the Service's port to its pods' port.
+            rules: self
+                .declared
+                .iter()
+                .map(|s| (s.clone(), rules_of_ports(&self.service_ports(s))))
+                .collect(),
         };
         for s in &self.declared {
             for a in self.endpoints.get(s).into_iter().flatten() {
@@ -311,11 +324,14 @@ impl Model {
                     .collect();
                 batch.extend(self.remove_pods(rng, &gone));
             }
-            // A Service's ports change (its load balancer is programmed again).
+            // A Service's ports change (its load balancer is programmed again): the port, the
+            // target port (0: the same as the port), or both.
             _ => {
                 if !self.declared.is_empty() {
                     let s = self.pick(rng, &self.declared.clone());
-                    self.ports.insert(s.clone(), rng.random_range(1000..1010));
+                    let port = rng.random_range(1000..1010);
+                    let target_port = [0, 8080, 8081][rng.random_range(0..3)];
+                    self.ports.insert(s.clone(), (port, target_port));
                     batch.push(self.service_update(ADD, &s));
                 }
             }

@@ -8,7 +8,7 @@
 //! Service classification and ports, and Node InternalIPs are public (and re-exported by
 //! [`crate::translate`]); the records are the translator's.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -16,6 +16,7 @@ use clb_proto::v1::{Protocol, ServicePort};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::translate::TranslatorConfig;
 
@@ -144,10 +145,29 @@ pub fn classify(svc: &Service, config: &TranslatorConfig) -> ServiceClass {
     }
 }
 
-/// The ports of a LoadBalancer Service as load balancer rules: TCP and UDP, deduplicated, sorted.
-/// SCTP ports and ports out of range are skipped with a warning naming the Service.
+/// The ports of a LoadBalancer Service as load balancer rules: TCP and UDP, deduplicated, sorted,
+/// each with its numeric `targetPort` (0 when it is unset: the same as the port). A *named*
+/// targetPort gives 0 here: only the Service's EndpointSlices tell the number behind the name, which
+/// [`crate::translate::Translator`] resolves. SCTP ports, ports out of range and target ports out
+/// of range are skipped with a warning naming the Service.
 pub fn service_ports(key: &ObjKey, svc: &Service) -> Vec<ServicePort> {
-    let mut out = BTreeSet::new();
+    port_records(key, svc)
+        .into_iter()
+        .map(|p| ServicePort {
+            port: u32::from(p.port),
+            protocol: p.protocol,
+            target_port: match p.target {
+                TargetPort::Number(n) => u32::from(n),
+                TargetPort::Same | TargetPort::Named(_) => 0,
+            },
+        })
+        .collect()
+}
+
+/// The ports of a Service as records (see [`service_ports`]): TCP and UDP, the first of each
+/// (port, protocol), sorted by (port, protocol).
+pub(crate) fn port_records(key: &ObjKey, svc: &Service) -> Vec<PortRecord> {
+    let mut out: BTreeMap<(u16, i32), PortRecord> = BTreeMap::new();
     let ports = svc
         .spec
         .as_ref()
@@ -176,14 +196,32 @@ pub fn service_ports(key: &ObjKey, svc: &Service) -> Vec<ServicePort> {
             );
             continue;
         };
-        out.insert((port, protocol as i32));
+        let target = match &p.target_port {
+            // Unset, or the zero value the API server defaults to the port.
+            None | Some(IntOrString::Int(0)) => TargetPort::Same,
+            Some(IntOrString::String(name)) if name.trim().is_empty() => TargetPort::Same,
+            Some(IntOrString::Int(n)) => match u16::try_from(*n) {
+                Ok(n) => TargetPort::Number(n),
+                Err(_) => {
+                    tracing::warn!(
+                        service = %key,
+                        field = %format!("spec.ports[{i}].targetPort"),
+                        value = n,
+                        "port skipped: its targetPort is not in 1..=65535"
+                    );
+                    continue;
+                }
+            },
+            Some(IntOrString::String(name)) => TargetPort::Named(name.trim().to_owned()),
+        };
+        out.entry((port, protocol as i32)).or_insert(PortRecord {
+            port,
+            protocol: protocol as i32,
+            name: p.name.clone().unwrap_or_default(),
+            target,
+        });
     }
-    out.into_iter()
-        .map(|(port, protocol)| ServicePort {
-            port: u32::from(port),
-            protocol,
-        })
-        .collect()
+    out.into_values().collect()
 }
 
 /// Parses an IP address given by the API (surrounding blanks ignored).
@@ -268,8 +306,44 @@ pub(crate) enum Decoded<T> {
 pub(crate) struct ServiceRecord {
     /// The Service's UID (the inbound identity).
     pub uid: String,
-    /// Its load balancer rules.
-    pub ports: Vec<ServicePort>,
+    /// Its load balancer rules, sorted by (port, protocol).
+    pub ports: Vec<PortRecord>,
+}
+
+/// Where a Service port's traffic goes on the pods: its `targetPort`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TargetPort {
+    /// Unset (or 0): the port itself.
+    Same,
+    /// A port number.
+    Number(u16),
+    /// The name of a container port, resolved through the Service's EndpointSlices.
+    Named(String),
+}
+
+/// One port of a Service (`spec.ports[]`), validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PortRecord {
+    /// `port`: the load balancer's frontend port.
+    pub port: u16,
+    /// `protocol` as a [`Protocol`] (TCP or UDP).
+    pub protocol: i32,
+    /// `name` (empty when unset): the name of the matching EndpointSlice port.
+    pub name: String,
+    /// `targetPort`.
+    pub target: TargetPort,
+}
+
+/// One port of an EndpointSlice (`ports[]`): named after the Service port it serves, with the
+/// number the slice's endpoints listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlicePort {
+    /// `name` (empty when unset).
+    pub name: String,
+    /// `port`.
+    pub port: u16,
+    /// `protocol` as a [`Protocol`] (TCP, the default, or UDP).
+    pub protocol: i32,
 }
 
 /// One endpoint of an EndpointSlice, validated.
@@ -292,6 +366,8 @@ pub(crate) struct SliceRecord {
     pub service: ObjKey,
     /// The valid endpoints.
     pub endpoints: Vec<SliceEndpoint>,
+    /// The valid TCP and UDP ports.
+    pub ports: Vec<SlicePort>,
 }
 
 /// An egress-labelled Pod to report.
@@ -339,7 +415,7 @@ pub(crate) fn service(
     if wanted && finalized {
         Decoded::Record(ServiceRecord {
             uid: uid.to_owned(),
-            ports: service_ports(key, svc),
+            ports: port_records(key, svc),
         })
     } else {
         Decoded::Ignored
@@ -359,10 +435,48 @@ pub(crate) fn slice(key: &ObjKey, slice: &EndpointSlice) -> Decoded<SliceRecord>
         tracing::debug!(slice = %key, "EndpointSlice without label {SERVICE_NAME_LABEL}: no Service");
         return Decoded::Ignored;
     };
+    let endpoints = slice_endpoints(key, slice);
+    let ports = if matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+        slice_ports(key, slice)
+    } else {
+        Vec::new()
+    };
     Decoded::Record(SliceRecord {
         service: ObjKey::new(&key.namespace, service),
-        endpoints: slice_endpoints(key, slice),
+        endpoints,
+        ports,
     })
+}
+
+/// The TCP and UDP ports of a slice that have a number; others are skipped (a port without a number
+/// means "all ports" and names none; a malformed one is logged).
+pub(crate) fn slice_ports(key: &ObjKey, slice: &EndpointSlice) -> Vec<SlicePort> {
+    let mut out = Vec::new();
+    for (i, p) in slice.ports.iter().flatten().enumerate() {
+        let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
+            "TCP" => Protocol::Tcp,
+            "UDP" => Protocol::Udp,
+            _ => continue, // no load balancer rule can have it
+        };
+        let Some(raw) = p.port else {
+            continue;
+        };
+        let Some(port) = u16::try_from(raw).ok().filter(|p| *p != 0) else {
+            tracing::warn!(
+                slice = %key,
+                field = %format!("ports[{i}].port"),
+                value = raw,
+                "EndpointSlice port skipped: not in 1..=65535"
+            );
+            continue;
+        };
+        out.push(SlicePort {
+            name: p.name.clone().unwrap_or_default(),
+            port,
+            protocol: protocol as i32,
+        });
+    }
+    out
 }
 
 /// Decodes an egress-labelled Pod. [`Decoded::Ignored`]: the pod is not reported (no egress, on

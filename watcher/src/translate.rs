@@ -13,7 +13,17 @@
 //! - a Service is an inbound identity (its UID) when it is of type `LoadBalancer`, its
 //!   `spec.loadBalancerClass` is ours (or unset, when unclassed Services are claimed), it has no
 //!   `deletionTimestamp`, and — when a finalizer is required — it carries our finalizer;
-//! - its ports are `spec.ports` (TCP, UDP; SCTP and out-of-range ports are skipped with a warning);
+//! - its ports are `spec.ports` (TCP, UDP; SCTP and out-of-range ports are skipped with a warning),
+//!   each with the port its pods listen on (the load-balancing rule's backend port): a numeric
+//!   `targetPort` is that number, an unset one the port itself (sent as target port 0), and a named
+//!   one is resolved through the Service's EndpointSlices. A slice's `ports[]` entries are named after
+//!   the *Service port's* `name` and carry the number its endpoints use; the number used by the most
+//!   of the Service's endpoints (the same endpoints that are sent: ready, else serving-terminating;
+//!   every slice, IPv4 and IPv6) wins, ties to the lowest number. With no such endpoint, the number
+//!   the most slices state wins (ties lowest), so the rule stays while no pod is ready; with no
+//!   slice stating one, the Service port's own number. Endpoints that disagree are a *port-name
+//!   conflict*, reported once per change of the situation by [`Translator::take_port_conflicts`].
+//!   A change of the resolved number re-sends the Service (`service_add` with the new ports);
 //! - its endpoints are the union of the endpoints of its EndpointSlices (label
 //!   `kubernetes.io/service-name`): the ready ones (`ready` unset counts as ready); if none is ready,
 //!   the serving-and-terminating ones (the fallback kube-proxy also applies); each at the location
@@ -35,7 +45,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use clb_client::updates;
 
-use crate::decode::{self, Decoded, PodRecord, ServiceRecord, SliceRecord, family};
+use crate::decode::{
+    self, Decoded, PodRecord, PortRecord, ServiceRecord, SliceRecord, TargetPort, family,
+};
 pub use crate::decode::{
     DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NodeIps, ObjKey, SERVICE_NAME_LABEL,
     ServiceClass, classify, service_ports,
@@ -76,6 +88,28 @@ struct SentService {
     endpoints: BTreeMap<IpAddr, IpAddr>,
 }
 
+/// A port-name conflict: the endpoints of a Service disagree on the number behind a named
+/// `targetPort` (for example a rollout that renamed or renumbered a container port, or two
+/// Deployments behind one Service), so one number was chosen for the load-balancing rule and the
+/// endpoints that use another get no traffic on that port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConflict {
+    /// The Service.
+    pub service: ObjKey,
+    /// The Service port's `name` (empty for a Service's only, unnamed port): the name of the
+    /// EndpointSlice ports whose numbers disagree.
+    pub port_name: String,
+    /// The number chosen: the one the most endpoints use, ties to the lowest.
+    pub chosen: u16,
+    /// Every number in use with how many endpoints use it, by number.
+    pub numbers: Vec<(u16, usize)>,
+    /// A sentence for a Kubernetes Warning Event on the Service.
+    pub message: String,
+}
+
+/// A conflict as [`Translator::sync_service`] finds it: (Service port name, chosen, numbers).
+type FoundConflict = (String, u16, Vec<(u16, usize)>);
+
 /// What was sent for one Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SentPod {
@@ -105,6 +139,12 @@ pub struct Translator {
     /// Whether an endpoint or pod that cannot be located is logged as a warning (off during the
     /// first list, when nodes may simply not have been listed yet).
     warn_unlocated: bool,
+    /// Service → Service port name → the port-name conflict now: (chosen, numbers in use). A
+    /// conflict is reported when this changes, not on every recompute.
+    conflicts: HashMap<ObjKey, BTreeMap<String, (u16, Vec<u16>)>>,
+    /// Conflicts found and not taken yet, the latest per (Service, port name): bounded by the
+    /// named ports of the Services that exist.
+    new_conflicts: BTreeMap<(ObjKey, String), PortConflict>,
 }
 
 impl Translator {
@@ -123,7 +163,19 @@ impl Translator {
             sent_pods: BTreeMap::new(),
             relist: Default::default(),
             warn_unlocated: true,
+            conflicts: HashMap::new(),
+            new_conflicts: BTreeMap::new(),
         }
+    }
+
+    /// Port-name conflicts found since the last call: one per Service and port whose ready
+    /// endpoints disagree on the number behind a named targetPort. A conflict is found again only
+    /// when its situation changes (the numbers in use or the one chosen), or after it was gone; one
+    /// whose Service went before it was taken is not returned.
+    pub fn take_port_conflicts(&mut self) -> Vec<PortConflict> {
+        std::mem::take(&mut self.new_conflicts)
+            .into_values()
+            .collect()
     }
 
     /// The configuration.
@@ -305,8 +357,9 @@ impl Translator {
         out
     }
 
-    /// The endpoint set of Service `key` now: address → location.
-    fn endpoints_of(&self, key: &ObjKey) -> BTreeMap<IpAddr, IpAddr> {
+    /// The endpoint set of Service `key` now: address → location; and whether they are the ready
+    /// ones (else the serving-and-terminating fallback).
+    fn endpoints_of(&self, key: &ObjKey) -> (BTreeMap<IpAddr, IpAddr>, bool) {
         let mut ready = BTreeMap::new();
         let mut fallback = BTreeMap::new();
         for sk in self.slices_of.get(key).into_iter().flatten() {
@@ -333,7 +386,117 @@ impl Translator {
                 set.entry(ep.address).or_insert(loc);
             }
         }
-        if ready.is_empty() { fallback } else { ready }
+        if ready.is_empty() {
+            (fallback, false)
+        } else {
+            (ready, true)
+        }
+    }
+
+    /// The ports to send for Service `key`: each with its target port, a named one resolved
+    /// through the slices (see the module documentation); and the port-name conflicts found.
+    /// `endpoints` and `ready` are [`Translator::endpoints_of`]'s.
+    fn ports_of(
+        &self,
+        key: &ObjKey,
+        records: &[PortRecord],
+        endpoints: &BTreeMap<IpAddr, IpAddr>,
+        ready: bool,
+    ) -> (Vec<ServicePort>, Vec<FoundConflict>) {
+        let mut conflicts = Vec::new();
+        let ports = records
+            .iter()
+            .map(|r| {
+                let target_port = match &r.target {
+                    TargetPort::Same => 0,
+                    TargetPort::Number(n) => *n,
+                    TargetPort::Named(_) => {
+                        let (chosen, numbers) = self.resolve_named(key, r, endpoints, ready);
+                        if numbers.len() > 1 {
+                            conflicts.push((r.name.clone(), chosen, numbers));
+                        }
+                        chosen
+                    }
+                };
+                ServicePort {
+                    port: u32::from(r.port),
+                    protocol: r.protocol,
+                    target_port: u32::from(target_port),
+                }
+            })
+            .collect();
+        (ports, conflicts)
+    }
+
+    /// The number behind the named targetPort of `port`, and every number the used endpoints
+    /// use with how many use it (by number; more than one is a conflict).
+    fn resolve_named(
+        &self,
+        key: &ObjKey,
+        port: &PortRecord,
+        endpoints: &BTreeMap<IpAddr, IpAddr>,
+        ready: bool,
+    ) -> (u16, Vec<(u16, usize)>) {
+        // number → the used endpoints whose slice says it; number → slices that say it.
+        let mut used: BTreeMap<u16, BTreeSet<IpAddr>> = BTreeMap::new();
+        let mut stated: BTreeMap<u16, usize> = BTreeMap::new();
+        for sk in self.slices_of.get(key).into_iter().flatten() {
+            let Some(slice) = self.slices.get(sk) else {
+                continue;
+            };
+            let Some(sp) = slice
+                .ports
+                .iter()
+                .find(|p| p.name == port.name && p.protocol == port.protocol)
+            else {
+                continue;
+            };
+            *stated.entry(sp.port).or_default() += 1;
+            for ep in &slice.endpoints {
+                let counted = if ready {
+                    ep.ready
+                } else {
+                    ep.serving_terminating
+                };
+                if counted && endpoints.contains_key(&ep.address) {
+                    used.entry(sp.port).or_default().insert(ep.address);
+                }
+            }
+        }
+        let numbers: Vec<(u16, usize)> = used.into_iter().map(|(n, s)| (n, s.len())).collect();
+        let chosen = most_used(&numbers)
+            .or_else(|| most_used(&stated.into_iter().collect::<Vec<_>>()))
+            .unwrap_or(port.port);
+        (chosen, numbers)
+    }
+
+    /// Records the port-name conflicts of Service `key` now (none when it is gone): each one whose
+    /// situation changed is reported by [`Translator::take_port_conflicts`].
+    fn conflicts_now(&mut self, key: &ObjKey, found: Vec<FoundConflict>) {
+        if found.is_empty() {
+            if self.conflicts.remove(key).is_some() && !self.services.contains_key(key) {
+                self.new_conflicts.retain(|(s, _), _| s != key);
+            }
+            return;
+        }
+        let before = self.conflicts.remove(key).unwrap_or_default();
+        let mut now = BTreeMap::new();
+        for (name, chosen, numbers) in found {
+            let situation = (chosen, numbers.iter().map(|&(n, _)| n).collect::<Vec<_>>());
+            if before.get(&name) != Some(&situation) {
+                let conflict = PortConflict {
+                    message: conflict_message(key, &name, chosen, &numbers),
+                    service: key.clone(),
+                    port_name: name.clone(),
+                    chosen,
+                    numbers,
+                };
+                self.new_conflicts
+                    .insert((key.clone(), name.clone()), conflict);
+            }
+            now.insert(name, situation);
+        }
+        self.conflicts.insert(key.clone(), now);
     }
 
     fn sync_service(&mut self, key: &ObjKey, out: &mut Vec<Update>) {
@@ -345,12 +508,15 @@ impl Translator {
             self.sent_services.remove(key);
         }
         let Some(want) = want else {
+            self.conflicts_now(key, Vec::new());
             return;
         };
-        let endpoints = self.endpoints_of(key);
+        let (endpoints, ready) = self.endpoints_of(key);
+        let (ports, conflicts) = self.ports_of(key, &want.ports, &endpoints, ready);
+        self.conflicts_now(key, conflicts);
         match self.sent_services.get_mut(key) {
             None => {
-                out.push(updates::service_add(&want.uid, &want.ports));
+                out.push(updates::service_add(&want.uid, &ports));
                 if !endpoints.is_empty() {
                     out.push(level(&want.uid, &endpoints));
                 }
@@ -358,15 +524,15 @@ impl Translator {
                     key.clone(),
                     SentService {
                         uid: want.uid,
-                        ports: want.ports,
+                        ports,
                         endpoints,
                     },
                 );
             }
             Some(sent) => {
-                if sent.ports != want.ports {
-                    out.push(updates::service_add(&want.uid, &want.ports));
-                    sent.ports = want.ports;
+                if sent.ports != ports {
+                    out.push(updates::service_add(&want.uid, &ports));
+                    sent.ports = ports;
                 }
                 if sent.endpoints != endpoints {
                     out.push(level(&want.uid, &endpoints));
@@ -664,6 +830,36 @@ impl Translator {
             self.sent_pods.values().map(|p| p.at.len()).sum(),
         )
     }
+}
+
+/// The number with the largest count, ties to the lowest number (`counts` sorted by number).
+fn most_used(counts: &[(u16, usize)]) -> Option<u16> {
+    let mut best: Option<(u16, usize)> = None;
+    for &(n, c) in counts {
+        if best.is_none_or(|(_, b)| c > b) {
+            best = Some((n, c));
+        }
+    }
+    best.map(|(n, _)| n)
+}
+
+/// The Warning Event sentence of a port-name conflict.
+fn conflict_message(service: &ObjKey, name: &str, chosen: u16, numbers: &[(u16, usize)]) -> String {
+    let port = if name.is_empty() {
+        "the Service's port".to_owned()
+    } else {
+        format!("Service port {name:?}")
+    };
+    let list: Vec<String> = numbers
+        .iter()
+        .map(|&(n, c)| format!("{n} ({c} endpoint{})", if c == 1 { "" } else { "s" }))
+        .collect();
+    format!(
+        "the endpoints of {port} of Service {service} disagree on the number behind its named \
+         targetPort: {}; the load balancer sends traffic to port {chosen}, so the endpoints on \
+         other numbers get none on this port",
+        list.join(", ")
+    )
 }
 
 fn pod_adds(key: &ObjKey, p: &SentPod, only: Option<IpAddr>) -> Vec<Update> {

@@ -155,7 +155,7 @@ fn shows(us: &[Update]) -> Vec<String> {
 /// The desired state a sequence of updates leaves on the server (the rules of `docs/contract.md` §3 that matter here).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Model {
-    services: BTreeMap<String, Vec<(u32, i32)>>,
+    services: BTreeMap<String, Vec<(u32, i32, u32)>>,
     endpoints: BTreeMap<String, BTreeSet<(String, String)>>,
     /// address → (location, egress, key, uid)
     pods: BTreeMap<String, (String, String, String, String)>,
@@ -175,7 +175,10 @@ impl Model {
             UKind::Service(s) if s.operation == Operation::Add as i32 => {
                 self.services.insert(
                     s.id.clone(),
-                    s.ports.iter().map(|p| (p.port, p.protocol)).collect(),
+                    s.ports
+                        .iter()
+                        .map(|p| (p.port, p.protocol, p.target_port))
+                        .collect(),
                 );
             }
             UKind::Service(s) => {

@@ -3,7 +3,7 @@
 //! The file is a list of items, one update each, told apart by `kind`:
 //!
 //! ```yaml
-//! - {kind: service, op: add, id: 0f6c2a4e-svc-uid, ports: [{port: 80, protocol: TCP}]}
+//! - {kind: service, op: add, id: 0f6c2a4e-svc-uid, ports: [{port: 80, protocol: TCP, target_port: 8080}]}
 //! - {kind: egress, op: add, id: egress-a}
 //! - {kind: pod, op: add, address: 10.1.0.5, location: 10.0.0.1, egress: egress-a, key: ns/web-0, uid: 4c1d}
 //! - {kind: endpoints, service: 0f6c2a4e-svc-uid, endpoints: [{address: 10.1.0.5, location: 10.0.0.1}]}
@@ -144,6 +144,10 @@ pub struct PortItem {
     /// The protocol; TCP when omitted.
     #[serde(default = "tcp")]
     pub protocol: ProtocolName,
+    /// The port the pods listen on (the load-balancing rule's backend port), 1 to 65535; the same
+    /// as `port` when omitted (or 0). Also accepted as `targetPort`.
+    #[serde(default, alias = "targetPort", skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<u16>,
 }
 
 fn tcp() -> ProtocolName {
@@ -305,12 +309,13 @@ impl Item {
                     .iter()
                     .flatten()
                     .map(|p| {
-                        updates::port(
+                        updates::port_to(
                             p.port,
                             match p.protocol {
                                 ProtocolName::Tcp => Protocol::Tcp,
                                 ProtocolName::Udp => Protocol::Udp,
                             },
+                            p.target_port.unwrap_or(0),
                         )
                     })
                     .collect();
@@ -612,7 +617,7 @@ mod tests {
     use clb_proto::v1::update::Kind as UKind;
 
     const GOOD: &str = "\
-- {kind: service, op: add, id: svc-a, ports: [{port: 80, protocol: TCP}, {port: 53, protocol: udp}]}
+- {kind: service, op: add, id: svc-a, ports: [{port: 80, protocol: TCP, target_port: 8080}, {port: 53, protocol: udp}]}
 - {kind: egress, op: add, id: egress-a}
 - {kind: pod, op: add, address: 10.1.0.5, location: 10.0.0.1, egress: egress-a, key: ns/p, uid: u1}
 - {kind: endpoints, service: svc-a, endpoints: [{address: 10.1.0.5, location: 10.0.0.1}]}
@@ -631,6 +636,9 @@ mod tests {
                 assert_eq!(s.id, "svc-a");
                 assert_eq!(s.ports.len(), 2);
                 assert_eq!(s.ports[1].protocol, Protocol::Udp as i32);
+                // The pods' port; none given is the same as the port (0).
+                assert_eq!((s.ports[0].port, s.ports[0].target_port), (80, 8080));
+                assert_eq!((s.ports[1].port, s.ports[1].target_port), (53, 0));
             }
             other => panic!("{other:?}"),
         }
@@ -682,6 +690,31 @@ mod tests {
         let e = parse("kind: pod\n", Format::Yaml).unwrap_err();
         assert!(e.contains("a list of updates"), "{e}");
         assert!(parse("  \n", Format::Yaml).unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn target_ports_are_optional_and_checked() {
+        let text = "[{\"kind\":\"service\",\"op\":\"add\",\"id\":\"s\",\"ports\":[{\"port\":80,\"targetPort\":8080},{\"port\":81}]}]";
+        let items = parse(text, Format::Json).expect("valid");
+        match &items[0].to_update().kind {
+            Some(UKind::Service(s)) => {
+                let got: Vec<(u32, u32)> =
+                    s.ports.iter().map(|p| (p.port, p.target_port)).collect();
+                assert_eq!(got, vec![(80, 8080), (81, 0)]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Written back as `target_port`, only when given.
+        let json = serde_json::to_string(&items).expect("encode");
+        assert!(json.contains("\"target_port\":8080"), "{json}");
+        assert_eq!(json.matches("target_port").count(), 1, "{json}");
+        let e = parse(
+            "- {kind: service, op: add, id: s, ports: [{port: 80, target_port: 70000}]}\n",
+            Format::Yaml,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("item 0: "), "{e}");
+        assert!(e.contains("70000"), "{e}");
     }
 
     #[test]

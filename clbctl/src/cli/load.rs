@@ -263,6 +263,11 @@ impl Model {
                     )
                 })
                 .collect(),
+            rules: self
+                .services
+                .iter()
+                .map(|s| (s.clone(), BTreeSet::from([("tcp".to_owned(), 80, 80)])))
+                .collect(),
         }
     }
 

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
-use super::view::{AddressSync, DiffView, LocationView, ServiceView};
+use super::view::{AddressSync, DiffView, LocationView, PortView, ServiceView};
 use super::{Global, emit};
 
 /// `clbctl state …`.
@@ -160,11 +160,7 @@ pub fn render_service(s: &ServiceView) -> String {
         right(s.desired_locations.to_string()),
         right(s.actual_locations.to_string()),
     ]);
-    let ports = s
-        .ports
-        .iter()
-        .map(|p| format!("{}/{}", p.port, p.protocol))
-        .collect::<Vec<_>>();
+    let ports = s.ports.iter().map(PortView::label).collect::<Vec<_>>();
     t.add_row(vec![
         Cell::new("ports"),
         Cell::new(list(&ports)),
@@ -219,11 +215,7 @@ pub fn render_diff(d: &DiffView) -> String {
     if !d.services.is_empty() {
         let mut t = table(vec!["service", "kind", "action", "ports"]);
         for s in &d.services {
-            let ports = s
-                .ports
-                .iter()
-                .map(|p| format!("{}/{}", p.port, p.protocol))
-                .collect::<Vec<_>>();
+            let ports = s.ports.iter().map(PortView::label).collect::<Vec<_>>();
             t.add_row(vec![
                 Cell::new(&s.name),
                 Cell::new(&s.kind),

@@ -393,10 +393,24 @@ impl From<&LocationState> for LocationView {
 /// A service port.
 #[derive(Debug, Clone, Serialize)]
 pub struct PortView {
-    /// The port number.
+    /// The port number (the load-balancing rule's frontend port).
     pub port: u32,
     /// `TCP` or `UDP`.
     pub protocol: String,
+    /// The port the pods listen on (the rule's backend port): the target port, or `port` when
+    /// the target port is not set.
+    pub target_port: u32,
+}
+
+impl PortView {
+    /// `80/TCP`, or `80→8080/TCP` when the pods listen on another port.
+    pub fn label(&self) -> String {
+        if self.target_port == self.port {
+            format!("{}/{}", self.port, self.protocol)
+        } else {
+            format!("{}→{}/{}", self.port, self.target_port, self.protocol)
+        }
+    }
 }
 
 impl From<&ServicePort> for PortView {
@@ -404,6 +418,11 @@ impl From<&ServicePort> for PortView {
         Self {
             port: p.port,
             protocol: protocol_name(p.protocol),
+            target_port: if p.target_port == 0 {
+                p.port
+            } else {
+                p.target_port
+            },
         }
     }
 }

@@ -121,7 +121,8 @@ pub fn operation_lazy(
     }
 }
 
-/// Checks the ports of an inbound service: 1 to 65535, a known protocol, no port listed twice.
+/// Checks the ports of an inbound service: 1 to 65535, a target port of 0 (the same as the port) to
+/// 65535, a known protocol, no port listed twice.
 pub fn validate_ports(index: usize, prefix: &str, ports: &[ServicePort]) -> Result<(), ItemError> {
     for (j, p) in ports.iter().enumerate() {
         if p.port == 0 || p.port > 65_535 {
@@ -130,6 +131,14 @@ pub fn validate_ports(index: usize, prefix: &str, ports: &[ServicePort]) -> Resu
                 format!("{prefix}.ports[{j}].port"),
                 p.port.to_string(),
                 "is not a port number: must be 1 to 65535",
+            ));
+        }
+        if p.target_port > 65_535 {
+            return Err(item_error(
+                index,
+                format!("{prefix}.ports[{j}].target_port"),
+                p.target_port.to_string(),
+                "is not a port number: must be 1 to 65535, or 0 for the same as port",
             ));
         }
         match v1::Protocol::try_from(p.protocol) {
@@ -756,6 +765,7 @@ mod tests {
         let tcp = ServicePort {
             port: 80,
             protocol: v1::Protocol::Tcp as i32,
+            target_port: 0,
         };
         apply_update(&mut t, &service(1, "Svc-A", vec![tcp]), 0).unwrap();
         apply_update(&mut t, &level("svc-a", vec![ep("10.1.0.1", "10.0.0.1")]), 1).unwrap();
@@ -862,12 +872,14 @@ mod tests {
         let bad_port = ServicePort {
             port: 70_000,
             protocol: 1,
+            target_port: 0,
         };
         let e = err(&service(1, "svc", vec![bad_port]), 0);
         assert_eq!(e.field, "updates[0].service.ports[0].port");
         let no_proto = ServicePort {
             port: 80,
             protocol: 0,
+            target_port: 0,
         };
         let e = err(&service(1, "svc", vec![no_proto]), 0);
         assert_eq!(e.field, "updates[0].service.ports[0].protocol");
@@ -875,9 +887,31 @@ mod tests {
         let tcp = ServicePort {
             port: 80,
             protocol: 1,
+            target_port: 0,
         };
         let e = err(&service(1, "svc", vec![tcp, tcp]), 0);
         assert_eq!(e.field, "updates[0].service.ports[1]");
+        let bad_target = ServicePort {
+            port: 80,
+            protocol: 1,
+            target_port: 65_536,
+        };
+        let e = err(&service(1, "svc", vec![tcp, bad_target]), 0);
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("updates[0].service.ports[1].target_port", "65536")
+        );
+        assert!(e.reason.contains("must be 1 to 65535"), "{}", e.reason);
+        // 0 (the same as the port) and any port number are fine.
+        for target_port in [0, 1, 8080, 65_535] {
+            let p = ServicePort {
+                port: 80,
+                protocol: 1,
+                target_port,
+            };
+            let mut t = DiffTracker::new();
+            apply_update(&mut t, &service(1, "svc", vec![p]), 0).unwrap();
+        }
         // Ports are ignored on removal.
         let mut t = DiffTracker::new();
         apply_update(&mut t, &service(2, "svc", vec![no_proto]), 0).unwrap();
@@ -1048,6 +1082,7 @@ mod tests {
                         ports: vec![ServicePort {
                             port: 80,
                             protocol: 1,
+                            target_port: 0,
                         }],
                     }],
                     ..v1::NrpSnapshot::default()
@@ -1066,7 +1101,8 @@ mod tests {
                 "svc-a".to_string(),
                 vec![ServicePort {
                     port: 80,
-                    protocol: 1
+                    protocol: 1,
+                    target_port: 0,
                 }]
             )]
         );
@@ -1093,6 +1129,7 @@ mod tests {
         let tcp = ServicePort {
             port: 443,
             protocol: 1,
+            target_port: 0,
         };
         let s = service_change(&diff.services[0], vec![tcp]);
         assert_eq!(s.name, "svc-a");

@@ -69,6 +69,9 @@ pub struct FakeNrp {
     pub frontends: BTreeMap<String, String>,
     /// The (protocol, port) rules of each inbound service's load balancer, as last created.
     pub rules: BTreeMap<String, BTreeSet<(i32, u32)>>,
+    /// The backend port of each rule (protocol, frontend port) of each inbound service's load
+    /// balancer that has another backend port than its frontend port (the target port).
+    pub backend_ports: BTreeMap<String, BTreeMap<(i32, u32), u32>>,
     allocated: u32,
 }
 
@@ -101,6 +104,13 @@ impl FakeNrp {
                             }
                             let rules = c.ports.iter().map(|p| (p.protocol, p.port)).collect();
                             self.rules.insert(c.name.clone(), rules);
+                            let backends: BTreeMap<(i32, u32), u32> = c
+                                .ports
+                                .iter()
+                                .filter(|p| p.target_port != 0 && p.target_port != p.port)
+                                .map(|p| ((p.protocol, p.port), p.target_port))
+                                .collect();
+                            self.backend_ports.insert(c.name.clone(), backends);
                         }
                     } else {
                         let used = self
@@ -111,6 +121,7 @@ impl FakeNrp {
                         self.services.remove(&c.name);
                         self.frontends.remove(&c.name);
                         self.rules.remove(&c.name);
+                        self.backend_ports.remove(&c.name);
                     }
                 }
                 v1::report::Outcome::Applied(v1::Applied {})
@@ -220,7 +231,16 @@ impl FakeNrp {
                     service: service.clone(),
                     ports: rules
                         .iter()
-                        .map(|&(protocol, port)| v1::ServicePort { port, protocol })
+                        .map(|&(protocol, port)| v1::ServicePort {
+                            port,
+                            protocol,
+                            target_port: self
+                                .backend_ports
+                                .get(service)
+                                .and_then(|b| b.get(&(protocol, port)))
+                                .copied()
+                                .unwrap_or(port),
+                        })
                         .collect(),
                 })
                 .collect(),

@@ -91,8 +91,8 @@ pub fn frontends_of(inbound: &[String], pips: &[PublicIpAddress]) -> Vec<Service
 
 /// The load balancing rules of the inbound services `inbound` among the load balancers `lbs`: for
 /// each service whose load balancer `lb-{name}` (matched case-insensitively) is among them, its
-/// rules as (frontend port, protocol), sorted by service. A rule of protocol `All` (or none) has
-/// `PROTOCOL_UNSPECIFIED`. A service whose load balancer is missing has no entry.
+/// rules as (frontend port, protocol, backend port as the target port), sorted by service. A rule of
+/// protocol `All` (or none) has `PROTOCOL_UNSPECIFIED`. A service whose load balancer is missing has no entry.
 pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
     let by_lb: HashMap<String, &str> = inbound
         .iter()
@@ -115,6 +115,7 @@ pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
                     ServicePort {
                         port: u32::from(r.properties.frontend_port),
                         protocol: protocol as i32,
+                        target_port: u32::from(r.properties.backend_port),
                     }
                 })
                 .collect();
@@ -284,22 +285,23 @@ mod tests {
     #[test]
     fn rules_are_the_ports_of_the_inbound_services_load_balancers() {
         use clb_nrp::wire::{ResourceId, ResourceKind};
-        let lb = |name: &str, rules: &[(&'static str, u16)]| {
+        let lb = |name: &str, rules: &[(&'static str, u16, u16)]| {
             let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, name);
             let mut lb = super::super::services::load_balancer(&id, "eastus", "/p", rules.to_vec());
             lb.name = Some(name.into());
             lb
         };
         // A rule for all protocols (HA ports), which no desired port can match.
-        let mut all = lb("lb-svc-c", &[("tcp", 1)]);
+        let mut all = lb("lb-svc-c", &[("tcp", 1, 1)]);
         let rule = &mut all.properties.load_balancing_rules[0].properties;
         rule.protocol = Some(TransportProtocol::All);
         rule.frontend_port = 0;
+        rule.backend_port = 0;
         let lbs = vec![
             lb("lb-svc-b", &[]),
-            lb("LB-svc-a", &[("udp", 53), ("tcp", 80)]),
+            lb("LB-svc-a", &[("udp", 53, 53), ("tcp", 80, 8080)]),
             all,
-            lb("lb-other", &[("tcp", 1)]),
+            lb("lb-other", &[("tcp", 1, 1)]),
         ];
         let inbound = vec![
             "svc-a".to_string(),
@@ -307,10 +309,14 @@ mod tests {
             "svc-c".to_string(),
             "svc-d".to_string(),
         ];
-        let got: Vec<(String, Vec<(u32, v1::Protocol)>)> = rules_of(&inbound, &lbs)
+        let got: Vec<(String, Vec<(u32, v1::Protocol, u32)>)> = rules_of(&inbound, &lbs)
             .into_iter()
             .map(|r| {
-                let mut ports: Vec<_> = r.ports.iter().map(|p| (p.port, p.protocol())).collect();
+                let mut ports: Vec<_> = r
+                    .ports
+                    .iter()
+                    .map(|p| (p.port, p.protocol(), p.target_port))
+                    .collect();
                 ports.sort();
                 (r.service, ports)
             })
@@ -320,10 +326,10 @@ mod tests {
             vec![
                 (
                     "svc-a".to_string(),
-                    vec![(53, v1::Protocol::Udp), (80, v1::Protocol::Tcp)]
+                    vec![(53, v1::Protocol::Udp, 53), (80, v1::Protocol::Tcp, 8080)]
                 ),
                 ("svc-b".to_string(), vec![]),
-                ("svc-c".to_string(), vec![(0, v1::Protocol::Unspecified)]),
+                ("svc-c".to_string(), vec![(0, v1::Protocol::Unspecified, 0)]),
             ],
             "svc-d has no load balancer: no entry"
         );

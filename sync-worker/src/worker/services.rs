@@ -2,7 +2,7 @@
 //! of a missing resource is success), so that a saga interrupted anywhere can simply run again.
 //!
 //! - inbound create: public IP `pip-{name}`, load balancer `lb-{name}` (frontend on that IP, backend
-//!   pool, one rule per port/protocol), register the service with its backend pool; the public IP's
+//!   pool, one rule per port/protocol whose backend port is the port's target port), register the service with its backend pool; the public IP's
 //!   address (NRP allocates it) goes back to the server as the service's frontend. The same saga
 //!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
 //! - outbound create: public IP `pip-{name}`, NAT gateway `natgw-{name}` on it, register the service
@@ -17,7 +17,7 @@
 //! and a deletion that removed the registration has taken the service out of NRP even if its load
 //! balancer is still there.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceProgress, ServiceWork};
@@ -58,9 +58,11 @@ fn invalid(message: String) -> UnitError {
     }
 }
 
-/// The load-balancing rules of `ports`: `(protocol, port)`, deduplicated and checked.
-fn rules(change: &ServiceChange) -> Result<BTreeSet<(&'static str, u16)>, UnitError> {
-    let mut rules = BTreeSet::new();
+/// The load-balancing rules of `ports`: `(protocol, frontend port, backend port)`, deduplicated and
+/// checked. The backend port is the port's target port (the pods' port), or the port itself when
+/// the target port is 0.
+fn rules(change: &ServiceChange) -> Result<Vec<(&'static str, u16, u16)>, UnitError> {
+    let mut rules: BTreeMap<(&'static str, u16), u16> = BTreeMap::new();
     for p in &change.ports {
         let proto = match p.protocol() {
             v1::Protocol::Tcp => "tcp",
@@ -76,9 +78,28 @@ fn rules(change: &ServiceChange) -> Result<BTreeSet<(&'static str, u16)>, UnitEr
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| invalid(format!("service {}: invalid port {}", change.name, p.port)))?;
-        rules.insert((proto, port));
+        let backend = match p.target_port {
+            0 => port,
+            t => u16::try_from(t).map_err(|_| {
+                invalid(format!(
+                    "service {}: port {port}/{proto} has an invalid target port {t}",
+                    change.name
+                ))
+            })?,
+        };
+        if let Some(other) = rules.insert((proto, port), backend)
+            && other != backend
+        {
+            return Err(invalid(format!(
+                "service {}: port {port}/{proto} is listed twice, with target ports {other} and {backend}",
+                change.name
+            )));
+        }
     }
-    Ok(rules)
+    Ok(rules
+        .into_iter()
+        .map(|((proto, port), backend)| (proto, port, backend))
+        .collect())
 }
 
 fn public_ip(region: &str) -> PublicIpAddress {
@@ -95,12 +116,13 @@ fn public_ip(region: &str) -> PublicIpAddress {
 }
 
 /// The load balancer `lb` of an inbound service: one frontend on `pip_id`, one backend pool, one rule
-/// per `(protocol, port)` (frontend port = backend port: the backends are pod IPs).
+/// per `(protocol, frontend port, backend port)`, named `{protocol}-{frontend port}`. The backends
+/// are pod IPs, so the backend port is the pods' port (the Service's target port).
 pub fn load_balancer(
     lb: &ResourceId,
     region: &str,
     pip_id: &str,
-    rules: impl IntoIterator<Item = (&'static str, u16)>,
+    rules: impl IntoIterator<Item = (&'static str, u16, u16)>,
 ) -> LoadBalancer {
     let frontend = lb.frontend_ip_configuration_id(FRONTEND_NAME);
     let pool = lb.backend_pool_id(BACKEND_POOL_NAME);
@@ -121,7 +143,7 @@ pub fn load_balancer(
             }],
             load_balancing_rules: rules
                 .into_iter()
-                .map(|(proto, port)| LoadBalancingRule {
+                .map(|(proto, port, backend_port)| LoadBalancingRule {
                     id: None,
                     name: format!("{proto}-{port}"),
                     properties: LoadBalancingRuleProperties {
@@ -133,7 +155,7 @@ pub fn load_balancer(
                             TransportProtocol::Tcp
                         }),
                         frontend_port: port,
-                        backend_port: port,
+                        backend_port,
                         ..Default::default()
                     },
                 })
@@ -433,4 +455,48 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
     report.frontends = frontends;
     report.service_progress = steps;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(ports: &[(v1::Protocol, u32, u32)]) -> ServiceChange {
+        ServiceChange {
+            name: "svc".into(),
+            ports: ports
+                .iter()
+                .map(|&(protocol, port, target_port)| v1::ServicePort {
+                    port,
+                    protocol: protocol as i32,
+                    target_port,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rules_target_the_pods_port() {
+        use v1::Protocol::{Tcp, Udp};
+        let got = rules(&change(&[(Tcp, 80, 8080), (Udp, 53, 0), (Tcp, 80, 8080)])).unwrap();
+        assert_eq!(got, vec![("tcp", 80, 8080), ("udp", 53, 53)]);
+        let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, "lb-svc");
+        let lb = load_balancer(&id, "eastus", "/p", got);
+        let ports: Vec<(u16, u16)> = lb
+            .properties
+            .load_balancing_rules
+            .iter()
+            .map(|r| (r.properties.frontend_port, r.properties.backend_port))
+            .collect();
+        assert_eq!(ports, vec![(80, 8080), (53, 53)]);
+
+        let e = rules(&change(&[(Tcp, 80, 70_000)])).unwrap_err();
+        assert!(
+            format!("{e:?}").contains("invalid target port 70000"),
+            "{e:?}"
+        );
+        let e = rules(&change(&[(Tcp, 80, 8080), (Tcp, 80, 8081)])).unwrap_err();
+        assert!(format!("{e:?}").contains("listed twice"), "{e:?}");
+    }
 }

@@ -258,7 +258,10 @@ pub fn service(
         ports: ports
             .iter()
             .map(|&(port, p)| {
-                let mut sp = ServicePort { port, protocol: 0 };
+                let mut sp = ServicePort {
+                    port,
+                    ..Default::default()
+                };
                 sp.set_protocol(p);
                 sp
             })
