@@ -26,7 +26,7 @@ use clb_proto::v1::{
     PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
     ServiceState, StatusRequest, StatusResponse, Update, resync_request::Part,
 };
-use clb_telemetry::TraceContextInterceptor;
+use crate::token::{CallInterceptor, TokenFile};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -34,8 +34,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::Instrument as _;
 
-/// The channel every call goes over: it sends the caller's trace context (W3C `traceparent`).
-type Traced = InterceptedService<Channel, TraceContextInterceptor>;
+/// The channel every call goes over: it sends the caller's trace context (W3C `traceparent`) and
+/// its bearer token, if any ([`crate::token`]).
+type Traced = InterceptedService<Channel, CallInterceptor>;
 
 /// Updates per `Apply` batch and per resync chunk (below the server's default batch limit).
 pub const CHUNK: usize = 2_000;
@@ -126,6 +127,9 @@ pub struct ConnectOptions {
     pub tls: Option<TlsOptions>,
     /// The gateway every call names; empty is the server's default gateway.
     pub gateway: String,
+    /// The file of the bearer token every call sends (`authorization: Bearer <token>`), re-read
+    /// when it changes; `None` sends none.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectOptions {
@@ -141,6 +145,7 @@ impl ConnectOptions {
             request_timeout: Some(Duration::from_secs(30)),
             tls: None,
             gateway: String::new(),
+            token_file: None,
         }
     }
 
@@ -189,6 +194,7 @@ pub struct Client {
     channel: Channel,
     gateway: String,
     endpoint: String,
+    calls: CallInterceptor,
 }
 
 impl Client {
@@ -205,6 +211,7 @@ impl Client {
                         channel,
                         gateway: options.gateway,
                         endpoint: options.endpoint,
+                        calls: CallInterceptor::new(options.token_file.map(TokenFile::new)),
                     });
                 }
                 Err(source) if attempt >= attempts => {
@@ -230,7 +237,22 @@ impl Client {
             channel,
             gateway: gateway.into(),
             endpoint: String::new(),
+            calls: CallInterceptor::default(),
         }
+    }
+
+    /// The same connection, sending the bearer token of `token` with every call.
+    pub fn with_token(self, token: TokenFile) -> Self {
+        Self {
+            calls: CallInterceptor::new(Some(token)),
+            ..self
+        }
+    }
+
+    /// What every call of this client adds (trace context, bearer token): for other clients over
+    /// the same channel.
+    pub fn interceptor(&self) -> CallInterceptor {
+        self.calls.clone()
     }
 
     /// The endpoint this client was connected to (empty for [`Client::from_channel`]).
@@ -254,7 +276,7 @@ impl Client {
     /// A writer of desired state named `source` (e.g. `watcher`, `node-agent/<node>`).
     pub fn writer(&self, source: impl Into<String>) -> Writer {
         Writer {
-            client: WriterClient::with_interceptor(self.channel.clone(), TraceContextInterceptor),
+            client: WriterClient::with_interceptor(self.channel.clone(), self.calls.clone()),
             gateway: self.gateway.clone(),
             source: source.into(),
             next_batch: 1,
@@ -263,7 +285,7 @@ impl Client {
     }
 
     fn admin(&self) -> AdminClient<Traced> {
-        AdminClient::with_interceptor(self.channel.clone(), TraceContextInterceptor)
+        AdminClient::with_interceptor(self.channel.clone(), self.calls.clone())
     }
 
     /// `Admin.Status`: gateways, workers, writers.

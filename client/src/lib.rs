@@ -2,12 +2,14 @@
 //!
 //! - [`client`]: [`client::Client`] (connect with retry, optional TLS, Admin reads) and
 //!   [`client::Writer`] (single updates, bulk streaming, resync);
-//! - [`updates`]: builders of `clb.v1` updates.
+//! - [`updates`]: builders of `clb.v1` updates;
+//! - [`token`]: the bearer token every call sends, read from a file and re-read when it rotates.
 //!
 //! The watcher and node agent (`clb-watcher`), `clbctl` and the embedded system (`clb-embedded`) are
 //! crates of their own that use this one.
 
 pub mod client;
+pub mod token;
 pub mod updates;
 
 pub use client::{Client, ClientError, ConnectOptions, Writer};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
+use crate::auth::{AuthConfig, Mode};
 use crate::state::ServerConfig;
 use crate::tls::{TlsError, TlsFiles};
 use clb_core::dispatch::DispatchConfig;
@@ -151,6 +152,42 @@ pub struct Args {
     /// needs --tls-cert and --tls-key).
     #[arg(long, env = "CLB_TLS_CLIENT_CA", value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// How callers are identified: `kubernetes` validates each call's bearer token with a
+    /// TokenReview (audience --token-audience); `none` trusts every caller (refused on a
+    /// non-loopback --listen without --insecure-allow-unauthenticated). docs/security.md.
+    #[arg(long, env = "CLB_AUTHENTICATION", value_enum, default_value_t = Mode::None)]
+    pub authentication: Mode,
+
+    /// What callers may do: `kubernetes` asks a SubjectAccessReview per gateway (API group
+    /// clb.azure.com, resource gateways, verbs write, write-node, work, get; needs
+    /// --authentication=kubernetes); `none` lets every caller do everything.
+    #[arg(long, env = "CLB_AUTHORIZATION", value_enum, default_value_t = Mode::None)]
+    pub authorization: Mode,
+
+    /// Serve without authentication or authorization on a non-loopback address (a warning is
+    /// logged at start).
+    #[arg(
+        long,
+        env = "CLB_INSECURE_ALLOW_UNAUTHENTICATED",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub insecure_allow_unauthenticated: bool,
+
+    /// The audience callers' tokens must be issued for (their projected token's audience).
+    #[arg(long, env = "CLB_TOKEN_AUDIENCE", default_value = crate::auth::DEFAULT_AUDIENCE)]
+    pub token_audience: String,
+
+    /// How long a TokenReview or SubjectAccessReview answer is reused (a refusal: at most 5s).
+    #[arg(long, env = "CLB_AUTH_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    pub auth_cache_ttl: Duration,
+
+    /// Most cached answers of each kind (tokens, access decisions).
+    #[arg(long, env = "CLB_AUTH_CACHE_SIZE", default_value_t = crate::auth::DEFAULT_CACHE_CAPACITY)]
+    pub auth_cache_size: usize,
 }
 
 /// Parses a duration as Kubernetes flags write it: `15s`, `1500ms`, `2m`, `1h`, or plain seconds.
@@ -214,6 +251,27 @@ pub enum ConfigError {
     /// The leader election flags do not fit together.
     #[error("{0}")]
     LeaderElection(#[from] crate::leader::ElectionConfigError),
+    /// Unchecked callers on an address other hosts can reach.
+    #[error(
+        "--authentication={authentication} and --authorization={authorization} on the non-loopback \
+         address {listen}: every host that reaches it could change every gateway; use \
+         --authentication=kubernetes --authorization=kubernetes, listen on loopback, or pass \
+         --insecure-allow-unauthenticated"
+    )]
+    Unauthenticated {
+        /// `--listen`.
+        listen: SocketAddr,
+        /// `--authentication`.
+        authentication: &'static str,
+        /// `--authorization`.
+        authorization: &'static str,
+    },
+    /// `--authorization=kubernetes` without `--authentication=kubernetes`.
+    #[error("--authorization=kubernetes requires --authentication=kubernetes")]
+    AuthorizationWithoutAuthentication,
+    /// `--token-audience` is empty.
+    #[error("--token-audience must not be empty")]
+    EmptyAudience,
     /// A TLS flag is given without the flag(s) it needs.
     #[error("--{given} requires {missing}")]
     TlsIncomplete {
@@ -307,7 +365,49 @@ impl Args {
             }
             _ => {}
         }
+        self.validate_auth()
+    }
+
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let name = |m: Mode| match m {
+            Mode::None => "none",
+            Mode::Kubernetes => "kubernetes",
+        };
+        if self.authorization == Mode::Kubernetes && self.authentication != Mode::Kubernetes {
+            return Err(ConfigError::AuthorizationWithoutAuthentication);
+        }
+        if self.token_audience.trim().is_empty() {
+            return Err(ConfigError::EmptyAudience);
+        }
+        at_least("auth-cache-size", self.auth_cache_size as u64, 1)?;
+        if !self.listen.ip().is_loopback()
+            && self.unchecked_callers()
+            && !self.insecure_allow_unauthenticated
+        {
+            return Err(ConfigError::Unauthenticated {
+                listen: self.listen,
+                authentication: name(self.authentication),
+                authorization: name(self.authorization),
+            });
+        }
         Ok(())
+    }
+
+    /// Whether some caller goes unchecked (authentication or authorization `none`).
+    pub fn unchecked_callers(&self) -> bool {
+        self.authentication == Mode::None || self.authorization == Mode::None
+    }
+
+    /// The caller checks the flags ask for (call [`Args::validate`] first).
+    pub fn auth_config(&self) -> AuthConfig {
+        AuthConfig {
+            authentication: self.authentication,
+            authorization: self.authorization,
+            audience: self.token_audience.trim().to_owned(),
+            cache_ttl: self.auth_cache_ttl,
+            negative_ttl: crate::auth::NEGATIVE_TTL.min(self.auth_cache_ttl),
+            cache_capacity: self.auth_cache_size,
+        }
     }
 
     /// The TLS files the flags name (call [`Args::validate`] first); `None` is plaintext.
@@ -401,7 +501,12 @@ mod tests {
 
     #[test]
     fn defaults_match_the_library_defaults() {
-        let a = parse(&[]);
+        // The defaults alone refuse to serve unchecked callers on 0.0.0.0.
+        assert!(matches!(
+            parse(&[]).validate(),
+            Err(ConfigError::Unauthenticated { .. })
+        ));
+        let a = parse(&["--insecure-allow-unauthenticated"]);
         a.validate().unwrap();
         assert_eq!(a.listen, "0.0.0.0:50051".parse().unwrap());
         assert_eq!(a.metrics_listen, "0.0.0.0:9090".parse().unwrap());
@@ -570,6 +675,7 @@ mod tests {
         assert_eq!(plain.tls_files(), None);
         assert!(plain.server_tls().unwrap().is_none());
         let a = parse(&[
+            "--listen=127.0.0.1:50051",
             "--tls-cert=/c.pem",
             "--tls-key=/k.pem",
             "--tls-client-ca=/ca.pem",
@@ -609,6 +715,7 @@ mod tests {
             "--leader-elect-resource-name=l",
             "--leader-elect-resource-namespace=clb-system",
             "--server-id=pod-a",
+            "--listen=127.0.0.1:50051",
         ]);
         a.validate().unwrap();
         let e = a.election_config("ignored");
@@ -627,5 +734,78 @@ mod tests {
             Args::try_parse_from(["clb-state-server", "--leader-elect-retry-period=2x"]).is_err()
         );
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn unchecked_callers_are_refused_off_loopback_unless_insecure_is_asked_for() {
+        let refused = [
+            &["--listen=0.0.0.0:50051"][..],
+            &["--listen=[::]:50051"],
+            &["--listen=10.0.0.5:50051"],
+            &["--listen=0.0.0.0:50051", "--authentication=kubernetes"],
+        ];
+        for args in refused {
+            let err = parse(args).validate().unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Unauthenticated { .. }),
+                "{args:?}: {err}"
+            );
+            assert!(
+                err.to_string().contains("--insecure-allow-unauthenticated"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            parse(&["--listen=0.0.0.0:1"])
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "--authentication=none and --authorization=none on the non-loopback address \
+             0.0.0.0:1: every host that reaches it could change every gateway; use \
+             --authentication=kubernetes --authorization=kubernetes, listen on loopback, or pass \
+             --insecure-allow-unauthenticated"
+        );
+        let allowed = [
+            &["--listen=127.0.0.1:0"][..],
+            &["--listen=[::1]:0"],
+            &["--listen=0.0.0.0:1", "--insecure-allow-unauthenticated"],
+            &[
+                "--listen=0.0.0.0:1",
+                "--authentication=kubernetes",
+                "--authorization=kubernetes",
+            ],
+        ];
+        for args in allowed {
+            parse(args)
+                .validate()
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        assert_eq!(
+            parse(&["--listen=127.0.0.1:0", "--authorization=kubernetes"])
+                .validate()
+                .unwrap_err(),
+            ConfigError::AuthorizationWithoutAuthentication
+        );
+        assert_eq!(
+            parse(&["--listen=127.0.0.1:0", "--token-audience="])
+                .validate()
+                .unwrap_err(),
+            ConfigError::EmptyAudience
+        );
+        assert!(Args::try_parse_from(["clb-state-server", "--authentication=maybe"]).is_err());
+        let a = parse(&[
+            "--authentication=kubernetes",
+            "--authorization=kubernetes",
+            "--token-audience=aud",
+            "--auth-cache-ttl=45s",
+            "--auth-cache-size=7",
+        ]);
+        a.validate().unwrap();
+        let c = a.auth_config();
+        assert_eq!(c.audience, "aud");
+        assert_eq!(c.cache_ttl, Duration::from_secs(45));
+        assert_eq!(c.cache_capacity, 7);
+        assert_eq!(c.authorization, Mode::Kubernetes);
+        assert!(!a.unchecked_callers());
     }
 }

@@ -2,6 +2,7 @@
 //! (both from `clb-core`), hands the difference out to sync workers as leased work units, and serves
 //! the Writer, Worker and Admin gRPC APIs. Every proto <-> domain conversion is in [`grpc::convert`].
 
+pub mod auth;
 pub mod config;
 pub mod gate;
 pub mod grpc;

@@ -20,6 +20,28 @@ async fn main() -> anyhow::Result<()> {
 
     let config = args.to_server_config();
     tracing::info!(server_id = %config.server_id, gateways = ?config.gateways, "starting");
+    // Caller checks (docs/security.md): a Kubernetes client for TokenReview/SubjectAccessReview.
+    let auth_config = args.auth_config();
+    if args.unchecked_callers() && !args.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %args.listen,
+            authentication = ?args.authentication,
+            authorization = ?args.authorization,
+            "--insecure-allow-unauthenticated: callers are not checked on a non-loopback address; \
+             anyone who reaches it can change every gateway"
+        );
+    }
+    let auth = if auth_config.needs_kubernetes() {
+        let client = kube::Client::try_default().await.context(
+            "--authentication/--authorization=kubernetes: connecting to the Kubernetes API",
+        )?;
+        Some(
+            clb_state_server::auth::Auth::new(auth_config, Some(client))
+                .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
+    };
     let state = StateServer::new(config);
     let metrics = state.metrics().clone();
 
@@ -53,10 +75,10 @@ async fn main() -> anyhow::Result<()> {
         move || metrics.refresh_from(&state)
     };
     let grpc = async {
-        let r = grpc::serve_tls(
+        let r = grpc::serve_with(
             grpc_listener,
             state.clone(),
-            tls,
+            grpc::ServeOptions { tls, auth },
             stop.clone().cancelled_owned(),
         )
         .await;

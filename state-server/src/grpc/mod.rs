@@ -45,6 +45,28 @@ pub async fn serve_tls(
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    let options = ServeOptions { tls, auth: None };
+    serve_with(listener, state, options, shutdown).await
+}
+
+/// How [`serve_with`] serves: transport security and caller checks.
+#[derive(Debug, Default)]
+pub struct ServeOptions {
+    /// TLS (see [`serve_tls`]); `None` is plaintext.
+    pub tls: Option<ServerTlsConfig>,
+    /// Authentication and authorization of every call but health and reflection
+    /// ([`crate::auth`]); `None` checks nothing.
+    pub auth: Option<Arc<crate::auth::Auth>>,
+}
+
+/// Like [`serve_tls`], with the caller checks of `options.auth`.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: Arc<StateServer>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let ServeOptions { tls, auth } = options;
     let mut builder = tonic::transport::Server::builder();
     let secure = tls.is_some();
     if let Some(tls) = tls {
@@ -81,6 +103,7 @@ pub async fn serve_tls(
     info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
     let result = builder
         .trace_fn(crate::telemetry::grpc_server_span)
+        .layer(crate::auth::AuthLayer::new(auth))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -53,6 +53,7 @@ impl Worker for WorkerService {
         request: Request<Streaming<v1::WorkerMessage>>,
     ) -> Result<Response<SyncStream>, Status> {
         super::require_leader(&self.state)?;
+        let caller = crate::auth::Caller::of(request.extensions()).cloned();
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await?.and_then(|m| m.kind) {
             Some(v1::worker_message::Kind::Hello(h)) => h,
@@ -85,6 +86,11 @@ impl Worker for WorkerService {
                 })
                 .collect::<Result<_, _>>()?
         };
+        if let Some(caller) = &caller {
+            for g in &gateways {
+                caller.require(crate::auth::Verb::Work, g.name()).await?;
+            }
+        }
         let session = self.sessions.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(hello.capacity as usize + 2);
         let welcome = v1::ServerMessage {
