@@ -13,8 +13,8 @@
 //! leader is killed (its elector stops without releasing the Lease; Kubernetes starts a new
 //! standby in its place). Then the writers behave as `clb-watcher` does after a server is lost:
 //! each finds out at its next server check (every `check_interval` of the watcher's defaults, at a
-//! random phase), then resyncs, backing off as the watcher does (its defaults) while no replica
-//! serves. Measured from the kill: the new leader's takeover, its first unit handed out, its
+//! random phase), then resyncs, backing off with the watcher's own `ServerBackoff` (its defaults:
+//! a refused connection waits at most 2 s) while no replica serves. Measured from the kill: the new leader's takeover, its first unit handed out, its
 //! first location unit, the last writer's resync, and convergence (NRP equal to the desired state,
 //! nothing pending); and the removals of still-desired backends, which must be zero.
 //!
@@ -32,6 +32,7 @@ use clb_sync_worker::worker::{Backoff, Limits};
 use clb_tests::bench::{CONCURRENCY, costly, env_usize, rollout_spec};
 use clb_tests::ha::{System, Writers, deploy_config, deploy_election, wait_until, watcher_scope};
 use clb_tests::{Cluster, Options, PodWriters, SplitBatch, WATCHER, scope};
+use clb_watcher::backoff::{RECONNECT_MAX, ServerBackoff};
 use clb_watcher::{Mode, WatcherConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,35 +76,33 @@ fn resyncs(cluster: &Cluster, writers: &Writers) -> Vec<Resync> {
 }
 
 /// A writer after the server it talked to died, as `clb-watcher`'s sender: it notices at its next
-/// check (`phase`), then resyncs on a new connection, backing off from `initial` doubling to `max`
-/// (±20 % jitter) while no replica serves. Returns when the resync is acknowledged.
+/// check (`phase`), then resyncs on a new connection, paced by the watcher's own
+/// [`ServerBackoff`] while no replica serves. Returns when the resync is acknowledged.
 async fn writer_after_loss(
     url: String,
     r: Resync,
     phase: Duration,
-    initial: Duration,
-    max: Duration,
-    jitter_seed: u64,
+    mut backoff: ServerBackoff,
 ) -> Instant {
-    let mut rng = StdRng::seed_from_u64(jitter_seed);
     tokio::time::sleep(phase).await;
-    let mut delay = initial;
     loop {
         let mut options = ConnectOptions::new(url.clone());
         options.attempts = 1;
-        if let Ok(client) = Client::connect(options).await {
-            let mut w = client.writer(r.source.clone());
-            match w
-                .resync_with_topology(r.scope.clone(), r.topology.clone(), r.view.clone())
-                .await
-            {
-                Ok(o) if o.rejected.is_empty() => return Instant::now(),
-                Ok(o) => panic!("{}: resync rejected: {}", r.source, o.describe_rejected()),
-                Err(_) => {}
+        let error = match Client::connect(options).await {
+            Ok(client) => {
+                let mut w = client.writer(r.source.clone());
+                match w
+                    .resync_with_topology(r.scope.clone(), r.topology.clone(), r.view.clone())
+                    .await
+                {
+                    Ok(o) if o.rejected.is_empty() => return Instant::now(),
+                    Ok(o) => panic!("{}: resync rejected: {}", r.source, o.describe_rejected()),
+                    Err(e) => e,
+                }
             }
-        }
-        tokio::time::sleep(delay.mul_f64(rng.random_range(0.8..1.2))).await;
-        delay = (delay * 2).min(max);
+            Err(e) => e,
+        };
+        tokio::time::sleep(backoff.next_delay(&error)).await;
     }
 }
 
@@ -201,9 +200,10 @@ async fn run(seed: u64, rounds: usize) -> Vec<Round> {
                     sys.service.url.clone(),
                     r,
                     phase,
-                    writer_defaults.backoff_initial,
-                    writer_defaults.backoff_max,
-                    rng.random(),
+                    ServerBackoff::new(
+                        writer_defaults.backoff_initial,
+                        writer_defaults.backoff_max,
+                    ),
                 ))
             })
             .collect();
@@ -313,7 +313,7 @@ fn main() {
     println!(
         "fail-over of the leader mid-rollout, {rounds} times: {} pods over {} locations; lease \
          {:?} / renew deadline {:?} / retry {:?} (deploy/); writers check every {:?}, back off {:?} \
-         to {:?}; seed {seed} (CLB_BENCH_SEED={seed} replays it)",
+         to {:?} ({:?} when refused); seed {seed} (CLB_BENCH_SEED={seed} replays it)",
         spec.pods(),
         spec.locations,
         election.lease_duration,
@@ -322,6 +322,7 @@ fn main() {
         writer.check_interval,
         writer.backoff_initial,
         writer.backoff_max,
+        RECONNECT_MAX,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -424,10 +424,15 @@ impl FakeApi {
 
     /// A kube client of this server through a link of its own that [`Partition::cut`] can cut:
     /// while cut, its requests get no answer (they hang until the link heals, and are then refused
-    /// with 503 without being carried out), as across a network partition.
+    /// with 503 without being carried out), as across a network partition. While
+    /// [`Partition::down`], every request is refused at once with 503, as by an API server that is
+    /// restarting.
     pub async fn partitionable_client(&self) -> (kube::Client, Partition) {
-        let partition = Partition(Arc::new(AtomicBool::new(false)));
-        let cut = partition.0.clone();
+        let partition = Partition {
+            cut: Arc::new(AtomicBool::new(false)),
+            down: Arc::new(AtomicBool::new(false)),
+        };
+        let link = partition.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let app = Router::new()
@@ -435,16 +440,18 @@ impl FakeApi {
             .with_state(self.inner.clone())
             .layer(axum::middleware::from_fn(
                 move |req: axum::extract::Request, next: axum::middleware::Next| {
-                    let cut = cut.clone();
+                    let link = link.clone();
                     async move {
-                        if cut.load(Ordering::SeqCst) {
-                            while cut.load(Ordering::SeqCst) {
+                        let refused =
+                            || json_response(503, &status_body(503, "ServiceUnavailable", "down"));
+                        if link.down.load(Ordering::SeqCst) {
+                            return refused();
+                        }
+                        if link.cut.load(Ordering::SeqCst) {
+                            while link.cut.load(Ordering::SeqCst) {
                                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                             }
-                            return json_response(
-                                503,
-                                &status_body(503, "ServiceUnavailable", "partitioned"),
-                            );
+                            return refused();
                         }
                         next.run(req).await
                     }
@@ -460,17 +467,30 @@ impl FakeApi {
 
 /// The link of a [`FakeApi::partitionable_client`].
 #[derive(Debug, Clone)]
-pub struct Partition(Arc<AtomicBool>);
+pub struct Partition {
+    cut: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
+}
 
 impl Partition {
     /// Cuts the client off the API.
     pub fn cut(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.cut.store(true, Ordering::SeqCst);
     }
 
     /// Heals the link.
     pub fn heal(&self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// The API refuses every request of this client at once (503), as while it restarts.
+    pub fn down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+    }
+
+    /// The API serves this client again.
+    pub fn up(&self) {
+        self.down.store(false, Ordering::SeqCst);
     }
 }
 

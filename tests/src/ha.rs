@@ -4,7 +4,7 @@
 //! stand-in for the Kubernetes Service in front of them, three sync workers, the NRP emulator, and
 //! the writers of a cluster (one watcher, one node agent per node).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -380,39 +380,18 @@ impl System {
 
     /// Removals NRP made after removal `from` of an address from a service `desired` still wants.
     pub fn removals_after(&self, from: u64, desired: &Expected) -> Vec<clb_nrp_emulator::Removal> {
-        self.emulator()
+        let later: Vec<_> = self
+            .emulator()
             .removals()
             .into_iter()
             .filter(|r| r.seq > from)
-            .filter(|r| {
-                r.removed_services
-                    .iter()
-                    .any(|s| desired.wants(&r.location, &r.address, s))
-            })
-            .collect()
+            .collect();
+        crate::recorder::spurious(&later, desired)
     }
 
     /// Deletions (after deletion `from`) of a resource of a service `desired` still wants.
     pub fn desired_deleted(&self, from: u64, desired: &Expected) -> Vec<String> {
-        use clb_sync_worker::worker::{load_balancer_name, nat_gateway_name, public_ip_name};
-        let names: BTreeSet<String> = desired
-            .services()
-            .iter()
-            .flat_map(|s| {
-                [
-                    s.clone(),
-                    load_balancer_name(s),
-                    nat_gateway_name(s),
-                    public_ip_name(s),
-                ]
-            })
-            .collect();
-        self.log
-            .entries()
-            .into_iter()
-            .filter(|d| d.seq > from && names.contains(&d.name))
-            .map(|d| format!("{} {}", d.what, d.name))
-            .collect()
+        self.log.deleted_desired(from, desired)
     }
 
     /// Stops everything.

@@ -21,6 +21,7 @@
 pub mod bench;
 pub mod deploy;
 pub mod ha;
+pub mod kube_objects;
 pub mod nrp;
 pub mod recorder;
 

@@ -2,14 +2,32 @@
 //! emulator's removal log covers addresses only), so that a test can check that no still-desired
 //! load balancer or NAT gateway was deleted.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use clb_embedded::Expected;
 use clb_nrp::wire::{
     AddressLocation, GatewayService, LoadBalancer, NatGateway, PublicIpAddress, ServiceGateway,
     UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
 use clb_nrp::{CallOptions, Nrp, NrpError};
+use clb_nrp_emulator::Removal;
+use clb_sync_worker::worker::{load_balancer_name, nat_gateway_name, public_ip_name};
+
+/// The removals (of the emulator's log) that took away a service an address still has in
+/// `desired`: each one removed a live backend.
+pub fn spurious(removals: &[Removal], desired: &Expected) -> Vec<Removal> {
+    removals
+        .iter()
+        .filter(|r| {
+            r.removed_services
+                .iter()
+                .any(|s| desired.wants(&r.location, &r.address, s))
+        })
+        .cloned()
+        .collect()
+}
 
 /// One service deletion sent to NRP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +69,28 @@ impl DeletionLog {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Deletions after position `from` of a resource of a service `desired` still holds (the
+    /// service itself, its load balancer, NAT gateway or public IP), as `what name`.
+    pub fn deleted_desired(&self, from: u64, desired: &Expected) -> Vec<String> {
+        let names: BTreeSet<String> = desired
+            .services()
+            .iter()
+            .flat_map(|s| {
+                [
+                    s.clone(),
+                    load_balancer_name(s),
+                    nat_gateway_name(s),
+                    public_ip_name(s),
+                ]
+            })
+            .collect();
+        self.entries()
+            .into_iter()
+            .filter(|d| d.seq > from && names.contains(&d.name))
+            .map(|d| format!("{} {}", d.what, d.name))
+            .collect()
     }
 
     /// The number of deletions so far (a position to compare later entries with).

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clb_nrp_emulator::{EmulatorConfig, Removal, Stats};
 use clb_tests::nrp::Detached;
+use clb_tests::recorder::spurious;
 use clb_tests::{
     Cluster, ClusterSpec, Expected, Harness, Options, PATIENCE, StalledWorker, WATCHER, WriterExt,
 };
@@ -40,19 +41,6 @@ fn assert_no_rule_violations(stats: &Stats) {
         .filter(|(code, _)| !BENIGN.contains(&code.as_str()))
         .collect();
     assert!(violations.is_empty(), "NRP rejected calls: {violations:?}");
-}
-
-/// Removals that took away a service an address still has in `desired`.
-fn spurious(removals: &[Removal], desired: &Expected) -> Vec<Removal> {
-    removals
-        .iter()
-        .filter(|r| {
-            r.removed_services
-                .iter()
-                .any(|s| desired.wants(&r.location, &r.address, s))
-        })
-        .cloned()
-        .collect()
 }
 
 /// Starts the system, resyncs `cluster` as the watcher and waits for convergence.

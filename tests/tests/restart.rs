@@ -15,11 +15,10 @@ use std::time::Duration;
 use clb_nrp_emulator::Removal;
 use clb_proto::v1::{ResyncScope, Update};
 use clb_state_server::state::ServerConfig;
-use clb_sync_worker::worker::{load_balancer_name, nat_gateway_name, public_ip_name};
-use clb_tests::recorder::DeletionLog;
+use clb_tests::recorder::{DeletionLog, spurious};
 use clb_tests::{
-    Cluster, ClusterSpec, Expected, GATEWAY, Harness, Options, PATIENCE, PodWriters, SplitBatch,
-    WATCHER, Writer, WriterExt, scope,
+    Cluster, ClusterSpec, GATEWAY, Harness, Options, PATIENCE, PodWriters, SplitBatch, WATCHER,
+    Writer, WriterExt, scope,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -160,40 +159,6 @@ fn set_latency(h: &Harness, ms: u64) {
     h.emulator().set_config(c).expect("valid config");
 }
 
-/// Removals that took away a service an address still has in `desired`.
-fn spurious(removals: &[Removal], desired: &Expected) -> Vec<Removal> {
-    removals
-        .iter()
-        .filter(|r| {
-            r.removed_services
-                .iter()
-                .any(|s| desired.wants(&r.location, &r.address, s))
-        })
-        .cloned()
-        .collect()
-}
-
-/// Service deletions (after position `from` of the log) of a service `desired` holds.
-fn deleted_desired(log: &DeletionLog, from: u64, desired: &Expected) -> Vec<String> {
-    let names: BTreeSet<String> = desired
-        .services()
-        .iter()
-        .flat_map(|s| {
-            [
-                s.clone(),
-                load_balancer_name(s),
-                nat_gateway_name(s),
-                public_ip_name(s),
-            ]
-        })
-        .collect();
-    log.entries()
-        .into_iter()
-        .filter(|d| d.seq > from && names.contains(&d.name))
-        .map(|d| format!("{} {}", d.what, d.name))
-        .collect()
-}
-
 /// The removals of the emulator's log after `from` (its position as `stats().removals`).
 fn removals_after(h: &Harness, from: u64) -> Vec<Removal> {
     h.emulator()
@@ -294,7 +259,7 @@ async fn restart_mid_rollout(config: ServerConfig, test: &str) {
         "seed {seed}: {} still-desired backends removed across the restart: {bad:?}",
         bad.len()
     );
-    let bad = deleted_desired(&log, deletions_at_restart, &at_restart);
+    let bad = log.deleted_desired(deletions_at_restart, &at_restart);
     assert!(
         bad.is_empty(),
         "seed {seed}: still-desired services deleted: {bad:?}"
@@ -316,7 +281,7 @@ async fn restart_mid_rollout(config: ServerConfig, test: &str) {
         bad.is_empty(),
         "seed {seed}: new pods lost services: {bad:?}"
     );
-    let bad = deleted_desired(&log, deletions_at_restart, &end);
+    let bad = log.deleted_desired(deletions_at_restart, &end);
     assert!(
         bad.is_empty(),
         "seed {seed}: desired services deleted: {bad:?}"
@@ -451,7 +416,7 @@ async fn a_node_deleted_while_the_server_was_down_is_removed_after_the_watchers_
         bad.is_empty(),
         "seed {seed}: live backends removed: {bad:?}"
     );
-    let bad = deleted_desired(&log, 0, &end);
+    let bad = log.deleted_desired(0, &end);
     assert!(
         bad.is_empty(),
         "seed {seed}: desired services deleted: {bad:?}"
@@ -589,7 +554,7 @@ async fn a_node_agent_that_never_returns_holds_back_only_its_location_and_only_f
         bad.is_empty(),
         "seed {seed}: live backends removed: {bad:?}"
     );
-    let bad = deleted_desired(&log, 0, &after);
+    let bad = log.deleted_desired(0, &after);
     assert!(
         bad.is_empty(),
         "seed {seed}: desired services deleted: {bad:?}"

@@ -47,6 +47,10 @@ pub struct Args {
     /// How often the write-back polls the state server, in milliseconds.
     #[arg(long, env = "CLB_POLL_MS", default_value_t = 1_000)]
     pub poll_ms: u64,
+    /// Largest delay before a failed watch is re-opened, in milliseconds: a change made as the API
+    /// server comes back after an outage is seen within about this long.
+    #[arg(long, env = "CLB_WATCH_BACKOFF_MAX_MS", default_value_t = 1_000)]
+    pub watch_backoff_max_ms: u64,
     /// PEM file of the CA that signs the state server's certificate.
     #[arg(long, env = "CLB_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
@@ -92,6 +96,7 @@ impl Args {
         c.finalizer = self.finalizer.clone();
         c.coalesce = Duration::from_millis(self.coalesce_ms);
         c.poll_interval = Duration::from_millis(self.poll_ms.max(1));
+        c.watch_backoff_max = Duration::from_millis(self.watch_backoff_max_ms.max(1));
         Ok(c)
     }
 }

@@ -18,6 +18,7 @@
 //! 3. the **write-back** (`writeback.rs`, cluster mode) adds the finalizer, patches the ingress IP
 //!    once the service is programmed and removes the finalizer once NRP no longer has the service.
 
+pub mod backoff;
 pub mod cli;
 pub mod decode;
 pub mod translate;
@@ -102,8 +103,14 @@ pub struct WatcherConfig {
     pub check_interval: Duration,
     /// First delay after a failed call to the state server (doubled up to `backoff_max`).
     pub backoff_initial: Duration,
-    /// Largest delay between attempts.
+    /// Largest delay between attempts after a failed call; a refused one (no connection, or
+    /// `UNAVAILABLE` from a standby) waits at most [`backoff::RECONNECT_MAX`] (2 s).
     pub backoff_max: Duration,
+    /// Largest delay before a failed watch connection is tried again (from 200 ms, doubling, with
+    /// jitter; reset by any event). It bounds how long after an API-server outage a change takes
+    /// to be seen: kube's default (30 s, client-go's) let a change written as the API server came
+    /// back wait 10–15 s. An expired watch (`410 Gone`) never waits.
+    pub watch_backoff_max: Duration,
 }
 
 impl WatcherConfig {
@@ -125,6 +132,7 @@ impl WatcherConfig {
             check_interval: Duration::from_secs(10),
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
+            watch_backoff_max: Duration::from_secs(1),
         }
     }
 
@@ -313,8 +321,8 @@ pub async fn run(
 
 type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
 
-/// One watch stream per kind, merged. Failed connections are retried with kube's default backoff;
-/// an expired watch (410 Gone) relists at once ([`relist::paced`]).
+/// One watch stream per kind, merged. Failed connections are retried with
+/// [`relist::connection_backoff`]; an expired watch (410 Gone) relists at once ([`relist::paced`]).
 fn streams(
     kube: &kube::Client,
     config: &WatcherConfig,
@@ -352,7 +360,7 @@ fn streams(
         let api: Api<DynamicObject> = Api::all_with(kube.clone(), &resource);
         let s = relist::paced(
             watcher::watcher(api, wc),
-            watcher::DefaultBackoff::default(),
+            relist::connection_backoff(config.watch_backoff_max),
         )
         .map(move |e| (kind, e))
         .boxed();

@@ -11,6 +11,19 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
+/// The backoff between attempts to re-open a failed watch: 200 ms (or `max` if smaller), doubling
+/// up to `max`, with jitter. [`paced`] resets it on any event or `410 Gone`.
+pub fn connection_backoff(max: Duration) -> watcher::ExponentialBackoff {
+    let max = max.max(Duration::from_millis(1));
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200).min(max))
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 /// Whether `e` is an expired watch (`410 Gone`): the next poll of the watcher relists.
 pub fn is_gone(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::WatchError(s) if s.code == 410)
@@ -100,5 +113,19 @@ mod tests {
         // Before each item, the wait the previous one earned: 503s back off 1, 2, 4 s; the 410 is
         // followed at once by the relist's event; after an event the backoff starts over at 1 s.
         assert_eq!(waits, vec![0, 1, 2, 4, 0, 0, 1]);
+    }
+
+    /// During a long outage the delay between attempts stops growing at the cap (plus at most the
+    /// same again of jitter), so the first attempt after the API server is back comes within about
+    /// 2 s of it with the default cap of 1 s — kube's default grew to 30 s.
+    #[test]
+    fn the_connection_backoff_stops_growing_at_its_cap() {
+        let max = Duration::from_secs(1);
+        let mut b = connection_backoff(max);
+        let delays: Vec<Duration> = (0..50).map(|_| b.next().expect("never gives up")).collect();
+        assert!(delays[0] < Duration::from_millis(401), "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= 2 * max), "{delays:?}");
+        b.reset();
+        assert!(b.next().unwrap() < Duration::from_millis(401));
     }
 }

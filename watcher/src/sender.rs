@@ -6,13 +6,13 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clb_proto::v1::{ClusterNode, ClusterTopology, ResyncScope, Update};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{Mode, SharedRef, WatcherConfig, lock};
+use crate::backoff::ServerBackoff;
 use clb_client::client::{Client, ClientError, ConnectOptions, scope};
 
 /// A connection to the state server, made on demand (one attempt per call; the caller backs off).
@@ -46,35 +46,6 @@ impl Conn {
     /// Forgets the connection after a failure; the next call reconnects.
     pub(crate) fn reset(&mut self) {
         self.client = None;
-    }
-}
-
-/// Exponential backoff with ±20 % jitter.
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
-        Self {
-            initial,
-            max,
-            next: initial,
-        }
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.next = self.initial;
-    }
-
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        let jitter = rand::random_range(0.8..1.2);
-        d.mul_f64(jitter)
     }
 }
 
@@ -193,8 +164,10 @@ pub(crate) async fn run(
 ) -> Result<(), ClientError> {
     let source = config.source();
     let mut conn = Conn::new(&config.server);
-    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
     let mut failed = false;
+    // The delay the last failure earned, slept before the next attempt.
+    let mut pause: Option<std::time::Duration> = None;
     let mut has_resynced = false;
     let mut next_check = Instant::now() + config.check_interval;
     loop {
@@ -225,6 +198,7 @@ pub(crate) async fn run(
                         s.settle();
                     }
                     Err(e) => {
+                        pause = Some(backoff.next_delay(&e));
                         fail_or_return(e, &mut s, &mut conn)?;
                         failed = true;
                     }
@@ -249,6 +223,7 @@ pub(crate) async fn run(
                         continue;
                     }
                     Err(e) => {
+                        pause = Some(backoff.next_delay(&e));
                         fail_or_return(e, &mut lock(&shared), &mut conn)?;
                         failed = true;
                     }
@@ -266,14 +241,14 @@ pub(crate) async fn run(
                         s.settle();
                     }
                     Err(e) => {
+                        pause = Some(backoff.next_delay(&e));
                         fail_or_return(e, &mut s, &mut conn)?;
                         failed = true;
                     }
                 }
             }
         }
-        if failed {
-            let delay = backoff.next_delay();
+        if let Some(delay) = pause.take() {
             tracing::debug!(?delay, "backing off before the resync");
             tokio::time::sleep(delay).await;
         }

@@ -1,0 +1,87 @@
+//! Kubernetes objects as the API server stores them (JSON), for the fake API
+//! ([`crate::fake_kube`]), and a watcher or node agent running in a task against it.
+
+use clb_watcher::{EGRESS_LABEL, WatcherConfig};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::PATIENCE;
+
+/// A Service `default/name` with `spec`.
+pub fn service(name: &str, uid: &str, spec: Value) -> Value {
+    json!({"metadata": {"namespace": "default", "name": name, "uid": uid}, "spec": spec})
+}
+
+/// One endpoint of an EndpointSlice.
+pub fn endpoint(address: &str, node: &str, ready: bool) -> Value {
+    json!({"addresses": [address], "nodeName": node, "conditions": {"ready": ready}})
+}
+
+/// An EndpointSlice `default/name` of Service `service` (`family`: `IPv4` or `IPv6`).
+pub fn slice(name: &str, service: &str, family: &str, endpoints: Vec<Value>) -> Value {
+    json!({
+        "metadata": {"namespace": "default", "name": name,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": family,
+        "endpoints": endpoints,
+    })
+}
+
+/// A Node with these InternalIPs.
+pub fn node(name: &str, ips: &[&str]) -> Value {
+    let addresses: Vec<Value> = ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    json!({"metadata": {"name": name, "uid": format!("uid-{name}")}, "status": {"addresses": addresses}})
+}
+
+/// A running Pod `default/name` on `node`, with the egress label when `egress` is set.
+pub fn pod(name: &str, node: &str, ips: &[&str], egress: Option<&str>) -> Value {
+    let mut labels = json!({"app": "demo"});
+    if let Some(e) = egress {
+        labels[EGRESS_LABEL] = json!(e);
+    }
+    let pod_ips: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+    json!({
+        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"), "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running", "podIP": ips.first(), "podIPs": pod_ips},
+    })
+}
+
+/// A watcher or node agent (`clb_watcher::run`) in a task.
+#[derive(Debug)]
+pub struct RunningWatcher {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningWatcher {
+    /// Starts `config` against the API `kube` talks to.
+    pub fn start(config: WatcherConfig, kube: kube::Client) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            clb_watcher::run(config, kube, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the watcher runs");
+        });
+        Self {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops it and waits for its end.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(PATIENCE, &mut self.task)
+            .await
+            .expect("the watcher stops")
+            .expect("the watcher task");
+    }
+}
