@@ -431,17 +431,23 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
     // (c) Programmed: the ingress IP is written to the status subresource, as GetService has it.
     let ingress_ip = eventually("status.loadBalancer.ingress of web is patched", || async {
         let state = client.service(WEB).await.map_err(|e| e.to_string())?;
+        // The ingress goes with the condition in one status patch, with a resourceVersion
+        // precondition (the condition list is replaced as a whole).
         let patch = fake
             .patches()
             .into_iter()
-            .find(|p| p.path == "/api/v1/namespaces/default/services/web/status")
+            .find(|p| {
+                p.path == "/api/v1/namespaces/default/services/web/status"
+                    && p.body.pointer("/status/loadBalancer").is_some()
+            })
             .ok_or("no status PATCH yet")?;
         assert!(state.actual);
         assert_eq!(patch.content_type, "application/merge-patch+json");
         assert_eq!(
-            patch.body,
-            json!({"status": {"loadBalancer": {"ingress": [{"ip": state.frontend_ip}]}}})
+            patch.body["status"]["loadBalancer"],
+            json!({"ingress": [{"ip": state.frontend_ip}]})
         );
+        assert!(patch.body["metadata"]["resourceVersion"].is_string());
         Ok(state.frontend_ip)
     })
     .await;
