@@ -46,6 +46,11 @@ pub struct Args {
     /// on).
     #[arg(long, env = "CLB_TLS_DOMAIN", value_name = "NAME")]
     pub tls_domain: Option<String>,
+    /// File of the bearer token sent to the state server (the projected ServiceAccount token with
+    /// the audience `clb`), re-read when the kubelet rotates it. Default:
+    /// /var/run/secrets/clb/token if it exists, else no token.
+    #[arg(long, env = "CLB_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// Name of this worker (default: hostname-pid).
     #[arg(long, env = "CLB_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -149,6 +154,7 @@ impl Args {
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
         let mut c = WorkerConfig::new(&self.server, worker_id);
         c.tls = self.tls()?;
+        c.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
         c.capacity = self.capacity;
         c.gateways = self
             .gateways

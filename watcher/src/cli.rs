@@ -60,6 +60,11 @@ pub struct Args {
     /// The key of `--tls-cert`.
     #[arg(long, env = "CLB_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// File of the bearer token sent with every call (the projected ServiceAccount token with the
+    /// audience `clb`), re-read when the kubelet rotates it. Default:
+    /// /var/run/secrets/clb/token if it exists, else no token.
+    #[arg(long, env = "CLB_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -67,6 +72,7 @@ impl Args {
     pub fn config(&self) -> anyhow::Result<WatcherConfig> {
         let mut server = ConnectOptions::new(&self.server);
         server.gateway = self.gateway.clone();
+        server.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
         if self.server.starts_with("https://") || self.tls_ca.is_some() {
             let read = |p: &std::path::PathBuf| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))

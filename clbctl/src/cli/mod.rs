@@ -69,15 +69,48 @@ pub struct Global {
     /// Output format.
     #[arg(long, short = 'o', global = true, help_heading = "Global options", value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL).
+    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL;
+    /// `--ca-cert` is the older name).
     #[arg(
-        long,
+        long = "tls-ca",
+        visible_alias = "ca-cert",
         global = true,
         help_heading = "Global options",
         env = "CLB_CA_CERT",
         value_name = "FILE"
     )]
     pub ca_cert: Option<std::path::PathBuf>,
+    /// PEM certificate of this client, for mutual TLS (needs --tls-key and an `https://` URL).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// File of the bearer token every call sends (a server with --authentication=kubernetes: a
+    /// token for the audience `clb`, e.g. `kubectl create token NAME --audience clb > FILE`);
+    /// re-read when it changes. Default: /var/run/secrets/clb/token if it exists.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
     /// Connection attempts before giving up (with exponential backoff from 200 ms).
     #[arg(
         long,
@@ -164,16 +197,30 @@ impl Global {
             ),
             None => None,
         };
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let read = |p: &std::path::PathBuf, what: &str| {
+                    std::fs::read(p)
+                        .with_context(|| format!("cannot read the {what} file {}", p.display()))
+                };
+                Some((read(cert, "--tls-cert")?, read(key, "--tls-key")?))
+            }
+            _ => None,
+        };
         let https = server.starts_with("https://");
-        if ca_pem.is_some() && !https {
-            anyhow::bail!("--ca-cert is for TLS: the server URL {server} must start with https://");
+        if (ca_pem.is_some() || identity.is_some()) && !https {
+            anyhow::bail!(
+                "--tls-ca/--tls-cert are for TLS: the server URL {server} must start with https://"
+            );
         }
         if https {
             options.tls = Some(TlsOptions {
                 ca_pem,
+                identity,
                 ..TlsOptions::default()
             });
         }
+        options.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
         Ok(options)
     }
 

@@ -21,6 +21,9 @@ pub struct WorkerConfig {
     /// `https://` URL is TLS with default settings; `Some` is TLS even if the URL says `http://`
     /// (see [`WorkerConfig::connect_url`]).
     pub tls: Option<WorkerTls>,
+    /// File of the bearer token sent with `Sync` (`authorization: Bearer <token>`), read at each
+    /// session start; `None` sends none.
+    pub token_file: Option<std::path::PathBuf>,
     /// A stable, unique name of the worker (its pod name), sent in `Hello`.
     pub worker_id: String,
     /// The largest number of units in flight at once (at least 1), sent in `Hello`.
@@ -58,6 +61,7 @@ impl WorkerConfig {
         Self {
             server: server.into(),
             tls: None,
+            token_file: None,
             worker_id: worker_id.into(),
             capacity: 4,
             gateways: Vec::new(),

@@ -157,7 +157,14 @@ async fn session(
         }
         () = stop.cancelled() => return Ok(SessionEnd::Shutdown),
     };
-    let mut client = WorkerClient::new(channel);
+    // The trace context and the bearer token (re-read from its file at each session).
+    let calls = clb_client::token::CallInterceptor::new(
+        config
+            .token_file
+            .clone()
+            .map(clb_client::token::TokenFile::new),
+    );
+    let mut client = WorkerClient::with_interceptor(channel, calls);
     let capacity = config.capacity.max(1);
     let (tx, rx) = mpsc::channel::<WorkerMessage>(64 + 4 * capacity as usize);
     let hello = Hello {
