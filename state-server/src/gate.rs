@@ -19,7 +19,16 @@
 //!
 //! A first read-back that finds nothing the desired state does not hold (no location, no service
 //! that is not desired) leaves nothing to protect: only `--expected-writers` still hold removals
-//! back. Once open, the gate stays open for the server's lifetime.
+//! back. Once open, the restart part of the gate stays open for the server's lifetime.
+//!
+//! **Handovers.** The same gate applies, at any time, to a location whose pod owner changes (see
+//! [`RestartGate::resync_completed`]): the watcher's topology gives the location's pods to another
+//! writer, the watcher's cluster view stops covering `pods`, or a declared node goes. The pods the
+//! old owner wrote there are nobody's any more, so they leave the desired state at once (the
+//! caller drops them), while removals at the location are withheld until the new owner has
+//! resynced it (its view is then the truth there), for at most `resync_wait` after the handover,
+//! exactly as after a restart. A declared node that goes is released at once (its pods are gone);
+//! a location nobody owns any more with no topology waits for any writer's pods resync of it.
 //!
 //! Pure (no I/O, time passed in): the [`Gateway`](crate::state::Gateway) feeds it and applies what
 //! it decides to its DiffTracker with [`DiffTracker::set_withheld`].
@@ -63,8 +72,12 @@ pub enum HoldReason {
     ClusterView,
     /// A writer of `--expected-writers` has not resynced yet.
     ExpectedWriter(String),
-    /// The pod writer of some declared nodes has not resynced their locations yet.
+    /// The pod writer of some declared nodes has not resynced their locations yet (after a start,
+    /// or after their pods were handed over to it).
     PodWriter(String),
+    /// The writer of the pods at some locations stopped reporting them and no topology names a
+    /// new owner: any writer's pods resync of a location releases it.
+    NoPodWriter,
 }
 
 impl HoldReason {
@@ -75,15 +88,17 @@ impl HoldReason {
             Self::ClusterView => "cluster_view",
             Self::ExpectedWriter(_) => "expected_writer",
             Self::PodWriter(_) => "pod_writer",
+            Self::NoPodWriter => "no_pod_writer",
         }
     }
 
     /// Every label, in order.
-    pub const LABELS: [&'static str; 4] = [
+    pub const LABELS: [&'static str; 5] = [
         "nrp_not_observed",
         "cluster_view",
         "expected_writer",
         "pod_writer",
+        "no_pod_writer",
     ];
 
     /// The writer waited for, if the reason names one.
@@ -138,13 +153,35 @@ pub struct GateView {
     pub holds: Vec<HoldView>,
 }
 
-/// What the pods resyncs of one source covered.
+/// What the pods resyncs of one source covered since the start, less the locations whose pods
+/// were handed over since (a resync before a handover does not speak for the location after it).
 #[derive(Debug, Clone)]
 enum PodsCover {
-    /// Every location.
-    All,
+    /// Every location but these.
+    All(HashSet<IpAddr>),
     /// These locations.
     At(HashSet<IpAddr>),
+}
+
+/// Pods handed over at one location: removals there wait for the new owner's resync of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Handoff {
+    /// The new owner; `None`: any writer's pods resync of the location.
+    to: Option<String>,
+    /// When the server stops waiting.
+    deadline: Instant,
+}
+
+/// What the caller must do after a resync that changed who owns the pods of some locations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handover {
+    /// Locations whose pods must leave the desired state: their owner changed and the new one has
+    /// not resynced them (removals there are withheld while it may still come, unless the node is
+    /// gone).
+    pub drop_pods_at: Vec<IpAddr>,
+    /// Writers that now own pods they have not resynced: the server forgets their last resync, so
+    /// that a live writer (which checks `Admin.Status` for it) resyncs.
+    pub resync_asked: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +210,8 @@ pub struct RestartGate {
     open: bool,
     /// The first read-back found nothing to protect: only `--expected-writers` still hold.
     nothing_to_protect: bool,
+    /// Locations whose pods were handed over and whose new owner has not resynced them yet.
+    handoffs: BTreeMap<IpAddr, Handoff>,
 }
 
 impl RestartGate {
@@ -190,12 +229,14 @@ impl RestartGate {
             dirty: true,
             open: false,
             nothing_to_protect: false,
+            handoffs: BTreeMap::new(),
         };
         gate.holds = gate.compute(Instant::now());
         gate
     }
 
-    /// True once nothing is withheld any more (for good).
+    /// True once the restart part of the gate is open (for good). Handovers may still hold
+    /// locations back ([`RestartGate::holds`]).
     pub fn is_open(&self) -> bool {
         self.open
     }
@@ -227,22 +268,54 @@ impl RestartGate {
         self.observed_at.is_some()
     }
 
-    /// A resync of `source` covering `scope` completed; `topology` is what its header declared.
+    /// A resync of `source` covering `scope` completed; `topology` is what its header declared;
+    /// `tracker` is the desired state after the resync was applied. Returns what changed hands.
+    ///
+    /// The pods at a location are owned by the writer its node declares in the cluster view's
+    /// topology; at a location of no declared node (or with no topology), by a writer whose pods
+    /// resync covers every location, else by one that resynced that location. A cluster view
+    /// without `pods` ends its source's claim on pods. When this resync changes the owner of a
+    /// location that holds pods (or that waits for a handover), the old owner's resync no longer
+    /// speaks for it: unless the new owner is this very resync's source and the resync covered
+    /// the location, its pods leave the desired state and removals there wait for the new owner's
+    /// resync, for at most `resync_wait` (a declared node that went is released at once).
     pub fn resync_completed(
         &mut self,
         source: &str,
         scope: &Scope,
         topology: Option<&Topology>,
+        tracker: &DiffTracker,
         now: Instant,
-    ) {
+    ) -> Handover {
         self.dirty = true;
         self.resynced.insert(source.to_owned());
+        // Only a cluster view or a resync of every pod can change a location's owner: a resync of
+        // the pods at one location only adds coverage. (Both cost O(cluster) anyway.)
+        let may_change_owners = scope.services || (scope.pods && scope.location.is_none());
+        let before: Vec<(IpAddr, Option<String>, bool)> = if may_change_owners {
+            let mut locations: BTreeSet<IpAddr> =
+                tracker.pods(None).into_iter().map(|(_, l)| l).collect();
+            locations.extend(self.handoffs.keys().copied());
+            locations
+                .into_iter()
+                .map(|l| {
+                    let owner = self.owner(l);
+                    let covered = owner.as_deref().is_some_and(|o| self.covers(o, l));
+                    (l, owner, covered)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         if scope.pods {
             match (scope.location, self.pods.get_mut(source)) {
                 (None, _) => {
-                    self.pods.insert(source.to_owned(), PodsCover::All);
+                    self.pods
+                        .insert(source.to_owned(), PodsCover::All(HashSet::new()));
                 }
-                (Some(_), Some(PodsCover::All)) => {}
+                (Some(l), Some(PodsCover::All(except))) => {
+                    except.remove(&l);
+                }
                 (Some(l), Some(PodsCover::At(set))) => {
                     set.insert(l);
                 }
@@ -251,10 +324,81 @@ impl RestartGate {
                         .insert(source.to_owned(), PodsCover::At(HashSet::from([l])));
                 }
             }
+        } else if scope.services {
+            // The writer's whole view no longer reports pods: it owns none any more.
+            self.pods.remove(source);
         }
-        if !scope.services {
-            return;
+        if scope.services {
+            self.cluster_view_resynced(source, topology, now);
         }
+        let mut out = Handover::default();
+        for (location, old, was_covered) in before {
+            let new = self.owner(location);
+            let covered = new.as_deref().is_some_and(|o| self.covers(o, location));
+            // A declared owner that stops reporting pods hands them over to itself: it must
+            // resync them again (or they go after the bound).
+            let stopped_covering = new == old && was_covered && !covered;
+            if (new == old && !stopped_covering)
+                || (old.is_none() && !self.handoffs.contains_key(&location))
+            {
+                // Unchanged, or nothing known to hand over (state written before any owner was
+                // known is the restart gate's business).
+                continue;
+            }
+            let by_this_resync = scope.pods
+                && scope.location.is_none_or(|l| l == location)
+                && new.as_deref() == Some(source);
+            self.forget_coverage(location, by_this_resync.then_some(source));
+            if by_this_resync {
+                // The new owner's view of the location is in this very resync.
+                self.handoffs.remove(&location);
+                continue;
+            }
+            out.drop_pods_at.push(location);
+            if new.is_none() && self.topology().is_some() {
+                // A declared node that went: its pods went with it.
+                self.handoffs.remove(&location);
+                continue;
+            }
+            if let Some(to) = &new
+                && !out.resync_asked.contains(to)
+            {
+                out.resync_asked.push(to.clone());
+            }
+            tracing::info!(
+                location = %location,
+                from = old.as_deref().unwrap_or("-"),
+                to = new.as_deref().unwrap_or("any pods writer"),
+                bound = ?self.resync_wait,
+                "pods handed over: removals at the location wait for the new owner's resync"
+            );
+            self.handoffs.insert(
+                location,
+                Handoff {
+                    to: new,
+                    deadline: now + self.resync_wait,
+                },
+            );
+        }
+        // Handoffs this resync completes: the new owner (or, for an unowned location, anyone)
+        // resynced the location.
+        if scope.pods {
+            let covered: Vec<IpAddr> = self
+                .handoffs
+                .iter()
+                .filter(|(l, h)| {
+                    h.to.as_deref().is_none_or(|to| to == source) && self.covers(source, **l)
+                })
+                .map(|(l, _)| *l)
+                .collect();
+            for l in covered {
+                self.handoffs.remove(&l);
+            }
+        }
+        out
+    }
+
+    fn cluster_view_resynced(&mut self, source: &str, topology: Option<&Topology>, now: Instant) {
         let topology = topology.map(|t| {
             let mut map = HashMap::new();
             for n in &t.nodes {
@@ -290,13 +434,56 @@ impl RestartGate {
         });
     }
 
+    /// The declared topology (location → (node, pods source)), if the cluster view declared one.
+    fn topology(&self) -> Option<&HashMap<IpAddr, (String, String)>> {
+        self.cluster_view
+            .as_ref()
+            .and_then(|cv| cv.topology.as_ref())
+    }
+
+    /// Who owns the pods at `location` now (see [`RestartGate::resync_completed`]).
+    fn owner(&self, location: IpAddr) -> Option<String> {
+        if let Some((_, owner)) = self.topology().and_then(|t| t.get(&location)) {
+            return Some(owner.clone());
+        }
+        let mut covering: Vec<(bool, &String)> = self
+            .pods
+            .iter()
+            .filter(|(w, _)| self.covers(w, location))
+            .map(|(w, c)| (!matches!(c, PodsCover::All(_)), w))
+            .collect();
+        if self.topology().is_some() {
+            // At a location of no declared node only a writer of every pod speaks for it.
+            covering.retain(|(partial, _)| !partial);
+        }
+        covering.sort_unstable();
+        covering.first().map(|(_, w)| (*w).clone())
+    }
+
+    /// Forgets every writer's resync of `location` (but `keep`'s): its pods changed hands.
+    fn forget_coverage(&mut self, location: IpAddr, keep: Option<&str>) {
+        for (writer, cover) in &mut self.pods {
+            if Some(writer.as_str()) == keep {
+                continue;
+            }
+            match cover {
+                PodsCover::All(except) => {
+                    except.insert(location);
+                }
+                PodsCover::At(set) => {
+                    set.remove(&location);
+                }
+            }
+        }
+    }
+
     fn covers_any(&self, source: &str) -> bool {
         self.pods.contains_key(source)
     }
 
     fn covers(&self, source: &str, location: IpAddr) -> bool {
         match self.pods.get(source) {
-            Some(PodsCover::All) => true,
+            Some(PodsCover::All(except)) => !except.contains(&location),
             Some(PodsCover::At(set)) => set.contains(&location),
             None => false,
         }
@@ -310,19 +497,18 @@ impl RestartGate {
     }
 
     /// Recomputes the holds if something changed or a bound passed; returns what the tracker must
-    /// withhold when that changed (`None`: nothing to do). Cheap when nothing changed.
+    /// withhold when that may have changed (`None`: nothing to do). Cheap when nothing changed.
     pub fn poll(&mut self, now: Instant) -> Option<Withheld> {
-        if self.open && self.holds.is_empty() {
-            return None;
-        }
-        let deadline = self.deadline();
-        let passed = deadline.is_some_and(|d| now >= d);
-        let bound_passed = passed && self.holds.iter().any(|h| h.deadline.is_some());
+        let bound_passed = self
+            .holds
+            .iter()
+            .any(|h| h.deadline.is_some_and(|d| now >= d));
         if !self.dirty && !bound_passed {
             return None;
         }
         self.dirty = false;
-        let holds = if self.open {
+        let was_clear = self.open && self.holds.is_empty();
+        let mut holds = if self.open {
             Vec::new()
         } else {
             self.compute(now)
@@ -331,8 +517,54 @@ impl RestartGate {
             tracing::info!("restart gate open: every writer resynced, removals are sent");
             self.open = true;
         }
+        holds.extend(self.handoff_holds(now));
         self.holds = holds;
+        if was_clear && self.holds.is_empty() {
+            return None;
+        }
         Some(self.withheld())
+    }
+
+    /// The holds of the pending handovers, one per new owner and deadline; gives up on those whose
+    /// bound passed.
+    fn handoff_holds(&mut self, now: Instant) -> Vec<Hold> {
+        let expired: Vec<IpAddr> = self
+            .handoffs
+            .iter()
+            .filter(|(_, h)| now >= h.deadline)
+            .map(|(l, _)| *l)
+            .collect();
+        let mut gave_up: BTreeMap<Option<String>, Vec<IpAddr>> = BTreeMap::new();
+        for l in expired {
+            if let Some(h) = self.handoffs.remove(&l) {
+                gave_up.entry(h.to).or_default().push(l);
+            }
+        }
+        for (to, locations) in gave_up {
+            tracing::warn!(
+                writer = to.as_deref().unwrap_or("any pods writer"),
+                locations = locations.len(),
+                first = ?locations.first(),
+                waited = ?self.resync_wait,
+                "no resync of handed-over pods from their new owner: the old owner's pods there \
+                 are removed"
+            );
+        }
+        let mut grouped: BTreeMap<(Option<String>, Instant), Vec<IpAddr>> = BTreeMap::new();
+        for (l, h) in &self.handoffs {
+            grouped
+                .entry((h.to.clone(), h.deadline))
+                .or_default()
+                .push(*l);
+        }
+        grouped
+            .into_iter()
+            .map(|((to, deadline), locations)| Hold {
+                reason: to.map_or(HoldReason::NoPodWriter, HoldReason::PodWriter),
+                locations: Some(locations),
+                deadline: Some(deadline),
+            })
+            .collect()
     }
 
     fn compute(&mut self, now: Instant) -> Vec<Hold> {
@@ -543,22 +775,52 @@ mod tests {
         assert_eq!(g.poll(t0), Some(Withheld::everything()));
         assert_eq!(g.poll(t0), None, "nothing changed");
         // A node agent first: nothing opens before the cluster view.
-        g.resync_completed("node-agent/b", &pods_at("10.0.0.2"), None, t0);
+        g.resync_completed(
+            "node-agent/b",
+            &pods_at("10.0.0.2"),
+            None,
+            &DiffTracker::new(),
+            t0,
+        );
         assert_eq!(g.poll(t0), Some(Withheld::everything()));
         g.observed(t0, false);
-        g.resync_completed("watcher", &cluster_view(), Some(&topology()), t0);
+        g.resync_completed(
+            "watcher",
+            &cluster_view(),
+            Some(&topology()),
+            &DiffTracker::new(),
+            t0,
+        );
         let w = g.poll(t0).unwrap();
         assert_eq!(w.locations, only(&["10.0.0.1", "fd00::1"]));
         assert!(!w.inbound_deletions && w.outbound_deletions);
         assert_eq!(g.pending_writers(), ["node-agent/a"]);
         // Agent a resyncs one of its two locations, then the other.
-        g.resync_completed("node-agent/a", &pods_at("10.0.0.1"), None, t0);
+        g.resync_completed(
+            "node-agent/a",
+            &pods_at("10.0.0.1"),
+            None,
+            &DiffTracker::new(),
+            t0,
+        );
         assert_eq!(g.poll(t0).unwrap().locations, only(&["fd00::1"]));
-        g.resync_completed("node-agent/a", &pods_at("fd00::1"), None, t0);
+        g.resync_completed(
+            "node-agent/a",
+            &pods_at("fd00::1"),
+            None,
+            &DiffTracker::new(),
+            t0,
+        );
         assert_eq!(g.poll(t0), Some(Withheld::nothing()));
         assert!(g.is_open());
         // Open for good.
-        g.resync_completed("watcher", &cluster_view(), Some(&Topology::default()), t0);
+        g.resync_completed(
+            "watcher",
+            &cluster_view(),
+            Some(&Topology::default()),
+            &DiffTracker::new(),
+            t0,
+        );
         assert_eq!(g.poll(t0 + Duration::from_secs(3600)), None);
     }
 
@@ -567,11 +829,29 @@ mod tests {
         let t0 = Instant::now();
         let bound = Duration::from_secs(60);
         let mut g = RestartGate::new(Vec::new(), bound);
-        g.resync_completed("watcher", &cluster_view(), Some(&topology()), t0);
+        g.resync_completed(
+            "watcher",
+            &cluster_view(),
+            Some(&topology()),
+            &DiffTracker::new(),
+            t0,
+        );
         let later = t0 + Duration::from_secs(10);
         g.observed(later, false);
-        g.resync_completed("node-agent/a", &pods_at("10.0.0.1"), None, later);
-        g.resync_completed("node-agent/a", &pods_at("fd00::1"), None, later);
+        g.resync_completed(
+            "node-agent/a",
+            &pods_at("10.0.0.1"),
+            None,
+            &DiffTracker::new(),
+            later,
+        );
+        g.resync_completed(
+            "node-agent/a",
+            &pods_at("fd00::1"),
+            None,
+            &DiffTracker::new(),
+            later,
+        );
         assert_eq!(g.poll(later).unwrap().locations, only(&["10.0.0.2"]));
         // The bound counts from when both the read-back and the cluster view are there.
         assert_eq!(g.poll(t0 + bound), None);
@@ -591,11 +871,11 @@ mod tests {
             ["watcher", "extra"],
             "expected writers are listed before the cluster view"
         );
-        g.resync_completed("watcher", &cluster_view(), None, t0);
+        g.resync_completed("watcher", &cluster_view(), None, &DiffTracker::new(), t0);
         assert_eq!(g.poll(t0), Some(Withheld::everything()));
         assert_eq!(g.pending_writers(), ["extra"]);
         assert_eq!(g.holds()[0].deadline, Some(t0 + bound));
-        g.resync_completed("extra", &pods_at("10.0.0.9"), None, t0);
+        g.resync_completed("extra", &pods_at("10.0.0.9"), None, &DiffTracker::new(), t0);
         assert_eq!(g.poll(t0), Some(Withheld::nothing()));
     }
 
@@ -617,7 +897,13 @@ mod tests {
         g.observed(t0, true);
         assert_eq!(g.poll(t0), Some(Withheld::everything()));
         assert_eq!(g.pending_writers(), ["watcher"]);
-        g.resync_completed("watcher", &pods_at("10.0.0.1"), None, t0);
+        g.resync_completed(
+            "watcher",
+            &pods_at("10.0.0.1"),
+            None,
+            &DiffTracker::new(),
+            t0,
+        );
         assert_eq!(g.poll(t0), Some(Withheld::nothing()));
     }
 
@@ -636,7 +922,302 @@ mod tests {
             pods: true,
             ..Scope::default()
         };
-        g.resync_completed("watcher", &all, Some(&topo), t0);
+        g.resync_completed("watcher", &all, Some(&topo), &DiffTracker::new(), t0);
         assert_eq!(g.poll(t0), Some(Withheld::nothing()));
+    }
+}
+
+#[cfg(test)]
+mod handover_tests {
+    use super::*;
+    use clb_core::difftracker::{Operation, PodUpdate};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn scope(services: bool, pods: bool, location: Option<&str>) -> Scope {
+        Scope {
+            services,
+            endpoints: services,
+            pods,
+            location: location.map(ip),
+            ..Scope::default()
+        }
+    }
+
+    /// Nodes a (10.0.0.1, fd00::1), b (10.0.0.2) and c (10.0.0.3); `agents`: whose pods the node
+    /// agents report (the watcher reports the others).
+    fn topology(agents: &[&str]) -> Topology {
+        let node = |name: &str, l: &[&str]| NodeDecl {
+            name: name.into(),
+            locations: l.iter().map(|s| ip(s)).collect(),
+            pods_source: if agents.contains(&name) {
+                format!("node-agent/{name}")
+            } else {
+                "watcher".into()
+            },
+        };
+        Topology {
+            nodes: vec![
+                node("a", &["10.0.0.1", "fd00::1"]),
+                node("b", &["10.0.0.2"]),
+                node("c", &["10.0.0.3"]),
+            ],
+        }
+    }
+
+    /// One pod at each of 10.0.0.1, 10.0.0.2 and 10.0.0.3.
+    fn tracker() -> DiffTracker {
+        let mut t = DiffTracker::new();
+        for (i, l) in ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().enumerate() {
+            let address = format!("10.1.0.{}", i + 1);
+            let pod = PodUpdate {
+                address: &address,
+                location: l,
+                outbound_identity: "eg",
+                uid: "",
+            };
+            t.update_pod(Operation::Add, &pod).unwrap();
+        }
+        t
+    }
+
+    fn only(list: &[&str]) -> WithheldLocations {
+        WithheldLocations::Only(list.iter().map(|s| ip(s)).collect())
+    }
+
+    /// An open gate after the cluster view (with `topology`, if any; reporting the pods itself
+    /// unless the topology gives some to node agents) and the resyncs of those node agents.
+    fn open_gate(t: &DiffTracker, topology: Option<&Topology>, t0: Instant) -> RestartGate {
+        let mut g = RestartGate::new(Vec::new(), Duration::from_secs(60));
+        g.observed(t0, false);
+        let agents: Vec<(String, IpAddr)> = topology
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .filter(|n| n.pods_source != "watcher")
+            .flat_map(|n| n.locations.iter().map(|l| (n.pods_source.clone(), *l)))
+            .collect();
+        let pods = agents.is_empty();
+        let h = g.resync_completed("watcher", &scope(true, pods, None), topology, t, t0);
+        assert_eq!(h, Handover::default());
+        for (agent, l) in agents {
+            let at = Scope {
+                pods: true,
+                location: Some(l),
+                ..Scope::default()
+            };
+            assert_eq!(
+                g.resync_completed(&agent, &at, None, t, t0),
+                Handover::default()
+            );
+        }
+        assert_eq!(g.poll(t0), Some(Withheld::nothing()));
+        assert!(g.is_open());
+        g
+    }
+
+    #[test]
+    fn pods_handed_to_node_agents_wait_for_each_agent_s_resync_then_for_the_bound_only() {
+        let t0 = Instant::now();
+        let t = tracker();
+        let mut g = open_gate(&t, Some(&topology(&[])), t0);
+        // Agent b resynced before the handover: that view does not speak for after it.
+        g.resync_completed(
+            "node-agent/b",
+            &scope(false, true, Some("10.0.0.2")),
+            None,
+            &t,
+            t0,
+        );
+        assert_eq!(g.poll(t0), None);
+
+        // The watcher stops reporting pods; the agents own their nodes' pods from now on.
+        let t1 = t0 + Duration::from_secs(5);
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, false, None),
+            Some(&topology(&["a", "b", "c"])),
+            &t,
+            t1,
+        );
+        assert_eq!(
+            h.drop_pods_at,
+            vec![ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3")]
+        );
+        assert_eq!(
+            h.resync_asked,
+            ["node-agent/a", "node-agent/b", "node-agent/c"]
+        );
+        let w = g.poll(t1).unwrap();
+        assert_eq!(w.locations, only(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]));
+        assert!(w.outbound_deletions && !w.inbound_deletions);
+        assert_eq!(
+            g.pending_writers(),
+            ["node-agent/a", "node-agent/b", "node-agent/c"]
+        );
+        assert!(g.holds().iter().all(|h| h.reason.label() == "pod_writer"
+            && h.deadline == Some(t1 + Duration::from_secs(60))));
+        // A relist of the watcher changes nothing more.
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, false, None),
+            Some(&topology(&["a", "b", "c"])),
+            &t,
+            t1,
+        );
+        assert_eq!(h, Handover::default());
+        assert_eq!(
+            g.poll(t1).unwrap().locations,
+            only(&["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        );
+        // Agents b and c resync: their locations are released; agent a never comes.
+        g.resync_completed(
+            "node-agent/c",
+            &scope(false, true, Some("10.0.0.3")),
+            None,
+            &t,
+            t1,
+        );
+        g.resync_completed(
+            "node-agent/b",
+            &scope(false, true, Some("10.0.0.2")),
+            None,
+            &t,
+            t1,
+        );
+        assert_eq!(g.poll(t1).unwrap().locations, only(&["10.0.0.1"]));
+        assert_eq!(
+            g.poll(t0 + Duration::from_secs(60)),
+            None,
+            "not before the bound"
+        );
+        assert_eq!(
+            g.poll(t1 + Duration::from_secs(60)),
+            Some(Withheld::nothing()),
+            "given up at the bound"
+        );
+        assert!(g.holds().is_empty());
+    }
+
+    #[test]
+    fn the_watcher_taking_the_pods_back_hands_nothing_over_its_resync_covers_every_location() {
+        let t0 = Instant::now();
+        let t = tracker();
+        let mut g = open_gate(&t, Some(&topology(&["a", "b", "c"])), t0);
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, true, None),
+            Some(&topology(&[])),
+            &t,
+            t0,
+        );
+        assert_eq!(h, Handover::default());
+        assert_eq!(g.poll(t0), None);
+        // ...and giving them to the agents again waits for their resync again, although they
+        // resynced before they lost them.
+        for (agent, l) in [("node-agent/a", "10.0.0.1"), ("node-agent/c", "10.0.0.3")] {
+            g.resync_completed(agent, &scope(false, true, Some(l)), None, &t, t0);
+        }
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, false, None),
+            Some(&topology(&["a", "b", "c"])),
+            &t,
+            t0,
+        );
+        assert_eq!(h.drop_pods_at.len(), 3);
+    }
+
+    #[test]
+    fn a_handover_in_the_middle_of_a_pending_one_goes_to_the_latest_owner() {
+        let t0 = Instant::now();
+        let t = tracker();
+        let mut g = open_gate(&t, Some(&topology(&[])), t0);
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, false, None),
+            Some(&topology(&["c"])),
+            &t,
+            t0,
+        );
+        // The watcher declares itself the owner of a and b but does not report pods any more.
+        assert_eq!(h.resync_asked, ["watcher", "node-agent/c"]);
+        // It reports them again: a and b are released with that resync; c still waits for c.
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, true, None),
+            Some(&topology(&["c"])),
+            &t,
+            t0,
+        );
+        assert_eq!(h, Handover::default());
+        assert_eq!(g.poll(t0).unwrap().locations, only(&["10.0.0.3"]));
+        // Then c goes back to the watcher: released by the same resync.
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, true, None),
+            Some(&topology(&[])),
+            &t,
+            t0,
+        );
+        assert_eq!(h, Handover::default());
+        assert_eq!(g.poll(t0), Some(Withheld::nothing()));
+    }
+
+    #[test]
+    fn a_node_that_leaves_the_topology_takes_its_agent_s_pods_at_once() {
+        let t0 = Instant::now();
+        let t = tracker();
+        let mut g = open_gate(&t, Some(&topology(&["a", "b", "c"])), t0);
+        let mut without_c = topology(&["a", "b", "c"]);
+        without_c.nodes.pop();
+        let h = g.resync_completed(
+            "watcher",
+            &scope(true, false, None),
+            Some(&without_c),
+            &t,
+            t0,
+        );
+        // c's node is gone with its pods: nothing waits; the other nodes keep their owners.
+        assert_eq!(h.drop_pods_at, [ip("10.0.0.3")]);
+        assert!(h.resync_asked.is_empty());
+        assert_eq!(g.poll(t0), None);
+        assert!(g.holds().is_empty());
+    }
+
+    #[test]
+    fn without_a_topology_pods_nobody_reports_any_more_wait_for_any_writer_of_their_location() {
+        let t0 = Instant::now();
+        let t = tracker();
+        let mut g = open_gate(&t, None, t0);
+        let h = g.resync_completed("watcher", &scope(true, false, None), None, &t, t0);
+        assert_eq!(h.drop_pods_at.len(), 3);
+        assert!(h.resync_asked.is_empty());
+        assert_eq!(
+            g.poll(t0).unwrap().locations,
+            only(&["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        );
+        assert!(
+            g.holds()
+                .iter()
+                .all(|h| h.reason == HoldReason::NoPodWriter)
+        );
+        assert!(g.pending_writers().is_empty());
+        g.resync_completed(
+            "agent-x",
+            &scope(false, true, Some("10.0.0.2")),
+            None,
+            &t,
+            t0,
+        );
+        assert_eq!(
+            g.poll(t0).unwrap().locations,
+            only(&["10.0.0.1", "10.0.0.3"])
+        );
+        assert_eq!(
+            g.poll(t0 + Duration::from_secs(60)),
+            Some(Withheld::nothing())
+        );
     }
 }

@@ -348,20 +348,68 @@ impl Gateway {
     }
 
     /// Marks `source`'s resync of `scope` complete (with the topology its header declared) and
-    /// opens what the restart gate no longer holds back.
+    /// opens what the restart gate no longer holds back. When the resync changed who owns the
+    /// pods of some locations (see [`RestartGate::resync_completed`]), the pods the old owner
+    /// wrote there leave the desired state, removals there wait for the new owner's resync (the
+    /// gate withholds them before this returns, under the same lock), and the new owner's last
+    /// resync is forgotten so that a live writer resyncs. Returns the pods removed.
     pub fn resync_scope_completed(
         &mut self,
         source: &str,
         scope: &Scope,
         topology: Option<&Topology>,
-    ) {
+    ) -> u32 {
         self.writers
             .entry(source.to_owned())
             .or_default()
             .last_resync_unix_ms = Some(unix_ms(SystemTime::now()));
-        self.gate
-            .resync_completed(source, scope, topology, Instant::now());
+        let handover =
+            self.gate
+                .resync_completed(source, scope, topology, &self.tracker, Instant::now());
+        let mut dropped = 0;
+        for location in &handover.drop_pods_at {
+            dropped += self.drop_pods_at(*location);
+        }
+        for writer in &handover.resync_asked {
+            if let Some(w) = self.writers.get_mut(writer) {
+                w.last_resync_unix_ms = None;
+            }
+        }
+        if !handover.drop_pods_at.is_empty() {
+            tracing::info!(
+                gateway = %self.name,
+                source,
+                locations = handover.drop_pods_at.len(),
+                pods = dropped,
+                asked = ?handover.resync_asked,
+                "pods changed owner: the old owner's pods left the desired state"
+            );
+        }
         self.update_gates();
+        dropped
+    }
+
+    /// Removes every pod at `location` from the desired state (their outbound identities; an
+    /// address stays while an inbound identity uses it). Returns how many went.
+    fn drop_pods_at(&mut self, location: std::net::IpAddr) -> u32 {
+        let mut dropped = 0;
+        for (address, at) in self.tracker.pods(Some(location)) {
+            let (address, at) = (address.to_string(), at.to_string());
+            let pod = clb_core::difftracker::PodUpdate {
+                address: &address,
+                location: &at,
+                outbound_identity: "",
+                uid: "",
+            };
+            if self
+                .tracker
+                .update_pod(clb_core::difftracker::Operation::Remove, &pod)
+                .is_ok()
+            {
+                dropped += 1;
+            }
+        }
+        dropped
     }
 
     /// The writers the restart gate waits for now.

@@ -243,7 +243,7 @@ impl WriterService {
     #[tracing::instrument(
         name = "Writer.Resync",
         skip_all,
-        fields(gateway, source, updates, applied, removed, rejected)
+        fields(gateway, source, updates, applied, removed, rejected, handed_over)
     )]
     async fn resync(
         &self,
@@ -290,7 +290,10 @@ impl WriterService {
                 outcome.rejected.len() as u64,
             );
             self.state.metrics().rejected(outcome.rejected.len() as u64);
-            gateway.resync_scope_completed(&source, &scope, topology.as_ref());
+            // A resync that changed who owns the pods of some locations drops the old owner's
+            // pods there; removals wait for the new owner's resync (see `gate.rs`).
+            let handed_over = gateway.resync_scope_completed(&source, &scope, topology.as_ref());
+            tracing::Span::current().record("handed_over", handed_over);
             (gateway.tracker.revision(), outcome)
         };
         self.state.notify_work();
