@@ -394,8 +394,11 @@ fn with_rules(
     snapshot
 }
 
+/// A service change as (name, (protocol, port, target port) of each port).
+type TargetChange = (String, Vec<(i32, u32, u32)>);
+
 /// (protocol, port, target port) of each port of the unit's service changes.
-fn change_targets(u: &v1::WorkUnit) -> Vec<(String, Vec<(i32, u32, u32)>)> {
+fn change_targets(u: &v1::WorkUnit) -> Vec<TargetChange> {
     match u.work.as_ref() {
         Some(Work::Services(w)) => w
             .changes

@@ -137,7 +137,7 @@ async fn a_named_target_port_becomes_the_rules_backend_port_through_the_endpoint
     fake.put("endpointslices", web_slice(8080));
 
     let mut config =
-        WatcherConfig::new(ConnectOptions::new(&h.url()), Mode::Cluster { pods: false });
+        WatcherConfig::new(ConnectOptions::new(h.url()), Mode::Cluster { pods: false });
     config.coalesce = Duration::from_millis(20);
     config.poll_interval = Duration::from_millis(50);
     config.recheck_interval = Duration::from_secs(1);
