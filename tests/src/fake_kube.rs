@@ -381,7 +381,8 @@ impl FakeApi {
         self.lock().probe = Some(Arc::new(probe));
     }
 
-    /// The next PATCH with a resourceVersion of service `name` races with a writer adding `finalizer`.
+    /// The next PATCH with a resourceVersion of service `name` (of the object, not of its status)
+    /// races with a writer adding `finalizer`.
     pub fn conflict_next(&self, name: &str, finalizer: &str) {
         self.lock()
             .conflicts
@@ -825,7 +826,8 @@ fn patch(
             json_response(415, &status_body(415, "UnsupportedMediaType", content_type))
         }
         Some(cur)
-            if pointer_str(&patch, "/metadata/resourceVersion").is_some()
+            if !status_sub
+                && pointer_str(&patch, "/metadata/resourceVersion").is_some()
                 && inner.conflicts.contains_key(name) =>
         {
             // Someone else wrote first: their finalizer lands, ours meets a stale resourceVersion.

@@ -1291,3 +1291,55 @@ async fn retries_under_throttling_give_one_event_not_one_per_retry() {
     );
     w.stop().await;
 }
+
+/// The endpoints of a Service disagree on the number behind its named targetPort: the translator's
+/// port-name conflict becomes one Warning `PortNameConflict` Event and part of the condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_port_name_conflict_becomes_a_warning_event_and_part_of_the_condition() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.put("nodes", node("node-a", &["10.0.0.1"]));
+    fake.put(
+        "services",
+        svc(
+            "named",
+            WEB,
+            json!({"type": "LoadBalancer",
+                   "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "web"}]}),
+        ),
+    );
+    for (name, address, number) in [("named-a", "10.1.0.1", 8080), ("named-b", "10.1.0.2", 9090)] {
+        let mut s = slice(name, "named", "IPv4", vec![ep(address, "node-a", true)]);
+        s["ports"] = json!([{"name": "http", "port": number, "protocol": "TCP"}]);
+        fake.put("endpointslices", s);
+    }
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+
+    let events = eventually("the PortNameConflict event", || async {
+        let e = events_of(&fake, WEB);
+        e.iter()
+            .any(|e| e["reason"] == "PortNameConflict")
+            .then_some(e.clone())
+            .ok_or_else(|| format!("{e:?}"))
+    })
+    .await;
+    let conflicts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "PortNameConflict")
+        .collect();
+    assert_eq!(conflicts.len(), 1, "{events:?}");
+    assert_event(conflicts[0], WEB, "named", "Warning", "PortNameConflict");
+    let note = conflicts[0]["note"].as_str().unwrap();
+    assert!(note.contains("8080") && note.contains("9090"), "{note}");
+    let c = wait_condition(&fake, "named", "PortNameConflict").await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("port name conflict"),
+        "{c}"
+    );
+    w.stop().await;
+}

@@ -458,9 +458,20 @@ async fn kube_side(
                 }
             }
         }
+        let conflicts = s.translator.take_port_conflicts();
         s.settle();
         drop(s);
         notify.notify_one();
+        for c in conflicts {
+            tracing::warn!(service = %c.service, port = %c.port_name, chosen = c.chosen, "{}", c.message);
+            if let Some(wb) = &wb {
+                let _ = wb.send(writeback::Msg::PortConflict {
+                    key: c.service,
+                    port_name: c.port_name,
+                    message: c.message,
+                });
+            }
+        }
     }
 }
 
