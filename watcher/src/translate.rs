@@ -474,7 +474,8 @@ impl Translator {
     /// situation changed is reported by [`Translator::take_port_conflicts`].
     fn conflicts_now(&mut self, key: &ObjKey, found: Vec<FoundConflict>) {
         if found.is_empty() {
-            if self.conflicts.remove(key).is_some() && !self.services.contains_key(key) {
+            self.conflicts.remove(key);
+            if !self.services.contains_key(key) && !self.new_conflicts.is_empty() {
                 self.new_conflicts.retain(|(s, _), _| s != key);
             }
             return;

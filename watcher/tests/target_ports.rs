@@ -215,13 +215,13 @@ fn conflicting_numbers_pick_the_majority_and_are_reported_once() {
     let conflicts = t.take_port_conflicts();
     assert_eq!(conflicts.len(), 1, "{conflicts:?}");
     let PortConflict {
-        service,
+        service: of,
         port_name,
         chosen,
         numbers,
         message,
     } = &conflicts[0];
-    assert_eq!(service, &key("web"));
+    assert_eq!(of, &key("web"));
     assert_eq!(port_name, "http");
     assert_eq!(*chosen, 9090);
     assert_eq!(numbers, &vec![(8080, 1), (9090, 3)]);
@@ -270,6 +270,15 @@ fn conflicting_numbers_pick_the_majority_and_are_reported_once() {
     assert_eq!(conflicts.len(), 1);
     assert_eq!(conflicts[0].chosen, 9092);
     t.apply_slice(&slice("web-a", "web", "IPv4", http_port(9093), &three));
+    t.delete_service(&key("web"));
+    assert!(t.take_port_conflicts().is_empty());
+    // Also when the conflict was over before the Service went.
+    t.apply_service(&service(
+        "web",
+        "uid-web",
+        json!([{"name": "http", "port": 80, "targetPort": "web"}]),
+    ));
+    t.delete_slice(&key("web-b"));
     t.delete_service(&key("web"));
     assert!(t.take_port_conflicts().is_empty());
 }
