@@ -43,6 +43,9 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_CACHE_CAPACITY: usize = 10_000;
 /// TTL of a cached refusal (an invalid token, a denied access): short, so a fix takes effect fast.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(5);
+/// Longest wait for one review (the Kubernetes client's own retries included); then the call
+/// fails closed with `UNAVAILABLE`.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `--authentication` / `--authorization`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -106,6 +109,8 @@ pub struct AuthConfig {
     pub negative_ttl: Duration,
     /// Most entries in each cache.
     pub cache_capacity: usize,
+    /// Longest wait for one review.
+    pub review_timeout: Duration,
 }
 
 impl Default for AuthConfig {
@@ -117,6 +122,7 @@ impl Default for AuthConfig {
             cache_ttl: DEFAULT_CACHE_TTL,
             negative_ttl: NEGATIVE_TTL,
             cache_capacity: DEFAULT_CACHE_CAPACITY,
+            review_timeout: REVIEW_TIMEOUT,
         }
     }
 }
@@ -260,12 +266,25 @@ impl std::fmt::Debug for Auth {
 }
 
 /// The Kubernetes API failed: fail closed.
-fn unavailable(what: &str, err: &kube::Error) -> Status {
+fn unavailable(what: &str, err: &str) -> Status {
     Status::unavailable(format!(
         "cannot check the caller: the Kubernetes API failed the {what}: {}; nothing was changed, \
          retry",
-        quote(&err.to_string())
+        quote(err)
     ))
+}
+
+/// Awaits the creation of a review within `timeout`; any failure is `UNAVAILABLE` (fail closed).
+async fn bounded<K>(
+    create: impl Future<Output = Result<K, kube::Error>>,
+    timeout: Duration,
+    what: &str,
+) -> Result<K, Status> {
+    match tokio::time::timeout(timeout, create).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(unavailable(what, &e.to_string())),
+        Err(_) => Err(unavailable(what, &format!("no answer within {timeout:?}"))),
+    }
 }
 
 impl Auth {
@@ -359,10 +378,10 @@ impl Auth {
             },
             ..Default::default()
         };
-        let answer = kube::Api::<TokenReview>::all(client)
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| unavailable("TokenReview", &e))?;
+        let api = kube::Api::<TokenReview>::all(client);
+        let params = PostParams::default();
+        let create = api.create(&params, &review);
+        let answer = bounded(create, self.config.review_timeout, "TokenReview").await?;
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             let why = status
@@ -432,10 +451,10 @@ impl Auth {
             },
             ..Default::default()
         };
-        let answer = kube::Api::<SubjectAccessReview>::all(client)
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| unavailable("SubjectAccessReview", &e))?;
+        let api = kube::Api::<SubjectAccessReview>::all(client);
+        let params = PostParams::default();
+        let create = api.create(&params, &review);
+        let answer = bounded(create, self.config.review_timeout, "SubjectAccessReview").await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         let ttl = if allowed {
             self.config.cache_ttl

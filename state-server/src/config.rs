@@ -407,6 +407,7 @@ impl Args {
             cache_ttl: self.auth_cache_ttl,
             negative_ttl: crate::auth::NEGATIVE_TTL.min(self.auth_cache_ttl),
             cache_capacity: self.auth_cache_size,
+            review_timeout: crate::auth::REVIEW_TIMEOUT,
         }
     }
 

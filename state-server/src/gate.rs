@@ -477,6 +477,13 @@ impl RestartGate {
         }
     }
 
+    /// The node a location belongs to, as the cluster view's topology declares it (node binding
+    /// of writers, see `crate::auth`).
+    pub fn node_of(&self, location: IpAddr) -> Option<&str> {
+        let topology = self.cluster_view.as_ref()?.topology.as_ref()?;
+        topology.get(&location).map(|(node, _)| node.as_str())
+    }
+
     fn covers_any(&self, source: &str) -> bool {
         self.pods.contains_key(source)
     }

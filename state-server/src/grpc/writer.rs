@@ -14,10 +14,12 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::convert::{
-    apply_update, invalid_argument, resync_scope, resync_topology, unknown_gateway,
+    apply_update, invalid_argument, item_error, kind_name, resync_scope, resync_topology,
+    unknown_gateway,
 };
 use super::resync::{Scope, replace_scope};
-use crate::gate::Topology;
+use crate::auth::{Caller, WriteRights};
+use crate::gate::{RestartGate, Topology};
 use crate::state::{GatewayHandle, StateServer};
 
 /// The responses of `ApplyStream`, one per request, in request order.
@@ -66,8 +68,74 @@ fn check_batch_size(state: &StateServer, field: &str, len: usize) -> Result<(), 
     Ok(())
 }
 
+/// What `caller` may write to the gateway `gateway` names as `source` (everything without
+/// authorization). An unknown gateway is `NOT_FOUND`.
+async fn write_rights(
+    state: &StateServer,
+    caller: Option<&Caller>,
+    gateway: &str,
+    source: &str,
+) -> Result<WriteRights, Status> {
+    let Some(caller) = caller else {
+        return Ok(WriteRights::Any);
+    };
+    let handle = state.gateway(gateway).map_err(|e| unknown_gateway(&e))?;
+    caller.writer(handle.name(), source).await
+}
+
+/// Node binding: a writer bound to `node` writes only pods, and only at that node's locations as
+/// the cluster watcher's topology declares them. A malformed location is left to the usual
+/// validation.
+fn node_item_check(
+    gate: &RestartGate,
+    node: &str,
+    update: &Update,
+    index: usize,
+) -> Result<(), clb_proto::v1::ItemError> {
+    use clb_proto::v1::update::Kind;
+    let Some(kind) = &update.kind else {
+        return Ok(());
+    };
+    let Kind::Pod(pod) = kind else {
+        return Err(item_error(
+            index,
+            format!("updates[{index}].{}", kind_name(kind)),
+            "",
+            format!(
+                "the node agent of node {node:?} may write only pods (at its node's locations)"
+            ),
+        ));
+    };
+    let Ok(location) = clb_core::difftracker::ip::parse_ip("location", &pod.location) else {
+        return Ok(());
+    };
+    match gate.node_of(location) {
+        Some(owner) if owner == node => Ok(()),
+        owner => Err(item_error(
+            index,
+            format!("updates[{index}].pod.location"),
+            pod.location.clone(),
+            match owner {
+                Some(other) => format!(
+                    "is a location of node {other:?}: the node agent of node {node:?} may write \
+                     pods only at its own node's locations"
+                ),
+                None => format!(
+                    "is not a location of node {node:?} in the topology the cluster watcher \
+                     declared (none declared yet, or another node's): the node agent of node \
+                     {node:?} may write pods only at its own node's locations"
+                ),
+            },
+        )),
+    }
+}
+
 /// Validates and applies one batch under one lock of its gateway.
-fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse, Status> {
+fn apply_batch(
+    state: &StateServer,
+    req: &ApplyRequest,
+    rights: &WriteRights,
+) -> Result<ApplyResponse, Status> {
     let span = tracing::info_span!(
         "apply_batch",
         gateway = %req.gateway,
@@ -90,6 +158,12 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
         let mut applied = 0u32;
         let mut rejected = Vec::new();
         for (index, update) in req.updates.iter().enumerate() {
+            if let WriteRights::Node(node) = rights
+                && let Err(e) = node_item_check(&gateway.gate, node, update, index)
+            {
+                rejected.push(e);
+                continue;
+            }
             match apply_update(&mut gateway.tracker, update, index) {
                 Ok(()) => {
                     applied += 1;
@@ -121,6 +195,46 @@ fn apply_batch(state: &StateServer, req: &ApplyRequest) -> Result<ApplyResponse,
     })
 }
 
+/// Node binding of a resync: a node agent resyncs only the pods at one of its node's locations.
+fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result<(), Status> {
+    let denied = |field: &str, value: &str, why: String| {
+        Status::permission_denied(format!(
+            "{field} = {}: {why}",
+            clb_core::difftracker::quote(value)
+        ))
+    };
+    let only_pods = scope.pods && !scope.services && !scope.egresses && !scope.endpoints;
+    let Some(location) = scope.location.filter(|_| only_pods) else {
+        return Err(denied(
+            "header.scope",
+            &scope.to_string(),
+            format!(
+                "the node agent of node {node:?} may resync only `pods` at one of its node's \
+                 locations (scope.location)"
+            ),
+        ));
+    };
+    let gateway = handle.lock();
+    match gateway.gate.node_of(location) {
+        Some(owner) if owner == node => Ok(()),
+        owner => Err(denied(
+            "header.scope.location",
+            &location.to_string(),
+            match owner {
+                Some(other) => format!(
+                    "is a location of node {other:?}: the node agent of node {node:?} may resync \
+                     only its own node's locations"
+                ),
+                None => format!(
+                    "is not a location of node {node:?} in the topology the cluster watcher \
+                     declared (none declared yet, or another node's): retry after the watcher's \
+                     resync"
+                ),
+            },
+        )),
+    }
+}
+
 /// A resync read to its clean end.
 struct ResyncRead {
     handle: Arc<GatewayHandle>,
@@ -134,6 +248,7 @@ struct ResyncRead {
 /// topology, and the whole view. Any error (a broken stream included) means nothing is applied.
 async fn read_resync(
     state: &StateServer,
+    caller: Option<&Caller>,
     stream: &mut Streaming<ResyncRequest>,
 ) -> Result<ResyncRead, Status> {
     super::require_leader(state)?;
@@ -167,6 +282,11 @@ async fn read_resync(
     let handle = state
         .gateway(&header.gateway)
         .map_err(|e| unknown_gateway(&e))?;
+    if let Some(caller) = caller
+        && let WriteRights::Node(node) = caller.writer(handle.name(), &header.source).await?
+    {
+        check_node_scope(&handle, &node, &scope)?;
+    }
     let mut view = Vec::new();
     let mut chunks = 0usize;
     while let Some(msg) = stream.message().await? {
@@ -207,27 +327,43 @@ async fn read_resync(
 
 impl WriterService {
     #[tracing::instrument(name = "Writer.Apply", skip_all)]
-    fn apply(&self, req: &ApplyRequest) -> Result<ApplyResponse, Status> {
-        apply_batch(&self.state, req)
+    async fn apply(
+        &self,
+        caller: Option<&Caller>,
+        req: &ApplyRequest,
+    ) -> Result<ApplyResponse, Status> {
+        let rights = write_rights(&self.state, caller, &req.gateway, &req.source).await?;
+        apply_batch(&self.state, req, &rights)
     }
 
-    fn apply_stream(&self, incoming: Streaming<ApplyRequest>) -> ApplyResponseStream {
+    fn apply_stream(
+        &self,
+        caller: Option<Caller>,
+        incoming: Streaming<ApplyRequest>,
+    ) -> ApplyResponseStream {
         let span = tracing::info_span!("Writer.ApplyStream");
         let state = self.state.clone();
         // Each request is answered before the next is read: responses keep request order, and a
         // slow reader slows the writer down. A request-level error ends the stream.
         let stream = futures::stream::unfold(
-            (incoming, state, span, false),
-            |(mut incoming, state, span, done)| async move {
+            (incoming, state, caller, span, false),
+            |(mut incoming, state, caller, span, done)| async move {
                 if done {
                     return None;
                 }
                 let next = incoming.message().instrument(span.clone()).await;
                 match next {
                     Ok(Some(req)) => {
-                        let result = span.in_scope(|| apply_batch(&state, &req));
+                        // Reviews are cached: a stream of batches costs one review per TTL.
+                        let rights =
+                            write_rights(&state, caller.as_ref(), &req.gateway, &req.source)
+                                .instrument(span.clone())
+                                .await;
+                        let result = rights.and_then(|rights| {
+                            span.in_scope(|| apply_batch(&state, &req, &rights))
+                        });
                         let done = result.is_err();
-                        Some((result, (incoming, state, span, done)))
+                        Some((result, (incoming, state, caller, span, done)))
                     }
                     Ok(None) => None,
                     Err(status) => {
@@ -247,6 +383,7 @@ impl WriterService {
     )]
     async fn resync(
         &self,
+        caller: Option<Caller>,
         mut incoming: Streaming<ResyncRequest>,
     ) -> Result<ResyncResponse, Status> {
         let ResyncRead {
@@ -255,7 +392,7 @@ impl WriterService {
             scope,
             topology,
             view,
-        } = match read_resync(&self.state, &mut incoming).await {
+        } = match read_resync(&self.state, caller.as_ref(), &mut incoming).await {
             Ok(read) => read,
             Err(status) => {
                 tracing::info!(%status, "resync abandoned; nothing changed");
@@ -319,7 +456,10 @@ impl Writer for WriterService {
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
         self.state.metrics().update_rpc("apply");
-        WriterService::apply(self, request.get_ref()).map(Response::new)
+        let caller = Caller::of(request.extensions());
+        WriterService::apply(self, caller, request.get_ref())
+            .await
+            .map(Response::new)
     }
 
     type ApplyStreamStream = ApplyResponseStream;
@@ -329,8 +469,10 @@ impl Writer for WriterService {
         request: Request<Streaming<ApplyRequest>>,
     ) -> Result<Response<Self::ApplyStreamStream>, Status> {
         self.state.metrics().update_rpc("apply_stream");
+        let caller = Caller::of(request.extensions()).cloned();
         Ok(Response::new(WriterService::apply_stream(
             self,
+            caller,
             request.into_inner(),
         )))
     }
@@ -340,7 +482,8 @@ impl Writer for WriterService {
         request: Request<Streaming<ResyncRequest>>,
     ) -> Result<Response<ResyncResponse>, Status> {
         self.state.metrics().update_rpc("resync");
-        WriterService::resync(self, request.into_inner())
+        let caller = Caller::of(request.extensions()).cloned();
+        WriterService::resync(self, caller, request.into_inner())
             .await
             .map(Response::new)
     }
