@@ -492,3 +492,92 @@ fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes()
     let next = d.next_unit(&mut t, 2, 3, now).unwrap();
     assert_eq!((next.work, next.attempt), (UnitWork::Observe, 1));
 }
+
+/// The lookups the Admin API derives a service's condition from: the last failure of a location
+/// is kept while its change is retried and dropped once it goes through; a terminal error moves it
+/// to the parked locations.
+#[test]
+fn failing_and_parked_lookups_follow_the_reports() {
+    let mut now = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    assert!(d.service_pending("svc"));
+    d.on_report(&mut t, 1, applied(2), now);
+    assert!(!d.service_pending("svc"));
+    let location: IpAddr = "10.0.0.1".parse().unwrap();
+    let fail = |d: &mut Dispatcher, t: &mut DiffTracker, id: u64, now: Instant, outcome| {
+        let u = d.next_unit(t, 1, id, now).expect("the location is cut");
+        assert!(matches!(u.work, UnitWork::Locations(_)));
+        d.on_report(
+            t,
+            1,
+            Report {
+                work_id: id,
+                applied: vec![],
+                progress: vec![],
+                outcome,
+            },
+            now,
+        );
+    };
+    fail(
+        &mut d,
+        &mut t,
+        3,
+        now,
+        Outcome::Retryable {
+            retry_after: Duration::from_millis(1),
+            code: "TooManyRequests".into(),
+            message: "slow down".into(),
+        },
+    );
+    let failing: Vec<_> = d.failing_locations().collect();
+    assert_eq!(failing.len(), 1);
+    assert_eq!(
+        (failing[0].0, failing[0].1.code.as_str()),
+        (location, "TooManyRequests")
+    );
+    assert!(d.location_pending(location));
+    assert_eq!(d.failing_service("svc"), None);
+
+    now += Duration::from_secs(60);
+    fail(
+        &mut d,
+        &mut t,
+        4,
+        now,
+        Outcome::Terminal {
+            code: "InvalidAddress".into(),
+            message: "not an IP".into(),
+        },
+    );
+    assert_eq!(d.failing_locations().count(), 0);
+    let parked: Vec<_> = d.parked_locations().collect();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        (parked[0].0, parked[0].1.code.as_str()),
+        (location, "InvalidAddress")
+    );
+    assert!(parked[0].1.terminal);
+    assert_eq!(d.parked_service("svc"), None);
+
+    // The desired state changes: unparked, cut again, and this time it goes through.
+    t.set_endpoints(
+        "svc",
+        &[Endpoint {
+            address: "10.1.1.2",
+            location: "10.0.0.1",
+        }],
+    )
+    .unwrap();
+    now += Duration::from_secs(60);
+    let u = d.next_unit(&mut t, 1, 5, now).expect("unparked");
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    assert_eq!(d.parked_locations().count(), 0);
+    d.on_report(&mut t, 1, applied(5), now);
+    assert_eq!(d.failing_locations().count(), 0);
+    assert!(!d.location_pending(location));
+}
