@@ -2,7 +2,9 @@
 //! parses as its typed Kubernetes object (k8s-openapi), and what would only fail at apply or run time
 //! is checked statically — selectors select, ports and service accounts referred to exist, each
 //! container's command line parses with its binary's own flag parser, the RBAC rules grant what the
-//! watcher and the node agent call, and every pod runs as non-root with resource requests.
+//! watcher and the node agent call, and every pod runs as non-root with resource requests; each
+//! component's ServiceAccount is bound to exactly the roles on gateways it needs, the clients mount
+//! a projected token for the server's audience, and only the project's pods reach the gRPC port.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -33,6 +36,7 @@ struct Manifests {
     roles: Vec<Role>,
     role_bindings: Vec<RoleBinding>,
     pdbs: Vec<PodDisruptionBudget>,
+    network_policies: Vec<NetworkPolicy>,
 }
 
 fn deploy_dir() -> PathBuf {
@@ -96,6 +100,9 @@ fn load() -> Manifests {
                     m.role_bindings.push(parse(file, i, doc))
                 }
                 ("policy/v1", "PodDisruptionBudget") => m.pdbs.push(parse(file, i, doc)),
+                ("networking.k8s.io/v1", "NetworkPolicy") => {
+                    m.network_policies.push(parse(file, i, doc))
+                }
                 _ => panic!("{file} document {i}: unexpected {api} {kind}"),
             }
         }
@@ -457,7 +464,7 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         ("", "nodes", "watch"),
     ];
     for (account, needed) in [("clb-watcher", watcher), ("clb-node-agent", agent)] {
-        let rules = rules_of(&m, account);
+        let rules = kube_api_rules_of(&m, account);
         for (g, r, v) in needed {
             assert!(grants(&rules, g, r, v), "{account} may not {v} {g}/{r}");
         }
@@ -476,8 +483,11 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         }
     }
     // Workers talk to no Kubernetes API at all, the state server to nothing cluster-wide.
+    // (The roles on gateways and the reviews of callers: see
+    // each_component_is_bound_to_exactly_the_gateway_roles_it_needs.)
     for account in ["clb-sync-worker", "clb-state-server"] {
-        assert!(rules_of(&m, account).is_empty(), "{account} has RBAC rules");
+        let rules = kube_api_rules_of(&m, account);
+        assert!(rules.is_empty(), "{account} has RBAC rules");
     }
     assert!(namespaced_rules_of(&m, "clb-sync-worker").is_empty());
     // The state server: its Lease (leader election), in its own namespace, and nothing more.
@@ -596,5 +606,244 @@ fn the_state_server_runs_two_replicas_active_standby() {
         pdb.spec
             .as_ref()
             .is_some_and(|s| s.max_unavailable.is_some() || s.min_available.is_some())
+    );
+}
+
+// ---- Authentication and authorization (docs/security.md) ----
+
+/// The API groups of the caller checks: the project's roles on gateways, and the reviews.
+const AUTH_GROUPS: [&str; 3] = [
+    clb_state_server::auth::API_GROUP,
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+];
+
+/// The rules bound to `account` that use the Kubernetes API itself (not the caller checks).
+fn kube_api_rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
+    rules_of(m, account)
+        .into_iter()
+        .filter(|r| {
+            !r.api_groups
+                .iter()
+                .flatten()
+                .all(|g| AUTH_GROUPS.contains(&g.as_str()))
+        })
+        .collect()
+}
+
+/// `(group, resource, verb, resourceNames)` of every rule of the caller-check groups bound to
+/// `account`.
+fn auth_grants_of(m: &Manifests, account: &str) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules_of(m, account) {
+        for g in rule.api_groups.iter().flatten() {
+            if !AUTH_GROUPS.contains(&g.as_str()) {
+                continue;
+            }
+            assert!(rule.resource_names.is_none(), "{account}: {rule:?}");
+            for r in rule.resources.iter().flatten() {
+                for v in &rule.verbs {
+                    out.insert((g.clone(), r.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn each_component_is_bound_to_exactly_the_gateway_roles_it_needs() {
+    use clb_state_server::auth::{API_GROUP, RESOURCE, Verb};
+    let m = load();
+    let gateway = |verb: Verb| {
+        (
+            API_GROUP.to_owned(),
+            RESOURCE.to_owned(),
+            verb.as_str().to_owned(),
+        )
+    };
+    // The ClusterRole of each verb grants exactly that verb on gateways.
+    for verb in [Verb::Write, Verb::WriteNode, Verb::Work, Verb::Get] {
+        let role = m
+            .cluster_roles
+            .iter()
+            .find(|r| name(&r.metadata) == verb.role())
+            .unwrap_or_else(|| panic!("ClusterRole {} is missing", verb.role()));
+        let rules = role.rules.clone().unwrap_or_default();
+        assert_eq!(rules.len(), 1, "{}", verb.role());
+        assert_eq!(
+            rules[0].api_groups.as_deref(),
+            Some(&[API_GROUP.to_owned()][..])
+        );
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&[RESOURCE.to_owned()][..])
+        );
+        assert_eq!(rules[0].verbs, [verb.as_str().to_owned()]);
+    }
+    let reviews = BTreeSet::from([
+        (
+            "authentication.k8s.io".to_owned(),
+            "tokenreviews".to_owned(),
+            "create".to_owned(),
+        ),
+        (
+            "authorization.k8s.io".to_owned(),
+            "subjectaccessreviews".to_owned(),
+            "create".to_owned(),
+        ),
+    ]);
+    let expected = [
+        ("clb-watcher", BTreeSet::from([gateway(Verb::Write)])),
+        ("clb-node-agent", BTreeSet::from([gateway(Verb::WriteNode)])),
+        ("clb-sync-worker", BTreeSet::from([gateway(Verb::Work)])),
+        ("clb-state-server", reviews),
+    ];
+    for (account, want) in &expected {
+        assert_eq!(&auth_grants_of(&m, account), want, "{account}");
+    }
+    // Nobody else is bound to a role on gateways (operators bind clb-reader themselves).
+    for b in &m.cluster_role_bindings {
+        for s in b.subjects.iter().flatten() {
+            if !expected.iter().any(|(a, _)| *a == s.name) {
+                assert!(
+                    auth_grants_of(&m, &s.name).is_empty(),
+                    "{} is bound to {}",
+                    s.name,
+                    b.role_ref.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn clients_send_a_projected_token_and_the_server_checks_it() {
+    let m = load();
+    let args = clb_tests::deploy::state_server_args();
+    assert_eq!(
+        (args.authentication, args.authorization),
+        (
+            clb_state_server::auth::Mode::Kubernetes,
+            clb_state_server::auth::Mode::Kubernetes
+        )
+    );
+    assert_eq!(
+        args.token_audience,
+        clb_state_server::auth::DEFAULT_AUDIENCE
+    );
+    let token_file = Path::new(clb_client::token::DEFAULT_TOKEN_FILE);
+    for workload in ["clb-watcher", "clb-node-agent", "clb-sync-worker"] {
+        let (_, template) = m
+            .workloads()
+            .into_iter()
+            .find(|(n, _)| n == workload)
+            .unwrap_or_else(|| panic!("{workload} is missing"));
+        let pod = template.spec.as_ref().expect("pod spec");
+        let c = &pod.containers[0];
+        assert!(
+            c.args
+                .iter()
+                .flatten()
+                .any(|a| a == &format!("--token-file={}", token_file.display())),
+            "{workload}: {:?}",
+            c.args
+        );
+        // The volume mounted at the token's directory projects the token for the audience.
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|v| Some(Path::new(&v.mount_path)) == token_file.parent())
+            .unwrap_or_else(|| panic!("{workload}: nothing mounted at the token's directory"));
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .unwrap_or_else(|| panic!("{workload}: volume {} is missing", mount.name));
+        let sources = volume
+            .projected
+            .as_ref()
+            .and_then(|p| p.sources.clone())
+            .unwrap_or_default();
+        let token = sources
+            .iter()
+            .find_map(|s| s.service_account_token.as_ref())
+            .unwrap_or_else(|| panic!("{workload}: no projected ServiceAccount token"));
+        assert_eq!(
+            Some(token.path.as_str()),
+            token_file.file_name().and_then(|f| f.to_str()),
+            "{workload}"
+        );
+        assert_eq!(
+            token.audience.as_deref(),
+            Some(clb_state_server::auth::DEFAULT_AUDIENCE),
+            "{workload}"
+        );
+    }
+}
+
+#[test]
+fn only_the_projects_pods_reach_the_grpc_port() {
+    let m = load();
+    let policy = m
+        .network_policies
+        .iter()
+        .find(|p| name(&p.metadata) == "clb-state-server")
+        .expect("NetworkPolicy clb-state-server");
+    let spec = policy.spec.as_ref().expect("spec");
+    let (_, server) = m
+        .workloads()
+        .into_iter()
+        .find(|(n, _)| n == "clb-state-server")
+        .expect("state server");
+    let selector = spec
+        .pod_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    assert!(!selector.is_empty() && selects(&selector, &labels(server)));
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned()][..])
+    );
+    let port_of = |p: &k8s_openapi::api::networking::v1::NetworkPolicyPort| match &p.port {
+        Some(IntOrString::Int(n)) => *n,
+        other => panic!("a numeric port: {other:?}"),
+    };
+    let mut grpc_from = None;
+    let mut metrics_open = false;
+    for rule in spec.ingress.iter().flatten() {
+        for p in rule.ports.iter().flatten() {
+            match port_of(p) {
+                50051 => grpc_from = Some(rule.from.clone().unwrap_or_default()),
+                9090 => metrics_open = rule.from.as_ref().is_none_or(|f| f.is_empty()),
+                other => panic!("unexpected port {other}"),
+            }
+        }
+    }
+    let from = grpc_from.expect("a rule for the gRPC port");
+    assert_eq!(from.len(), 1, "{from:?}");
+    assert!(
+        from[0].namespace_selector.is_none(),
+        "the project's namespace only"
+    );
+    let peers = from[0]
+        .pod_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .expect("a pod selector");
+    // Every workload of the project is admitted; the selector is not empty (not every pod).
+    assert!(!peers.is_empty());
+    for (workload, template) in m.workloads() {
+        assert!(
+            selects(&peers, &labels(template)),
+            "{workload} is not admitted"
+        );
+    }
+    assert!(
+        metrics_open,
+        "the metrics port is open to the scraper and the probes"
     );
 }
