@@ -309,7 +309,9 @@ mod tests {
             "svc-c".to_string(),
             "svc-d".to_string(),
         ];
-        let got: Vec<(String, Vec<(u32, v1::Protocol, u32)>)> = rules_of(&inbound, &lbs)
+        // (service, (frontend port, protocol, backend port) of each rule)
+        type Rules = (String, Vec<(u32, v1::Protocol, u32)>);
+        let got: Vec<Rules> = rules_of(&inbound, &lbs)
             .into_iter()
             .map(|r| {
                 let mut ports: Vec<_> = r
