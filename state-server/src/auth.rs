@@ -396,7 +396,7 @@ impl Auth {
         // The API server checks the audiences it was given; an answer that does not name ours
         // (an authenticator that ignores audiences) is not trusted.
         let audiences = status.audiences.unwrap_or_default();
-        if !audiences.iter().any(|a| *a == self.config.audience) {
+        if !audiences.contains(&self.config.audience) {
             return Ok(TokenOutcome::Invalid(format!(
                 "the token is not valid for the audience {:?} (TokenReview returned audiences \
                  {audiences:?}): use a projected ServiceAccount token with that audience",
