@@ -126,9 +126,14 @@ impl Cluster {
             api.put("nodes", node(&format!("node-{i}"), &[&node_ip(i)]));
         }
         let url = format!("--server={}", h.url());
+        // The pods' projected token (the in-process server checks no token; the clients read and
+        // send it as deployed).
+        let token = std::env::temp_dir().join(format!("clb-bench-token-{}", std::process::id()));
+        std::fs::write(&token, "bench-token").expect("token file");
+        let token = format!("--token-file={}", token.display());
         let mut links = Vec::new();
         let mut writers = Vec::new();
-        let watcher = watcher_args("watcher.yaml", std::slice::from_ref(&url))
+        let watcher = watcher_args("watcher.yaml", &[url.clone(), token.clone()])
             .config()
             .expect("watcher flags");
         let (w, l) = start(watcher, &api).await;
@@ -137,7 +142,7 @@ impl Cluster {
         for i in 0..NODES {
             let agent = watcher_args(
                 "node-agent.yaml",
-                &[url.clone(), format!("--node=node-{i}")],
+                &[url.clone(), token.clone(), format!("--node=node-{i}")],
             )
             .config()
             .expect("node agent flags");
