@@ -249,7 +249,11 @@ async fn pods_handed_from_the_watcher_to_node_agents_and_back_are_never_stranded
         .iter()
         .find(|x| x.reason == "pod_writer" && x.writer == absent_agent);
     if let Some(held) = held {
-        assert_eq!(init.pending_writers, [absent_agent.clone()], "seed {seed}");
+        assert_eq!(
+            init.pending_writers,
+            std::slice::from_ref(&absent_agent),
+            "seed {seed}"
+        );
         assert_eq!(held.locations, 1, "seed {seed}: {held:?}");
         assert!(held.deadline_unix_ms > 0, "seed {seed}: {held:?}");
         for (k, refs) in &before.addresses {
