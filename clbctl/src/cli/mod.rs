@@ -464,4 +464,45 @@ mod tests {
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
     }
+
+    #[test]
+    fn client_certificate_and_token_flags_reach_the_connection() {
+        let dir = std::env::temp_dir().join(format!("clbctl-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = |name: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("{name}\n")).expect("write");
+            p.to_str().expect("utf-8").to_owned()
+        };
+        let (ca, cert, key, token) = (file("ca"), file("cert"), file("key"), file("token"));
+        let cli = Cli::try_parse_from([
+            "clbctl",
+            "status",
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--token-file",
+            &token,
+        ])
+        .expect("valid");
+        let o = cli
+            .global
+            .connect_options("https://clb.example")
+            .expect("options");
+        let tls = o.tls.expect("TLS");
+        assert_eq!(tls.ca_pem.as_deref(), Some(&b"ca\n"[..]));
+        assert_eq!(tls.identity, Some((b"cert\n".to_vec(), b"key\n".to_vec())));
+        assert_eq!(o.token_file.as_deref(), Some(std::path::Path::new(&token)));
+        let e = cli
+            .global
+            .connect_options("http://clb.example")
+            .expect_err("a client certificate without TLS");
+        assert!(e.to_string().contains("must start with https://"), "{e}");
+        // --tls-cert needs --tls-key.
+        assert!(Cli::try_parse_from(["clbctl", "status", "--tls-cert", &cert]).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
