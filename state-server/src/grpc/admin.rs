@@ -205,13 +205,11 @@ struct ConditionFacts<'a> {
     held: Option<HeldBack>,
 }
 
-/// The codes that mean "throttled": 429s and another operation holding the resource
-/// (docs/errors.md).
+/// The codes that mean "throttled" (docs/errors.md): `TooManyRequests` and another operation
+/// holding the resource. A 429 with another code is reported as retrying: the error record keeps
+/// the code, not the HTTP status.
 fn throttled(code: &str) -> bool {
-    matches!(
-        code,
-        "TooManyRequests" | "AnotherOperationInProgress" | "Throttled" | "RetryableThrottled"
-    )
+    matches!(code, "TooManyRequests" | "AnotherOperationInProgress")
 }
 
 fn at(location: Option<IpAddr>) -> String {
