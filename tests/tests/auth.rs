@@ -542,3 +542,41 @@ async fn the_api_server_down_fails_closed_and_recovers() {
         .expect("recovered");
     assert_eq!(ok.applied, 1);
 }
+
+#[tokio::test]
+async fn apply_streams_are_checked_per_batch() {
+    let sys = System::start().await;
+    sys.watcher_declares_the_nodes().await;
+    let before = sys.revision();
+    // Without the role the stream ends with PERMISSION_DENIED, nothing applied.
+    let batches = vec![vec![a_pod(NODE_A, 1)], vec![a_pod(NODE_A, 2)]];
+    let (code_, msg) = code(
+        sys.client(Some("t-reader"))
+            .await
+            .writer("watcher")
+            .apply_stream(futures::stream::iter(batches))
+            .await,
+    );
+    assert_eq!(code_, Code::PermissionDenied, "{msg}");
+    assert_eq!(sys.revision(), before);
+    // A node agent's stream: each batch bound to its node, rejections per item.
+    let batches = vec![
+        vec![a_pod(NODE_A, 1), a_pod(NODE_B, 2)],
+        vec![a_pod(NODE_B, 3), a_pod(NODE_A, 4)],
+    ];
+    let outcome = sys
+        .client(Some("t-agent-a"))
+        .await
+        .writer("node-agent/node-a")
+        .apply_stream(futures::stream::iter(batches))
+        .await
+        .expect("the stream is answered");
+    assert_eq!(outcome.applied, 2);
+    let rejected: Vec<(usize, &str)> = outcome
+        .rejected
+        .iter()
+        .map(|r| (r.position, r.error.value.as_str()))
+        .collect();
+    assert_eq!(rejected, [(1, NODE_B), (2, NODE_B)]);
+    assert!(location_state(&sys, NODE_B).await.is_none());
+}
