@@ -19,6 +19,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::token::{CallInterceptor, TokenFile};
 use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
@@ -26,7 +27,6 @@ use clb_proto::v1::{
     PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
     ServiceState, StatusRequest, StatusResponse, Update, resync_request::Part,
 };
-use crate::token::{CallInterceptor, TokenFile};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
