@@ -1,7 +1,12 @@
 //! Kubernetes objects as the API server stores them (JSON), for the fake API
 //! ([`crate::fake_kube`]), and a watcher or node agent running in a task against it.
 
-use clb_watcher::{EGRESS_LABEL, WatcherConfig};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use clb_client::client::ConnectOptions;
+use clb_embedded::{Expected, Harness};
+use clb_watcher::{EGRESS_LABEL, Mode, WatcherConfig};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -84,4 +89,41 @@ impl RunningWatcher {
             .expect("the watcher stops")
             .expect("the watcher task");
     }
+}
+
+/// The tests' watcher settings against the state server at `server`: short coalescing, polling
+/// and backoff.
+pub fn test_config(server: &str, mode: Mode) -> WatcherConfig {
+    let mut config = WatcherConfig::new(ConnectOptions::new(server), mode);
+    config.coalesce = Duration::from_millis(20);
+    config.poll_interval = Duration::from_millis(50);
+    config.recheck_interval = Duration::from_secs(1);
+    config.backoff_initial = Duration::from_millis(50);
+    config.backoff_max = Duration::from_millis(500);
+    config
+}
+
+/// Polls `check` until it succeeds; panics with `what` and its last error after [`PATIENCE`]
+/// (a bound on a hung test, not a timing assertion).
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match check().await {
+            Ok(t) => return t,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: not after {PATIENCE:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+}
+
+/// Waits until NRP (the emulator of `h`) equals `expected` with nothing pending.
+pub async fn converge(h: &Harness, expected: &Expected) {
+    eventually("NRP equals the expected state", || async {
+        h.try_converge(expected, Duration::from_secs(2)).await
+    })
+    .await;
 }

@@ -5,63 +5,27 @@
 //!
 //! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use clb_client::client::{Client, ConnectOptions};
+use clb_client::client::Client;
 use clb_client::updates;
 use clb_sync_worker::worker::load_balancer_name;
 use clb_tests::fake_kube::{FakeApi, PatchRecord, finalizers};
-use clb_tests::{Expected, Harness, Options, PATIENCE, WriterExt, init_tracing};
+use clb_tests::kube_objects::{
+    RunningWatcher as Running, converge, endpoint as ep, eventually, node, pod, service as svc,
+    slice, test_config,
+};
+use clb_tests::{Expected, Harness, Options, WriterExt, init_tracing};
 use clb_watcher::{
-    self as watcher, CONDITION_TYPE, DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Mode,
-    REPORTING_CONTROLLER, WatcherConfig,
+    CONDITION_TYPE, DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Mode, REPORTING_CONTROLLER,
+    WatcherConfig,
 };
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 const WEB: &str = "3b0c0d4e-0000-4000-8000-00000000000a";
 const API: &str = "3b0c0d4e-0000-4000-8000-00000000000b";
 const OTHER: &str = "3b0c0d4e-0000-4000-8000-00000000000c";
-
-fn svc(name: &str, uid: &str, spec: Value) -> Value {
-    json!({"metadata": {"namespace": "default", "name": name, "uid": uid}, "spec": spec})
-}
-
-fn ep(address: &str, node: &str, ready: bool) -> Value {
-    json!({"addresses": [address], "nodeName": node, "conditions": {"ready": ready}})
-}
-
-fn slice(name: &str, service: &str, family: &str, endpoints: Vec<Value>) -> Value {
-    json!({
-        "metadata": {"namespace": "default", "name": name,
-                     "labels": {"kubernetes.io/service-name": service}},
-        "addressType": family,
-        "endpoints": endpoints,
-    })
-}
-
-fn node(name: &str, ips: &[&str]) -> Value {
-    let addresses: Vec<Value> = ips
-        .iter()
-        .map(|ip| json!({"type": "InternalIP", "address": ip}))
-        .collect();
-    json!({"metadata": {"name": name, "uid": format!("uid-{name}")}, "status": {"addresses": addresses}})
-}
-
-fn pod(name: &str, node: &str, ips: &[&str], egress: Option<&str>) -> Value {
-    let mut labels = json!({"app": "demo"});
-    if let Some(e) = egress {
-        labels[EGRESS_LABEL] = json!(e);
-    }
-    let pod_ips: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
-    json!({
-        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"), "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
-        "status": {"phase": "Running", "podIP": ips.first(), "podIPs": pod_ips},
-    })
-}
 
 /// The cluster every test starts from (plus objects the watcher must skip).
 fn seed(fake: &FakeApi) {
@@ -176,21 +140,6 @@ fn seed_expected() -> Expected {
     e
 }
 
-struct Running {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(PATIENCE, self.task)
-            .await
-            .expect("the watcher stops")
-            .unwrap();
-    }
-}
-
 fn start_watcher(h: &Harness, fake: &FakeApi, mode: Mode) -> Running {
     start_watcher_polling(h, fake, mode, Duration::from_millis(50))
 }
@@ -201,54 +150,8 @@ fn start_watcher_polling(h: &Harness, fake: &FakeApi, mode: Mode, poll: Duration
     run_watcher(config, fake)
 }
 
-/// The tests' watcher settings: short coalescing, polling and backoff.
-fn test_config(server: &str, mode: Mode) -> WatcherConfig {
-    let mut config = WatcherConfig::new(ConnectOptions::new(server), mode);
-    config.coalesce = Duration::from_millis(20);
-    config.poll_interval = Duration::from_millis(50);
-    config.recheck_interval = Duration::from_secs(1);
-    config.backoff_initial = Duration::from_millis(50);
-    config.backoff_max = Duration::from_millis(500);
-    config
-}
-
 fn run_watcher(config: WatcherConfig, fake: &FakeApi) -> Running {
-    let kube = fake.kube_client();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        watcher::run(config, kube, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("the watcher runs");
-    });
-    Running {
-        stop: Some(stop),
-        task,
-    }
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let r = check().await;
-        match r {
-            Ok(t) => return t,
-            Err(e) if Instant::now() >= deadline => panic!("{what}: not after {PATIENCE:?}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
-        }
-    }
-}
-
-async fn converge(h: &Harness, expected: &Expected) {
-    eventually("NRP equals the expected state", || async {
-        h.try_converge(expected, Duration::from_secs(2)).await
-    })
-    .await;
+    Running::start(config, fake.kube_client())
 }
 
 /// `address=services` of a location's desired state, sorted as strings.

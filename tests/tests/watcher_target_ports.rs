@@ -8,31 +8,16 @@
 //! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::time::{Duration, Instant};
 
-use clb_client::client::ConnectOptions;
 use clb_nrp::wire::TransportProtocol;
 use clb_sync_worker::worker::load_balancer_name;
 use clb_tests::fake_kube::FakeApi;
-use clb_tests::{Expected, Harness, Options, PATIENCE, init_tracing};
-use clb_watcher::{self as watcher, Mode, WatcherConfig};
+use clb_tests::kube_objects::{RunningWatcher, converge, endpoint, node, test_config};
+use clb_tests::{Expected, Harness, Options, init_tracing};
+use clb_watcher::Mode;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 const WEB: &str = "3b0c0d4e-0000-4000-8000-0000000000f1";
-
-fn node(name: &str, ips: &[&str]) -> Value {
-    let addresses: Vec<Value> = ips
-        .iter()
-        .map(|ip| json!({"type": "InternalIP", "address": ip}))
-        .collect();
-    json!({"metadata": {"name": name, "uid": format!("uid-{name}")}, "status": {"addresses": addresses}})
-}
-
-fn ep(address: &str, node: &str) -> Value {
-    json!({"addresses": [address], "nodeName": node, "conditions": {"ready": true}})
-}
 
 /// The slice of `web`: `http` on `http_port`, `dns` (UDP) on 53, and two ready endpoints.
 fn web_slice(http_port: u16) -> Value {
@@ -45,7 +30,7 @@ fn web_slice(http_port: u16) -> Value {
             {"name": "tls", "port": 8443, "protocol": "TCP"},
             {"name": "dns", "port": 53, "protocol": "UDP"},
         ],
-        "endpoints": [ep("10.1.0.1", "node-a"), ep("10.1.0.2", "node-b")],
+        "endpoints": [endpoint("10.1.0.1", "node-a", true), endpoint("10.1.0.2", "node-b", true)],
     })
 }
 
@@ -93,28 +78,6 @@ fn emulator_rules(h: &Harness) -> Vec<(String, u16, u16)> {
     rules
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        match check().await {
-            Ok(t) => return t,
-            Err(e) if Instant::now() >= deadline => panic!("{what}: not after {PATIENCE:?}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
-        }
-    }
-}
-
-async fn converge(h: &Harness, expected: &Expected) {
-    eventually("NRP equals the expected state", || async {
-        h.try_converge(expected, Duration::from_secs(2)).await
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_named_target_port_becomes_the_rules_backend_port_through_the_endpoint_slices() {
     init_tracing();
@@ -136,22 +99,10 @@ async fn a_named_target_port_becomes_the_rules_backend_port_through_the_endpoint
     );
     fake.put("endpointslices", web_slice(8080));
 
-    let mut config =
-        WatcherConfig::new(ConnectOptions::new(h.url()), Mode::Cluster { pods: false });
-    config.coalesce = Duration::from_millis(20);
-    config.poll_interval = Duration::from_millis(50);
-    config.recheck_interval = Duration::from_secs(1);
-    config.backoff_initial = Duration::from_millis(50);
-    config.backoff_max = Duration::from_millis(500);
-    let kube = fake.kube_client();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        watcher::run(config, kube, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .expect("the watcher runs");
-    });
+    let w = RunningWatcher::start(
+        test_config(&h.url(), Mode::Cluster { pods: false }),
+        fake.kube_client(),
+    );
 
     // The rule of port 80 goes to the pods' 8080 (named, through the slice), 443 to 8443
     // (numeric), 53 to 53 (unset).
@@ -183,10 +134,6 @@ async fn a_named_target_port_becomes_the_rules_backend_port_through_the_endpoint
         emulator_rules(&h)
     );
 
-    let _ = stop.send(());
-    tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("the watcher stops")
-        .unwrap();
+    w.stop().await;
     h.shutdown().await;
 }
