@@ -484,6 +484,13 @@ impl RestartGate {
         topology.get(&location).map(|(node, _)| node.as_str())
     }
 
+    /// Whether the cluster watcher has declared the node topology since the start.
+    pub fn topology_declared(&self) -> bool {
+        self.cluster_view
+            .as_ref()
+            .is_some_and(|v| v.topology.is_some())
+    }
+
     fn covers_any(&self, source: &str) -> bool {
         self.pods.contains_key(source)
     }

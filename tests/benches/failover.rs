@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clb_client::client::{Client, ConnectOptions};
+use clb_client::client::{Client, ClientError, ConnectOptions};
 use clb_proto::v1::{ClusterTopology, ResyncScope, Update};
 use clb_state_server::state::StateServer;
 use clb_sync_worker::worker::{Backoff, Limits};
@@ -83,7 +83,8 @@ async fn writer_after_loss(
     r: Resync,
     phase: Duration,
     mut backoff: ServerBackoff,
-) -> Instant {
+) -> (Instant, BTreeMap<String, usize>) {
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     tokio::time::sleep(phase).await;
     loop {
         let mut options = ConnectOptions::new(url.clone());
@@ -95,13 +96,19 @@ async fn writer_after_loss(
                     .resync_with_topology(r.scope.clone(), r.topology.clone(), r.view.clone())
                     .await
                 {
-                    Ok(o) if o.rejected.is_empty() => return Instant::now(),
+                    Ok(o) if o.rejected.is_empty() => return (Instant::now(), errors),
                     Ok(o) => panic!("{}: resync rejected: {}", r.source, o.describe_rejected()),
                     Err(e) => e,
                 }
             }
             Err(e) => e,
         };
+        let kind = match &error {
+            ClientError::Rpc { status, .. } => format!("{:?}", status.code()),
+            ClientError::Connect { .. } => "Connect".into(),
+            other => format!("{other}").chars().take(40).collect(),
+        };
+        *errors.entry(kind).or_default() += 1;
         tokio::time::sleep(backoff.next_delay(&error)).await;
     }
 }
@@ -237,9 +244,15 @@ async fn run(seed: u64, rounds: usize) -> Vec<Round> {
             killed.elapsed()
         });
         let mut last = killed;
+        let mut errors: BTreeMap<String, usize> = BTreeMap::new();
         for t in writer_tasks {
-            last = last.max(t.await.expect("writer"));
+            let (at, e) = t.await.expect("writer");
+            last = last.max(at);
+            for (k, n) in e {
+                *errors.entry(k).or_default() += n;
+            }
         }
+        eprintln!("round {round}: writers' failed attempts before their resync: {errors:?}");
         let last_resync = last - killed;
         sys.set_latency(costly().latency_ms);
         sys.converge(&expected, seed).await;

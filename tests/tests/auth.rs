@@ -361,9 +361,21 @@ async fn only_workers_may_sync() {
 #[tokio::test]
 async fn a_node_agent_writes_only_pods_at_its_own_node() {
     let sys = System::start().await;
+    let agent_a = sys.client(Some("t-agent-a")).await;
+    // Before the watcher has declared the nodes (right after a start) the agent's resync is
+    // answered UNAVAILABLE, a transient refusal it retries soon, not PERMISSION_DENIED.
+    let revision = sys.revision();
+    let (code_, msg) = code(
+        agent_a
+            .writer("node-agent/node-a")
+            .resync(scope::pods_at(NODE_A), vec![a_pod(NODE_A, 9)])
+            .await,
+    );
+    assert_eq!(code_, Code::Unavailable, "{msg}");
+    assert!(msg.contains("topology"), "{msg}");
+    assert_eq!(sys.revision(), revision, "nothing applied");
     sys.watcher_declares_the_nodes().await;
     let before = sys.revision();
-    let agent_a = sys.client(Some("t-agent-a")).await;
     let outcome = agent_a
         .writer("node-agent/node-a")
         .apply(vec![

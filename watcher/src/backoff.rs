@@ -16,13 +16,27 @@ use clb_client::client::ClientError;
 /// The largest delay after a refused call (no connection, or `UNAVAILABLE`).
 pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
-/// Whether `e` cost the server nothing: no connection was made, or the server refused at once.
+/// Whether `e` cost the server nothing: no connection was made, the connection was closed before
+/// any answer (a server that died or stepped down, or a Service with no ready endpoint), or the
+/// server refused at once (`UNAVAILABLE`: a standby). A live server that struggles answers with
+/// another code (`DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `INTERNAL`), which keeps the long
+/// backoff.
 pub fn is_refusal(e: &ClientError) -> bool {
     match e {
-        ClientError::Connect { .. } => true,
-        ClientError::Rpc { status, .. } => status.code() == tonic::Code::Unavailable,
+        ClientError::Connect { .. } | ClientError::StreamClosed { .. } => true,
+        ClientError::Rpc { status, .. } => {
+            status.code() == tonic::Code::Unavailable || is_transport_failure(status)
+        }
         _ => false,
     }
+}
+
+/// Whether the call failed on the connection (reset, closed before any answer: tonic reports it
+/// as `UNKNOWN` or `CANCELLED` with a transport error as the source), not with an answer of the
+/// server.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    std::error::Error::source(status)
+        .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some())
 }
 
 /// Exponential backoff with ±20 % jitter, capped lower for refusals (see the module docs).
@@ -72,6 +86,19 @@ mod tests {
         }
     }
 
+    /// A call whose connection failed, as tonic reports it: a status with a transport error as
+    /// its source.
+    async fn closed() -> ClientError {
+        let err = tonic::transport::Endpoint::from_static("http://127.0.0.1:1")
+            .connect()
+            .await
+            .expect_err("nothing listens on port 1");
+        ClientError::Rpc {
+            rpc: "Writer.Resync",
+            status: tonic::Status::from_error(Box::new(err)),
+        }
+    }
+
     fn failed() -> ClientError {
         ClientError::Rpc {
             rpc: "Writer.Resync",
@@ -79,8 +106,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn refusals_stop_growing_at_two_seconds_other_failures_at_the_max() {
+    #[tokio::test]
+    async fn refusals_stop_growing_at_two_seconds_other_failures_at_the_max() {
         let mut b = ServerBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
         let refusals: Vec<Duration> = (0..10).map(|_| b.next_delay(&refused())).collect();
         assert!(refusals[0] <= Duration::from_millis(240), "{refusals:?}");
@@ -93,5 +120,10 @@ mod tests {
         b.reset();
         assert!(b.next_delay(&failed()) <= Duration::from_millis(240));
         assert!(!is_refusal(&failed()));
+        assert!(is_refusal(&closed().await));
+        assert!(!is_refusal(&ClientError::Rpc {
+            rpc: "Writer.Resync",
+            status: tonic::Status::cancelled("no transport error"),
+        }));
     }
 }

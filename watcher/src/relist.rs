@@ -20,6 +20,9 @@ pub fn connection_backoff(max: Duration) -> watcher::ExponentialBackoff {
         .with_max_delay(max)
         .with_factor(2.0)
         .with_jitter()
+        // A seed of its own per stream and process: without one (backon without `std`) every
+        // watcher of the cluster would retry in lockstep.
+        .with_jitter_seed(rand::random())
         .without_max_times()
         .into()
 }

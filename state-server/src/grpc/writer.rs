@@ -215,6 +215,14 @@ fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result
         ));
     };
     let gateway = handle.lock();
+    if !gateway.gate.topology_declared() {
+        // Transient, not a refusal: right after a (re)start the watcher's resync (which declares
+        // the nodes) may come after the agents'; UNAVAILABLE makes them retry within 2 s.
+        return Err(Status::unavailable(format!(
+            "the node agent of node {node:?} resyncs location {location} before the cluster \
+             watcher has declared the node topology since this server started: retry shortly"
+        )));
+    }
     match gateway.gate.node_of(location) {
         Some(owner) if owner == node => Ok(()),
         owner => Err(denied(
