@@ -92,6 +92,8 @@ pub struct Gateway {
     /// far as this server saw: a change of the desired ports against these re-creates the service.
     programmed_ports: HashMap<String, Vec<ServicePort>>,
     /// The ports that the creation unit in flight for a service carries (one unit per service).
+    /// An entry may outlive its unit (a creation that failed or was not confirmed): whether a
+    /// creation is really in flight is the dispatcher's to say.
     ports_in_flight: HashMap<String, Vec<ServicePort>>,
     /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
     observing: Option<(u64, ObservedExtras)>,
@@ -287,9 +289,15 @@ impl Gateway {
                 .tracker
                 .service_view(&name)
                 .is_some_and(|v| v.kind == ServiceKind::Inbound && v.actual);
-            if !in_nrp || self.ports_in_flight.contains_key(&name) {
+            if !in_nrp {
                 continue;
             }
+            // The ports of a creation that ended without a report of it (failed, unconfirmed,
+            // its lease expired) tell nothing: what NRP has is what was read.
+            if self.dispatch.service_creation_in_flight(&name) {
+                continue;
+            }
+            self.ports_in_flight.remove(&name);
             self.programmed_ports.insert(name.clone(), ports);
             // Ports no worker can program would fail the creation again after every observe.
             if let Some(desired) = self.service_ports.get(&name).cloned()
@@ -768,17 +776,23 @@ mod tests {
     fn observed_rules_create_again_only_a_desired_service_read_back_with_other_ports() {
         use clb_proto::v1::Protocol::{Tcp, Udp, Unspecified};
         let mut g = gateway();
-        for s in ["a", "b", "c", "d"] {
+        let now = Instant::now();
+        g.tracker.update_service(Operation::Add, "a").unwrap();
+        g.service_ports.insert("a".into(), ports(&[(Tcp, 80)]));
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        // A creation of `a` is in flight (with the desired ports): its report decides.
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 6, now).unwrap();
+        let UnitWork::Services(changes) = &unit.work else {
+            panic!("{:?}", unit.work)
+        };
+        assert_eq!(g.ports_for(&changes[0]), ports(&[(Tcp, 80)]));
+        for s in ["b", "c", "d"] {
             g.tracker.update_service(Operation::Add, s).unwrap();
             g.service_ports.insert(s.into(), ports(&[(Tcp, 80)]));
         }
         g.service_ports
             .insert("c".into(), ports(&[(Unspecified, 80)]));
-        // A creation of `a` is in flight (with the desired ports): its report decides.
-        g.ports_in_flight.insert("a".into(), ports(&[(Tcp, 80)]));
-        let now = Instant::now();
-        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
-        assert_eq!(unit.work, UnitWork::Observe);
         let before = g.tracker.revision();
         let rules = vec![
             ("a".to_string(), ports(&[(Tcp, 1)])),
@@ -805,5 +819,61 @@ mod tests {
         let rules = vec![("b".to_string(), ports(&[(Udp, 80)]))];
         assert!(g.on_report(1, observed(8, &lbs, true), Vec::new(), rules, now));
         assert!(g.tracker.revision() > before, "b is created again");
+    }
+    /// Found by fault seeds 577789694, 269131352 and 550532718: a creation that NRP applied but
+    /// whose report said "unconfirmed" left its ports marked as in flight for good, so observes
+    /// skipped the service's rules and a later port change was never sent.
+    #[test]
+    fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
+        use clb_proto::v1::Protocol::Tcp;
+        let mut g = gateway();
+        let now = Instant::now();
+        g.tracker.update_service(Operation::Add, "a").unwrap();
+        g.service_ports.insert("a".into(), ports(&[(Tcp, 80)]));
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 1, now).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        assert!(g.on_report(1, observed(1, &[], true), Vec::new(), Vec::new(), now));
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 2, now).unwrap();
+        let UnitWork::Services(changes) = &unit.work else {
+            panic!("{:?}", unit.work)
+        };
+        g.ports_for(&changes[0]);
+        let unconfirmed = Report {
+            work_id: 2,
+            applied: Vec::new(),
+            progress: Vec::new(),
+            outcome: Outcome::Repair {
+                retry_after: Duration::ZERO,
+                code: "OperationUnconfirmed".into(),
+                message: "accepted, not followed to its end".into(),
+            },
+        };
+        assert!(g.on_report(1, unconfirmed, Vec::new(), Vec::new(), now));
+        // NRP did create it; the read-back finds it with the ports sent.
+        let later = now + Duration::from_secs(60);
+        let unit = g.dispatch.next_unit(&mut g.tracker, 1, 3, later).unwrap();
+        assert_eq!(unit.work, UnitWork::Observe);
+        let rules = vec![("a".to_string(), ports(&[(Tcp, 80)]))];
+        assert!(g.on_report(1, observed(3, &["a"], true), Vec::new(), rules, later));
+        assert!(
+            g.tracker.service_view("a").is_some_and(|v| v.actual),
+            "in NRP"
+        );
+        assert_eq!(g.programmed_ports.get("a"), Some(&ports(&[(Tcp, 80)])));
+        // The port changes: the service is created again.
+        let before = g.tracker.revision();
+        let update = clb_proto::v1::Update {
+            kind: Some(clb_proto::v1::update::Kind::Service(
+                clb_proto::v1::ServiceUpdate {
+                    id: "a".into(),
+                    operation: clb_proto::v1::Operation::Add as i32,
+                    ports: ports(&[(Tcp, 1000)]),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        g.remember_ports(&update);
+        assert!(g.tracker.revision() > before, "a is created again");
     }
 }

@@ -290,6 +290,16 @@ impl Dispatcher {
             .contains_key(&Key::Service(name.to_owned()))
     }
 
+    /// Whether a unit in flight carries the creation of service `name` (canonical name).
+    pub fn service_creation_in_flight(&self, name: &str) -> bool {
+        self.in_flight.values().any(|u| match &u.work {
+            UnitWork::Services(changes) => changes
+                .iter()
+                .any(|c| c.action == ServiceAction::Create && c.name == name),
+            _ => false,
+        })
+    }
+
     /// Whether a change of `location` waits to be sent or is in flight.
     pub fn location_pending(&self, location: IpAddr) -> bool {
         self.pending_since.contains_key(&Key::Location(location))
