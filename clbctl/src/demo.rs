@@ -137,6 +137,7 @@ impl DemoConfig {
                 },
                 ..ServerConfig::default()
             },
+            auth: None,
         }
     }
 }

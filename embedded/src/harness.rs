@@ -22,6 +22,8 @@ use clb_proto::v1::{
     DiffQuery, GatewayStatus, Hello, PendingDiffResponse, ServerMessage, StatusRequest,
     StatusResponse, WorkUnit, WorkerMessage, server_message, worker_message,
 };
+use clb_state_server::auth::Auth;
+use clb_state_server::grpc::ServeOptions;
 use clb_state_server::state::{ServerConfig, StateServer};
 use clb_sync_worker::worker::{
     self, Backoff, Limits, WorkerConfig, WorkerError, load_balancer_name, nat_gateway_name,
@@ -30,10 +32,41 @@ use clb_sync_worker::worker::{
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::Expected;
 use clb_client::client::{Client, ConnectOptions, Writer};
+use clb_client::token::{CallInterceptor, TokenFile};
+
+/// An Admin client that sends the harness's bearer token (if any) with every call.
+pub type Admin = AdminClient<InterceptedService<Channel, CallInterceptor>>;
+
+/// An [`Admin`] client of the server at `url`, sending the token of `token_file` if given.
+pub async fn admin_client(url: String, token_file: Option<std::path::PathBuf>) -> Admin {
+    let channel = Endpoint::from_shared(url)
+        .expect("a valid URL")
+        .connect()
+        .await
+        .expect("admin connects");
+    AdminClient::with_interceptor(
+        channel,
+        CallInterceptor::new(token_file.map(TokenFile::new)),
+    )
+}
+
+/// Authentication and authorization on: the server checks every call with `server`, and the
+/// harness's clients send tokens from files.
+#[derive(Debug, Clone)]
+pub struct HarnessAuth {
+    /// The state server's checks (e.g. against a Kubernetes API's TokenReview and
+    /// SubjectAccessReview).
+    pub server: Arc<Auth>,
+    /// Token file of the writers and Admin readers the harness connects.
+    pub client_token: std::path::PathBuf,
+    /// Token file of the sync workers.
+    pub worker_token: std::path::PathBuf,
+}
 
 /// Source name of the cluster-wide watcher.
 pub const WATCHER: &str = "watcher";
@@ -57,6 +90,9 @@ pub struct Options {
     pub emulator: EmulatorConfig,
     /// The state server's configuration (the same after a restart, with a new server id).
     pub server: ServerConfig,
+    /// Authentication and authorization; `None` checks nothing (the server on loopback, as the
+    /// demo runs it).
+    pub auth: Option<HarnessAuth>,
 }
 
 impl Options {
@@ -88,7 +124,19 @@ impl Options {
                 },
                 ..ServerConfig::default()
             },
+            auth: None,
         }
+    }
+
+    fn serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            tls: None,
+            auth: self.auth.as_ref().map(|a| a.server.clone()),
+        }
+    }
+
+    fn client_token(&self) -> Option<std::path::PathBuf> {
+        self.auth.as_ref().map(|a| a.client_token.clone())
     }
 }
 
@@ -106,6 +154,11 @@ pub struct ServerProc {
 impl ServerProc {
     /// Starts a state server with `config` on `127.0.0.1:0`.
     pub async fn start(config: ServerConfig) -> Self {
+        Self::start_with(config, ServeOptions::default()).await
+    }
+
+    /// [`ServerProc::start`] serving with `options` (authentication, authorization).
+    pub async fn start_with(config: ServerConfig, options: ServeOptions) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
@@ -117,7 +170,8 @@ impl ServerProc {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(e) = clb_state_server::grpc::serve(listener, s, shutdown).await {
+            if let Err(e) = clb_state_server::grpc::serve_with(listener, s, options, shutdown).await
+            {
                 eprintln!("state server ended: {e}");
             }
         });
@@ -201,6 +255,7 @@ impl WorkerProc {
         config.capacity = options.worker_capacity;
         config.limits = options.worker_limits;
         config.backoff = backoff;
+        config.token_file = options.auth.as_ref().map(|a| a.worker_token.clone());
         config.shutdown_grace = Duration::from_secs(5);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(worker::run(config, nrp, async move {
@@ -285,7 +340,7 @@ impl StalledWorker {
 pub struct Harness {
     nrp: RunningEmulator,
     server: ServerProc,
-    admin: AdminClient<Channel>,
+    admin: Admin,
     workers: Vec<WorkerProc>,
     options: Options,
     generation: u32,
@@ -298,10 +353,8 @@ impl Harness {
         let nrp = RunningEmulator::start(emulator)
             .await
             .expect("emulator starts");
-        let server = ServerProc::start(options.server.clone()).await;
-        let admin = AdminClient::connect(server.url())
-            .await
-            .expect("admin connects");
+        let server = ServerProc::start_with(options.server.clone(), options.serve_options()).await;
+        let admin = admin_client(server.url(), options.client_token()).await;
         let mut h = Self {
             nrp,
             server,
@@ -348,9 +401,9 @@ impl Harness {
 
     /// A typed client of the state server.
     pub async fn client(&self) -> Client {
-        Client::connect(ConnectOptions::new(self.url()))
-            .await
-            .expect("client connects")
+        let mut options = ConnectOptions::new(self.url());
+        options.token_file = self.options.client_token();
+        Client::connect(options).await.expect("client connects")
     }
 
     /// Ids of the running workers.
@@ -414,12 +467,10 @@ impl Harness {
         self.generation += 1;
         let mut config = self.options.server.clone();
         config.server_id = format!("state-server-{}", self.generation);
-        let new = ServerProc::start(config).await;
+        let new = ServerProc::start_with(config, self.options.serve_options()).await;
         let old = std::mem::replace(&mut self.server, new);
         old.stop(Duration::from_secs(5)).await;
-        self.admin = AdminClient::connect(self.server.url())
-            .await
-            .expect("admin connects");
+        self.admin = admin_client(self.server.url(), self.options.client_token()).await;
         ids
     }
 
@@ -657,7 +708,7 @@ pub fn compare_nrp(emulator: &Emulator, expected: &Expected) -> Result<(), Strin
 /// [`Harness::wait_idle`] (`nrp_too`) or [`Harness::wait_server_idle`] against the server behind
 /// `admin` (e.g. whichever replica leads) and `emulator`.
 pub async fn wait_quiet_at(
-    admin: &AdminClient<Channel>,
+    admin: &Admin,
     emulator: &Emulator,
     timeout: Duration,
     nrp_too: bool,
@@ -691,7 +742,7 @@ pub async fn wait_quiet_at(
 }
 
 /// The default gateway's status from the server behind `admin`.
-pub async fn gateway_status_at(admin: &AdminClient<Channel>) -> GatewayStatus {
+pub async fn gateway_status_at(admin: &Admin) -> GatewayStatus {
     admin
         .clone()
         .status(StatusRequest {})
@@ -705,7 +756,7 @@ pub async fn gateway_status_at(admin: &AdminClient<Channel>) -> GatewayStatus {
 }
 
 /// `Admin.PendingDiff` of the default gateway from the server behind `admin`.
-pub async fn pending_diff_at(admin: &AdminClient<Channel>) -> PendingDiffResponse {
+pub async fn pending_diff_at(admin: &Admin) -> PendingDiffResponse {
     admin
         .clone()
         .pending_diff(DiffQuery {

@@ -156,6 +156,7 @@ async fn run(seed: u64, rounds: usize) -> Vec<Round> {
         },
         emulator: clb_nrp_emulator::EmulatorConfig::default(),
         server: deploy_config(),
+        auth: None,
     };
     let mut sys = System::start(seed, options, deploy_election, Backoff::default()).await;
     let writer_defaults = WatcherConfig::new(

@@ -13,6 +13,11 @@
 //! ratios against the baseline and the physical floor (total address cost ÷ allowed concurrency +
 //! one call's latency).
 //!
+//! Then the packed 3-worker configuration runs in pairs, authentication and authorization off and
+//! on (on as deploy/ runs the server: every call's token checked with a TokenReview, its right with
+//! a SubjectAccessReview, both cached; the reviews answered by the fake Kubernetes API over
+//! loopback): `CLB_BENCH_AUTH_PAIRS` pairs (default 5), medians compared.
+//!
 //! Set `CLB_BENCH_PODS` / `CLB_BENCH_LOCATIONS` for another size.
 
 use std::time::{Duration, Instant};
@@ -21,8 +26,9 @@ use clb_core::dispatch::DispatchConfig;
 use clb_nrp_emulator::{EmulatorConfig, Stats};
 use clb_state_server::state::ServerConfig;
 use clb_sync_worker::worker::Limits;
+use clb_tests::auth_setup::AuthOn;
 use clb_tests::bench::{
-    CONCURRENCY, LATENCY_MS, LATENCY_PER_ADDRESS_US, PODS_PER_APP, costly, rollout_spec,
+    CONCURRENCY, LATENCY_MS, LATENCY_PER_ADDRESS_US, PODS_PER_APP, costly, env_usize, rollout_spec,
 };
 use clb_tests::{Cluster, Harness, Options, WATCHER, WriterExt};
 
@@ -35,6 +41,7 @@ struct Scenario {
     name: &'static str,
     workers: usize,
     max_locations_per_unit: usize,
+    auth: bool,
 }
 
 #[derive(Debug)]
@@ -43,6 +50,8 @@ struct Outcome {
     write: Duration,
     converge: Duration,
     stats: Stats,
+    /// TokenReviews and SubjectAccessReviews the server made (authentication on).
+    reviews: Option<(usize, usize)>,
 }
 
 impl Outcome {
@@ -80,6 +89,16 @@ async fn run(s: Scenario) -> Outcome {
             },
             ..ServerConfig::default()
         },
+        auth: None,
+    };
+    let auth = if s.auth {
+        Some(AuthOn::start().await)
+    } else {
+        None
+    };
+    let options = Options {
+        auth: auth.as_ref().map(|a| a.harness.clone()),
+        ..options
     };
     let mut cluster = Cluster::generate(rollout_spec());
     let h = Harness::start(options).await;
@@ -112,6 +131,7 @@ async fn run(s: Scenario) -> Outcome {
         write,
         converge,
         stats,
+        reviews: auth.map(|a| a.api.review_counts()),
     }
 }
 
@@ -139,16 +159,19 @@ fn main() {
             name: "packed (100 locations/unit), 3 workers",
             workers: 3,
             max_locations_per_unit: 100,
+            auth: false,
         },
         Scenario {
             name: "packed (100 locations/unit), 1 worker",
             workers: 1,
             max_locations_per_unit: 100,
+            auth: false,
         },
         Scenario {
             name: "baseline: unpacked (1 location/unit), 1 worker",
             workers: 1,
             max_locations_per_unit: 1,
+            auth: false,
         },
     ];
     let outcomes: Vec<Outcome> = scenarios
@@ -211,4 +234,78 @@ fn main() {
             o.converge.as_secs_f64() / floor(o.stats.addresses_carried).as_secs_f64(),
         );
     }
+    auth_pairs(&rt, scenarios[0]);
+}
+
+/// The packed 3-worker rollout with authentication and authorization off and on, in pairs.
+fn auth_pairs(rt: &tokio::runtime::Runtime, plain: Scenario) {
+    let pairs = env_usize("CLB_BENCH_AUTH_PAIRS", 5).max(1);
+    let authed = Scenario {
+        auth: true,
+        ..plain
+    };
+    let mut off = Vec::new();
+    let mut on = Vec::new();
+    for i in 0..pairs {
+        off.push(rt.block_on(run(plain)));
+        on.push(rt.block_on(run(authed)));
+        eprintln!(
+            "pair {}/{pairs}: off {} / on {}",
+            i + 1,
+            secs(off[i].converge),
+            secs(on[i].converge)
+        );
+    }
+    let median = |v: &[Outcome], f: fn(&Outcome) -> Duration| {
+        let mut d: Vec<Duration> = v.iter().map(f).collect();
+        d.sort();
+        d[d.len() / 2]
+    };
+    let list = |v: &[Outcome], f: fn(&Outcome) -> Duration| {
+        v.iter()
+            .map(|o| format!("{:.2}", f(o).as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    println!();
+    println!(
+        "authentication + authorization off vs on, {plain_name}, {pairs} pairs (seconds, in run order):",
+        plain_name = plain.name
+    );
+    println!();
+    println!(
+        "| | writes (median) | time to converge (median) | all runs: converge | TokenReviews | SubjectAccessReviews |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (label, v) in [("off", &off), ("on", &on)] {
+        let (t, a) = v
+            .iter()
+            .filter_map(|o| o.reviews)
+            .fold((0, 0), |acc, r| (acc.0 + r.0, acc.1 + r.1));
+        println!(
+            "| {label} | {} | {} | {} | {} | {} |",
+            secs(median(v, |o| o.write)),
+            secs(median(v, |o| o.converge)),
+            list(v, |o| o.converge),
+            if label == "on" {
+                (t / pairs).to_string()
+            } else {
+                "–".into()
+            },
+            if label == "on" {
+                (a / pairs).to_string()
+            } else {
+                "–".into()
+            },
+        );
+    }
+    let change = |f: fn(&Outcome) -> Duration| {
+        100.0 * (median(&on, f).as_secs_f64() / median(&off, f).as_secs_f64() - 1.0)
+    };
+    println!();
+    println!(
+        "on vs off: writes {:+.1}%, convergence {:+.1}% (medians; reviews per run)",
+        change(|o| o.write),
+        change(|o| o.converge)
+    );
 }

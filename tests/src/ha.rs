@@ -10,13 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use clb_client::client::{Client, ConnectOptions, Writer};
-use clb_embedded::harness::{compare_nrp, wait_quiet_at};
+use clb_embedded::harness::{Admin, admin_client, compare_nrp, wait_quiet_at};
 use clb_embedded::{
     Cluster, Expected, Options, PATIENCE, PodWriters, ServerProc, SplitBatch, WATCHER, WorkerProc,
     WriterExt,
 };
 use clb_nrp_emulator::{Emulator, RunningEmulator};
-use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::{ResyncScope, Update};
 use clb_state_server::leader::{self, ElectionConfig};
 use clb_state_server::state::{ServerConfig, StateServer};
@@ -25,7 +24,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use rand::Rng;
 use rand::rngs::StdRng;
 use tokio::task::JoinHandle;
-use tonic::transport::Channel;
 
 use crate::fake_kube::{FakeApi, Partition};
 use crate::recorder::DeletionLog;
@@ -363,10 +361,8 @@ impl System {
     }
 
     /// An Admin client on a new connection: it reaches the replica that leads now.
-    pub async fn admin(&self) -> AdminClient<Channel> {
-        AdminClient::connect(self.service.url.clone())
-            .await
-            .expect("admin connects")
+    pub async fn admin(&self) -> Admin {
+        admin_client(self.service.url.clone(), None).await
     }
 
     /// Waits until nothing is pending and NRP holds exactly `expected`.

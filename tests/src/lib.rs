@@ -18,6 +18,7 @@
 //! The end-to-end tests are in `tests/tests/e2e.rs`; the rollout benchmark in
 //! `tests/benches/rollout.rs`.
 
+pub mod auth_setup;
 pub mod bench;
 pub mod deploy;
 pub mod ha;

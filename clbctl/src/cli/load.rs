@@ -370,8 +370,24 @@ fn note(line: &str) {
     eprintln!("load: {line}");
 }
 
-/// Runs `clbctl load`.
+/// Runs `clbctl load`: [`measure`], then prints the report.
 pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    let report = measure(global, args).await?;
+    emit(global.output, &report, render)?;
+    if report.ingest.updates_rejected > 0 {
+        bail!(
+            "the state server rejected {} updates of the load",
+            report.ingest.updates_rejected
+        );
+    }
+    if let Some(e) = &report.convergence_error {
+        bail!("the system did not converge after the load: {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the load and returns what it measured (for benchmarks that compare runs).
+pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<LoadReport> {
     args.check()?;
     let mut model = Model::new(args);
     let (system, client) = match &args.state_server {
@@ -400,21 +416,11 @@ pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
     };
     let result = drive(args, &mut model, &system, &client).await;
     system.shutdown().await;
-    let report = result?;
-    emit(global.output, &report, render)?;
-    if report.ingest.updates_rejected > 0 {
-        bail!(
-            "the state server rejected {} updates of the load",
-            report.ingest.updates_rejected
-        );
-    }
-    if let Some(e) = &report.convergence_error {
-        bail!("the system did not converge after the load: {e}");
-    }
-    Ok(ExitCode::SUCCESS)
+    result
 }
 
-fn embedded_options(args: &LoadArgs) -> Options {
+/// The embedded system `clbctl load` starts for `args` (the emulator free until [`costly`] is set).
+pub fn embedded_options(args: &LoadArgs) -> Options {
     Options {
         workers: args.workers.max(1),
         worker_capacity: 4,
@@ -437,10 +443,12 @@ fn embedded_options(args: &LoadArgs) -> Options {
             },
             ..ServerConfig::default()
         },
+        auth: None,
     }
 }
 
-fn costly(args: &LoadArgs) -> EmulatorConfig {
+/// The emulator's cost model `args` ask for.
+pub fn costly(args: &LoadArgs) -> EmulatorConfig {
     EmulatorConfig {
         latency_ms: args.nrp_latency_ms,
         latency_per_address_us: args.nrp_latency_per_address_us,

@@ -28,10 +28,10 @@ pub fn snapshot_parts(
     let mut first = NrpSnapshot::default();
     for s in services {
         let t = s.properties.service_type;
-        if t.is_some_and(|t| t.is_inbound()) {
+        if t.as_ref().is_some_and(|t| t.is_inbound()) {
             first.load_balancers.push(s.name.clone());
         }
-        if t.is_some_and(|t| t.is_outbound()) {
+        if t.as_ref().is_some_and(|t| t.is_outbound()) {
             first.nat_gateways.push(s.name);
         }
     }
@@ -150,7 +150,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
         )?;
         let inbound: Vec<String> = services
             .iter()
-            .filter(|s| s.properties.service_type.is_some_and(|t| t.is_inbound()))
+            .filter(|s| s.properties.service_type.as_ref().is_some_and(|t| t.is_inbound()))
             .map(|s| s.name.clone())
             .collect();
         let (pips, lbs) = if inbound.is_empty() {
