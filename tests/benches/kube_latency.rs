@@ -98,8 +98,9 @@ fn row(name: &str, mut xs: Vec<Duration>) {
 
 /// Starts a writer with its own link to the API.
 async fn start(config: clb_watcher::WatcherConfig, api: &FakeApi) -> (RunningWatcher, Partition) {
-    let (kube, link) = api.partitionable_client().await;
-    (RunningWatcher::start(config, kube), link)
+    let (kube, link) = api.partitionable_config().await;
+    let clients = clb_watcher::KubeClients::from_config(kube).expect("kube clients");
+    (RunningWatcher::start(config, clients), link)
 }
 
 struct Cluster {

@@ -320,8 +320,17 @@ impl FakeApi {
 
     /// A kube client of this server (plain HTTP, no credentials).
     pub fn kube_client(&self) -> kube::Client {
-        let config = kube::Config::new(self.url.parse().unwrap());
-        kube::Client::try_from(config).unwrap()
+        kube::Client::try_from(self.kube_config()).unwrap()
+    }
+
+    /// The configuration of a client of this server (plain HTTP, no credentials).
+    pub fn kube_config(&self) -> kube::Config {
+        kube::Config::new(self.url.parse().unwrap())
+    }
+
+    /// The clients a watcher makes of [`FakeApi::kube_config`], as the binary does.
+    pub fn watcher_clients(&self) -> clb_watcher::KubeClients {
+        clb_watcher::KubeClients::from_config(self.kube_config()).unwrap()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -432,6 +441,13 @@ impl FakeApi {
     /// [`Partition::down`], every request is refused at once with 503, as by an API server that is
     /// restarting.
     pub async fn partitionable_client(&self) -> (kube::Client, Partition) {
+        let (config, link) = self.partitionable_config().await;
+        (kube::Client::try_from(config).unwrap(), link)
+    }
+
+    /// The configuration of a [`FakeApi::partitionable_client`] (e.g. for
+    /// `clb_watcher::KubeClients::from_config`).
+    pub async fn partitionable_config(&self) -> (kube::Config, Partition) {
         let partition = Partition {
             cut: Arc::new(AtomicBool::new(false)),
             down: Arc::new(AtomicBool::new(false)),
@@ -464,8 +480,7 @@ impl FakeApi {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        let config = kube::Config::new(url.parse().unwrap());
-        (kube::Client::try_from(config).unwrap(), partition)
+        (kube::Config::new(url.parse().unwrap()), partition)
     }
 }
 

@@ -64,7 +64,7 @@ pub struct RunningWatcher {
 
 impl RunningWatcher {
     /// Starts `config` against the API `kube` talks to.
-    pub fn start(config: WatcherConfig, kube: kube::Client) -> Self {
+    pub fn start(config: WatcherConfig, kube: clb_watcher::KubeClients) -> Self {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             clb_watcher::run(config, kube, async move {

@@ -151,7 +151,7 @@ fn start_watcher_polling(h: &Harness, fake: &FakeApi, mode: Mode, poll: Duration
 }
 
 fn run_watcher(config: WatcherConfig, fake: &FakeApi) -> Running {
-    Running::start(config, fake.kube_client())
+    Running::start(config, fake.watcher_clients())
 }
 
 /// `address=services` of a location's desired state, sorted as strings.

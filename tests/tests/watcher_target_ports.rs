@@ -101,7 +101,7 @@ async fn a_named_target_port_becomes_the_rules_backend_port_through_the_endpoint
 
     let w = RunningWatcher::start(
         test_config(&h.url(), Mode::Cluster { pods: false }),
-        fake.kube_client(),
+        fake.watcher_clients(),
     );
 
     // The rule of port 80 goes to the pods' 8080 (named, through the slice), 443 to 8443

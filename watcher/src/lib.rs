@@ -257,11 +257,45 @@ pub(crate) fn lock(shared: &SharedRef) -> MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The watcher's Kubernetes clients, both to one API server. The watches go without kube's own
+/// request retries (its default policy retries a 429/503/504 answer 3 times, waiting 0.5, 1 and 2 s:
+/// after an API-server restart that answers 503 while it starts, a watch then waited ~3.5 s longer
+/// than needed); their retries are paced by [`relist::paced`] (at most `--watch-backoff-max-ms`).
+/// The writes (finalizers, status, Events) keep kube's retries.
+#[derive(Clone)]
+pub struct KubeClients {
+    /// For the list and watch requests.
+    pub watch: kube::Client,
+    /// For PATCHes and Events.
+    pub write: kube::Client,
+}
+
+impl KubeClients {
+    /// Both clients from one configuration (in a cluster: `kube::Config::infer`).
+    pub fn from_config(config: kube::Config) -> Result<Self, kube::Error> {
+        let write = kube::Client::try_from(config.clone())?;
+        let mut watch = config;
+        watch.default_retry = false;
+        Ok(Self {
+            watch: kube::Client::try_from(watch)?,
+            write,
+        })
+    }
+}
+
+impl std::fmt::Debug for KubeClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClients")
+            .field("watch", &self.watch.default_namespace())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs the watcher (or node agent) until `shutdown` completes. Every failure (kube API, state
 /// server) is retried; only an invalid state-server endpoint ends it with an error.
 pub async fn run(
     config: WatcherConfig,
-    kube: kube::Client,
+    kube: KubeClients,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ClientError> {
     let source = config.source();
@@ -283,7 +317,7 @@ pub async fn run(
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(writeback::run(
             writeback::Config::from(&config),
-            kube.clone(),
+            kube.write.clone(),
             rx,
             acked_rx,
         ));
@@ -292,7 +326,7 @@ pub async fn run(
         (None, None)
     };
 
-    let streams = streams(&kube, &config, &kinds);
+    let streams = streams(&kube.watch, &config, &kinds);
     let mut kube_side = std::pin::pin!(kube_side(
         streams,
         shared,

@@ -13,8 +13,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = args.config()?;
     // In-cluster service account, or the kubeconfig (KUBECONFIG / ~/.kube/config).
-    let kube = kube::Client::try_default()
+    let kube = kube::Config::infer()
         .await
+        .map_err(anyhow::Error::from)
+        .and_then(|c| Ok(watcher::KubeClients::from_config(c)?))
         .context("creating the Kubernetes client (in-cluster or kubeconfig)")?;
     watcher::run(config, kube, clb_telemetry::shutdown_signal()).await?;
     Ok(())
