@@ -13,6 +13,8 @@
 //! The state server re-exports this crate as `clb_state_server::telemetry`. [`shutdown_signal`] is
 //! the other piece every binary shares.
 
+pub mod metrics;
+
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
 

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Maps the monotonic `now` the dispatcher is given to Unix milliseconds, for the times it publishes
 /// (lease deadlines sent to workers, error records): one anchor taken when it is built.
@@ -70,6 +70,11 @@ pub trait DispatchObserver: Send + Sync + fmt::Debug {
     fn lease_expired(&self, n: u64);
     /// A report arrived for a unit no longer leased to its sender.
     fn late_report(&self);
+    /// NRP accepted a change of `kind` (`locations` or `services`) that became pending `latency`
+    /// before the report that says so was folded: the desired → programmed latency of one key.
+    fn programmed(&self, kind: &'static str, latency: Duration) {
+        let _ = (kind, latency);
+    }
 }
 
 /// An observer that ignores everything.
@@ -114,7 +119,6 @@ impl DispatchEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn wall_clock_maps_both_directions_from_the_anchor() {

@@ -827,7 +827,7 @@ impl Dispatcher {
                     if let Some(c) = changes.get(*i as usize) {
                         let key = Key::Service(c.name.clone());
                         self.backoff.remove(&key);
-                        self.pending_since.remove(&key);
+                        self.observe_programmed("services", &key, now);
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);
                         match tracker.record_service_applied(c) {
@@ -860,7 +860,7 @@ impl Dispatcher {
                     if let Some(d) = diffs.get(*i as usize) {
                         let key = Key::Location(d.location);
                         self.backoff.remove(&key);
-                        self.pending_since.remove(&key);
+                        self.observe_programmed("locations", &key, now);
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);
                         if let Err(e) = tracker.record_location_applied(d) {
@@ -876,6 +876,15 @@ impl Dispatcher {
             self.observe_after_report();
         }
         recorded
+    }
+
+    /// `key` is no longer pending because NRP accepted its change: tells the observer how long it
+    /// was pending.
+    fn observe_programmed(&mut self, kind: &'static str, key: &Key, now: Instant) {
+        if let Some(since) = self.pending_since.remove(key) {
+            self.observer
+                .programmed(kind, now.saturating_duration_since(since));
+        }
     }
 
     fn count(&mut self, kind: &'static str, result: &'static str, code: &str) {

@@ -581,3 +581,77 @@ fn failing_and_parked_lookups_follow_the_reports() {
     assert_eq!(d.failing_locations().count(), 0);
     assert!(!d.location_pending(location));
 }
+
+/// Remembers what [`DispatchObserver::programmed`] is told.
+#[derive(Debug, Default)]
+struct Programmed(std::sync::Mutex<Vec<(&'static str, Duration)>>);
+
+impl DispatchObserver for Programmed {
+    fn unit_outcome(&self, _: &'static str, _: &'static str, _: &str) {}
+    fn lease_expired(&self, _: u64) {}
+    fn late_report(&self) {}
+    fn programmed(&self, kind: &'static str, latency: Duration) {
+        self.0.lock().unwrap().push((kind, latency));
+    }
+}
+
+#[test]
+fn the_observer_is_told_how_long_an_accepted_change_was_pending() {
+    let t0 = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let observer = std::sync::Arc::new(Programmed::default());
+    let mut d = Dispatcher::new(
+        DispatchConfig::default(),
+        env().with_observer(observer.clone()),
+    );
+    observed(&mut d, &mut t, t0);
+    let s = d.next_unit(&mut t, 1, 2, t0).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(
+        &mut t,
+        1,
+        applied(s.work_id),
+        t0 + Duration::from_millis(300),
+    );
+    let u = d
+        .next_unit(&mut t, 1, 3, t0 + Duration::from_millis(300))
+        .unwrap();
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    // A failed report programs nothing.
+    d.on_report(
+        &mut t,
+        1,
+        Report {
+            work_id: u.work_id,
+            applied: vec![],
+            progress: vec![],
+            outcome: Outcome::Retryable {
+                code: "TooManyRequests".into(),
+                message: String::new(),
+                retry_after: Duration::ZERO,
+            },
+        },
+        t0 + Duration::from_millis(400),
+    );
+    assert_eq!(
+        *observer.0.lock().unwrap(),
+        vec![("services", Duration::from_millis(300))]
+    );
+    // Its retry goes through: the latency runs from when the change first became pending.
+    let later = t0 + Duration::from_secs(60);
+    let u = d.next_unit(&mut t, 1, 4, later).unwrap();
+    assert!(matches!(u.work, UnitWork::Locations(_)));
+    d.on_report(
+        &mut t,
+        1,
+        applied(u.work_id),
+        later + Duration::from_secs(1),
+    );
+    assert_eq!(
+        *observer.0.lock().unwrap(),
+        vec![
+            ("services", Duration::from_millis(300)),
+            ("locations", Duration::from_secs(61)),
+        ]
+    );
+}
