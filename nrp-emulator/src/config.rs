@@ -15,7 +15,7 @@ pub enum ThrottleResponse {
 }
 
 /// The emulator's run-time configuration. `Default` is: no latency, no faults, no concurrency limit,
-/// synchronous answers, gateways created on first use.
+/// synchronous answers, and — as in Azure — a gateway exists only once it is PUT.
 ///
 /// As JSON (the `--config` file and `PUT /_emulator/config`), every field is optional and snake_case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,14 +52,17 @@ pub struct EmulatorConfig {
     /// Seed of the fault-injection RNG (`None` = from OS entropy). With a seed, the sequence of fault
     /// decisions for a given sequence of calls is reproducible.
     pub seed: Option<u64>,
-    /// Answer mutating calls as ARM long-running operations (201/202 + `Azure-AsyncOperation` and
-    /// `Location`) instead of synchronously.
+    /// Answer mutating calls as ARM long-running operations (200/201/202 + `Azure-AsyncOperation`
+    /// and `Location`) instead of synchronously, where the API makes them long-running: PUTs, DELETEs
+    /// of what exists, and the gateway actions at api-version `2025-05-01` (from `2025-09-01` on
+    /// they are synchronous, as is PATCH).
     pub long_running_operations: bool,
     /// `Retry-After` (seconds) sent with LRO answers and in-progress polls.
     pub lro_retry_after_secs: u64,
     /// Items per page of `GET …/addressLocations` and `GET …/services`.
     pub page_size: usize,
-    /// Accept calls on a gateway that was never PUT (it is created on first use).
+    /// Opt-in, not Azure's behaviour: accept calls on a gateway that was never PUT (it is created on
+    /// first use, in location `local`). Off (the default), such calls get `404 ResourceNotFound`.
     pub auto_create_gateways: bool,
     /// Maximum request body size in bytes (larger bodies get 413).
     pub max_body_bytes: usize,
@@ -86,7 +89,7 @@ impl Default for EmulatorConfig {
             long_running_operations: false,
             lro_retry_after_secs: 0,
             page_size: 500,
-            auto_create_gateways: true,
+            auto_create_gateways: false,
             max_body_bytes: 64 << 20,
             removal_log_capacity: 1_000_000,
         }
@@ -164,7 +167,7 @@ mod tests {
         let c: EmulatorConfig = serde_json::from_str(r#"{"latency_ms": 5, "seed": 7}"#).unwrap();
         assert_eq!(c.latency_ms, 5);
         assert_eq!(c.seed, Some(7));
-        assert!(c.auto_create_gateways);
+        assert!(!c.auto_create_gateways, "Azure-like by default");
         assert!(serde_json::from_str::<EmulatorConfig>(r#"{"latncy_ms": 5}"#).is_err());
     }
 

@@ -3,16 +3,24 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use clb_nrp::wire::{API_VERSION, ArmErrorBody};
+use clb_nrp::wire::ArmErrorBody;
+
+/// The supported api-versions as ARM lists them in `InvalidApiVersionParameter`: comma-separated.
+fn supported_versions() -> String {
+    clb_nrp::wire::SUPPORTED_API_VERSIONS.join(",")
+}
 
 /// An error answered by the emulator. Every variant maps to an HTTP status and an ARM error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EmulatorError {
     /// No `api-version` query parameter.
-    #[error("the api-version query parameter (?api-version=) is required for all requests")]
+    #[error("The api-version query parameter (?api-version=) is required for all requests.")]
     MissingApiVersion,
-    /// An `api-version` other than the supported one.
-    #[error("the api-version '{0}' is invalid; the supported version is '{API_VERSION}'")]
+    /// An `api-version` other than the supported ones (ARM's `InvalidApiVersionParameter`).
+    #[error(
+        "The api-version '{0}' is invalid. The supported versions are '{supported}'.",
+        supported = supported_versions()
+    )]
     InvalidApiVersion(String),
     /// No such route.
     #[error("no route for {method} {path}")]
@@ -31,7 +39,10 @@ pub enum EmulatorError {
         path: String,
     },
     /// A resource that does not exist.
-    #[error("the resource '{kind}/{name}' under resource group '{resource_group}' was not found")]
+    #[error(
+        "The Resource '{kind}/{name}' under resource group '{resource_group}' was not found. For more \
+         details please go to https://aka.ms/ARMResourceNotFoundFix"
+    )]
     ResourceNotFound {
         /// ARM type, e.g. `Microsoft.Network/serviceGateways`.
         kind: String,
@@ -198,5 +209,17 @@ mod tests {
         let r = t.into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+    }
+
+    #[test]
+    fn an_unknown_api_version_gets_arms_error() {
+        let e = EmulatorError::InvalidApiVersion("2020-01-01".into());
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(e.code(), "InvalidApiVersionParameter");
+        assert_eq!(
+            e.to_string(),
+            "The api-version '2020-01-01' is invalid. The supported versions are \
+             '2025-05-01,2026-03-01'."
+        );
     }
 }

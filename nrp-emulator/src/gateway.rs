@@ -14,8 +14,8 @@ use crate::state::{
 };
 use clb_nrp::wire::{
     AddressLocation, GatewayService, GatewayServiceProperties, ResourceId, ResourceKind,
-    ServiceGateway, SubResource, UpdateAction, UpdateAddressLocationsRequest,
-    UpdateServicesRequest,
+    ServiceGateway, ServiceType, SubResource, TagsObject, UpdateAction,
+    UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
 
 /// A validated `updateServices` request: service name → new record (`None` = delete).
@@ -66,10 +66,22 @@ fn check_service_name(name: &str) -> Result<(), EmulatorError> {
     Ok(())
 }
 
+/// Checks that `action` (the value of `field`) is one the API defines.
+fn check_action(field: &str, action: &UpdateAction, scope: &str) -> Result<(), EmulatorError> {
+    match action {
+        UpdateAction::Other(v) => Err(EmulatorError::bad_request(
+            "InvalidUpdateAction",
+            format!("{field} '{v}'{scope} is invalid: it must be FullUpdate or PartialUpdate"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Validates an `updateServices` body without looking at the state.
 pub(crate) fn normalize_services(
     req: UpdateServicesRequest,
 ) -> Result<NormServices, EmulatorError> {
+    check_action("action", &req.action, "")?;
     let mut seen = HashSet::new();
     let mut requests = Vec::with_capacity(req.service_requests.len());
     for r in req.service_requests {
@@ -99,6 +111,15 @@ pub(crate) fn normalize_services(
                 ),
             ));
         };
+        if let ServiceType::Other(v) = &service_type {
+            return Err(EmulatorError::bad_request(
+                "InvalidServiceType",
+                format!(
+                    "serviceType '{v}' of service '{name}' is invalid: it must be Inbound, Outbound \
+                     or InboundOutbound"
+                ),
+            ));
+        }
         if service_type.is_inbound() && load_balancer_backend_pools.is_empty() {
             return Err(EmulatorError::bad_request(
                 "MissingLoadBalancerBackendPool",
@@ -162,6 +183,7 @@ pub(crate) fn normalize_services(
 pub(crate) fn normalize_locations(
     req: UpdateAddressLocationsRequest,
 ) -> Result<NormLocations, EmulatorError> {
+    check_action("action", &req.action, "")?;
     let mut seen = HashSet::new();
     let mut locations = Vec::with_capacity(req.address_locations.len());
     for l in req.address_locations {
@@ -169,6 +191,11 @@ pub(crate) fn normalize_locations(
             "address location",
             "InvalidAddressLocation",
             &l.address_location,
+        )?;
+        check_action(
+            "addressUpdateAction",
+            &l.address_update_action,
+            &format!(" of address location '{location}'"),
         )?;
         if !seen.insert(location) {
             return Err(EmulatorError::bad_request(
@@ -217,7 +244,7 @@ impl NrpState {
         self.gateways.get(&key_of(id))
     }
 
-    fn gateway_or_err(
+    pub(crate) fn gateway_or_err(
         &self,
         id: &ResourceId,
         auto_create: bool,
@@ -241,9 +268,10 @@ impl NrpState {
                 return Err(not_found(id));
             }
             let guid = self.guid();
+            let etag = self.etag();
             self.gateways.insert(
                 key.clone(),
-                GatewayRec::new(id.clone(), "local".into(), guid),
+                GatewayRec::new(id.clone(), "local".into(), guid, etag),
             );
         }
         self.gateways
@@ -260,15 +288,86 @@ impl NrpState {
         self.check_put_gateway(id, &body)?;
         let location = body.location.unwrap_or_default();
         let created = self.gateway(id).is_none();
+        let etag = self.etag();
         if created {
             let guid = self.guid();
-            self.gateways
-                .insert(key_of(id), GatewayRec::new(id.clone(), location, guid));
+            self.gateways.insert(
+                key_of(id),
+                GatewayRec::new(id.clone(), location.clone(), guid, etag.clone()),
+            );
         }
+        // A PUT replaces what it may set (read-only fields in the body are ignored, as in ARM); the
+        // services and address locations are not part of the resource and stay.
         let g = self.gateway_mut(id, true)?;
+        if g.location == "local" {
+            // Created on first use (auto-creation): the first PUT gives it its region.
+            g.location = location;
+        }
+        g.etag = etag;
+        g.tags = body.tags;
+        g.zones = body.zones;
         g.sku = body.sku;
         g.virtual_network = body.properties.virtual_network;
+        g.route_target_address = body.properties.route_target_address;
+        g.route_target_address_v6 = body.properties.route_target_address_v6;
         Ok((created, g.to_wire()))
+    }
+
+    /// `PATCH …/serviceGateways/{name}` (update tags): replaces the tags, returns the resource.
+    pub(crate) fn update_gateway_tags(
+        &mut self,
+        id: &ResourceId,
+        auto_create: bool,
+        body: TagsObject,
+    ) -> Result<ServiceGateway, EmulatorError> {
+        let etag = self.etag();
+        let g = self.gateway_mut(id, auto_create)?;
+        g.tags = body.tags;
+        g.etag = etag;
+        Ok(g.to_wire())
+    }
+
+    /// `GET …/serviceGateways` of a resource group (`resource_group`) or of the whole subscription
+    /// (`None`): one page after `after` (a lower-cased `name`, or `resourceGroup/name` for the
+    /// subscription), by resource group and name, and the token of the next page.
+    pub(crate) fn list_gateways(
+        &self,
+        subscription: &str,
+        resource_group: Option<&str>,
+        after: Option<&str>,
+        page: usize,
+    ) -> (Vec<ServiceGateway>, Option<String>) {
+        let sub = subscription.to_ascii_lowercase();
+        let rg = resource_group.map(str::to_ascii_lowercase);
+        // The token of a gateway: its name within a resource group, `rg/name` across them.
+        let token = |g: &GatewayRec| {
+            let name = g.id.name.to_ascii_lowercase();
+            match rg {
+                Some(_) => name,
+                None => format!("{}/{name}", g.id.resource_group.to_ascii_lowercase()),
+            }
+        };
+        let after = after.map(str::to_ascii_lowercase);
+        let mut matching: Vec<(String, &GatewayRec)> = self
+            .gateways
+            .values()
+            .filter(|g| g.id.subscription.eq_ignore_ascii_case(&sub))
+            .filter(|g| {
+                rg.as_deref()
+                    .is_none_or(|rg| g.id.resource_group.eq_ignore_ascii_case(rg))
+            })
+            .map(|g| (token(g), g))
+            .filter(|(t, _)| after.as_deref().is_none_or(|a| t.as_str() > a))
+            .collect();
+        matching.sort_by(|a, b| a.0.cmp(&b.0));
+        let page = page.max(1);
+        let next = (matching.len() > page).then(|| matching[page - 1].0.clone());
+        let items = matching
+            .into_iter()
+            .take(page)
+            .map(|(_, g)| g.to_wire())
+            .collect();
+        (items, next)
     }
 
     pub(crate) fn check_put_gateway(
@@ -282,6 +381,18 @@ impl NrpState {
                 format!("service gateway '{}' needs a location", id.name),
             ));
         };
+        for z in body.zones.iter().flatten() {
+            if z.is_empty() || z.len() > 2 || !z.chars().all(|c| c.is_ascii_digit()) {
+                return Err(EmulatorError::bad_request(
+                    "InvalidAvailabilityZone",
+                    format!(
+                        "zone '{z}' of service gateway '{}' is invalid: zones are numeric strings \
+                         such as \"1\", \"2\", \"3\"",
+                        id.name
+                    ),
+                ));
+            }
+        }
         if let Some(g) = self.gateway(id)
             && !g.location.eq_ignore_ascii_case(location)
             && g.location != "local"
@@ -337,7 +448,7 @@ impl NrpState {
             .map(|(name, s)| GatewayService {
                 name: name.clone(),
                 properties: GatewayServiceProperties {
-                    service_type: Some(s.service_type),
+                    service_type: Some(s.service_type.clone()),
                     is_default: s.is_default,
                     load_balancer_backend_pools: s
                         .backend_pools

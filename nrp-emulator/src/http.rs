@@ -18,7 +18,7 @@ use crate::ops::{
     Applied, Mutation, Op, Route, Target, check_api_version, parse_op, parse_query, route,
 };
 use crate::{Emulator, lock};
-use clb_nrp::wire::{API_VERSION, PROVIDER};
+use clb_nrp::wire::{ApiVersion, PROVIDER};
 
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -140,12 +140,17 @@ async fn handle(
     let query = parse_query(uri.query());
     let route = route(method, uri.path())?;
     *operation = route.operation;
-    check_api_version(&query)?;
+    let version = check_api_version(&query)?;
     let cfg = st.emu.config();
     let base = base_url(headers);
+    let call = Call {
+        base: &base,
+        uri,
+        version,
+    };
     match &route.target {
         Target::OperationStatus(id) => return operation_status(st, id),
-        Target::OperationResult(id) => return operation_result(st, &base, uri, id, &cfg),
+        Target::OperationResult(id) => return operation_result(st, &call, id, &cfg),
         _ => {}
     }
     let body = to_bytes(body, cfg.max_body_bytes)
@@ -162,8 +167,27 @@ async fn handle(
         None
     };
     match fault {
-        Some(f) => inject(st, f, &route, op, &cfg, &base, uri).await,
-        None => execute(st, &route, op, &cfg, &base, uri).await,
+        Some(f) => inject(st, f, &route, op, &cfg, &call).await,
+        None => execute(st, &route, op, &cfg, &call).await,
+    }
+}
+
+/// What an answer depends on besides the operation: the base URL the client used (for `nextLink` and
+/// operation URLs), the request URI and its api-version.
+struct Call<'a> {
+    base: &'a str,
+    uri: &'a Uri,
+    version: ApiVersion,
+}
+
+impl Call<'_> {
+    /// `{base}{path}?api-version={version}` plus `extra` query parameters.
+    fn url(&self, path: &str, extra: &str) -> String {
+        format!(
+            "{}{path}?api-version={}{extra}",
+            self.base,
+            self.version.as_str()
+        )
     }
 }
 
@@ -173,8 +197,7 @@ async fn inject(
     route: &Route,
     op: Op,
     cfg: &EmulatorConfig,
-    base: &str,
-    uri: &Uri,
+    call: &Call<'_>,
 ) -> Result<Response, EmulatorError> {
     let kind = match fault {
         Fault::Timeout => "timeout".to_string(),
@@ -199,7 +222,7 @@ async fn inject(
         Fault::Timeout => {
             if cfg.timeout_applies_change {
                 // The outcome is deliberately lost, as with a real timeout.
-                let _ = execute(st, route, op, cfg, base, uri).await;
+                let _ = execute(st, route, op, cfg, call).await;
             }
             pause(st, Duration::from_millis(cfg.timeout_hold_ms)).await?;
             Err(EmulatorError::InjectedTimeout)
@@ -212,6 +235,7 @@ fn target_name(route: &Route) -> String {
     match &route.target {
         Target::Resource(id) | Target::Gateway(id, _) => id.name.clone(),
         Target::PublicIps(_, rg) | Target::LoadBalancers(_, rg) => rg.clone(),
+        Target::Gateways(sub, rg) => rg.clone().unwrap_or_else(|| sub.clone()),
         Target::OperationStatus(id) | Target::OperationResult(id) => id.clone(),
     }
 }
@@ -233,20 +257,18 @@ async fn execute(
     route: &Route,
     op: Op,
     cfg: &EmulatorConfig,
-    base: &str,
-    uri: &Uri,
+    call: &Call<'_>,
 ) -> Result<Response, EmulatorError> {
     let auto = cfg.auto_create_gateways;
     match op {
         Op::Read(r) => {
             pause(st, latency(cfg, 0)).await?;
             let applied = lock(&st.emu.inner.state).read(r, auto, cfg.page_size)?;
-            let next = applied.next_token.as_ref().map(|t| {
-                format!(
-                    "{base}{}?api-version={API_VERSION}&$skipToken={t}",
-                    uri.path()
-                )
-            });
+            // The next page is asked for at the api-version of this request.
+            let next = applied
+                .next_token
+                .as_ref()
+                .map(|t| call.url(call.uri.path(), &format!("&$skipToken={t}")));
             Ok(respond(applied, next))
         }
         Op::Mutate(m) => {
@@ -256,12 +278,16 @@ async fn execute(
                 s.addresses_carried += m.address_count() as u64;
                 s.locations_carried += m.location_count() as u64;
             }
-            if cfg.long_running_operations {
-                return start_operation(st, route, m, cfg, base);
+            if cfg.long_running_operations && !m.always_synchronous(call.version) {
+                // A DELETE of what does not exist is answered 204 at once, as ARM does.
+                let gone = m.is_delete() && !lock(&st.emu.inner.state).exists(m.resource());
+                if !gone {
+                    return start_operation(st, route, m, cfg, call);
+                }
             }
             let _permit = acquire(st, &m, cfg)?;
             pause(st, latency(cfg, m.address_count())).await?;
-            let applied = st.emu.apply(m, cfg)?;
+            let applied = st.emu.apply(m, cfg, call.version)?;
             Ok(respond(applied, None))
         }
     }
@@ -301,11 +327,13 @@ fn acquire(
     }
 }
 
-fn operation_urls(base: &str, sub: &str, id: &str) -> (String, String) {
-    let prefix = format!("{base}/subscriptions/{sub}/providers/{PROVIDER}/locations/local");
+/// The `Azure-AsyncOperation` (status) and `Location` (result) URLs of operation `id`, at the
+/// api-version of the request that started it.
+fn operation_urls(call: &Call<'_>, sub: &str, id: &str) -> (String, String) {
+    let prefix = format!("/subscriptions/{sub}/providers/{PROVIDER}/locations/local");
     (
-        format!("{prefix}/operations/{id}?api-version={API_VERSION}"),
-        format!("{prefix}/operationResults/{id}?api-version={API_VERSION}"),
+        call.url(&format!("{prefix}/operations/{id}"), ""),
+        call.url(&format!("{prefix}/operationResults/{id}"), ""),
     )
 }
 
@@ -322,22 +350,27 @@ fn start_operation(
     route: &Route,
     m: Mutation,
     cfg: &EmulatorConfig,
-    base: &str,
+    call: &Call<'_>,
 ) -> Result<Response, EmulatorError> {
-    lock(&st.emu.inner.state).check(&m, cfg.auto_create_gateways)?;
+    let existed = {
+        let state = lock(&st.emu.inner.state);
+        state.check(&m, cfg.auto_create_gateways)?;
+        state.exists(m.resource())
+    };
     let permit = acquire(st, &m, cfg)?;
     let id = lock(&st.emu.inner.operations).start();
     lock(&st.emu.inner.stats).operations_started += 1;
     let resource = m.resource().clone();
     let is_put = m.is_put();
-    let (status_url, result_url) = operation_urls(base, &resource.subscription, &id);
+    let (status_url, result_url) = operation_urls(call, &resource.subscription, &id);
     let delay = latency(cfg, m.address_count());
     let emu = st.emu.clone();
     let cfg2 = cfg.clone();
     let op_id = id.clone();
+    let version = call.version;
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
-        let outcome = emu.apply(m, &cfg2).map(|a| (a.status, a.body));
+        let outcome = emu.apply(m, &cfg2, version).map(|a| (a.status, a.body));
         lock(&emu.inner.operations).finish(&op_id, outcome);
         drop(permit);
     });
@@ -348,7 +381,13 @@ fn start_operation(
             "type": resource.kind.arm_type(),
             "properties": { "provisioningState": "Updating" },
         });
-        (StatusCode::CREATED, Json(body)).into_response()
+        // 201 for a resource the PUT creates, 200 for one it updates.
+        let status = if existed {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        (status, Json(body)).into_response()
     } else {
         StatusCode::ACCEPTED.into_response()
     };
@@ -373,8 +412,7 @@ fn operation_status(st: &AppState, id: &str) -> Result<Response, EmulatorError> 
 
 fn operation_result(
     st: &AppState,
-    base: &str,
-    uri: &Uri,
+    call: &Call<'_>,
     id: &str,
     cfg: &EmulatorConfig,
 ) -> Result<Response, EmulatorError> {
@@ -388,7 +426,7 @@ fn operation_result(
     match outcome {
         None => {
             let mut resp = StatusCode::ACCEPTED.into_response();
-            let url = format!("{base}{}?api-version={API_VERSION}", uri.path());
+            let url = call.url(call.uri.path(), "");
             set_header(&mut resp, "location", &url);
             set_header(
                 &mut resp,

@@ -1,7 +1,7 @@
 //! The project's NRP emulator: a real HTTP server speaking the Service Gateway REST API
-//! (`Microsoft.Network/serviceGateways`, api-version 2025-05-01) and the public IP, load balancer and NAT
-//! gateway resources the service sagas create, enforcing what Azure enforces and modelling cost and
-//! faults (`docs/contract.md` §6).
+//! (`Microsoft.Network/serviceGateways`, api-versions 2025-05-01 and 2026-03-01) and the public IP,
+//! load balancer and NAT gateway resources the service sagas create, enforcing what Azure enforces and
+//! modelling cost and faults (`docs/contract.md` §6, `docs/nrp-emulator.md`).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -12,13 +12,17 @@
 //! # }
 //! ```
 //!
-//! ARM paths (all need `?api-version=2025-05-01`), under
+//! ARM paths (all need `?api-version=` `2025-05-01` or `2026-03-01`; any other is refused with
+//! `400 InvalidApiVersionParameter`), under
 //! `/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/`:
-//! `serviceGateways/{name}` (PUT/GET/DELETE), `serviceGateways/{name}/services` and
-//! `…/addressLocations` (GET, paged with `nextLink`), `…/updateServices` and `…/updateAddressLocations`
-//! (POST), `publicIPAddresses/{name}`, `loadBalancers/{name}`, `natGateways/{name}` (PUT/GET/DELETE),
-//! and `publicIPAddresses` and `loadBalancers` (GET: the resource group's public IPs or load
-//! balancers, paged with `nextLink`). A public IP
+//! `serviceGateways/{name}` (PUT/GET/PATCH tags/DELETE), `serviceGateways` (GET, also
+//! subscription-wide at `/subscriptions/{sub}/providers/Microsoft.Network/serviceGateways`),
+//! `serviceGateways/{name}/services` and `…/addressLocations` (GET), `…/updateServices` and
+//! `…/updateAddressLocations` (POST), `publicIPAddresses/{name}`, `loadBalancers/{name}`,
+//! `natGateways/{name}` (PUT/GET/DELETE), and `publicIPAddresses` and `loadBalancers` (GET: the
+//! resource group's). Listings are paged with a `nextLink` that carries the request's api-version.
+//! A gateway exists only once it is PUT (`404 ResourceNotFound` before and after its DELETE) unless
+//! [`EmulatorConfig::auto_create_gateways`] is set. A public IP
 //! gets its `ipAddress` from the emulator (IPv4 from `20.0.0.0/8`, IPv6 from `2001:db8:c1b::/48`),
 //! keeps it across updates and frees it when deleted.
 //! In long-running-operation mode, `/subscriptions/{sub}/providers/Microsoft.Network/locations/local/
@@ -180,10 +184,15 @@ impl Emulator {
     }
 
     /// Applies a mutation under the state lock and records its removals.
-    fn apply(&self, m: Mutation, cfg: &EmulatorConfig) -> Result<Applied, EmulatorError> {
+    fn apply(
+        &self,
+        m: Mutation,
+        cfg: &EmulatorConfig,
+        version: clb_nrp::wire::ApiVersion,
+    ) -> Result<Applied, EmulatorError> {
         let applied = {
             let mut state = lock(&self.inner.state);
-            let mut applied = state.apply(m, cfg.auto_create_gateways)?;
+            let mut applied = state.apply(m, cfg.auto_create_gateways, version)?;
             let removals = std::mem::take(&mut applied.removals);
             lock(&self.inner.removals).push(removals, cfg.removal_log_capacity);
             applied

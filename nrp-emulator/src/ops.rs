@@ -9,8 +9,8 @@ use crate::error::EmulatorError;
 use crate::gateway::{NormLocations, NormServices, normalize_locations, normalize_services};
 use crate::state::{NrpState, RemovalDraft, key_of};
 use clb_nrp::wire::{
-    API_VERSION, LoadBalancer, NatGateway, PROVIDER, PublicIpAddress, ResourceId, ResourceKind,
-    ServiceGateway, UpdateAddressLocationsRequest, UpdateServicesRequest,
+    ApiVersion, LoadBalancer, NatGateway, PROVIDER, PublicIpAddress, ResourceId, ResourceKind,
+    ServiceGateway, TagsObject, UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
 
 /// A sub-resource or action of a service gateway.
@@ -30,6 +30,9 @@ pub(crate) enum Target {
     PublicIps(String, String),
     /// The load balancers of a resource group (subscription, resource group).
     LoadBalancers(String, String),
+    /// The service gateways of a subscription (subscription, `None`) or of one of its resource
+    /// groups (subscription, resource group).
+    Gateways(String, Option<String>),
     Gateway(ResourceId, GatewayAction),
     /// `Azure-AsyncOperation` status of an LRO.
     OperationStatus(String),
@@ -49,6 +52,8 @@ pub(crate) struct Route {
 #[derive(Debug, Clone)]
 pub(crate) enum Read {
     Gateway(ResourceId),
+    /// A page of service gateways: subscription, resource group (`None`: all), skip token.
+    Gateways(String, Option<String>, Option<String>),
     Services(ResourceId, Option<String>),
     Locations(ResourceId, Option<IpAddr>),
     PublicIp(ResourceId),
@@ -64,6 +69,7 @@ pub(crate) enum Read {
 #[derive(Debug, Clone)]
 pub(crate) enum Mutation {
     PutGateway(ResourceId, ServiceGateway),
+    UpdateGatewayTags(ResourceId, TagsObject),
     DeleteGateway(ResourceId),
     UpdateServices(ResourceId, NormServices),
     UpdateLocations(ResourceId, NormLocations),
@@ -142,10 +148,27 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         };
         return check_method(method, path, &[Method::GET], operation, target);
     }
-    // /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses|loadBalancers
+    // /subscriptions/{sub}/providers/Microsoft.Network/serviceGateways
+    if segs.len() == 5 && eq(2, "providers") && eq(3, PROVIDER) {
+        return match ResourceKind::from_segment(segs[4]) {
+            Some(ResourceKind::ServiceGateway) => check_method(
+                method,
+                path,
+                &[Method::GET],
+                "ServiceGateways_ListAll",
+                Target::Gateways(segs[1].to_string(), None),
+            ),
+            _ => Err(no_route()),
+        };
+    }
+    // /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network/
+    //   publicIPAddresses|loadBalancers|serviceGateways
     if segs.len() == 7 && eq(2, "resourceGroups") && eq(4, "providers") && eq(5, PROVIDER) {
         let (sub, rg) = (segs[1].to_string(), segs[3].to_string());
         let (operation, target) = match ResourceKind::from_segment(segs[6]) {
+            Some(ResourceKind::ServiceGateway) => {
+                ("ServiceGateways_List", Target::Gateways(sub, Some(rg)))
+            }
             Some(ResourceKind::PublicIpAddress) => {
                 ("PublicIPAddresses_List", Target::PublicIps(sub, rg))
             }
@@ -179,6 +202,7 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
         let operation = match (kind, method.as_str()) {
             (ResourceKind::ServiceGateway, "PUT") => "ServiceGateways_CreateOrUpdate",
             (ResourceKind::ServiceGateway, "DELETE") => "ServiceGateways_Delete",
+            (ResourceKind::ServiceGateway, "PATCH") => "ServiceGateways_UpdateTags",
             (ResourceKind::ServiceGateway, _) => "ServiceGateways_Get",
             (ResourceKind::PublicIpAddress, "PUT") => "PublicIPAddresses_CreateOrUpdate",
             (ResourceKind::PublicIpAddress, "DELETE") => "PublicIPAddresses_Delete",
@@ -190,13 +214,14 @@ pub(crate) fn route(method: &Method, path: &str) -> Result<Route, EmulatorError>
             (ResourceKind::NatGateway, "DELETE") => "NatGateways_Delete",
             (ResourceKind::NatGateway, _) => "NatGateways_Get",
         };
-        return check_method(
-            method,
-            path,
-            &[Method::GET, Method::PUT, Method::DELETE],
-            operation,
-            Target::Resource(id),
-        );
+        // Of the resources here, only service gateways have PATCH (update tags) in this emulator.
+        let patch = kind == ResourceKind::ServiceGateway;
+        let allowed: &[Method] = if patch {
+            &[Method::GET, Method::PUT, Method::DELETE, Method::PATCH]
+        } else {
+            &[Method::GET, Method::PUT, Method::DELETE]
+        };
+        return check_method(method, path, allowed, operation, Target::Resource(id));
     }
     if kind != ResourceKind::ServiceGateway {
         return Err(no_route());
@@ -278,14 +303,12 @@ pub(crate) fn parse_query(raw: Option<&str>) -> Query {
     q
 }
 
-/// Checks the api-version parameter.
-pub(crate) fn check_api_version(q: &Query) -> Result<(), EmulatorError> {
+/// Checks the api-version parameter: one of the supported versions, exactly as ARM spells it.
+pub(crate) fn check_api_version(q: &Query) -> Result<ApiVersion, EmulatorError> {
     match q.api_version.as_deref() {
         None | Some("") => Err(EmulatorError::MissingApiVersion),
-        Some(API_VERSION) => Ok(()),
-        Some(other) => Err(EmulatorError::InvalidApiVersion(
-            other.chars().take(64).collect(),
-        )),
+        Some(v) => ApiVersion::parse(v)
+            .ok_or_else(|| EmulatorError::InvalidApiVersion(v.chars().take(64).collect())),
     }
 }
 
@@ -308,6 +331,7 @@ fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, EmulatorError> {
 pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, EmulatorError> {
     let put = route.method == Method::PUT;
     let delete = route.method == Method::DELETE;
+    let patch = route.method == Method::PATCH;
     Ok(match &route.target {
         Target::OperationStatus(_) | Target::OperationResult(_) => {
             return Err(EmulatorError::Internal(
@@ -324,6 +348,11 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
             resource_group.clone(),
             query.skip_token.clone(),
         )),
+        Target::Gateways(subscription, resource_group) => Op::Read(Read::Gateways(
+            subscription.clone(),
+            resource_group.clone(),
+            query.skip_token.clone(),
+        )),
         Target::Resource(id) => {
             let id = id.clone();
             match id.kind {
@@ -331,6 +360,9 @@ pub(crate) fn parse_op(route: &Route, query: &Query, body: &[u8]) -> Result<Op, 
                     mutate(Mutation::PutGateway(id, json(body)?))
                 }
                 ResourceKind::ServiceGateway if delete => mutate(Mutation::DeleteGateway(id)),
+                ResourceKind::ServiceGateway if patch => {
+                    mutate(Mutation::UpdateGatewayTags(id, json(body)?))
+                }
                 ResourceKind::ServiceGateway => Op::Read(Read::Gateway(id)),
                 ResourceKind::PublicIpAddress if put => {
                     mutate(Mutation::PutPublicIp(id, json(body)?))
@@ -381,6 +413,7 @@ impl Mutation {
     pub(crate) fn resource(&self) -> &ResourceId {
         match self {
             Self::PutGateway(id, _)
+            | Self::UpdateGatewayTags(id, _)
             | Self::DeleteGateway(id)
             | Self::UpdateServices(id, _)
             | Self::UpdateLocations(id, _)
@@ -415,6 +448,29 @@ impl Mutation {
         }
     }
 
+    /// Whether this is a DELETE.
+    pub(crate) fn is_delete(&self) -> bool {
+        matches!(
+            self,
+            Self::DeleteGateway(..)
+                | Self::DeletePublicIp(..)
+                | Self::DeleteLoadBalancer(..)
+                | Self::DeleteNatGateway(..)
+        )
+    }
+
+    /// Whether this is a `updateServices` or `updateAddressLocations` action.
+    pub(crate) fn is_action(&self) -> bool {
+        matches!(self, Self::UpdateServices(..) | Self::UpdateLocations(..))
+    }
+
+    /// Whether ARM answers this call synchronously even in long-running-operation mode: PATCH (update
+    /// tags) always, the gateway actions from api-version `2025-09-01` on.
+    pub(crate) fn always_synchronous(&self, version: ApiVersion) -> bool {
+        matches!(self, Self::UpdateGatewayTags(..))
+            || (self.is_action() && version.actions_are_synchronous())
+    }
+
     /// Whether this is a PUT.
     pub(crate) fn is_put(&self) -> bool {
         matches!(
@@ -444,6 +500,8 @@ fn put_result<T: serde::Serialize>((created, v): (bool, T)) -> Result<Applied, E
     })
 }
 
+/// A DELETE's answer: `200` for a resource that existed (public IPs, load balancers and NAT gateways
+/// allow it), `204` for one that did not.
 fn delete_result(existed: bool, removals: Vec<RemovalDraft>) -> Applied {
     Applied {
         status: if existed {
@@ -457,10 +515,17 @@ fn delete_result(existed: bool, removals: Vec<RemovalDraft>) -> Applied {
     }
 }
 
-fn ok_empty(removals: Vec<RemovalDraft>) -> Applied {
+/// A completed gateway action: `200` with `ServiceGatewayActionOkResponseBody` (`{}`) when the
+/// api-version answers actions synchronously, else `204` (the `2025-05-01` contract: `202` or `204`).
+fn action_result(version: ApiVersion, removals: Vec<RemovalDraft>) -> Applied {
+    let (status, body) = if version.actions_are_synchronous() {
+        (StatusCode::OK, Some(serde_json::json!({})))
+    } else {
+        (StatusCode::NO_CONTENT, None)
+    };
     Applied {
-        status: StatusCode::OK,
-        body: None,
+        status,
+        body,
         removals,
         next_token: None,
     }
@@ -471,6 +536,7 @@ impl NrpState {
     pub(crate) fn check(&self, m: &Mutation, auto_create: bool) -> Result<(), EmulatorError> {
         match m {
             Mutation::PutGateway(id, b) => self.check_put_gateway(id, b),
+            Mutation::UpdateGatewayTags(id, _) => self.gateway_or_err(id, auto_create).map(drop),
             Mutation::DeleteGateway(_) => Ok(()),
             Mutation::UpdateServices(id, n) => self.check_services(id, auto_create, n),
             Mutation::UpdateLocations(id, n) => self.check_locations(id, auto_create, n),
@@ -488,20 +554,31 @@ impl NrpState {
         &mut self,
         m: Mutation,
         auto_create: bool,
+        version: ApiVersion,
     ) -> Result<Applied, EmulatorError> {
         match m {
             Mutation::PutGateway(id, b) => put_result(self.put_gateway(&id, b)?),
+            Mutation::UpdateGatewayTags(id, t) => Ok(Applied {
+                status: StatusCode::OK,
+                body: Some(to_value(&self.update_gateway_tags(&id, auto_create, t)?)?),
+                removals: Vec::new(),
+                next_token: None,
+            }),
             Mutation::DeleteGateway(id) => {
-                let (existed, removals) = self.delete_gateway(&id);
-                Ok(delete_result(existed, removals))
+                // The gateway's DELETE answers 202 or 204 only: done at once, the gateway is gone.
+                let (_, removals) = self.delete_gateway(&id);
+                let mut applied = delete_result(false, removals);
+                applied.status = StatusCode::NO_CONTENT;
+                Ok(applied)
             }
             Mutation::UpdateServices(id, n) => {
                 self.update_services(&id, auto_create, n)?;
-                Ok(ok_empty(Vec::new()))
+                Ok(action_result(version, Vec::new()))
             }
-            Mutation::UpdateLocations(id, n) => {
-                Ok(ok_empty(self.update_locations(&id, auto_create, n)?))
-            }
+            Mutation::UpdateLocations(id, n) => Ok(action_result(
+                version,
+                self.update_locations(&id, auto_create, n)?,
+            )),
             Mutation::PutPublicIp(id, b) => put_result(self.put_public_ip(&id, b)?),
             Mutation::DeletePublicIp(id) => {
                 Ok(delete_result(self.delete_public_ip(&id)?, Vec::new()))
@@ -526,6 +603,15 @@ impl NrpState {
     ) -> Result<Applied, EmulatorError> {
         let (body, next_token) = match r {
             Read::Gateway(id) => (to_value(&self.get_gateway(&id, auto_create)?)?, None),
+            Read::Gateways(subscription, resource_group, after) => {
+                let (items, next) = self.list_gateways(
+                    &subscription,
+                    resource_group.as_deref(),
+                    after.as_deref(),
+                    page_size,
+                );
+                (serde_json::json!({ "value": to_value(&items)? }), next)
+            }
             Read::Services(id, after) => {
                 let (items, next) =
                     self.list_services(&id, auto_create, after.as_deref(), page_size)?;
@@ -621,6 +707,22 @@ mod tests {
             ),
             Err(EmulatorError::NoRoute { .. })
         ));
+        let r = route(&Method::PATCH, p).unwrap();
+        assert_eq!(r.operation, "ServiceGateways_UpdateTags");
+        let r = route(&Method::GET, &p.replace("/sg", "")).unwrap();
+        assert_eq!(r.operation, "ServiceGateways_List");
+        assert_eq!(r.target, Target::Gateways("s".into(), Some("rg".into())));
+        let all = "/subscriptions/s/providers/Microsoft.Network/serviceGateways";
+        let r = route(&Method::GET, all).unwrap();
+        assert_eq!(r.operation, "ServiceGateways_ListAll");
+        assert_eq!(r.target, Target::Gateways("s".into(), None));
+        assert!(matches!(
+            route(
+                &Method::PATCH,
+                &pips.replace("publicIPAddresses", "natGateways/n")
+            ),
+            Err(EmulatorError::MethodNotAllowed { .. })
+        ));
         let op = "/subscriptions/s/providers/Microsoft.Network/locations/l/operations/x";
         assert_eq!(
             route(&Method::GET, op).unwrap().target,
@@ -631,8 +733,10 @@ mod tests {
     #[test]
     fn query_and_api_version() {
         let q = parse_query(Some("api-version=2025-05-01&$skipToken=10.0.0.1"));
-        check_api_version(&q).unwrap();
+        assert_eq!(check_api_version(&q).unwrap(), ApiVersion::V2025_05_01);
         assert_eq!(q.skip_token.as_deref(), Some("10.0.0.1"));
+        let q = parse_query(Some("api-version=2026-03-01"));
+        assert_eq!(check_api_version(&q).unwrap(), ApiVersion::V2026_03_01);
         assert_eq!(
             check_api_version(&parse_query(None)),
             Err(EmulatorError::MissingApiVersion)

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::EmulatorError;
 use clb_nrp::wire::{
     AddressLocation, GatewayAddress, LoadBalancer, NatGateway, PublicIpAddress, ResourceId,
-    ServiceGateway, ServiceType, Sku, SubResource,
+    ResourceKind, RouteTargetAddress, ServiceGateway, ServiceType, Sku, SubResource,
 };
 
 /// Case-insensitive map key of a resource id (ARM ids are case-insensitive).
@@ -39,9 +39,15 @@ pub(crate) struct ServiceRec {
 pub(crate) struct GatewayRec {
     pub id: ResourceId,
     pub location: String,
+    pub tags: Option<BTreeMap<String, String>>,
+    pub zones: Option<Vec<String>>,
     pub sku: Option<Sku>,
     pub virtual_network: Option<SubResource>,
+    pub route_target_address: Option<RouteTargetAddress>,
+    pub route_target_address_v6: Option<RouteTargetAddress>,
     pub resource_guid: String,
+    /// The entity tag, `W/"…"`: a new one on every PUT and PATCH.
+    pub etag: String,
     pub services: BTreeMap<String, ServiceRec>,
     /// location → address → service names.
     pub locations: BTreeMap<IpAddr, BTreeMap<IpAddr, BTreeSet<String>>>,
@@ -96,13 +102,18 @@ pub(crate) struct RemovalDraft {
 }
 
 impl GatewayRec {
-    pub(crate) fn new(id: ResourceId, location: String, guid: String) -> Self {
+    pub(crate) fn new(id: ResourceId, location: String, guid: String, etag: String) -> Self {
         Self {
             id,
             location,
+            tags: None,
+            zones: None,
             sku: None,
             virtual_network: None,
+            route_target_address: None,
+            route_target_address_v6: None,
             resource_guid: guid,
+            etag,
             services: BTreeMap::new(),
             locations: BTreeMap::new(),
             refs: HashMap::new(),
@@ -177,10 +188,14 @@ impl GatewayRec {
             name: Some(self.id.name.clone()),
             resource_type: Some(self.id.kind.arm_type()),
             location: Some(self.location.clone()),
-            etag: None,
+            tags: self.tags.clone(),
+            etag: Some(self.etag.clone()),
             sku: self.sku.clone(),
+            zones: self.zones.clone(),
             properties: clb_nrp::wire::ServiceGatewayProperties {
                 virtual_network: self.virtual_network.clone(),
+                route_target_address: self.route_target_address.clone(),
+                route_target_address_v6: self.route_target_address_v6.clone(),
                 resource_guid: Some(self.resource_guid.clone()),
                 provisioning_state: Some("Succeeded".into()),
             },
@@ -229,6 +244,22 @@ impl NrpState {
         format!("00000000-0000-4000-8000-{n:012x}")
     }
 
+    /// Whether the resource `id` exists.
+    pub(crate) fn exists(&self, id: &ResourceId) -> bool {
+        let key = key_of(id);
+        match id.kind {
+            ResourceKind::ServiceGateway => self.gateways.contains_key(&key),
+            ResourceKind::PublicIpAddress => self.public_ips.contains_key(&key),
+            ResourceKind::LoadBalancer => self.load_balancers.contains_key(&key),
+            ResourceKind::NatGateway => self.nat_gateways.contains_key(&key),
+        }
+    }
+
+    /// A fresh weak entity tag, as NRP writes them: `W/"<guid>"`.
+    pub(crate) fn etag(&mut self) -> String {
+        format!("W/\"{}\"", self.guid())
+    }
+
     pub(crate) fn dump(&self) -> Dump {
         Dump {
             gateways: self
@@ -243,7 +274,7 @@ impl NrpState {
                         .iter()
                         .map(|(name, s)| ServiceDump {
                             name: name.clone(),
-                            service_type: s.service_type,
+                            service_type: s.service_type.clone(),
                             backend_pools: s.backend_pools.clone(),
                             nat_gateway_id: s.nat_gateway_id.clone(),
                             address_count: g.ref_count(name),

@@ -1,12 +1,13 @@
 //! The ARM client against the project's NRP emulator over loopback HTTP: the inbound and outbound
 //! sagas, drain-then-delete, paging and the emulator's validation errors, answered synchronously and as
-//! long-running operations.
+//! long-running operations, at both api-versions (2025-05-01: the gateway actions are long-running,
+//! `202`/`204`; 2026-03-01: they answer `200` with a JSON body).
 
 use std::time::Duration;
 
 use clb_nrp::azure::{ArmClient, ArmConfig};
 use clb_nrp::wire::{
-    AddressLocationUpdate, BackendAddressPool, FrontendIpConfiguration,
+    API_VERSION, AddressLocationUpdate, BackendAddressPool, FrontendIpConfiguration,
     FrontendIpConfigurationProperties, GatewayAddress, GatewayService, LoadBalancer,
     LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties, NatGateway,
     NatGatewayProperties, PublicIpAddress, ResourceId, ResourceKind, ServiceGateway,
@@ -21,11 +22,17 @@ const RG: &str = "rg1";
 const GW: &str = "sg";
 
 async fn start(config: EmulatorConfig) -> (RunningEmulator, ArmClient) {
+    start_at(config, API_VERSION).await
+}
+
+async fn start_at(config: EmulatorConfig, api_version: &str) -> (RunningEmulator, ArmClient) {
     let emulator = Emulator::new(config).expect("valid emulator config");
     let server = RunningEmulator::start(emulator)
         .await
         .expect("bind loopback");
-    let mut config = ArmConfig::new(SUB, RG).with_endpoint(server.base_url());
+    let mut config = ArmConfig::new(SUB, RG)
+        .with_endpoint(server.base_url())
+        .with_api_version(api_version);
     config.poll_interval = Duration::from_millis(1);
     config.max_poll_interval = Duration::from_millis(10);
     let client = ArmClient::new(config, None).expect("client");
@@ -115,18 +122,31 @@ fn locations(entries: &[(&str, &[Address<'_>])]) -> UpdateAddressLocationsReques
     }
 }
 
-async fn saga_round_trip(config: EmulatorConfig) {
-    let (server, nrp) = start(config).await;
-    let nrp: &dyn Nrp = &nrp;
+async fn saga_round_trip(config: EmulatorConfig, api_version: &str) {
+    let lro = config.long_running_operations;
+    let (server, client) = start_at(config, api_version).await;
+    let nrp: &dyn Nrp = &client;
 
+    // A gateway exists only once it is PUT.
+    let err = nrp.get_service_gateway(GW, opts()).await.unwrap_err();
+    assert_eq!(err.code(), "ResourceNotFound", "{err:?}");
     let gateway = ServiceGateway {
         location: Some("eastus".into()),
         sku: Some(Sku::standard()),
+        zones: Some(vec!["1".into(), "2".into()]),
+        tags: Some([("team".to_string(), "clb".to_string())].into()),
         ..Default::default()
     };
     let gw = nrp.put_service_gateway(GW, &gateway, opts()).await.unwrap();
     assert_eq!(gw.name.as_deref(), Some(GW));
-    nrp.get_service_gateway(GW, opts()).await.unwrap();
+    let read = nrp.get_service_gateway(GW, opts()).await.unwrap();
+    assert_eq!(read.zones, gateway.zones);
+    assert_eq!(read.tags, gateway.tags);
+    assert!(read.etag.is_some());
+    assert_eq!(
+        read.properties.provisioning_state.as_deref(),
+        Some("Succeeded")
+    );
 
     // Inbound saga: public IP, load balancer, register the service with its backend pool.
     let pip = nrp
@@ -313,27 +333,79 @@ async fn saga_round_trip(config: EmulatorConfig) {
     // 10.0.0.2 lost its only address, so the location went with it.
     assert_eq!(left, ["10.0.0.1", "10.0.0.4"]);
     assert!(dump.load_balancers.is_empty());
+
+    // The actions were answered as the api-version defines them, and the client took every shape:
+    // 200 with `{}` (2026-03-01, whatever the mode), 202 followed to its end (2025-05-01 in LRO
+    // mode), 204 (2025-05-01 answered synchronously).
+    let stats = server.emulator().stats();
+    let status = match (api_version, lro) {
+        ("2026-03-01", _) => 200,
+        (_, true) => 202,
+        _ => 204,
+    };
+    for op in [
+        "ServiceGateways_UpdateServices",
+        "ServiceGateways_UpdateAddressLocations",
+    ] {
+        assert!(stats.calls_with_status(op, status) >= 2, "{op} {status}");
+        for other in [200, 202, 204].into_iter().filter(|s| *s != status) {
+            assert_eq!(stats.calls_with_status(op, other), 0, "{op} {other}");
+        }
+    }
+
+    // Deleting the gateway: then it is gone (NotFound), and deleting it again succeeds.
+    let listed = client.list_service_gateways(opts()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name.as_deref(), Some(GW));
+    client.delete_service_gateway(GW, opts()).await.unwrap();
+    let err = nrp.get_service_gateway(GW, opts()).await.unwrap_err();
+    assert_eq!(err.code(), "ResourceNotFound", "{err:?}");
+    client.delete_service_gateway(GW, opts()).await.unwrap();
+    assert!(
+        client
+            .list_service_gateways(opts())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     server.shutdown().await.unwrap();
 }
 
 #[tokio::test]
-async fn sagas_against_the_synchronous_emulator() {
-    saga_round_trip(EmulatorConfig {
+async fn sagas_against_the_synchronous_emulator_at_2025_05_01() {
+    let config = EmulatorConfig {
         page_size: 2,
         ..Default::default()
-    })
-    .await;
+    };
+    saga_round_trip(config, "2025-05-01").await;
 }
 
 #[tokio::test]
-async fn sagas_against_the_emulator_with_long_running_operations() {
-    saga_round_trip(EmulatorConfig {
+async fn sagas_against_the_synchronous_emulator_at_2026_03_01() {
+    let config = EmulatorConfig {
+        page_size: 2,
+        ..Default::default()
+    };
+    saga_round_trip(config, "2026-03-01").await;
+}
+
+fn lro() -> EmulatorConfig {
+    EmulatorConfig {
         page_size: 2,
         long_running_operations: true,
         lro_retry_after_secs: 0,
         ..Default::default()
-    })
-    .await;
+    }
+}
+
+#[tokio::test]
+async fn sagas_against_the_emulator_with_long_running_operations_at_2025_05_01() {
+    saga_round_trip(lro(), "2025-05-01").await;
+}
+
+#[tokio::test]
+async fn sagas_against_the_emulator_with_long_running_operations_at_2026_03_01() {
+    saga_round_trip(lro(), "2026-03-01").await;
 }
 
 #[tokio::test]

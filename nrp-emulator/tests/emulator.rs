@@ -21,6 +21,7 @@ fn strict() -> EmulatorConfig {
 #[tokio::test]
 async fn api_version_is_required() {
     let h = Harness::start(EmulatorConfig::default()).await;
+    h.create_gateway(&gw("sg")).await;
     let base = format!("{}{}", h.server.base_url(), gw("sg"));
     let r = h.call(Method::GET, &base, None).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
@@ -30,6 +31,17 @@ async fn api_version_is_required() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.code(), "InvalidApiVersionParameter");
+    assert_eq!(
+        r.body["error"]["message"],
+        "The api-version '2019-01-01' is invalid. The supported versions are \
+         '2025-05-01,2026-03-01'."
+    );
+    for v in ["2025-05-01", "2026-03-01"] {
+        let r = h
+            .call(Method::GET, &format!("{base}?api-version={v}"), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{v}: {r:?}");
+    }
     let r = h
         .call(
             Method::GET,
@@ -41,6 +53,7 @@ async fn api_version_is_required() {
     let stats = h.emu().stats();
     assert_eq!(stats.rejected("MissingApiVersionParameter"), 1);
     assert_eq!(stats.calls_with_status("ServiceGateways_Get", 400), 2);
+    assert_eq!(stats.calls_with_status("ServiceGateways_Get", 200), 3);
 }
 
 #[tokio::test]
@@ -83,6 +96,7 @@ async fn unknown_resources_are_404() {
 async fn malformed_bodies_get_arm_errors_and_change_nothing() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "svc").await;
     let url = h.url(&g, Some("updateAddressLocations"));
     for body in [
@@ -90,13 +104,36 @@ async fn malformed_bodies_get_arm_errors_and_change_nothing() {
         b"",
         b"[]",
         b"{\"addressLocations\": 5}",
-        b"{\"action\": \"Sideways\"}",
         b"\xff\xfe",
     ] {
         let r = h.raw(Method::POST, &url, Some(body.to_vec())).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body:?}");
         assert_eq!(r.code(), "InvalidRequestFormat", "{body:?}");
     }
+    // Enum values the API does not define are read, then refused by name.
+    let r = h
+        .raw(
+            Method::POST,
+            &url,
+            Some(b"{\"action\": \"Sideways\"}".to_vec()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "InvalidUpdateAction");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("action 'Sideways' is invalid"),
+        "{r:?}"
+    );
+    let body = partial(vec![loc("10.0.0.1", "Sideways", &[("10.1.0.1", &["svc"])])]);
+    let r = h.update_locations(&g, body).await;
+    assert_eq!(r.code(), "InvalidUpdateAction", "{r:?}");
+    let body = json!({"serviceRequests": [{"service": {"name": "t",
+        "properties": {"serviceType": "Transit"}}}]});
+    let r = h.post(&g, "updateServices", body).await;
+    assert_eq!(r.code(), "InvalidServiceType", "{r:?}");
     let r = h
         .raw(
             Method::PUT,
@@ -134,6 +171,7 @@ async fn malformed_bodies_get_arm_errors_and_change_nothing() {
 async fn addresses_may_only_refer_to_registered_services() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "svc-a").await;
     let r = h
         .update_locations(
@@ -176,6 +214,7 @@ async fn addresses_may_only_refer_to_registered_services() {
 async fn duplicate_locations_are_rejected() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "svc").await;
     let r = h
         .update_locations(
@@ -195,6 +234,7 @@ async fn duplicate_locations_are_rejected() {
 async fn referenced_services_and_their_resources_cannot_be_deleted() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "svc").await;
     let r = h
         .update_locations(
@@ -255,6 +295,7 @@ async fn referenced_services_and_their_resources_cannot_be_deleted() {
 async fn outbound_services_need_an_existing_nat_gateway() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     let nat = id(ResourceKind::NatGateway, "nat1");
     let body = json!({"serviceRequests": [{"service": {"name": "egress",
         "properties": {"serviceType": "Outbound", "publicNatGatewayId": nat.to_string()}}}]});
@@ -302,6 +343,7 @@ async fn outbound_services_need_an_existing_nat_gateway() {
 async fn full_and_partial_updates_and_the_removal_log() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "a").await;
     h.register_inbound(&g, "b").await;
     let r = h
@@ -406,6 +448,7 @@ async fn address_locations_and_services_are_paged() {
     })
     .await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     for s in ["s1", "s2", "s3", "s4"] {
         h.register_inbound(&g, s).await;
     }
@@ -456,6 +499,7 @@ async fn address_locations_and_services_are_paged() {
 async fn garbage_never_crashes_the_emulator() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     let base = h.server.base_url();
     let paths = [
         h.url(&g, None),
@@ -496,6 +540,9 @@ async fn garbage_never_crashes_the_emulator() {
             }
         }
     }
+    // The garbage deleted the gateway at some point: it is gone, and can be PUT again.
+    assert_eq!(h.get(&g, None).await.code(), "ResourceNotFound");
+    h.create_gateway(&g).await;
     assert_eq!(h.get(&g, None).await.status, StatusCode::OK);
 }
 

@@ -19,6 +19,7 @@ async fn concurrency_limit_throttles_parallel_mutations() {
     })
     .await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     let calls = (0..8).map(|i| {
         let body = partial(vec![loc(&format!("10.0.0.{i}"), "PartialUpdate", &[])]);
         h.update_locations(&g, body)
@@ -47,23 +48,35 @@ async fn concurrency_limit_throttles_parallel_mutations() {
 async fn concurrency_limit_counts_running_operations_and_can_answer_409() {
     // In LRO mode an accepted operation holds its gateway slot until it completes: with a long
     // latency, the next mutating call is refused deterministically.
-    let h = Harness::start(EmulatorConfig {
-        latency_ms: 60_000,
-        max_concurrent_mutations: Some(1),
-        throttle_response: ThrottleResponse::AnotherOperationInProgress,
-        long_running_operations: true,
-        ..Default::default()
-    })
-    .await;
+    // The gateway actions are long-running operations at api-version 2025-05-01.
+    let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
-    let r = h.update_locations(&g, partial(vec![])).await;
+    h.create_gateway(&g).await;
+    h.create_gateway(&gw("other")).await;
+    h.emu()
+        .set_config(EmulatorConfig {
+            latency_ms: 60_000,
+            max_concurrent_mutations: Some(1),
+            throttle_response: ThrottleResponse::AnotherOperationInProgress,
+            long_running_operations: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let v = "2025-05-01";
+    let r = h
+        .post_at(&g, "updateAddressLocations", partial(vec![]), v)
+        .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    let r = h.update_locations(&g, partial(vec![])).await;
+    let r = h
+        .post_at(&g, "updateAddressLocations", partial(vec![]), v)
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(r.code(), "AnotherOperationInProgress");
     assert!(r.header("retry-after").is_some());
     // Another gateway is not affected.
-    let r = h.update_locations(&gw("other"), partial(vec![])).await;
+    let r = h
+        .post_at(&gw("other"), "updateAddressLocations", partial(vec![]), v)
+        .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     assert_eq!(h.emu().stats().in_flight_mutations, 2);
 }
@@ -169,15 +182,7 @@ async fn injected_conflicts_answer_409_another_operation_in_progress_and_change_
 }
 
 async fn wait_for_operation(h: &Harness, status_url: &str) -> OperationStatus {
-    loop {
-        let r = h.call(Method::GET, status_url, None).await;
-        assert_eq!(r.status, StatusCode::OK, "{r:?}");
-        let st: OperationStatus = serde_json::from_value(r.body).unwrap();
-        if st.status.is_terminal() {
-            return st;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    h.wait_for_operation(status_url).await
 }
 
 #[tokio::test]
@@ -189,6 +194,7 @@ async fn long_running_operations() {
     })
     .await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     let pip = id(ResourceKind::PublicIpAddress, "p");
     let r = h.put(&pip, json!({"location": "eastus"})).await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
@@ -204,41 +210,65 @@ async fn long_running_operations() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["properties"]["provisioningState"], "Succeeded");
     assert!(r.body["properties"]["ipAddress"].is_string());
-    // POST actions answer 202; rule violations are still synchronous 400s.
-    let r = h
-        .update_locations(
-            &g,
-            partial(vec![loc(
-                "10.0.0.1",
-                "PartialUpdate",
-                &[("10.1.0.1", &["nope"])],
-            )]),
-        )
-        .await;
+    // At 2025-05-01 the POST actions answer 202 (their operation URLs at the same api-version);
+    // rule violations are still synchronous 400s.
+    let v = "2025-05-01";
+    let bad = partial(vec![loc(
+        "10.0.0.1",
+        "PartialUpdate",
+        &[("10.1.0.1", &["nope"])],
+    )]);
+    let r = h.post_at(&g, "updateAddressLocations", bad, v).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.code(), "ServiceNotRegistered");
+    let empty = partial(vec![loc("10.0.0.1", "PartialUpdate", &[])]);
     let r = h
-        .update_locations(&g, partial(vec![loc("10.0.0.1", "PartialUpdate", &[])]))
+        .post_at(&g, "updateAddressLocations", empty.clone(), v)
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
-    let st = wait_for_operation(&h, &r.header("azure-asyncoperation").unwrap()).await;
+    let status_url = r.header("azure-asyncoperation").unwrap();
+    let location = r.header("location").unwrap();
+    assert!(
+        status_url.ends_with("?api-version=2025-05-01"),
+        "{status_url}"
+    );
+    assert!(location.ends_with("?api-version=2025-05-01"), "{location}");
+    let st = wait_for_operation(&h, &status_url).await;
     assert_eq!(st.status, OperationState::Succeeded);
-    let r = h
-        .call(Method::GET, &r.header("location").unwrap(), None)
-        .await;
+    let r = h.call(Method::GET, &location, None).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    // DELETE answers 202 as well.
+    // From 2025-09-01 on (here 2026-03-01) they are synchronous even in LRO mode: 200 with `{}`.
+    let r = h
+        .post_at(&g, "updateAddressLocations", empty, "2026-03-01")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body, json!({}));
+    assert!(r.header("azure-asyncoperation").is_none());
+    // DELETE answers 202 as well; a DELETE of what does not exist 204 at once.
     let r = h.delete(&pip).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     wait_for_operation(&h, &r.header("azure-asyncoperation").unwrap()).await;
     assert!(h.emu().dump().public_ip_addresses.is_empty());
-    assert_eq!(h.emu().stats().operations_started, 3);
+    assert_eq!(h.delete(&pip).await.status, StatusCode::NO_CONTENT);
+    let r = h.delete(&g).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let location = r.header("location").unwrap();
+    wait_for_operation(&h, &r.header("azure-asyncoperation").unwrap()).await;
+    assert_eq!(
+        h.call(Method::GET, &location, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(h.get(&g, None).await.code(), "ResourceNotFound");
+    assert_eq!(h.delete(&g).await.status, StatusCode::NO_CONTENT);
+    // The gateway's PUT, the PIP's PUT, one action at 2025-05-01, two DELETEs.
+    assert_eq!(h.emu().stats().operations_started, 5);
 }
 
 #[tokio::test]
 async fn control_endpoints() {
     let h = Harness::start(EmulatorConfig::default()).await;
     let g = gw("sg");
+    h.create_gateway(&g).await;
     h.register_inbound(&g, "svc").await;
     let body = partial(vec![loc(
         "10.0.0.1",
@@ -254,7 +284,8 @@ async fn control_endpoints() {
         stats.calls_with_status("ServiceGateways_UpdateAddressLocations", 200),
         1
     );
-    assert_eq!(stats.mutating_calls, 4); // PIP, LB, updateServices, updateAddressLocations
+    // Gateway, PIP, LB, updateServices, updateAddressLocations.
+    assert_eq!(stats.mutating_calls, 5);
     let r = h.control(Method::GET, "dump", None).await;
     let gwd = &r.body["gateways"][0];
     assert_eq!(gwd["name"], "sg");

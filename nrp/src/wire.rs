@@ -1,13 +1,19 @@
-//! Wire types of the Service Gateway REST API (`Microsoft.Network/serviceGateways`, api-version
-//! [`API_VERSION`]) and of the resources the service sagas create (public IP addresses, load balancers,
-//! NAT gateways), plus ARM resource-id helpers.
+//! Wire types of the Service Gateway REST API (`Microsoft.Network/serviceGateways`, api-versions
+//! [`SUPPORTED_API_VERSIONS`]) and of the resources the service sagas create (public IP addresses, load
+//! balancers, NAT gateways), plus ARM resource-id helpers.
 //!
 //! JSON field names are camelCase as ARM uses them (checked against `serviceGateway.json` of the
-//! `2025-05-01` stable Network spec). Both the ARM client and the NRP emulator use these types, so the
+//! `2025-05-01` stable Network spec and the models of Microsoft's Python SDK `azure-mgmt-network`
+//! 33.1.0, generated for `2026-03-01`). Both the ARM client and the NRP emulator use these types, so the
 //! client is exercised against exactly the shapes the emulator accepts.
 //!
-//! Deserialisation is lenient where ARM is (unknown fields are ignored, optional lists default to empty);
-//! semantic validation (IPs, references) is the server's job.
+//! Deserialisation is lenient where ARM is: unknown fields are ignored; every field the API marks
+//! optional may be absent (lists default to empty, strings to empty); enum values this crate does not
+//! know ([`ServiceType::Other`], [`UpdateAction::Other`]) are kept as they came, never an error, as ARM
+//! asks of clients (Azure adds enum values without a new api-version). Semantic validation (IPs,
+//! references, known enum values) is the server's job.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,11 +27,81 @@ pub use resources::{
     NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, TransportProtocol,
 };
 
-/// The ARM api-version of every call this project makes.
-pub const API_VERSION: &str = "2025-05-01";
+/// api-version `2025-05-01`: `updateServices` and `updateAddressLocations` are long-running
+/// operations (`202` + `Location`, or `204`).
+pub const API_VERSION_2025_05_01: &str = "2025-05-01";
+/// api-version `2026-03-01`: `updateServices` and `updateAddressLocations` are synchronous (`200` with
+/// a [`ActionOkResponse`] body), as since `2025-09-01`.
+pub const API_VERSION_2026_03_01: &str = "2026-03-01";
+/// The api-versions this project is tested against (the client and the emulator speak these).
+pub const SUPPORTED_API_VERSIONS: [&str; 2] = [API_VERSION_2025_05_01, API_VERSION_2026_03_01];
+/// The default api-version: the newest one the project is tested against.
+pub const API_VERSION: &str = API_VERSION_2026_03_01;
+
+/// One of the [`SUPPORTED_API_VERSIONS`], with what differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ApiVersion {
+    /// `2025-05-01`.
+    V2025_05_01,
+    /// `2026-03-01`.
+    V2026_03_01,
+}
+
+impl ApiVersion {
+    /// Every supported version, oldest first.
+    pub const ALL: [ApiVersion; 2] = [Self::V2025_05_01, Self::V2026_03_01];
+
+    /// The version named `s` (exactly as ARM spells it), if supported.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// The query-parameter value, e.g. `2026-03-01`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V2025_05_01 => API_VERSION_2025_05_01,
+            Self::V2026_03_01 => API_VERSION_2026_03_01,
+        }
+    }
+
+    /// Whether `updateServices` / `updateAddressLocations` answer synchronously (`200` with a JSON
+    /// body, since `2025-09-01`) rather than as long-running operations (`202` + `Location`, or `204`).
+    pub fn actions_are_synchronous(self) -> bool {
+        self >= Self::V2026_03_01
+    }
+}
+
+impl std::fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Default for ApiVersion {
+    fn default() -> Self {
+        Self::V2026_03_01
+    }
+}
 
 /// ARM resource provider namespace of every resource here.
 pub const PROVIDER: &str = "Microsoft.Network";
+
+/// Serialises an extensible enum as its wire string (`as_str`) and reads any string (`from_wire`).
+macro_rules! string_enum_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Ok(Self::from_wire(&s))
+            }
+        }
+    };
+}
 
 // ---------------------------------------------------------------------------------------------------
 // ARM envelopes
@@ -158,15 +234,42 @@ impl Sku {
 // ---------------------------------------------------------------------------------------------------
 
 /// Top-level or per-location update mode (`UpdateAction` / `AddressUpdateAction` / `ServiceUpdateAction`
-/// of the spec, which share the same two values).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// of the spec, which share the same two values). An extensible enum: a value this crate does not know
+/// is kept in [`UpdateAction::Other`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum UpdateAction {
     /// Replace everything in scope with the given list (what is not listed is removed).
     FullUpdate,
     /// Change only the listed entries.
     #[default]
     PartialUpdate,
+    /// A value this crate does not know, as it came.
+    Other(String),
 }
+
+impl UpdateAction {
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::FullUpdate => "FullUpdate",
+            Self::PartialUpdate => "PartialUpdate",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The action named `s` (known values compared case-insensitively, as the SDKs do).
+    pub fn from_wire(s: &str) -> Self {
+        if s.eq_ignore_ascii_case("FullUpdate") {
+            Self::FullUpdate
+        } else if s.eq_ignore_ascii_case("PartialUpdate") {
+            Self::PartialUpdate
+        } else {
+            Self::Other(s.to_string())
+        }
+    }
+}
+
+string_enum_serde!(UpdateAction);
 
 /// Per-location update mode; same values as [`UpdateAction`].
 pub type AddressUpdateAction = UpdateAction;
@@ -187,15 +290,61 @@ pub struct ServiceGateway {
     /// Azure region, e.g. `eastus` (required on PUT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
-    /// Entity tag (read-only).
+    /// Resource tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+    /// Entity tag (read-only): changes whenever the resource is updated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
     /// SKU (`Standard`/`Regional`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sku: Option<Sku>,
+    /// Availability zones (`"1"`, `"2"`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<Vec<String>>,
     /// Properties.
     #[serde(default)]
     pub properties: ServiceGatewayProperties,
+}
+
+/// `RouteTargetAddressPropertiesFormat`: a route target address of a service gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTargetAddress {
+    /// The subnet of the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<SubResource>,
+    /// The private IPv4 or IPv6 address.
+    #[serde(
+        default,
+        rename = "privateIPAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub private_ip_address: Option<String>,
+    /// `Static` or `Dynamic`.
+    #[serde(
+        default,
+        rename = "privateIPAllocationMethod",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub private_ip_allocation_method: Option<String>,
+}
+
+/// `TagsObject`: the body of `PATCH …/serviceGateways/{name}` (update tags).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TagsObject {
+    /// The new tags (replace the old ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+}
+
+/// `ServiceGatewayActionOkResponseBody`: the `200` body of `updateServices` and
+/// `updateAddressLocations` since api-version `2025-09-01` (`{}` in the published examples).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ActionOkResponse {
+    /// The status of the operation (read-only, optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 /// `ServiceGatewayPropertiesFormat`.
@@ -205,6 +354,12 @@ pub struct ServiceGatewayProperties {
     /// The virtual network the gateway lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_network: Option<SubResource>,
+    /// The IPv4 route target address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target_address: Option<RouteTargetAddress>,
+    /// The IPv6 route target address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target_address_v6: Option<RouteTargetAddress>,
     /// Read-only GUID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_guid: Option<String>,
@@ -213,8 +368,9 @@ pub struct ServiceGatewayProperties {
     pub provisioning_state: Option<String>,
 }
 
-/// Kind of a gateway service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Kind of a gateway service. An extensible enum: a value this crate does not know is kept in
+/// [`ServiceType::Other`] (neither inbound nor outbound), never a parse error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ServiceType {
     /// Inbound: a load balancer backend pool.
     Inbound,
@@ -222,24 +378,48 @@ pub enum ServiceType {
     Outbound,
     /// Both.
     InboundOutbound,
+    /// A value this crate does not know, as it came.
+    Other(String),
 }
 
 impl ServiceType {
     /// Whether the service carries inbound traffic (needs a backend pool).
-    pub fn is_inbound(self) -> bool {
+    pub fn is_inbound(&self) -> bool {
         matches!(self, Self::Inbound | Self::InboundOutbound)
     }
     /// Whether the service carries outbound traffic (needs a NAT gateway).
-    pub fn is_outbound(self) -> bool {
+    pub fn is_outbound(&self) -> bool {
         matches!(self, Self::Outbound | Self::InboundOutbound)
     }
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Inbound => "Inbound",
+            Self::Outbound => "Outbound",
+            Self::InboundOutbound => "InboundOutbound",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The type named `s` (known values compared case-insensitively, as the SDKs do).
+    pub fn from_wire(s: &str) -> Self {
+        [Self::Inbound, Self::Outbound, Self::InboundOutbound]
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s))
+            .unwrap_or_else(|| Self::Other(s.to_string()))
+    }
 }
+
+string_enum_serde!(ServiceType);
 
 /// `ServiceGatewayService`: one service registered on a gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayService {
-    /// Service name (the identity: a Service UID or an egress name).
+    /// Service name (the identity: a Service UID or an egress name). Optional on the wire: absent
+    /// reads as empty.
+    #[serde(default)]
     pub name: String,
     /// Properties.
     #[serde(default)]
@@ -319,7 +499,8 @@ pub struct UpdateServicesRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayAddress {
-    /// The address (IPv4 or IPv6).
+    /// The address (IPv4 or IPv6). Optional on the wire: absent reads as empty.
+    #[serde(default)]
     pub address: String,
     /// Service names; empty in an update removes the address.
     #[serde(default)]
@@ -330,7 +511,8 @@ pub struct GatewayAddress {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AddressLocationUpdate {
-    /// The location (node IP).
+    /// The location (node IP). Optional on the wire: absent reads as empty.
+    #[serde(default)]
     pub address_location: String,
     /// `FullUpdate` replaces the location's addresses; `PartialUpdate` upserts the listed ones.
     #[serde(default)]
@@ -357,7 +539,8 @@ pub struct UpdateAddressLocationsRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AddressLocation {
-    /// The location (node IP).
+    /// The location (node IP). Optional on the wire: absent reads as empty.
+    #[serde(default)]
     pub address_location: String,
     /// Its addresses.
     #[serde(default)]
@@ -366,6 +549,8 @@ pub struct AddressLocation {
 
 /// A page of `GET …/serviceGateways/{name}/addressLocations`.
 pub type AddressLocationsPage = Page<AddressLocation>;
+/// A page of `GET …/serviceGateways` (a resource group's or a subscription's gateways).
+pub type ServiceGatewaysPage = Page<ServiceGateway>;
 /// A page of `GET …/serviceGateways/{name}/services`.
 pub type ServicesPage = Page<GatewayService>;
 /// A page of `GET …/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses`.

@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
 use clb_nrp::azure::{ArmClient, ArmConfig, DEFAULT_TOKEN_SCOPE};
 use clb_nrp::wire::{
-    AddressLocationUpdate, GatewayAddress, PublicIpAddress, UpdateAction,
-    UpdateAddressLocationsRequest,
+    API_VERSION, AddressLocationUpdate, GatewayAddress, PublicIpAddress, ServiceType, UpdateAction,
+    UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
 use clb_nrp::{CallOptions, Nrp, NrpError};
 use serde_json::{Value, json};
@@ -138,6 +138,13 @@ fn client(base: &str) -> ArmClient {
     ArmClient::new(config(base), None).unwrap()
 }
 
+fn client_at(base: &str, api_version: &str) -> ArmClient {
+    ArmClient::new(config(base).with_api_version(api_version), None).unwrap()
+}
+
+/// The api-versions the client is tested against.
+const VERSIONS: [&str; 2] = ["2025-05-01", "2026-03-01"];
+
 const RG: &str = "/subscriptions/sub-1/resourceGroups/rg-1/providers/Microsoft.Network";
 
 fn opts() -> CallOptions {
@@ -190,7 +197,7 @@ async fn put_polls_azure_async_operation_then_reads_the_resource() {
         location: Some("eastus".into()),
         ..Default::default()
     };
-    let pip = client(&base)
+    let pip = client_at(&base, "2025-05-01")
         .put_public_ip("pip-1", &body, opts())
         .await
         .unwrap();
@@ -424,7 +431,13 @@ async fn arm_errors_are_typed() {
 
 #[tokio::test]
 async fn listing_follows_next_link_across_pages() {
-    let (base, seen) = serve(|req, _| {
+    for version in VERSIONS {
+        listing_follows_next_link_at(version).await;
+    }
+}
+
+async fn listing_follows_next_link_at(version: &'static str) {
+    let (base, seen) = serve(move |req, _| {
         let page = |n: u32, next: Option<String>| {
             let mut body = json!({"value": [
                 {"addressLocation": format!("10.0.{n}.1"),
@@ -437,21 +450,15 @@ async fn listing_follows_next_link_across_pages() {
             Reply::json(200, body)
         };
         if req.query.contains("skipToken=2") {
-            page(
-                2,
-                Some(format!(
-                    "{}{}?api-version=2025-05-01&skipToken=3",
-                    req.origin(),
-                    req.path
-                )),
-            )
+            // A nextLink without an api-version gets the listing's own.
+            page(2, Some(format!("{}{}?skipToken=3", req.origin(), req.path)))
         } else if req.query.contains("skipToken=3") {
             page(3, None)
         } else {
             page(
                 1,
                 Some(format!(
-                    "{}{}?api-version=2025-05-01&skipToken=2",
+                    "{}{}?api-version={version}&skipToken=2",
                     req.origin(),
                     req.path
                 )),
@@ -459,7 +466,7 @@ async fn listing_follows_next_link_across_pages() {
         }
     })
     .await;
-    let locations = client(&base)
+    let locations = client_at(&base, version)
         .list_address_locations("gw-1", opts())
         .await
         .unwrap();
@@ -481,9 +488,163 @@ async fn listing_follows_next_link_across_pages() {
             .path
             .ends_with("/serviceGateways/gw-1/addressLocations")
     );
+    for r in &reqs {
+        let versions: Vec<_> = r
+            .query
+            .split('&')
+            .filter(|p| p.starts_with("api-version="))
+            .collect();
+        assert_eq!(versions, [format!("api-version={version}")], "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_default_api_version_is_the_newest_tested_and_unknown_ones_are_refused() {
+    assert_eq!(API_VERSION, "2026-03-01");
+    assert_eq!(ArmConfig::new("s", "rg").api_version, API_VERSION);
+    let err = ArmClient::new(
+        config("http://127.0.0.1:1").with_api_version("2024-01-01"),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "InvalidClientConfiguration");
     assert!(
-        reqs.iter()
-            .all(|r| r.query.contains("api-version=2025-05-01"))
+        err.to_string().contains(
+            "api-version \"2024-01-01\" is not an api-version this client is tested against \
+             (supported: 2025-05-01, 2026-03-01)"
+        ),
+        "{err}"
+    );
+    let mut c = config("http://127.0.0.1:1");
+    c.gateway_api_versions
+        .insert("gw-old".into(), "2025-13-01".into());
+    let err = ArmClient::new(c, None).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("api-version of gateway \"gw-old\" \"2025-13-01\""),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_can_keep_its_own_api_version() {
+    let (base, seen) = serve(|_, _| Reply::json(200, json!({"value": []}))).await;
+    let mut c = config(&base);
+    c.gateway_api_versions
+        .insert("GW-OLD".into(), "2025-05-01".into());
+    let client = ArmClient::new(c, None).unwrap();
+    client.list_services("gw-old", opts()).await.unwrap();
+    client.list_services("gw-new", opts()).await.unwrap();
+    client.find_public_ips(&["p".into()], opts()).await.unwrap();
+    let queries: Vec<_> = requests(&seen).into_iter().map(|r| r.query).collect();
+    assert_eq!(
+        queries,
+        [
+            "api-version=2025-05-01",
+            "api-version=2026-03-01",
+            "api-version=2026-03-01"
+        ]
+    );
+}
+
+/// `updateServices` answered in each way the API allows, at each api-version: the client succeeds
+/// and sends the call exactly once.
+#[tokio::test]
+async fn actions_accept_every_success_shape_at_both_api_versions() {
+    type Script = fn(&Seen, usize) -> Reply;
+    let shapes: [(&str, Script, usize); 5] = [
+        // 2026-03-01: synchronous, ServiceGatewayActionOkResponseBody.
+        ("200 with {}", |_, _| Reply::json(200, json!({})), 1),
+        (
+            "200 with a status",
+            |_, _| Reply::json(200, json!({"status": "Succeeded"})),
+            1,
+        ),
+        ("200 without a body", |_, _| Reply::empty(200), 1),
+        // 2025-05-01: long-running, 202 + Location then 204, or 204 at once.
+        (
+            "202 then 204",
+            |req, i| match i {
+                0 => Reply::empty(202)
+                    .header("location", format!("{}/operationResults/u-1", req.origin()))
+                    .header("retry-after", "0"),
+                1 => Reply::empty(202).header("retry-after", "0"),
+                _ => Reply::empty(204),
+            },
+            3,
+        ),
+        ("204", |_, _| Reply::empty(204), 1),
+    ];
+    for version in VERSIONS {
+        for (shape, script, calls) in shapes {
+            let (base, seen) = serve(script).await;
+            client_at(&base, version)
+                .update_services("gw-1", &UpdateServicesRequest::default(), opts())
+                .await
+                .unwrap_or_else(|e| panic!("{version} {shape}: {e:?}"));
+            let reqs = requests(&seen);
+            assert_eq!(reqs.len(), calls, "{version} {shape}");
+            assert_eq!(reqs[0].method, Method::POST);
+            assert!(
+                reqs[0]
+                    .path
+                    .ends_with("/serviceGateways/gw-1/updateServices")
+            );
+            assert_eq!(reqs[0].query, format!("api-version={version}"));
+            assert!(reqs[1..].iter().all(|r| r.method == Method::GET));
+        }
+    }
+}
+
+/// A listing holding a service type this client does not know (Azure adds enum values): kept as
+/// `Other`, counted, never an error; optional fields may be absent.
+#[tokio::test]
+async fn a_listing_with_an_unknown_service_type_keeps_it() {
+    let (base, _seen) = serve(|_, _| {
+        Reply::json(
+            200,
+            json!({"value": [
+                {"name": "svc-a", "properties": {"serviceType": "Inbound",
+                    "loadBalancerBackendPools": [{"id": "/x/backendAddressPools/p"}]}},
+                {"name": "svc-t", "properties": {"serviceType": "Transit", "isDefault": false}},
+                {"name": "svc-o", "properties": {"serviceType": "outbound",
+                    "publicNatGatewayId": "/n"}},
+                {"name": "svc-bare"},
+                {"properties": {"serviceType": "Transit"}},
+            ]}),
+        )
+    })
+    .await;
+    let client = client(&base);
+    let services = client.list_services("gw-1", opts()).await.unwrap();
+    let types: Vec<_> = services
+        .iter()
+        .map(|s| (s.name.as_str(), s.properties.service_type.clone()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("svc-a", Some(ServiceType::Inbound)),
+            ("svc-t", Some(ServiceType::Other("Transit".into()))),
+            ("svc-o", Some(ServiceType::Outbound)),
+            ("svc-bare", None),
+            ("", Some(ServiceType::Other("Transit".into()))),
+        ]
+    );
+    let transit = services[1].properties.service_type.as_ref().unwrap();
+    assert!(!transit.is_inbound() && !transit.is_outbound());
+    // Written back as it came.
+    assert_eq!(serde_json::to_value(transit).unwrap(), "Transit");
+    let counted = client.unknown_enum_values();
+    assert_eq!(
+        counted.get(&("serviceType".to_string(), "Transit".to_string())),
+        Some(&2)
+    );
+    assert_eq!(counted.len(), 1);
+    client.list_services("gw-1", opts()).await.unwrap();
+    assert_eq!(
+        client.unknown_enum_values()[&("serviceType".to_string(), "Transit".to_string())],
+        4
     );
 }
 

@@ -1,5 +1,5 @@
-//! `nrp-emulator`: serves the project's NRP emulator (Service Gateway REST API, api-version 2025-05-01)
-//! over HTTP, for the demo, benchmarks and end-to-end tests.
+//! `nrp-emulator`: serves the project's NRP emulator (Service Gateway REST API, api-versions 2025-05-01
+//! and 2026-03-01) over HTTP, for the demo, benchmarks and end-to-end tests.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,9 +51,10 @@ struct Args {
     /// Answer mutating calls as ARM long-running operations.
     #[arg(long)]
     long_running_operations: bool,
-    /// Require gateways to be PUT before use (default: created on first use).
+    /// Create a gateway on first use instead of answering 404 for one never PUT (not Azure's
+    /// behaviour; default: a gateway exists only once it is PUT).
     #[arg(long)]
-    no_auto_create_gateways: bool,
+    auto_create_gateways: bool,
 }
 
 impl Args {
@@ -94,8 +95,8 @@ impl Args {
         if self.long_running_operations {
             c.long_running_operations = true;
         }
-        if self.no_auto_create_gateways {
-            c.auto_create_gateways = false;
+        if self.auto_create_gateways {
+            c.auto_create_gateways = true;
         }
         Ok(c)
     }

@@ -1,7 +1,7 @@
 //! Helpers shared by the emulator integration tests: a tiny HTTP client over loopback.
 #![allow(dead_code)]
 
-use clb_nrp::wire::{API_VERSION, ResourceId, ResourceKind};
+use clb_nrp::wire::{API_VERSION, OperationState, OperationStatus, ResourceId, ResourceKind};
 use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
@@ -102,6 +102,36 @@ impl Harness {
     pub async fn post(&self, rid: &ResourceId, action: &str, body: Value) -> Resp {
         self.call(Method::POST, &self.url(rid, Some(action)), Some(body))
             .await
+    }
+
+    /// PUTs the service gateway `g` (location `eastus`): a gateway exists only once it is PUT. In
+    /// long-running-operation mode, waits for the operation.
+    pub async fn create_gateway(&self, g: &ResourceId) {
+        let r = self.put(g, json!({"location": "eastus"})).await;
+        assert!(r.status.is_success(), "{r:?}");
+        if let Some(status_url) = r.header("azure-asyncoperation") {
+            let st = self.wait_for_operation(&status_url).await;
+            assert_eq!(st.status, OperationState::Succeeded, "{st:?}");
+        }
+    }
+
+    /// Polls the `Azure-AsyncOperation` URL `status_url` until the operation ends.
+    pub async fn wait_for_operation(&self, status_url: &str) -> OperationStatus {
+        loop {
+            let r = self.call(Method::GET, status_url, None).await;
+            assert_eq!(r.status, StatusCode::OK, "{r:?}");
+            let st: OperationStatus = serde_json::from_value(r.body).unwrap();
+            if st.status.is_terminal() {
+                return st;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `POST {g}/{action}` at api-version `version`.
+    pub async fn post_at(&self, g: &ResourceId, action: &str, body: Value, version: &str) -> Resp {
+        let url = g.url_at(&self.server.base_url(), Some(action), version);
+        self.call(Method::POST, &url, Some(body)).await
     }
 
     pub async fn control(&self, method: Method, path: &str, body: Option<Value>) -> Resp {

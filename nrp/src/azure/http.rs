@@ -341,6 +341,11 @@ impl ArmClient {
         opts: CallOptions,
     ) -> Result<Vec<T>, NrpError> {
         let mut items = Vec::new();
+        // A nextLink without an api-version gets the listing's own.
+        let api_version = url
+            .query_pairs()
+            .find(|(k, _)| k == "api-version")
+            .map_or_else(|| self.config.api_version.clone(), |(_, v)| v.into_owned());
         let mut next = Some(url);
         let mut pages = 0;
         while let Some(url) = next.take() {
@@ -364,7 +369,7 @@ impl ArmClient {
                 })?;
                 if !link.query_pairs().any(|(k, _)| k == "api-version") {
                     link.query_pairs_mut()
-                        .append_pair("api-version", &self.config.api_version);
+                        .append_pair("api-version", &api_version);
                 }
                 if link == url {
                     return Err(NrpError::Server {

@@ -10,8 +10,9 @@
 mod credential;
 mod http;
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,13 +20,14 @@ use azure_core::credentials::TokenCredential;
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::warn;
 
 pub use self::credential::CredentialConfig;
 use self::http::FinalState;
 use super::wire::{
     API_VERSION, AddressLocation, GatewayService, LoadBalancer, NatGateway, PROVIDER,
-    PublicIpAddress, ResourceKind, ServiceGateway, UpdateAddressLocationsRequest,
-    UpdateServicesRequest,
+    PublicIpAddress, ResourceKind, SUPPORTED_API_VERSIONS, ServiceGateway, ServiceType,
+    UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
 use super::{CallOptions, Nrp, NrpError};
 
@@ -43,8 +45,12 @@ pub struct ArmConfig {
     pub subscription_id: String,
     /// Resource group of the resources.
     pub resource_group: String,
-    /// `api-version` of every call ([`API_VERSION`]).
+    /// `api-version` of every call ([`API_VERSION`], the newest the project is tested against; one of
+    /// [`SUPPORTED_API_VERSIONS`]).
     pub api_version: String,
+    /// `api-version` of the calls on particular service gateways (by name, case-insensitive), instead
+    /// of `api_version`: a gateway can stay on an older version while others move on.
+    pub gateway_api_versions: BTreeMap<String, String>,
     /// Scope of the bearer token ([`DEFAULT_TOKEN_SCOPE`]; differs in sovereign clouds).
     pub token_scope: String,
     /// Upper bound of one HTTP request (further lowered by the call's deadline).
@@ -69,6 +75,7 @@ impl ArmConfig {
             subscription_id: subscription_id.into(),
             resource_group: resource_group.into(),
             api_version: API_VERSION.into(),
+            gateway_api_versions: BTreeMap::new(),
             token_scope: DEFAULT_TOKEN_SCOPE.into(),
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -84,6 +91,61 @@ impl ArmConfig {
         self.endpoint = endpoint.into();
         self
     }
+
+    /// The same configuration with another default api-version.
+    pub fn with_api_version(mut self, api_version: impl Into<String>) -> Self {
+        self.api_version = api_version.into();
+        self
+    }
+
+    /// The api-version of the calls on the service gateway `gateway`.
+    pub fn api_version_for(&self, gateway: &str) -> &str {
+        self.gateway_api_versions
+            .iter()
+            .find(|(g, _)| g.eq_ignore_ascii_case(gateway))
+            .map_or(self.api_version.as_str(), |(_, v)| v.as_str())
+    }
+}
+
+/// Checks that `version` (the value of `what`) is one of [`SUPPORTED_API_VERSIONS`].
+fn check_api_version(what: &str, version: &str) -> Result<(), NrpError> {
+    if SUPPORTED_API_VERSIONS.contains(&version) {
+        return Ok(());
+    }
+    Err(invalid_config(format!(
+        "{what} {version:?} is not an api-version this client is tested against (supported: {})",
+        SUPPORTED_API_VERSIONS.join(", ")
+    )))
+}
+
+/// Enum values of NRP answers that this client does not know: kept (never an error), logged once per
+/// field and value, and counted.
+#[derive(Debug, Default)]
+struct UnknownValues {
+    seen: Mutex<BTreeMap<(&'static str, String), u64>>,
+}
+
+impl UnknownValues {
+    fn note(&self, field: &'static str, value: &str) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = seen.entry((field, value.to_string())).or_insert(0);
+        if *n == 0 {
+            warn!(
+                field,
+                value, "NRP answered an enum value this client does not know; kept as it is"
+            );
+        }
+        *n += 1;
+    }
+
+    fn snapshot(&self) -> BTreeMap<(String, String), u64> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|((f, v), n)| ((f.to_string(), v.clone()), *n))
+            .collect()
+    }
 }
 
 /// The ARM/HTTP [`Nrp`] client (reqwest with rustls). Cheap to clone; clones share the connection pool.
@@ -93,6 +155,7 @@ pub struct ArmClient {
     config: Arc<ArmConfig>,
     base: Url,
     credential: Option<Arc<dyn TokenCredential>>,
+    unknown: Arc<UnknownValues>,
 }
 
 impl fmt::Debug for ArmClient {
@@ -101,6 +164,7 @@ impl fmt::Debug for ArmClient {
             .field("endpoint", &self.config.endpoint)
             .field("subscription_id", &self.config.subscription_id)
             .field("resource_group", &self.config.resource_group)
+            .field("api_version", &self.config.api_version)
             .field("authenticated", &self.credential.is_some())
             .finish_non_exhaustive()
     }
@@ -137,6 +201,15 @@ impl ArmClient {
                 return Err(invalid_config(format!("{what} is empty")));
             }
         }
+        check_api_version("api-version", &config.api_version)?;
+        for (gateway, version) in &config.gateway_api_versions {
+            if gateway.trim().is_empty() {
+                return Err(invalid_config(format!(
+                    "api-version {version:?} is given for an empty gateway name"
+                )));
+            }
+            check_api_version(&format!("api-version of gateway {gateway:?}"), version)?;
+        }
         let http = reqwest::Client::builder()
             .user_agent(config.user_agent.clone())
             .connect_timeout(config.connect_timeout)
@@ -151,7 +224,24 @@ impl ArmClient {
             config: Arc::new(config),
             base,
             credential,
+            unknown: Arc::default(),
         })
+    }
+
+    /// The enum values of NRP answers this client did not know (`(field, value)` → times seen), e.g.
+    /// `("serviceType", "Transit")`. They are kept in the results (as `Other`), never an error; each is
+    /// logged once.
+    pub fn unknown_enum_values(&self) -> BTreeMap<(String, String), u64> {
+        self.unknown.snapshot()
+    }
+
+    /// Notes the unknown service types of a listing.
+    fn note_unknown_services(&self, services: &[GatewayService]) {
+        for s in services {
+            if let Some(ServiceType::Other(v)) = &s.properties.service_type {
+                self.unknown.note("serviceType", v);
+            }
+        }
     }
 
     /// A client for `config` with the credential that `credential` selects.
@@ -183,18 +273,27 @@ impl ArmClient {
                 message: format!("empty {} name", kind.segment()),
             });
         }
-        self.path_url(kind, &[Some(name), sub_path])
+        let version = match kind {
+            ResourceKind::ServiceGateway => self.config.api_version_for(name),
+            _ => self.config.api_version.as_str(),
+        };
+        self.path_url(kind, &[Some(name), sub_path], version)
     }
 
     /// URL of the collection of `kind` in the configured resource group (`…/providers/{ns}/{kind}`),
     /// with the api-version.
     fn collection_url(&self, kind: ResourceKind) -> Result<Url, NrpError> {
-        self.path_url(kind, &[])
+        self.path_url(kind, &[], &self.config.api_version)
     }
 
     /// `…/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{kind}` followed by `rest` (the
-    /// `Some` parts), with the api-version.
-    fn path_url(&self, kind: ResourceKind, rest: &[Option<&str>]) -> Result<Url, NrpError> {
+    /// `Some` parts), with the api-version `version`.
+    fn path_url(
+        &self,
+        kind: ResourceKind,
+        rest: &[Option<&str>],
+        version: &str,
+    ) -> Result<Url, NrpError> {
         let mut url = self.base.clone();
         url.set_query(None);
         url.set_fragment(None);
@@ -211,8 +310,7 @@ impl ArmClient {
                 kind.segment(),
             ])
             .extend(rest.iter().flatten());
-        url.query_pairs_mut()
-            .append_pair("api-version", &self.config.api_version);
+        url.query_pairs_mut().append_pair("api-version", version);
         Ok(url)
     }
 
@@ -234,6 +332,27 @@ impl ArmClient {
     ) -> Result<Vec<LoadBalancer>, NrpError> {
         let url = self.collection_url(ResourceKind::LoadBalancer)?;
         self.list_all(url, opts).await
+    }
+
+    /// `GET …/resourceGroups/{rg}/providers/Microsoft.Network/serviceGateways`: every service gateway
+    /// of the configured resource group, following `nextLink` to the last page.
+    pub async fn list_service_gateways(
+        &self,
+        opts: CallOptions,
+    ) -> Result<Vec<ServiceGateway>, NrpError> {
+        let url = self.collection_url(ResourceKind::ServiceGateway)?;
+        self.list_all(url, opts).await
+    }
+
+    /// `DELETE …/serviceGateways/{gateway}` (`202` followed to its end, or `204`); succeeds when the
+    /// gateway does not exist. Not part of [`Nrp`]: the workers never delete a gateway.
+    pub async fn delete_service_gateway(
+        &self,
+        gateway: &str,
+        opts: CallOptions,
+    ) -> Result<(), NrpError> {
+        self.delete_resource(ResourceKind::ServiceGateway, gateway, opts)
+            .await
     }
 
     async fn get_resource<T: DeserializeOwned>(
@@ -288,6 +407,9 @@ impl ArmClient {
             .map(drop)
     }
 
+    /// `POST …/serviceGateways/{gateway}/{action}`. Every success the API allows is accepted: `200`
+    /// with or without a body (synchronous, api-version `2025-09-01` and later), `202` followed to its
+    /// end, `204`.
     async fn post_action<T: Serialize>(
         &self,
         gateway: &str,
@@ -337,7 +459,9 @@ impl Nrp for ArmClient {
         opts: CallOptions,
     ) -> Result<Vec<GatewayService>, NrpError> {
         let url = self.url(ResourceKind::ServiceGateway, gateway, Some("services"))?;
-        self.list_all(url, opts).await
+        let services: Vec<GatewayService> = self.list_all(url, opts).await?;
+        self.note_unknown_services(&services);
+        Ok(services)
     }
 
     async fn list_address_locations(

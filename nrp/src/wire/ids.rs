@@ -157,12 +157,17 @@ impl ResourceId {
 
     /// Full URL of this resource (optionally with a sub-path such as `updateServices`) under the ARM
     /// endpoint `base` (e.g. `https://management.azure.com` or the emulator's address), with the
-    /// api-version query parameter.
+    /// default api-version ([`API_VERSION`]) as query parameter.
     pub fn url(&self, base: &str, sub_path: Option<&str>) -> String {
+        self.url_at(base, sub_path, API_VERSION)
+    }
+
+    /// [`ResourceId::url`] with the given api-version.
+    pub fn url_at(&self, base: &str, sub_path: Option<&str>, api_version: &str) -> String {
         let base = base.trim_end_matches('/');
         match sub_path {
-            Some(sub) => format!("{base}{self}/{sub}?api-version={API_VERSION}"),
-            None => format!("{base}{self}?api-version={API_VERSION}"),
+            Some(sub) => format!("{base}{self}/{sub}?api-version={api_version}"),
+            None => format!("{base}{self}?api-version={api_version}"),
         }
     }
 }
@@ -214,7 +219,7 @@ mod tests {
         );
         assert_eq!(
             id.url("http://h:1/", Some("x")),
-            format!("http://h:1{s}/x?api-version=2025-05-01")
+            format!("http://h:1{s}/x?api-version={API_VERSION}")
         );
     }
 }

@@ -150,7 +150,12 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
         )?;
         let inbound: Vec<String> = services
             .iter()
-            .filter(|s| s.properties.service_type.as_ref().is_some_and(|t| t.is_inbound()))
+            .filter(|s| {
+                s.properties
+                    .service_type
+                    .as_ref()
+                    .is_some_and(|t| t.is_inbound())
+            })
             .map(|s| s.name.clone())
             .collect();
         let (pips, lbs) = if inbound.is_empty() {
