@@ -1,9 +1,12 @@
-//! Prometheus metrics of the state server (OpenMetrics text on `GET /metrics`).
+//! Prometheus metrics of the state server (`GET /metrics`: Prometheus text 0.0.4, or OpenMetrics
+//! when asked; served by [`clb_telemetry::metrics`]).
 //!
 //! Counters are incremented where things happen (`update_rpc`, `rejected`, `unit_outcome`,
-//! `lease_expired`, `late_report`). Per-gateway gauges are set from a [`GatewaySnapshot`], usually
-//! by the `refresh` callback of [`serve_metrics`] right before each scrape (see
-//! [`Metrics::refresh_from`]). Every name starts with `clb_`.
+//! `lease_expired`, `late_report`); the desired → programmed latency is observed through the
+//! dispatcher's [`DispatchObserver`] of each gateway ([`gateway_observer`]). Per-gateway gauges are
+//! set from a [`GatewaySnapshot`], usually by the `refresh` callback of [`serve_metrics`] right
+//! before each scrape (see [`Metrics::refresh_from`]). Every name starts with `clb_`; the list is
+//! in docs/metrics.md.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,21 +14,23 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
+use clb_core::dispatch::DispatchObserver;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::state::StateServer;
 
 /// Content type of the OpenMetrics text format.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str = clb_telemetry::metrics::OPENMETRICS_CONTENT_TYPE;
+
+/// Upper bounds of the desired → programmed latency buckets: 10 ms doubling to ~5.5 min.
+pub fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.01, 2.0, 16)
+}
 
 /// Final result of a work unit, the `result` label of `clb_units_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,6 +89,14 @@ struct GatewayLabels {
 }
 
 type GatewayGauge = Family<GatewayLabels, Gauge>;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    gateway: String,
+    kind: String,
+}
+
+type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HeldLabels {
@@ -163,6 +176,7 @@ pub struct Metrics {
     leader: Gauge,
     lease_expiries: Counter,
     late_reports: Counter,
+    programmed_latency: LatencyFamily,
     gw: GatewayGauges,
 }
 
@@ -183,7 +197,10 @@ impl Metrics {
         let leader = Gauge::default();
         let lease_expiries = Counter::default();
         let late_reports = Counter::default();
+        let programmed_latency: LatencyFamily =
+            Family::new_with_constructor(|| Histogram::new(latency_buckets()));
         let gw = GatewayGauges::default();
+        clb_telemetry::metrics::register_build_info(&mut registry);
 
         registry.register(
             "update_rpcs",
@@ -285,6 +302,13 @@ impl Metrics {
             gw.locations_held_back.clone(),
         );
         registry.register_with_unit(
+            "desired_to_programmed",
+            "Time from the update that changed a location or service (as the dispatcher took it up) \
+             to the worker's report that NRP accepted it, by gateway and kind (locations, services)",
+            Unit::Seconds,
+            programmed_latency.clone(),
+        );
+        registry.register_with_unit(
             "staleness",
             "Age of the oldest change not yet applied in NRP",
             Unit::Seconds,
@@ -300,6 +324,7 @@ impl Metrics {
             leader,
             lease_expiries,
             late_reports,
+            programmed_latency,
             gw,
         }
     }
@@ -367,6 +392,17 @@ impl Metrics {
         self.late_reports.inc();
     }
 
+    /// Observes one desired → programmed latency of `gateway`: a change of `kind` (`locations`,
+    /// `services`) NRP accepted `latency` after it became pending.
+    pub fn programmed(&self, gateway: &str, kind: &str, latency: Duration) {
+        self.programmed_latency
+            .get_or_create(&LatencyLabels {
+                gateway: gateway.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .observe(latency.as_secs_f64());
+    }
+
     /// Sets the gauges of `s.gateway`.
     pub fn set_gateway(&self, s: &GatewaySnapshot) {
         let l = GatewayLabels {
@@ -423,10 +459,12 @@ impl Metrics {
 
     /// All metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        clb_telemetry::metrics::encode(&self.registry)
+    }
+
+    /// All metrics in the Prometheus text format 0.0.4.
+    pub fn encode_prometheus(&self) -> String {
+        clb_telemetry::metrics::openmetrics_to_prometheus(&self.encode())
     }
 }
 
@@ -476,18 +514,6 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
         .collect()
 }
 
-type Refresh = Arc<dyn Fn() + Send + Sync>;
-
-async fn metrics_handler(
-    State((metrics, refresh)): State<(Arc<Metrics>, Refresh)>,
-) -> impl IntoResponse {
-    refresh();
-    (
-        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-        metrics.encode(),
-    )
-}
-
 /// The metrics HTTP routes: `GET /metrics` (calls `refresh` first, so gauges are current),
 /// `GET /healthz` and `GET /readyz` (always ready; see [`router_with_readiness`]).
 pub fn router(metrics: Arc<Metrics>, refresh: impl Fn() + Send + Sync + 'static) -> Router {
@@ -501,25 +527,13 @@ pub fn router_with_readiness(
     refresh: impl Fn() + Send + Sync + 'static,
     ready: impl Fn() -> bool + Send + Sync + 'static,
 ) -> Router {
-    let refresh: Refresh = Arc::new(refresh);
-    let ready = Arc::new(ready);
-    Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready.clone();
-                async move {
-                    if ready() {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "standby\n")
-                    }
-                }
-            }),
-        )
-        .with_state((metrics, refresh))
+    clb_telemetry::metrics::router(
+        move || {
+            refresh();
+            metrics.encode()
+        },
+        ready,
+    )
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, then finishes open requests.
@@ -538,13 +552,44 @@ pub async fn serve_router(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    clb_telemetry::metrics::serve(listener, router, shutdown).await
 }
 
-/// The dispatcher's outcomes reach `/metrics` through this.
-impl clb_core::dispatch::DispatchObserver for Metrics {
+/// The observer of the dispatcher of `gateway`: its outcomes and latencies reach `metrics`.
+pub fn gateway_observer(metrics: Arc<Metrics>, gateway: &str) -> Arc<dyn DispatchObserver> {
+    Arc::new(GatewayObserver {
+        metrics,
+        gateway: gateway.to_owned(),
+    })
+}
+
+/// [`Metrics`] seen from the dispatcher of one gateway.
+#[derive(Debug)]
+struct GatewayObserver {
+    metrics: Arc<Metrics>,
+    gateway: String,
+}
+
+impl DispatchObserver for GatewayObserver {
+    fn unit_outcome(&self, kind: &'static str, result: &'static str, code: &str) {
+        self.metrics.unit_outcome(kind, result, code);
+    }
+
+    fn lease_expired(&self, n: u64) {
+        self.metrics.lease_expired(n);
+    }
+
+    fn late_report(&self) {
+        self.metrics.late_report();
+    }
+
+    fn programmed(&self, kind: &'static str, latency: Duration) {
+        self.metrics.programmed(&self.gateway, kind, latency);
+    }
+}
+
+/// The dispatcher's outcomes reach `/metrics` through this (no gateway: no latency).
+impl DispatchObserver for Metrics {
     fn unit_outcome(&self, kind: &'static str, result: &'static str, code: &str) {
         Metrics::unit_outcome(self, kind, result, code);
     }
@@ -674,6 +719,33 @@ mod tests {
         let m = Metrics::new();
         m.refresh_from(&state);
         assert!(m.encode().contains("clb_revision{gateway=\"b\"}"));
+    }
+
+    #[test]
+    fn latency_is_observed_per_gateway_and_counters_have_help_in_prometheus_text() {
+        let m = Arc::new(Metrics::new());
+        let east = gateway_observer(m.clone(), "east");
+        east.programmed("locations", Duration::from_millis(30));
+        east.unit_outcome("locations", "applied", "");
+        let text = m.encode();
+        for line in [
+            "clb_desired_to_programmed_seconds_count{gateway=\"east\",kind=\"locations\"} 1",
+            "clb_desired_to_programmed_seconds_bucket{le=\"0.02\",gateway=\"east\",kind=\"locations\"} 0",
+            "clb_desired_to_programmed_seconds_bucket{le=\"0.04\",gateway=\"east\",kind=\"locations\"} 1",
+            "clb_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let prom = m.encode_prometheus();
+        assert!(
+            prom.lines()
+                .any(|l| l.starts_with("# HELP clb_units_total ")),
+            "{prom}"
+        );
+        assert!(prom.contains("clb_build_info{"), "{prom}");
     }
 
     /// `GET path` over plain HTTP/1.1; the status code.

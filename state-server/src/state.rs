@@ -144,6 +144,7 @@ fn programmable(p: &ServicePort) -> bool {
 
 impl Gateway {
     fn new(name: String, config: &ServerConfig, metrics: Arc<Metrics>) -> Self {
+        let observer = crate::metrics::gateway_observer(metrics, &name);
         let mut tracker = DiffTracker::new();
         // Restart gate: nothing is removed until NRP was read back and writers resynced.
         tracker.set_removals_allowed(false);
@@ -153,7 +154,7 @@ impl Gateway {
             dispatch: Dispatcher::new(
                 config.dispatch.clone(),
                 DispatchEnv::new(Instant::now(), unix_ms(SystemTime::now()), rand::random())
-                    .with_observer(metrics),
+                    .with_observer(observer),
             ),
             writers: BTreeMap::new(),
             service_ports: HashMap::new(),
