@@ -276,6 +276,25 @@ async fn an_unreachable_server_and_bad_usage_fail_with_their_exit_codes() {
         "{}",
         show(&o)
     );
+    // With -o json a failure is JSON too, on stdout.
+    let bad = temp_file("malformed.yaml", "- {kind: service, op: add, id: [\n");
+    let path = bad.to_str().expect("utf-8 path");
+    let o = clbctl(&["-o", "json", "apply", "--dry-run", "-f", path]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", show(&o)));
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(path), "{v}");
+    // host:port without a scheme is http://, and the server named is what fails.
+    let hostport = url.trim_start_matches("http://");
+    let o = clbctl(&["--server", hostport, "--connect-attempts", "1", "status"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("cannot reach the state server"),
+        "{}",
+        show(&o)
+    );
+    assert!(!text(&o.stderr).contains("scheme"), "{}", show(&o));
 }
 
 #[tokio::test]

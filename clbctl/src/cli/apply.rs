@@ -563,10 +563,12 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
         ));
         return Ok(ExitCode::SUCCESS);
     }
-    let client = global
-        .connect()
-        .await
-        .with_context(|| format!("apply: cannot reach the state server at {}", global.server))?;
+    let client = global.connect().await.with_context(|| {
+        format!(
+            "apply: cannot reach the state server at {}",
+            global.server()
+        )
+    })?;
     let mut writer = client.writer(args.source.clone());
     let outcome = writer
         .apply(batch)

@@ -78,7 +78,8 @@ pub struct LoadArgs {
     /// How long to churn (e.g. 30, 30s, 2m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Load an external state server at this URL instead of the embedded system.
+    /// Load an external state server at this URL instead of the embedded system (the global
+    /// `--server`, when given, names it too).
     #[arg(long, value_name = "URL")]
     pub state_server: Option<String>,
     /// The writer's source name.
@@ -390,7 +391,9 @@ pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
 pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<LoadReport> {
     args.check()?;
     let mut model = Model::new(args);
-    let (system, client) = match &args.state_server {
+    // `--state-server`, else a server named with the global `--server`: that server is loaded.
+    let external = args.state_server.as_ref().or(global.server.as_ref());
+    let (system, client) = match external {
         None => {
             note(&format!(
                 "starting the embedded system: NRP emulator, state server, {} workers",

@@ -27,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
+use clb_core::difftracker::quote;
 
 use crate::demo::{self, DemoConfig};
 use clb_client::client::{Client, ConnectOptions, TlsOptions};
@@ -54,9 +55,17 @@ pub struct Cli {
 /// Options shared by every command.
 #[derive(Debug, Clone, Args)]
 pub struct Global {
-    /// The state server's gRPC URL (`https://` for TLS).
-    #[arg(long, global = true, help_heading = "Global options", env = "CLB_SERVER", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    /// The state server: a URL (`http://` or `https://`) or `host:port` (`https://` when a TLS flag
+    /// is given, else `http://`) [default: http://127.0.0.1:50051]. `load` and `demo` run the
+    /// embedded system unless a server is named (here or with their --state-server).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_SERVER",
+        value_name = "URL"
+    )]
+    pub server: Option<String>,
     /// The gateway to read or write; empty is the server's default gateway.
     #[arg(
         long,
@@ -163,13 +172,14 @@ pub struct DemoArgs {
     #[arg(long)]
     pub plain: bool,
     /// Drive the state server at this URL (and whatever workers and NRP it has) instead of the
-    /// embedded system. The demo then replaces that server's desired state (a resync as
+    /// embedded system (the global `--server`, when given, names it too). The demo then replaces that server's desired state (a resync as
     /// `watcher`) and checks convergence through the Admin API.
     #[arg(long, value_name = "URL")]
     pub state_server: Option<String>,
-    /// With `--state-server`: go on even though that server already holds desired state (the demo
-    /// would replace it, and its workers would remove from NRP what the demo does not declare).
-    #[arg(long, requires = "state_server")]
+    /// With an external server: go on even though that server already holds desired state (the
+    /// demo would replace it, and its workers would remove from NRP what the demo does not
+    /// declare).
+    #[arg(long)]
     pub replace_existing_state: bool,
 }
 
@@ -182,8 +192,42 @@ pub struct CompletionsArgs {
 }
 
 impl Global {
+    /// The server `--server` names, or the default.
+    pub fn server(&self) -> &str {
+        self.server.as_deref().unwrap_or(DEFAULT_SERVER)
+    }
+
+    /// `server` as a URL: `host:port` gets `https://` when a TLS flag is given, else `http://`; a
+    /// scheme other than those two is refused.
+    pub fn server_url(&self, server: &str) -> anyhow::Result<String> {
+        match server.split_once("://") {
+            Some(("http" | "https", "")) => anyhow::bail!(
+                "--server {}: no host; use http://HOST:PORT, https://HOST:PORT or HOST:PORT",
+                quote(server)
+            ),
+            Some(("http" | "https", _)) => Ok(server.to_owned()),
+            Some((scheme, _)) => anyhow::bail!(
+                "--server {}: the scheme {} is not supported; use http://HOST:PORT, \
+                 https://HOST:PORT or HOST:PORT",
+                quote(server),
+                quote(scheme)
+            ),
+            None if server.is_empty() => {
+                anyhow::bail!(
+                    "--server \"\": empty; use http://HOST:PORT, https://HOST:PORT or HOST:PORT"
+                )
+            }
+            None => {
+                let tls = self.ca_cert.is_some() || self.tls_cert.is_some();
+                Ok(format!("{}://{server}", if tls { "https" } else { "http" }))
+            }
+        }
+    }
+
     /// Connection options for `server` with this command line's gateway, TLS and attempts.
     pub fn connect_options(&self, server: &str) -> anyhow::Result<ConnectOptions> {
+        let url = self.server_url(server)?;
+        let server = url.as_str();
         let mut options = ConnectOptions::new(server);
         options.attempts = self.connect_attempts.max(1);
         options.initial_backoff = Duration::from_millis(200);
@@ -226,7 +270,7 @@ impl Global {
 
     /// Connects to `--server`.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        self.connect_to(&self.server).await
+        self.connect_to(self.server()).await
     }
 
     /// Connects to the state server at `server`.
@@ -258,6 +302,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", describe(&e));
+            if global.output == Output::Json
+                && !JSON_PRINTED.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                let _ = print_json(&error_json(&e));
+            }
             ExitCode::FAILURE
         }
     }
@@ -288,7 +337,8 @@ async fn run_demo(global: &Global, args: &DemoArgs) -> anyhow::Result<ExitCode> 
     };
     config.plain = args.plain;
     config.json = global.output == Output::Json;
-    if let Some(url) = &args.state_server {
+    // `--state-server`, else a server named with the global `--server`.
+    if let Some(url) = args.state_server.as_ref().or(global.server.as_ref()) {
         let client = global
             .connect_to(url)
             .await
@@ -358,7 +408,23 @@ pub fn emit<T: serde::Serialize>(
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).context("cannot encode the output as JSON")?;
     out(&format!("{text}\n"));
+    JSON_PRINTED.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(())
+}
+
+/// Whether this process printed a JSON document: a command that fails after printing its outcome
+/// (e.g. `apply` with rejected items) has said it all; one that fails before prints its error as
+/// JSON instead, so that `-o json` always yields JSON.
+static JSON_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An error as `-o json` prints it: `{"error": {"message": …, "causes": […]}}`.
+pub fn error_json(e: &anyhow::Error) -> serde_json::Value {
+    serde_json::json!({
+        "error": {
+            "message": describe(e),
+            "causes": e.chain().map(|c| c.to_string()).collect::<Vec<_>>(),
+        }
+    })
 }
 
 /// Writes `text` to stdout. A failed write is ignored: it means that the reader has gone (a
@@ -408,6 +474,37 @@ mod tests {
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("3 parsecs").is_err());
         assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn a_server_without_scheme_gets_http_or_https_with_tls_flags() {
+        let global = |args: &[&str]| {
+            let mut argv = vec!["clbctl"];
+            argv.extend_from_slice(args);
+            argv.push("diff");
+            Cli::try_parse_from(argv).expect("valid").global
+        };
+        let plain = global(&[]);
+        assert_eq!(plain.server(), DEFAULT_SERVER);
+        assert_eq!(
+            plain.server_url("127.0.0.1:50051").unwrap(),
+            "http://127.0.0.1:50051"
+        );
+        assert_eq!(
+            plain.server_url("https://h:1").unwrap(),
+            "https://h:1",
+            "a URL is kept"
+        );
+        let tls = global(&["--tls-ca", "/nonexistent/ca.pem"]);
+        assert_eq!(tls.server_url("h:443").unwrap(), "https://h:443");
+        let e = plain.server_url("grpc://h:1").unwrap_err().to_string();
+        assert!(e.contains(r#"the scheme "grpc" is not supported"#), "{e}");
+        let e = plain.server_url("http://").unwrap_err().to_string();
+        assert!(e.contains("no host"), "{e}");
+        assert!(plain.server_url("").is_err());
+        // host:port is connected as http:// (the options carry the URL).
+        let o = plain.connect_options("127.0.0.1:9").unwrap();
+        assert_eq!(o.endpoint, "http://127.0.0.1:9");
     }
 
     #[test]

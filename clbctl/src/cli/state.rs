@@ -58,10 +58,12 @@ fn list(v: &[String]) -> String {
 
 /// Runs `clbctl state location|service`.
 pub async fn run_state(global: &Global, cmd: &StateCommand) -> anyhow::Result<ExitCode> {
-    let client = global
-        .connect()
-        .await
-        .with_context(|| format!("state: cannot reach the state server at {}", global.server))?;
+    let client = global.connect().await.with_context(|| {
+        format!(
+            "state: cannot reach the state server at {}",
+            global.server()
+        )
+    })?;
     match cmd {
         StateCommand::Location { ip } => {
             let l = client
@@ -184,7 +186,7 @@ pub async fn run_diff(global: &Global, args: &DiffArgs) -> anyhow::Result<ExitCo
     let client = global
         .connect()
         .await
-        .with_context(|| format!("diff: cannot reach the state server at {}", global.server))?;
+        .with_context(|| format!("diff: cannot reach the state server at {}", global.server()))?;
     let d = client
         .pending_diff(args.limit)
         .await

@@ -39,23 +39,25 @@ fn filtered(global: &Global, mut s: StatusResponse) -> StatusResponse {
 
 /// Runs `clbctl status`.
 pub async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let client = global
-        .connect()
-        .await
-        .with_context(|| format!("status: cannot reach the state server at {}", global.server))?;
+    let client = global.connect().await.with_context(|| {
+        format!(
+            "status: cannot reach the state server at {}",
+            global.server()
+        )
+    })?;
     let read = || async {
         client
             .status()
             .await
             .map(|s| filtered(global, s))
-            .with_context(|| format!("status of {}", global.server))
+            .with_context(|| format!("status of {}", global.server()))
     };
     if !args.watch {
         let s = read().await?;
         if !global.gateway.is_empty() && s.gateways.is_empty() {
             anyhow::bail!(
                 "status: the state server at {} drives no gateway {:?}",
-                global.server,
+                global.server(),
                 global.gateway
             );
         }
@@ -85,7 +87,7 @@ pub async fn run(global: &Global, args: &StatusArgs) -> anyhow::Result<ExitCode>
                 let header = format!(
                     "{}  ·  {} every {}  ·  ctrl-c to stop",
                     time::utc(time::now_unix_ms()),
-                    global.server,
+                    global.server(),
                     time::short(args.interval),
                 );
                 if tty {
