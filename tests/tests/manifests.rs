@@ -441,22 +441,17 @@ fn rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
 #[test]
 fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
     let m = load();
-    // What `clb-watcher` calls (docs/watcher.md): cluster mode, then node-agent mode.
-    let watcher: &[(&str, &str, &str)] = &[
-        ("", "services", "list"),
-        ("", "services", "watch"),
-        ("", "services", "patch"),
-        ("", "services/status", "patch"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "nodes", "list"),
-        ("", "nodes", "watch"),
-        ("discovery.k8s.io", "endpointslices", "list"),
-        ("discovery.k8s.io", "endpointslices", "watch"),
-        // Events on Services: kube's recorder creates one, then patches it into a series.
-        ("events.k8s.io", "events", "create"),
-        ("events.k8s.io", "events", "patch"),
-    ];
+    // What `clb-watcher` calls (docs/watcher.md) in cluster mode, with the deployed flags: pods
+    // only with --pods=true (the base leaves them to the node agents), the write-back calls only
+    // with --write-back=true.
+    let args = watcher_args(&m, "clb-watcher");
+    assert!(args.node.is_none(), "the watcher runs in cluster mode");
+    let watcher = watcher_calls(args.pods && !args.no_pods, args.write_back);
+    assert!(
+        !watcher.contains(&("", "pods", "list")),
+        "the base runs node agents: the watcher must not read pods (components/watcher-pods does)"
+    );
+    let watcher = &watcher[..];
     let agent: &[(&str, &str, &str)] = &[
         ("", "pods", "list"),
         ("", "pods", "watch"),
@@ -846,4 +841,667 @@ fn only_the_projects_pods_reach_the_grpc_port() {
         metrics_open,
         "the metrics port is open to the scraper and the probes"
     );
+}
+
+// ---- Operability: probes, scheduling, Pod Security, image, optional components ----
+
+/// The Kubernetes API calls of `clb-watcher` in cluster mode (docs/watcher.md): Services,
+/// EndpointSlices and Nodes are listed and watched; pods only with `--pods=true`; with
+/// `--write-back=true` the finalizer (a patch of the Service), its status, and Events on Services
+/// (kube's recorder creates an Event, then patches it into a series).
+fn watcher_calls(pods: bool, write_back: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut calls = vec![
+        ("", "services", "list"),
+        ("", "services", "watch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("discovery.k8s.io", "endpointslices", "list"),
+        ("discovery.k8s.io", "endpointslices", "watch"),
+    ];
+    if pods {
+        calls.extend([("", "pods", "list"), ("", "pods", "watch")]);
+    }
+    if write_back {
+        calls.extend([
+            ("", "services", "patch"),
+            ("", "services/status", "patch"),
+            ("events.k8s.io", "events", "create"),
+            ("events.k8s.io", "events", "patch"),
+        ]);
+    }
+    calls
+}
+
+/// The flags `workload` runs `clb-watcher` with, parsed by the watcher's own parser.
+fn watcher_args(m: &Manifests, workload: &str) -> clb_watcher::cli::Args {
+    let cmd = clb_watcher::cli::Args::command();
+    let mut argv = command_line(m, container(m, workload), &cmd);
+    // `--metrics-listen` is checked by every_component_is_probed_on_its_metrics_port and by
+    // the_watcher_and_node_agent_command_lines_parse; it is set aside here only while the
+    // watcher's parser does not know it yet, so that this test checks the RBAC alone.
+    if !cmd
+        .get_arguments()
+        .any(|a| a.get_long() == Some("metrics-listen"))
+    {
+        argv.retain(|a| !a.starts_with("--metrics-listen"));
+    }
+    <clb_watcher::cli::Args as clap::Parser>::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("{workload}: {argv:?}: {e}"))
+}
+
+/// The port `--metrics-listen=HOST:PORT` of a container's args.
+fn metrics_listen_port(c: &Container) -> Option<u16> {
+    c.args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix("--metrics-listen="))
+        .map(|addr| {
+            addr.parse::<std::net::SocketAddr>()
+                .unwrap_or_else(|e| panic!("--metrics-listen={addr}: {e}"))
+                .port()
+        })
+}
+
+#[test]
+fn every_component_is_probed_on_its_metrics_port() {
+    let m = load();
+    assert_eq!(
+        m.workloads().len(),
+        4,
+        "state server, worker, watcher, node agent"
+    );
+    for (w, t) in m.workloads() {
+        for c in &t.spec.as_ref().expect("pod spec").containers {
+            // The metrics port: named `metrics`, the one --metrics-listen binds on every address.
+            let port = c
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some("metrics"))
+                .unwrap_or_else(|| panic!("{w}/{}: no port named metrics", c.name));
+            let listen = c
+                .args
+                .iter()
+                .flatten()
+                .find(|a| a.starts_with("--metrics-listen="))
+                .unwrap_or_else(|| panic!("{w}/{}: no --metrics-listen", c.name));
+            assert!(
+                listen.starts_with("--metrics-listen=0.0.0.0:"),
+                "{w}/{}: {listen} is not reachable by the kubelet",
+                c.name
+            );
+            assert_eq!(
+                metrics_listen_port(c).map(i32::from),
+                Some(port.container_port),
+                "{w}/{}: --metrics-listen and the metrics port differ",
+                c.name
+            );
+            for (kind, probe, path) in [
+                ("liveness", &c.liveness_probe, "/healthz"),
+                ("readiness", &c.readiness_probe, "/readyz"),
+            ] {
+                let probe = probe
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{w}/{}: no {kind} probe", c.name));
+                match (&probe.http_get, &probe.grpc) {
+                    (Some(h), None) => {
+                        assert_eq!(h.path.as_deref(), Some(path), "{w}/{}: {kind}", c.name);
+                        assert_eq!(
+                            h.port,
+                            IntOrString::String("metrics".to_owned()),
+                            "{w}/{}: {kind} probe port",
+                            c.name
+                        );
+                        assert_ne!(
+                            h.scheme.as_deref(),
+                            Some("HTTPS"),
+                            "{w}/{}: the metrics port is plain HTTP",
+                            c.name
+                        );
+                    }
+                    (None, Some(g)) => assert!(
+                        c.ports.iter().flatten().any(|p| p.container_port == g.port),
+                        "{w}/{}: gRPC {kind} probe on port {} that the container does not expose",
+                        c.name,
+                        g.port
+                    ),
+                    _ => panic!("{w}/{}: {kind} probe is neither httpGet nor grpc", c.name),
+                }
+            }
+            // A liveness probe more patient than readiness: a slow moment makes the pod
+            // unready first, and only a long hang restarts it.
+            let live = c.liveness_probe.as_ref().expect("liveness");
+            let ready = c.readiness_probe.as_ref().expect("readiness");
+            let window = |p: &k8s_openapi::api::core::v1::Probe| {
+                p.period_seconds.unwrap_or(10) * p.failure_threshold.unwrap_or(3)
+            };
+            assert!(
+                window(live) > window(ready),
+                "{w}/{}: liveness window {} s <= readiness window {} s",
+                c.name,
+                window(live),
+                window(ready)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_workload_runs_on_linux_nodes_only() {
+    let m = load();
+    for (w, t) in m.workloads() {
+        let selector = t
+            .spec
+            .as_ref()
+            .expect("pod spec")
+            .node_selector
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            selector.get("kubernetes.io/os").map(String::as_str),
+            Some("linux"),
+            "{w}: no kubernetes.io/os=linux node selector"
+        );
+    }
+}
+
+#[test]
+fn the_node_agent_tolerates_node_conditions_not_every_taint() {
+    let m = load();
+    let (_, t) = m
+        .workloads()
+        .into_iter()
+        .find(|(n, _)| n == "clb-node-agent")
+        .expect("the node agent's DaemonSet");
+    let tolerations = t
+        .spec
+        .as_ref()
+        .expect("pod spec")
+        .tolerations
+        .clone()
+        .unwrap_or_default();
+    for tol in &tolerations {
+        // An empty key with Exists tolerates every taint (Windows pools, dedicated pools...).
+        assert!(
+            tol.key.as_deref().is_some_and(|k| !k.is_empty()),
+            "a toleration without a key tolerates every taint: {tol:?}"
+        );
+        // A toleration of every effect of a key only for CriticalAddonsOnly (whose effect varies).
+        if tol.effect.is_none() {
+            assert_eq!(tol.key.as_deref(), Some("CriticalAddonsOnly"), "{tol:?}");
+        }
+    }
+    let tolerates = |key: &str, effect: &str| {
+        tolerations.iter().any(|t| {
+            t.key.as_deref() == Some(key)
+                && t.operator.as_deref() == Some("Exists")
+                && t.effect.as_deref().is_none_or(|e| e == effect)
+        })
+    };
+    // The node agent stays on a node that is not ready or unreachable (its pods are still there)
+    // and is scheduled on nodes under pressure, cordoned, or reserved for critical add-ons.
+    for (key, effect) in [
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+        ("CriticalAddonsOnly", "NoSchedule"),
+    ] {
+        assert!(
+            tolerates(key, effect),
+            "the node agent does not tolerate {key}:{effect}"
+        );
+    }
+    // It is not meant for nodes without a pod network or for Windows nodes.
+    assert!(!tolerates(
+        "node.kubernetes.io/network-unavailable",
+        "NoSchedule"
+    ));
+    assert!(!tolerates("os", "NoSchedule"));
+}
+
+/// Volume types the `restricted` Pod Security profile allows.
+const RESTRICTED_VOLUMES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+#[test]
+fn the_namespace_enforces_restricted_pod_security_and_every_pod_satisfies_it() {
+    let m = load();
+    let ns_labels = m.namespaces[0].metadata.labels.clone().unwrap_or_default();
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(
+            ns_labels
+                .get(&format!("pod-security.kubernetes.io/{mode}"))
+                .map(String::as_str),
+            Some("restricted"),
+            "namespace label pod-security.kubernetes.io/{mode}"
+        );
+    }
+    for (w, t) in m.workloads() {
+        let spec = t.spec.as_ref().expect("pod spec");
+        assert_ne!(spec.host_network, Some(true), "{w}: hostNetwork");
+        assert_ne!(spec.host_pid, Some(true), "{w}: hostPID");
+        assert_ne!(spec.host_ipc, Some(true), "{w}: hostIPC");
+        let psc = spec.security_context.clone().unwrap_or_default();
+        assert_ne!(psc.run_as_user, Some(0), "{w}: runAsUser 0");
+        for v in spec.volumes.iter().flatten() {
+            let json = serde_json::to_value(v).expect("volume serialises");
+            let kinds: Vec<&String> = json
+                .as_object()
+                .expect("volume object")
+                .keys()
+                .filter(|k| *k != "name")
+                .collect();
+            assert!(
+                kinds
+                    .iter()
+                    .all(|k| RESTRICTED_VOLUMES.contains(&k.as_str())),
+                "{w}: volume {} of type {kinds:?} is not allowed by restricted",
+                v.name
+            );
+        }
+        let containers = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten());
+        for c in containers {
+            let sc = c.security_context.clone().unwrap_or_default();
+            let who = format!("{w}/{}", c.name);
+            assert_ne!(sc.privileged, Some(true), "{who}: privileged");
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{who}");
+            assert!(
+                sc.run_as_non_root.or(psc.run_as_non_root) == Some(true),
+                "{who}: runAsNonRoot"
+            );
+            assert_ne!(sc.run_as_user, Some(0), "{who}: runAsUser 0");
+            let seccomp = sc
+                .seccomp_profile
+                .as_ref()
+                .or(psc.seccomp_profile.as_ref())
+                .map(|p| p.type_.as_str());
+            assert!(
+                matches!(seccomp, Some("RuntimeDefault" | "Localhost")),
+                "{who}: seccompProfile {seccomp:?}"
+            );
+            let caps = sc.capabilities.clone().unwrap_or_default();
+            assert!(
+                caps.drop.iter().flatten().any(|d| d == "ALL"),
+                "{who}: capabilities.drop ALL"
+            );
+            assert!(
+                caps.add.iter().flatten().all(|a| a == "NET_BIND_SERVICE"),
+                "{who}: capabilities.add {:?}",
+                caps.add
+            );
+            for p in c.ports.iter().flatten() {
+                assert!(p.host_port.is_none_or(|h| h == 0), "{who}: hostPort");
+            }
+        }
+    }
+}
+
+fn kustomization(dir: &Path) -> serde_yaml::Value {
+    let path = dir.join("kustomization.yaml");
+    serde_yaml::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_kustomization_points_every_image_at_a_registry() {
+    let m = load();
+    let k = kustomization(&deploy_dir());
+    let images = k["images"]
+        .as_sequence()
+        .expect("kustomization.yaml has images:");
+    for (w, t) in m.workloads() {
+        for c in &t.spec.as_ref().expect("pod spec").containers {
+            let image = c.image.clone().unwrap_or_default();
+            // The name kustomize matches: the image without its tag or digest.
+            let name = image
+                .split('@')
+                .next()
+                .and_then(|n| n.rsplit_once(':').map(|(n, _)| n).or(Some(n)))
+                .unwrap_or_default();
+            let entry = images
+                .iter()
+                .find(|e| e["name"].as_str() == Some(name))
+                .unwrap_or_else(|| panic!("{w}/{}: no images: entry for {name}", c.name));
+            let new_name = entry["newName"].as_str().expect("images: newName");
+            let registry = new_name.split('/').next().unwrap_or_default();
+            assert!(
+                new_name.contains('/') && (registry.contains('.') || registry.contains(':')),
+                "{w}: newName {new_name} names no registry"
+            );
+            assert!(
+                entry["newTag"].as_str().is_some_and(|t| !t.is_empty())
+                    || entry["digest"].as_str().is_some(),
+                "{w}: images: entry pins no tag or digest"
+            );
+        }
+    }
+}
+
+/// The documents of a YAML file, as values.
+fn documents(path: &Path) -> Vec<serde_yaml::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|de| serde_yaml::Value::deserialize(de).expect("valid YAML"))
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// Applies the JSON patch `ops` (the `test` and `replace` operations kustomize's patches of
+/// components/ use) to `doc`.
+fn json_patch(doc: &mut serde_json::Value, ops: &serde_json::Value) {
+    for op in ops.as_array().expect("a JSON patch is a list") {
+        let path = op["path"].as_str().expect("path");
+        let target = doc
+            .pointer_mut(path)
+            .unwrap_or_else(|| panic!("patch path {path} does not exist in the base"));
+        match op["op"].as_str() {
+            Some("test") => assert_eq!(*target, op["value"], "patch test at {path}"),
+            Some("replace") => *target = op["value"].clone(),
+            other => panic!("unexpected patch op {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
+    let m = load();
+    let dir = deploy_dir().join("components/watcher-pods");
+    let k = kustomization(&dir);
+    assert_eq!(k["kind"].as_str(), Some("Component"));
+    // Its RBAC: pods list/watch for the watcher, nothing else.
+    let mut rules = Vec::new();
+    for file in k["resources"].as_sequence().expect("resources") {
+        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
+            match doc["kind"].as_str() {
+                Some("ClusterRole") => {
+                    let r: ClusterRole = serde_yaml::from_value(doc).expect("ClusterRole");
+                    rules.extend(r.rules.unwrap_or_default());
+                }
+                Some("ClusterRoleBinding") => {
+                    let b: ClusterRoleBinding =
+                        serde_yaml::from_value(doc).expect("ClusterRoleBinding");
+                    let subjects: Vec<_> = b
+                        .subjects
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|s| (s.kind, s.name, s.namespace))
+                        .collect();
+                    assert_eq!(
+                        subjects,
+                        [(
+                            "ServiceAccount".to_owned(),
+                            "clb-watcher".to_owned(),
+                            Some(NAMESPACE.to_owned())
+                        )]
+                    );
+                }
+                other => panic!("unexpected {other:?} in components/watcher-pods"),
+            }
+        }
+    }
+    let granted: BTreeSet<(String, String, String)> = rules
+        .iter()
+        .flat_map(|r| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources = r.resources.clone().unwrap_or_default();
+            groups.into_iter().flat_map(move |g| {
+                let verbs = r.verbs.clone();
+                resources.clone().into_iter().flat_map(move |res| {
+                    let g = g.clone();
+                    verbs
+                        .clone()
+                        .into_iter()
+                        .map(move |v| (g.clone(), res.clone(), v))
+                })
+            })
+        })
+        .collect();
+    let base: BTreeSet<_> = watcher_calls(false, true).into_iter().collect();
+    let with_pods: BTreeSet<_> = watcher_calls(true, true).into_iter().collect();
+    let extra: BTreeSet<(String, String, String)> = with_pods
+        .difference(&base)
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(granted, extra);
+    // Its patches: the watcher's --pods=false becomes --pods=true, and the objects it deletes
+    // (the node agents, which would report the same pods) exist in the base.
+    let mut deleted = BTreeSet::new();
+    for p in k["patches"].as_sequence().expect("patches") {
+        let text = p["patch"].as_str().expect("an inline patch");
+        let patch: serde_yaml::Value = serde_yaml::from_str(text).expect("patch parses");
+        if patch.is_sequence() {
+            assert_eq!(p["target"]["kind"].as_str(), Some("Deployment"));
+            assert_eq!(p["target"]["name"].as_str(), Some("clb-watcher"));
+            let d = m
+                .deployments
+                .iter()
+                .find(|d| name(&d.metadata) == "clb-watcher")
+                .expect("the watcher's Deployment");
+            let mut doc = serde_json::to_value(d).expect("serialises");
+            let ops = serde_json::to_value(&patch).expect("as JSON");
+            assert!(
+                ops.as_array()
+                    .expect("ops")
+                    .iter()
+                    .any(|o| o["op"] == "test"),
+                "the patch tests the value it replaces"
+            );
+            json_patch(&mut doc, &ops);
+            let patched: Deployment = serde_json::from_value(doc).expect("still a Deployment");
+            let mut patched_m = Manifests {
+                deployments: vec![patched],
+                ..Manifests::default()
+            };
+            patched_m.config_maps = m.config_maps.clone();
+            let args = watcher_args(&patched_m, "clb-watcher");
+            assert!(args.pods && !args.no_pods, "the component sets --pods=true");
+        } else {
+            assert_eq!(patch["$patch"].as_str(), Some("delete"), "{text}");
+            deleted.insert((
+                patch["kind"].as_str().expect("kind").to_owned(),
+                patch["metadata"]["name"].as_str().expect("name").to_owned(),
+            ));
+        }
+    }
+    let node_agent_objects: BTreeSet<(String, String)> = [
+        ("DaemonSet", "clb-node-agent"),
+        ("ServiceAccount", "clb-node-agent"),
+        ("ClusterRole", "clb-node-agent"),
+        ("ClusterRoleBinding", "clb-node-agent"),
+        ("ClusterRoleBinding", "clb-node-writer-node-agent"),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_owned(), n.to_owned()))
+    .collect();
+    assert_eq!(deleted, node_agent_objects);
+    // Each deleted object exists in the base (a deletion of a missing object fails the build).
+    assert!(
+        m.daemon_sets
+            .iter()
+            .any(|d| name(&d.metadata) == "clb-node-agent")
+    );
+    assert!(
+        m.service_accounts
+            .iter()
+            .any(|s| name(&s.metadata) == "clb-node-agent")
+    );
+    for (kind, n) in &node_agent_objects {
+        match kind.as_str() {
+            "ClusterRole" => assert!(m.cluster_roles.iter().any(|r| &name(&r.metadata) == n)),
+            "ClusterRoleBinding" => assert!(
+                m.cluster_role_bindings
+                    .iter()
+                    .any(|r| &name(&r.metadata) == n)
+            ),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn the_monitoring_component_scrapes_every_components_metrics_port() {
+    let m = load();
+    let dir = deploy_dir().join("components/monitoring");
+    let k = kustomization(&dir);
+    assert_eq!(k["kind"].as_str(), Some("Component"));
+    let mut monitors = 0;
+    for file in k["resources"].as_sequence().expect("resources") {
+        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
+            assert_eq!(doc["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+            assert_eq!(doc["kind"].as_str(), Some("PodMonitor"));
+            assert_eq!(doc["metadata"]["namespace"].as_str(), Some(NAMESPACE));
+            monitors += 1;
+            let selector: BTreeMap<String, String> =
+                serde_yaml::from_value(doc["spec"]["selector"]["matchLabels"].clone())
+                    .expect("spec.selector.matchLabels");
+            let endpoints = doc["spec"]["podMetricsEndpoints"]
+                .as_sequence()
+                .expect("podMetricsEndpoints");
+            for (w, t) in m.workloads() {
+                assert!(selects(&selector, &labels(t)), "{w} is not scraped");
+                let ports: BTreeSet<String> = t
+                    .spec
+                    .as_ref()
+                    .expect("pod spec")
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .filter_map(|p| p.name.clone())
+                    .collect();
+                for e in endpoints {
+                    let port = e["port"].as_str().expect("a named port");
+                    assert!(ports.contains(port), "{w} has no port {port}");
+                    assert_eq!(e["path"].as_str().unwrap_or("/metrics"), "/metrics");
+                }
+            }
+        }
+    }
+    assert_eq!(monitors, 1);
+}
+
+/// The lines of the `[section]` of a TOML file, up to the next section.
+fn toml_section<'a>(text: &'a str, section: &str) -> Vec<&'a str> {
+    text.lines()
+        .skip_while(|l| l.trim() != section)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn the_image_caches_dependencies_and_ships_stripped_binaries_as_non_root() {
+    let root = deploy_dir().join("..");
+    let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).expect("Dockerfile");
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore");
+    let ignored: BTreeSet<&str> = ignore
+        .lines()
+        .map(|l| l.trim().trim_end_matches('/'))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for must in ["target", ".git"] {
+        assert!(
+            ignored.contains(must),
+            ".dockerignore does not exclude {must}"
+        );
+    }
+    // One instruction a line: continuation lines joined.
+    let joined = dockerfile.replace("\\\n", " ");
+    let instructions: Vec<&str> = joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    // The build stage: dependencies (cargo chef cook) are compiled before the sources are copied.
+    let stage_start = instructions
+        .iter()
+        .position(|l| l.starts_with("FROM") && l.ends_with("AS build"))
+        .expect("a build stage");
+    let build_stage = &instructions[stage_start..];
+    let cook = build_stage
+        .iter()
+        .position(|l| l.contains("cargo chef cook"))
+        .expect("a dependency layer (cargo chef cook)");
+    let copy_sources = build_stage
+        .iter()
+        .position(|l| *l == "COPY . .")
+        .expect("the sources are copied");
+    let build = build_stage
+        .iter()
+        .position(|l| l.contains("cargo build"))
+        .expect("cargo build");
+    assert!(cook < copy_sources && copy_sources < build);
+    assert!(
+        build_stage[cook].contains("--profile dist")
+            && build_stage[build].contains("--profile dist"),
+        "the dependency layer and the build use the same (dist) profile"
+    );
+    assert!(
+        !dockerfile.contains("COPY target"),
+        "no prebuilt binaries from the context"
+    );
+    // The dist profile: release, stripped.
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let dist = toml_section(&cargo, "[profile.dist]");
+    assert!(dist.contains(&"inherits = \"release\""), "{dist:?}");
+    assert!(dist.contains(&"strip = true"), "{dist:?}");
+    // Every binary the manifests run is built and copied.
+    let m = load();
+    for (w, t) in m.workloads() {
+        for c in &t.spec.as_ref().expect("pod spec").containers {
+            for bin in c.command.iter().flatten() {
+                assert!(
+                    build_stage[build].contains(&format!("--bin {bin}"))
+                        && dockerfile.contains(&format!("target/dist/{bin}")),
+                    "{w}: {bin} is not in the image"
+                );
+            }
+        }
+    }
+    // The runtime stage: distroless, as the non-root user the pods run as.
+    let last_from = instructions
+        .iter()
+        .rposition(|l| l.starts_with("FROM"))
+        .expect("FROM");
+    assert!(
+        instructions[last_from].contains("gcr.io/distroless/"),
+        "{}",
+        instructions[last_from]
+    );
+    let user = instructions[last_from..]
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("USER in the runtime stage");
+    let uid: i64 = user
+        .split(':')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .expect("a numeric USER (runAsNonRoot verifies it)");
+    assert_ne!(uid, 0);
+    for (w, t) in m.workloads() {
+        let psc = t.spec.as_ref().expect("pod spec").security_context.clone();
+        assert_eq!(
+            psc.and_then(|s| s.run_as_user),
+            Some(uid),
+            "{w}: runAsUser is not the image's user"
+        );
+    }
 }
