@@ -105,6 +105,10 @@ pub struct Args {
     /// Time in-flight units get to finish at shutdown, in milliseconds.
     #[arg(long, env = "CLB_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz (ready while connected
+    /// to the leading state server), e.g. 0.0.0.0:9090. Off when not given.
+    #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -199,6 +203,22 @@ mod tests {
     fn parse(args: &[&str]) -> Args {
         let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
         Args::try_parse_from(base.iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn metrics_listen_is_off_by_default_and_checked() {
+        assert_eq!(parse(&[]).metrics_listen, None);
+        assert_eq!(
+            parse(&["--metrics-listen=127.0.0.1:9090"]).metrics_listen,
+            Some("127.0.0.1:9090".parse().unwrap())
+        );
+        let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
+        let err = Args::try_parse_from(base.iter().chain(&["--metrics-listen=9090"])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid value '9090' for '--metrics-listen <ADDR>'"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,4 +2,6 @@
 
 pub mod cli;
 
+pub mod metrics;
+
 pub mod worker;

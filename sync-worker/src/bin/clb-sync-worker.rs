@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::Parser;
 use clb_nrp::azure::{ArmClient, ArmConfig};
 use clb_sync_worker::cli::Args;
-use clb_sync_worker::worker::run;
+use clb_sync_worker::metrics::WorkerMetrics;
+use clb_sync_worker::worker::run_with_metrics;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -29,7 +30,18 @@ async fn main() -> anyhow::Result<()> {
         credential = credential.kind(),
         "starting clb-sync-worker"
     );
-    run(config, Arc::new(nrp), clb_telemetry::shutdown_signal()).await?;
+    let metrics = Arc::new(WorkerMetrics::new());
+    if let Some(addr) = args.metrics_listen {
+        // Stops with the process.
+        clb_telemetry::metrics::spawn(addr, metrics.router(), std::future::pending()).await?;
+    }
+    run_with_metrics(
+        config,
+        Arc::new(nrp),
+        metrics,
+        clb_telemetry::shutdown_signal(),
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -163,6 +163,12 @@ impl GatewayLimiters {
         }
     }
 
+    /// The current limit of every gateway that has a limiter.
+    pub fn limits(&self) -> Vec<(String, usize)> {
+        let map = self.limiters.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter().map(|(g, l)| (g.clone(), l.limit())).collect()
+    }
+
     /// The limiter of `gateway`.
     pub fn get(&self, gateway: &str) -> Arc<AimdLimiter> {
         let mut map = self.limiters.lock().unwrap_or_else(PoisonError::into_inner);

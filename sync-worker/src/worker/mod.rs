@@ -57,6 +57,7 @@ pub use services::{
 };
 pub use unit::lease_deadline;
 
+use crate::metrics::{MeteredNrp, WorkerMetrics};
 use clb_nrp::Nrp;
 
 /// Why [`run`] could not start.
@@ -76,6 +77,18 @@ pub async fn run(
     nrp: Arc<dyn Nrp>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
+    run_with_metrics(config, nrp, Arc::new(WorkerMetrics::new()), shutdown).await
+}
+
+/// [`run`], recording in `metrics`: every NRP call (through [`MeteredNrp`]), the adaptive limit of
+/// each gateway, and whether a session with the state server is established (`/readyz`).
+pub async fn run_with_metrics(
+    config: WorkerConfig,
+    nrp: Arc<dyn Nrp>,
+    metrics: Arc<WorkerMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let nrp: Arc<dyn Nrp> = Arc::new(MeteredNrp::new(nrp, Arc::clone(&metrics)));
     if config.capacity == 0 {
         return Err(WorkerError::InvalidConfig(
             "capacity must be at least 1".into(),
@@ -86,7 +99,7 @@ pub async fn run(
     }
     let endpoint = session::endpoint(&config)?;
     let stop = CancellationToken::new();
-    let main = session::supervise(Arc::new(config), endpoint, nrp, stop.clone());
+    let main = session::supervise(Arc::new(config), endpoint, nrp, metrics, stop.clone());
     tokio::pin!(main);
     tokio::pin!(shutdown);
     tokio::select! {

@@ -19,6 +19,7 @@ use super::config::WorkerConfig;
 use super::ctx::{Env, GatewayCache, UnitError, report};
 use super::limiter::GatewayLimiters;
 use super::unit::{execute, lease_deadline};
+use crate::metrics::WorkerMetrics;
 use clb_nrp::Nrp;
 
 /// How a session ended without an error worth a log line at warn level.
@@ -82,6 +83,7 @@ pub(crate) async fn supervise(
     config: Arc<WorkerConfig>,
     endpoint: Endpoint,
     nrp: Arc<dyn Nrp>,
+    metrics: Arc<WorkerMetrics>,
     stop: CancellationToken,
 ) {
     let limiters = Arc::new(GatewayLimiters::new(
@@ -90,6 +92,7 @@ pub(crate) async fn supervise(
             .sanitized()
             .max_concurrent_mutations_per_gateway,
     ));
+    metrics.watch_limiters(Arc::clone(&limiters));
     let mut attempt = 0u32;
     let mut sessions = 0u64;
     while !stop.is_cancelled() {
@@ -103,9 +106,10 @@ pub(crate) async fn supervise(
             cancel: stop.child_token(),
         });
         let span = tracing::info_span!("session", n = sessions, server = %config.server);
-        let result = session(&config, &endpoint, env, &stop)
+        let result = session(&config, &endpoint, env, &metrics, &stop)
             .instrument(span)
             .await;
+        metrics.set_connected(false);
         match result {
             Ok(SessionEnd::Shutdown) => return,
             Err(e) => tracing::warn!(error = %chain(&e), "session ended; reconnecting"),
@@ -149,6 +153,7 @@ async fn session(
     config: &WorkerConfig,
     endpoint: &Endpoint,
     env: Arc<Env>,
+    metrics: &WorkerMetrics,
     stop: &CancellationToken,
 ) -> Result<SessionEnd, SessionError> {
     let channel: Channel = tokio::select! {
@@ -201,6 +206,7 @@ async fn session(
         tls = config.uses_tls(),
         "connected to the state server"
     );
+    metrics.set_connected(true);
     let fallback_lease = match welcome.lease_duration_ms {
         0 => config.default_lease,
         ms => Duration::from_millis(ms),
@@ -236,12 +242,15 @@ async fn session(
         }
     };
     if let Some(err) = end {
+        metrics.set_connected(false);
         // The server releases this worker's leases when the stream ends: stop at once, so that no
         // NRP call is made for a unit that may already be leased to another worker.
         env.cancel.cancel();
         tasks.abort_all();
         return Err(err);
     }
+    // Draining at shutdown: no new unit is taken.
+    metrics.set_connected(false);
     drain(config, &env, tasks, tx, inbound).await;
     Ok(SessionEnd::Shutdown)
 }
