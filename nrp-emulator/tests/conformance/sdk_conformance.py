@@ -1,0 +1,581 @@
+"""Drives the NRP emulator with Microsoft's Python SDK (azure-mgmt-network) and checks that the SDK
+accepts every answer: status codes, bodies, long-running operations, paging and ARM errors.
+
+Run by nrp-emulator/tests/sdk_conformance.rs (which creates the virtual environment and starts the
+emulator):
+
+    python sdk_conformance.py --base-url http://127.0.0.1:PORT --api-version 2026-03-01 --mode sync
+
+The emulator must page listings by 2 (page_size 2). Every case is a named step; the last line of the
+output is a JSON summary ({"passed": N, "failed": [...]}) and the exit status is 1 if any step failed.
+Steps share state (each builds on the previous ones), in the order of CASES.
+"""
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+from azure.core.credentials import AccessToken
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.mgmt.network import NetworkManagementClient
+from azure.mgmt.network import models as m
+from azure.mgmt.network import VERSION as SDK_VERSION
+
+SUB = "00000000-0000-0000-0000-0000000000c1"
+RG = "rg-sdk"
+RG2 = "rg-sdk-2"
+GW = "sg-sdk"
+
+
+class FakeCredential:
+    """A TokenCredential whose token the emulator does not check."""
+
+    def get_token(self, *scopes, **kwargs):
+        return AccessToken("fake-token-for-the-emulator", int(time.time()) + 3600)
+
+
+class Ctx:
+    def __init__(self, base_url, api_version, mode):
+        self.api_version = api_version
+        self.mode = mode
+        # No wait between polls beyond the emulator's Retry-After.
+        self.client = NetworkManagementClient(
+            FakeCredential(), SUB, base_url=base_url, polling_interval=0
+        )
+        # Every call: the api-version under test; bearer tokens over plain http to the loopback
+        # emulator (azure-core refuses them unless the call says enforce_https=False).
+        self.kw = dict(api_version=api_version, enforce_https=False)
+        self.ids = {}
+
+    def rid(self, kind, name, rg=RG):
+        return (
+            f"/subscriptions/{SUB}/resourceGroups/{rg}/providers/Microsoft.Network/{kind}/{name}"
+        )
+
+    # The gateway actions: synchronous methods in SDKs generated for 2025-09-01 and later (200 with
+    # ServiceGatewayActionOkResponseBody), long-running begin_* methods before (202/204).
+    def update_services(self, body):
+        sg = self.client.service_gateways
+        if hasattr(sg, "update_services"):
+            result = sg.update_services(RG, GW, body, **self.kw)
+            check(result is not None, "updateServices answers a body")
+            return result
+        return sg.begin_update_services(RG, GW, body, **self.kw).result()
+
+    def update_address_locations(self, body):
+        sg = self.client.service_gateways
+        if hasattr(sg, "update_address_locations"):
+            result = sg.update_address_locations(RG, GW, body, **self.kw)
+            check(result is not None, "updateAddressLocations answers a body")
+            return result
+        return sg.begin_update_address_locations(RG, GW, body, **self.kw).result()
+
+    def services(self):
+        pages = list(self.client.service_gateways.get_services(RG, GW, **self.kw).by_page())
+        items = [s for p in pages for s in p]
+        return {s.name: s for s in items}, len(pages)
+
+    def locations(self):
+        pages = list(
+            self.client.service_gateways.get_address_locations(RG, GW, **self.kw).by_page()
+        )
+        items = [l for p in pages for l in p]
+        out = {
+            l.address_location: {a.address: sorted(a.services or []) for a in (l.addresses or [])}
+            for l in items
+        }
+        return out, len(pages)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise AssertionError(f"{what}: got {got!r}, want {want!r}")
+
+
+def expect_error(code, status, call):
+    try:
+        call()
+    except HttpResponseError as e:
+        eq(e.status_code, status, f"status of {code}")
+        eq(e.error.code if e.error else None, code, "ARM error code")
+        check(e.error.message, f"{code} has a message")
+        return e
+    raise AssertionError(f"expected HttpResponseError {code}, got success")
+
+
+# ---- service gateways ----------------------------------------------------------------------------
+
+
+def gateway_get_before_put_is_404(c):
+    e = expect_error(
+        "ResourceNotFound",
+        404,
+        lambda: c.client.service_gateways.get(RG, GW, **c.kw),
+    )
+    check(isinstance(e, ResourceNotFoundError), "the SDK maps 404 to ResourceNotFoundError")
+
+
+def unknown_api_version_is_refused(c):
+    kw = dict(c.kw, api_version="2020-01-01")
+    e = expect_error(
+        "InvalidApiVersionParameter",
+        400,
+        lambda: c.client.service_gateways.get(RG, GW, **kw),
+    )
+    check("2020-01-01" in e.error.message, "the message names the version")
+
+
+def gateway_create(c):
+    subnet = c.rid("virtualNetworks", "vnet") + "/subnets/sg"
+    body = m.ServiceGateway(
+        location="eastus",
+        tags={"team": "clb"},
+        zones=["1", "2"],
+        sku=m.ServiceGatewaySku(name="Standard", tier="Regional"),
+        virtual_network=m.VirtualNetwork(id=c.rid("virtualNetworks", "vnet")),
+        route_target_address=m.RouteTargetAddressPropertiesFormat(
+            subnet=m.Subnet(id=subnet),
+            private_ip_address="10.0.0.10",
+            private_ip_allocation_method="Static",
+        ),
+        route_target_address_v6=m.RouteTargetAddressPropertiesFormat(
+            subnet=m.Subnet(id=subnet),
+            private_ip_address="fd00::10",
+            private_ip_allocation_method="Static",
+        ),
+    )
+    gw = c.client.service_gateways.begin_create_or_update(RG, GW, body, **c.kw).result()
+    eq(gw.name, GW, "name")
+    eq(gw.id, c.rid("serviceGateways", GW), "id")
+    eq(gw.type, "Microsoft.Network/serviceGateways", "type")
+    eq(gw.provisioning_state, "Succeeded", "provisioningState")
+    check(gw.etag, "etag is set")
+    check(gw.resource_guid, "resourceGuid is set")
+    c.ids["etag"] = gw.etag
+
+
+def gateway_get_keeps_what_was_put(c):
+    gw = c.client.service_gateways.get(RG, GW, **c.kw)
+    eq(gw.location, "eastus", "location")
+    eq(gw.tags, {"team": "clb"}, "tags")
+    eq(sorted(gw.zones), ["1", "2"], "zones")
+    eq(gw.sku.name, "Standard", "sku")
+    eq(gw.virtual_network.id, c.rid("virtualNetworks", "vnet"), "virtualNetwork")
+    eq(gw.route_target_address.private_ip_address, "10.0.0.10", "routeTargetAddress")
+    eq(gw.route_target_address.subnet.id.endswith("/subnets/sg"), True, "subnet")
+    eq(gw.route_target_address_v6.private_ip_address, "fd00::10", "routeTargetAddressV6")
+    eq(gw.etag, c.ids["etag"], "etag unchanged by a GET")
+
+
+def gateway_put_again_updates(c):
+    body = m.ServiceGateway(location="eastus", tags={"team": "clb", "v": "2"}, zones=["1", "2"])
+    gw = c.client.service_gateways.begin_create_or_update(RG, GW, body, **c.kw).result()
+    eq(gw.tags, {"team": "clb", "v": "2"}, "tags after the second PUT")
+    check(gw.etag != c.ids["etag"], "a PUT changes the etag")
+    c.ids["etag"] = gw.etag
+
+
+def gateway_update_tags(c):
+    gw = c.client.service_gateways.update_tags(
+        RG, GW, m.TagsObject(tags={"patched": "yes"}), **c.kw
+    )
+    eq(gw.tags, {"patched": "yes"}, "tags after PATCH")
+    eq(gw.name, GW, "PATCH answers the gateway")
+    check(gw.etag != c.ids["etag"], "a PATCH changes the etag")
+    eq(c.client.service_gateways.get(RG, GW, **c.kw).tags, {"patched": "yes"}, "tags read back")
+
+
+def gateway_list_and_list_all_page(c):
+    for name, rg in [("sg-b", RG), ("sg-c", RG), ("sg-d", RG2)]:
+        c.client.service_gateways.begin_create_or_update(
+            rg, name, m.ServiceGateway(location="eastus"), **c.kw
+        ).result()
+    pages = list(c.client.service_gateways.list(RG, **c.kw).by_page())
+    names = sorted(g.name for p in pages for g in p)
+    eq(names, sorted([GW, "sg-b", "sg-c"]), "gateways of the resource group")
+    eq(len(pages), 2, "pages of list (2 per page)")
+    pages = list(c.client.service_gateways.list_all(**c.kw).by_page())
+    names = sorted(g.name for p in pages for g in p)
+    eq(names, sorted([GW, "sg-b", "sg-c", "sg-d"]), "gateways of the subscription")
+    eq(len(pages), 2, "pages of list_all (2 per page)")
+    for name, rg in [("sg-b", RG), ("sg-c", RG), ("sg-d", RG2)]:
+        c.client.service_gateways.begin_delete(rg, name, **c.kw).result()
+    eq([g.name for g in c.client.service_gateways.list_all(**c.kw)], [GW], "after deletes")
+
+
+# ---- public IP, load balancer, NAT gateway ----------------------------------------------------
+
+
+def public_ip(c, name):
+    body = m.PublicIPAddress(
+        location="eastus",
+        sku=m.PublicIPAddressSku(name="Standard"),
+        public_ip_allocation_method="Static",
+    )
+    pip = c.client.public_ip_addresses.begin_create_or_update(RG, name, body, **c.kw).result()
+    eq(pip.provisioning_state, "Succeeded", f"provisioningState of {name}")
+    check(pip.ip_address, f"{name} got an address")
+    return pip
+
+
+def load_balancer(c, name, pip_id):
+    lb_id = c.rid("loadBalancers", name)
+    body = m.LoadBalancer(
+        location="eastus",
+        sku=m.LoadBalancerSku(name="Standard"),
+        frontend_ip_configurations=[
+            m.FrontendIPConfiguration(name="fe", public_ip_address=m.PublicIPAddress(id=pip_id))
+        ],
+        backend_address_pools=[m.BackendAddressPool(name="pool")],
+        load_balancing_rules=[
+            m.LoadBalancingRule(
+                name="tcp-80",
+                frontend_ip_configuration=m.SubResource(id=lb_id + "/frontendIPConfigurations/fe"),
+                backend_address_pool=m.SubResource(id=lb_id + "/backendAddressPools/pool"),
+                protocol="Tcp",
+                frontend_port=80,
+                backend_port=8080,
+            )
+        ],
+    )
+    lb = c.client.load_balancers.begin_create_or_update(RG, name, body, **c.kw).result()
+    eq(lb.provisioning_state, "Succeeded", f"provisioningState of {name}")
+    return lb
+
+
+def resources_create_get_delete(c):
+    pip = public_ip(c, "pip-tmp")
+    eq(c.client.public_ip_addresses.get(RG, "pip-tmp", **c.kw).ip_address, pip.ip_address, "pip")
+    lb = load_balancer(c, "lb-tmp", pip.id)
+    got = c.client.load_balancers.get(RG, "lb-tmp", **c.kw)
+    eq(got.backend_address_pools[0].id, lb.id + "/backendAddressPools/pool", "pool id")
+    eq(got.load_balancing_rules[0].backend_port, 8080, "rule")
+    nat_pip = public_ip(c, "pip-nat-tmp")
+    nat = c.client.nat_gateways.begin_create_or_update(
+        RG,
+        "nat-tmp",
+        m.NatGateway(
+            location="eastus",
+            sku=m.NatGatewaySku(name="Standard"),
+            public_ip_addresses=[m.SubResource(id=nat_pip.id)],
+        ),
+        **c.kw,
+    ).result()
+    eq(nat.provisioning_state, "Succeeded", "NAT gateway provisioningState")
+    eq(c.client.nat_gateways.get(RG, "nat-tmp", **c.kw).public_ip_addresses[0].id, nat_pip.id, "nat")
+    c.client.nat_gateways.begin_delete(RG, "nat-tmp", **c.kw).result()
+    c.client.load_balancers.begin_delete(RG, "lb-tmp", **c.kw).result()
+    c.client.public_ip_addresses.begin_delete(RG, "pip-tmp", **c.kw).result()
+    c.client.public_ip_addresses.begin_delete(RG, "pip-nat-tmp", **c.kw).result()
+    for get in [
+        lambda: c.client.nat_gateways.get(RG, "nat-tmp", **c.kw),
+        lambda: c.client.load_balancers.get(RG, "lb-tmp", **c.kw),
+        lambda: c.client.public_ip_addresses.get(RG, "pip-tmp", **c.kw),
+    ]:
+        expect_error("ResourceNotFound", 404, get)
+    # Deleting what is gone succeeds (204).
+    c.client.public_ip_addresses.begin_delete(RG, "pip-tmp", **c.kw).result()
+
+
+def resources_for_services(c):
+    for i in range(1, 6):
+        pip = public_ip(c, f"pip-{i}")
+        lb = load_balancer(c, f"lb-{i}", pip.id)
+        c.ids[f"pool-{i}"] = lb.id + "/backendAddressPools/pool"
+    nat_pip = public_ip(c, "pip-nat")
+    nat = c.client.nat_gateways.begin_create_or_update(
+        RG,
+        "nat-1",
+        m.NatGateway(location="eastus", public_ip_addresses=[m.SubResource(id=nat_pip.id)]),
+        **c.kw,
+    ).result()
+    c.ids["nat"] = nat.id
+
+
+# ---- updateServices -------------------------------------------------------------------------------
+
+
+def service(c, name, kind, pool=None, nat=False):
+    return m.ServiceGatewayServiceRequest(
+        is_delete=False,
+        service=m.ServiceGatewayService(
+            name=name,
+            service_type=kind,
+            load_balancer_backend_pools=[m.BackendAddressPool(id=c.ids[pool])] if pool else None,
+            public_nat_gateway_id=c.ids["nat"] if nat else None,
+        ),
+    )
+
+
+def delete_service(name):
+    return m.ServiceGatewayServiceRequest(
+        is_delete=True, service=m.ServiceGatewayService(name=name)
+    )
+
+
+def services_partial_update_three_types(c):
+    c.update_services(
+        m.ServiceGatewayUpdateServicesRequest(
+            action="PartialUpdate",
+            service_requests=[
+                service(c, "svc-in", "Inbound", pool="pool-1"),
+                service(c, "svc-out", "Outbound", nat=True),
+                service(c, "svc-io", "InboundOutbound", pool="pool-2", nat=True),
+            ],
+        )
+    )
+    got, _ = c.services()
+    eq(sorted(got), ["svc-in", "svc-io", "svc-out"], "services")
+    eq(got["svc-in"].service_type, "Inbound", "svc-in type")
+    eq(got["svc-in"].load_balancer_backend_pools[0].id, c.ids["pool-1"], "svc-in pool")
+    eq(got["svc-out"].service_type, "Outbound", "svc-out type")
+    eq(got["svc-out"].public_nat_gateway_id, c.ids["nat"], "svc-out NAT gateway")
+    eq(got["svc-io"].service_type, "InboundOutbound", "svc-io type")
+
+
+def services_paged(c):
+    c.update_services(
+        m.ServiceGatewayUpdateServicesRequest(
+            action="PartialUpdate",
+            service_requests=[
+                service(c, "svc-p3", "Inbound", pool="pool-3"),
+                service(c, "svc-p4", "Inbound", pool="pool-4"),
+            ],
+        )
+    )
+    got, pages = c.services()
+    eq(len(got), 5, "services listed")
+    eq(pages, 3, "pages of services (2 per page)")
+
+
+def services_full_update(c):
+    c.update_services(
+        m.ServiceGatewayUpdateServicesRequest(
+            action="FullUpdate",
+            service_requests=[
+                service(c, "svc-in", "Inbound", pool="pool-1"),
+                service(c, "svc-io", "InboundOutbound", pool="pool-2", nat=True),
+                service(c, "svc-p3", "Inbound", pool="pool-3"),
+            ],
+        )
+    )
+    got, _ = c.services()
+    eq(sorted(got), ["svc-in", "svc-io", "svc-p3"], "services after a full update")
+
+
+def services_partial_delete(c):
+    c.update_services(
+        m.ServiceGatewayUpdateServicesRequest(
+            action="PartialUpdate", service_requests=[delete_service("svc-p3")]
+        )
+    )
+    got, _ = c.services()
+    eq(sorted(got), ["svc-in", "svc-io"], "services after deleting svc-p3")
+
+
+# ---- updateAddressLocations -----------------------------------------------------------------------
+
+
+def loc(location, action, addresses):
+    return m.ServiceGatewayAddressLocation(
+        address_location=location,
+        address_update_action=action,
+        addresses=[m.ServiceGatewayAddress(address=a, services=s) for a, s in addresses],
+    )
+
+
+def locations_request(action, locations):
+    return m.ServiceGatewayUpdateAddressLocationsRequest(action=action, address_locations=locations)
+
+
+def locations_full_update(c):
+    c.update_address_locations(
+        locations_request(
+            "FullUpdate",
+            [
+                loc("10.0.0.1", "FullUpdate", [("10.1.0.1", ["svc-in"]), ("10.1.0.2", ["svc-io"])]),
+                loc("10.0.0.2", "FullUpdate", [("10.1.0.3", ["svc-in", "svc-io"])]),
+                loc("10.0.0.3", "FullUpdate", [("10.1.0.4", ["svc-in"])]),
+                loc("10.0.0.4", "FullUpdate", [("10.1.0.5", ["svc-io"])]),
+                loc("10.0.0.5", "FullUpdate", [("10.1.0.6", ["svc-in"])]),
+            ],
+        )
+    )
+    got, pages = c.locations()
+    eq(sorted(got), ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"], "locations")
+    eq(got["10.0.0.2"], {"10.1.0.3": ["svc-in", "svc-io"]}, "10.0.0.2")
+    eq(pages, 3, "pages of address locations (2 per page)")
+    # A top-level full update removes the locations it does not list.
+    c.update_address_locations(
+        locations_request(
+            "FullUpdate",
+            [
+                loc("10.0.0.1", "PartialUpdate", [("10.1.0.1", ["svc-in"])]),
+                loc("10.0.0.2", "PartialUpdate", [("10.1.0.3", ["svc-in", "svc-io"])]),
+                loc("10.0.0.3", "PartialUpdate", [("10.1.0.4", ["svc-in"])]),
+            ],
+        )
+    )
+    got, _ = c.locations()
+    eq(sorted(got), ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "locations after a full update")
+    eq(got["10.0.0.1"], {"10.1.0.1": ["svc-in"], "10.1.0.2": ["svc-io"]}, "partial kept 10.1.0.2")
+
+
+def locations_location_level_full_update(c):
+    c.update_address_locations(
+        locations_request(
+            "PartialUpdate", [loc("10.0.0.1", "FullUpdate", [("10.1.0.7", ["svc-io"])])]
+        )
+    )
+    got, _ = c.locations()
+    eq(got["10.0.0.1"], {"10.1.0.7": ["svc-io"]}, "a location-level full update replaces")
+    eq(sorted(got), ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "other locations untouched")
+
+
+def locations_partial_address_without_services_is_deleted(c):
+    c.update_address_locations(
+        locations_request(
+            "PartialUpdate",
+            [loc("10.0.0.2", "PartialUpdate", [("10.1.0.3", []), ("10.1.0.8", ["svc-in"])])],
+        )
+    )
+    got, _ = c.locations()
+    eq(got["10.0.0.2"], {"10.1.0.8": ["svc-in"]}, "an address without services is deleted")
+
+
+def locations_partial_without_addresses_deletes_them(c):
+    c.update_address_locations(
+        locations_request("PartialUpdate", [loc("10.0.0.3", "PartialUpdate", [])])
+    )
+    got, _ = c.locations()
+    check("10.0.0.3" not in got, f"10.0.0.3 lost its addresses: {got}")
+    eq(sorted(got), ["10.0.0.1", "10.0.0.2"], "locations left")
+
+
+# ---- ARM errors -----------------------------------------------------------------------------------
+
+
+def error_unregistered_service(c):
+    expect_error(
+        "ServiceNotRegistered",
+        400,
+        lambda: c.update_address_locations(
+            locations_request(
+                "PartialUpdate", [loc("10.0.0.9", "PartialUpdate", [("10.1.0.9", ["nope"])])]
+            )
+        ),
+    )
+    got, _ = c.locations()
+    check("10.0.0.9" not in got, "a refused call changes nothing")
+
+
+def error_duplicate_locations(c):
+    expect_error(
+        "DuplicateLocationsInRequest",
+        400,
+        lambda: c.update_address_locations(
+            locations_request(
+                "PartialUpdate",
+                [
+                    loc("10.0.0.8", "PartialUpdate", [("10.1.0.10", ["svc-in"])]),
+                    loc("10.0.0.8", "PartialUpdate", [("10.1.0.11", ["svc-in"])]),
+                ],
+            )
+        ),
+    )
+
+
+def error_service_with_mappings_cannot_be_deleted(c):
+    expect_error(
+        "ServiceWithOverlayMappingsCannotBeDeleted",
+        400,
+        lambda: c.update_services(
+            m.ServiceGatewayUpdateServicesRequest(
+                action="PartialUpdate", service_requests=[delete_service("svc-in")]
+            )
+        ),
+    )
+    got, _ = c.services()
+    check("svc-in" in got, "svc-in is still there")
+
+
+# ---- teardown -------------------------------------------------------------------------------------
+
+
+def gateway_delete_then_404(c):
+    c.client.service_gateways.begin_delete(RG, GW, **c.kw).result()
+    expect_error("ResourceNotFound", 404, lambda: c.client.service_gateways.get(RG, GW, **c.kw))
+    expect_error(
+        "ResourceNotFound",
+        404,
+        lambda: list(c.client.service_gateways.get_services(RG, GW, **c.kw)),
+    )
+    # Deleting it again succeeds (204).
+    c.client.service_gateways.begin_delete(RG, GW, **c.kw).result()
+    eq(list(c.client.service_gateways.list(RG, **c.kw)), [], "no gateway left")
+
+
+CASES = [
+    gateway_get_before_put_is_404,
+    unknown_api_version_is_refused,
+    gateway_create,
+    gateway_get_keeps_what_was_put,
+    gateway_put_again_updates,
+    gateway_update_tags,
+    gateway_list_and_list_all_page,
+    resources_create_get_delete,
+    resources_for_services,
+    services_partial_update_three_types,
+    services_paged,
+    services_full_update,
+    services_partial_delete,
+    locations_full_update,
+    locations_location_level_full_update,
+    locations_partial_address_without_services_is_deleted,
+    locations_partial_without_addresses_deletes_them,
+    error_unregistered_service,
+    error_duplicate_locations,
+    error_service_with_mappings_cannot_be_deleted,
+    gateway_delete_then_404,
+]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--api-version", required=True)
+    p.add_argument("--mode", choices=["sync", "lro"], required=True)
+    args = p.parse_args()
+    c = Ctx(args.base_url, args.api_version, args.mode)
+    passed, failed = [], []
+    for case in CASES:
+        name = case.__name__
+        try:
+            case(c)
+            passed.append(name)
+            print(f"ok   {name}", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is reported, then the run goes on
+            failed.append(name)
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc(file=sys.stdout)
+    summary = {
+        "sdk": SDK_VERSION,
+        "api_version": args.api_version,
+        "mode": args.mode,
+        "cases": len(CASES),
+        "passed": len(passed),
+        "failed": failed,
+    }
+    print(json.dumps(summary), flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
