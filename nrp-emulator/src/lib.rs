@@ -32,6 +32,7 @@
 //! `GET /_emulator/removals`, `GET|PUT /_emulator/config`, `POST /_emulator/reset-stats`,
 //! `POST /_emulator/reset` (state, statistics and removal log).
 
+pub mod cli;
 mod config;
 mod error;
 mod faults;

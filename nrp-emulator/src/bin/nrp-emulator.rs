@@ -1,106 +1,10 @@
 //! `nrp-emulator`: serves the project's NRP emulator (Service Gateway REST API, api-versions 2025-05-01
 //! and 2026-03-01) over HTTP, for the demo, benchmarks and end-to-end tests.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::Parser;
-use clb_nrp_emulator::{Emulator, EmulatorConfig, serve};
-
-/// Serve the NRP emulator.
-#[derive(Debug, Parser)]
-#[command(
-    name = "nrp-emulator",
-    version,
-    about = "An emulator of Azure NRP's Service Gateway REST API (and the public IPs, load \
-             balancers and NAT gateways it uses) over HTTP, with cost, throttling and fault models: \
-             the NRP of the demo, benchmarks and end-to-end tests"
-)]
-struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8600", env = "NRP_EMULATOR_LISTEN")]
-    listen: SocketAddr,
-    /// JSON configuration file (EmulatorConfig, snake_case fields); flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Latency per call, in milliseconds.
-    #[arg(long)]
-    latency_ms: Option<u64>,
-    /// Latency per address carried, in microseconds.
-    #[arg(long)]
-    latency_per_address_us: Option<u64>,
-    /// Maximum concurrent mutating calls per gateway (beyond: 429 with Retry-After).
-    #[arg(long)]
-    max_concurrent_mutations: Option<usize>,
-    /// Probability of an injected 500/503.
-    #[arg(long)]
-    fault_rate_5xx: Option<f64>,
-    /// Probability of an injected 429.
-    #[arg(long)]
-    fault_rate_429: Option<f64>,
-    /// Probability of an injected 409 AnotherOperationInProgress.
-    #[arg(long)]
-    fault_rate_409: Option<f64>,
-    /// Probability of an injected timeout (held, then 504).
-    #[arg(long)]
-    fault_rate_timeout: Option<f64>,
-    /// Seed of the fault-injection RNG (reproducible faults).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Answer mutating calls as ARM long-running operations.
-    #[arg(long)]
-    long_running_operations: bool,
-    /// Create a gateway on first use instead of answering 404 for one never PUT (not Azure's
-    /// behaviour; default: a gateway exists only once it is PUT).
-    #[arg(long)]
-    auto_create_gateways: bool,
-}
-
-impl Args {
-    fn config(&self) -> anyhow::Result<EmulatorConfig> {
-        let mut c = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                serde_json::from_str(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?
-            }
-            None => EmulatorConfig::default(),
-        };
-        if let Some(v) = self.latency_ms {
-            c.latency_ms = v;
-        }
-        if let Some(v) = self.latency_per_address_us {
-            c.latency_per_address_us = v;
-        }
-        if let Some(v) = self.max_concurrent_mutations {
-            c.max_concurrent_mutations = Some(v);
-        }
-        if let Some(v) = self.fault_rate_5xx {
-            c.fault_rate_5xx = v;
-        }
-        if let Some(v) = self.fault_rate_429 {
-            c.fault_rate_429 = v;
-        }
-        if let Some(v) = self.fault_rate_409 {
-            c.fault_rate_409 = v;
-        }
-        if let Some(v) = self.fault_rate_timeout {
-            c.fault_rate_timeout = v;
-        }
-        if self.seed.is_some() {
-            c.seed = self.seed;
-        }
-        if self.long_running_operations {
-            c.long_running_operations = true;
-        }
-        if self.auto_create_gateways {
-            c.auto_create_gateways = true;
-        }
-        Ok(c)
-    }
-}
+use clb_nrp_emulator::cli::Args;
+use clb_nrp_emulator::{Emulator, serve};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -1,0 +1,105 @@
+//! The `nrp-emulator` binary's flags, in the library so that the configuration reference
+//! (docs/configuration.md) is generated from them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::EmulatorConfig;
+
+/// Serve the NRP emulator.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nrp-emulator",
+    version,
+    about = "An emulator of Azure NRP's Service Gateway REST API (and the public IPs, load \
+             balancers and NAT gateways it uses) over HTTP, with cost, throttling and fault models: \
+             the NRP of the demo, benchmarks and end-to-end tests"
+)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8600", env = "NRP_EMULATOR_LISTEN")]
+    pub listen: SocketAddr,
+    /// JSON configuration file (EmulatorConfig, snake_case fields); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Latency per call, in milliseconds.
+    #[arg(long)]
+    pub latency_ms: Option<u64>,
+    /// Latency per address carried, in microseconds.
+    #[arg(long)]
+    pub latency_per_address_us: Option<u64>,
+    /// Maximum concurrent mutating calls per gateway (beyond: 429 with Retry-After).
+    #[arg(long)]
+    pub max_concurrent_mutations: Option<usize>,
+    /// Probability of an injected 500/503.
+    #[arg(long)]
+    pub fault_rate_5xx: Option<f64>,
+    /// Probability of an injected 429.
+    #[arg(long)]
+    pub fault_rate_429: Option<f64>,
+    /// Probability of an injected 409 AnotherOperationInProgress.
+    #[arg(long)]
+    pub fault_rate_409: Option<f64>,
+    /// Probability of an injected timeout (held, then 504).
+    #[arg(long)]
+    pub fault_rate_timeout: Option<f64>,
+    /// Seed of the fault-injection RNG (reproducible faults).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Answer mutating calls as ARM long-running operations.
+    #[arg(long)]
+    pub long_running_operations: bool,
+    /// Create a gateway on first use instead of answering 404 for one never PUT (not Azure's
+    /// behaviour; default: a gateway exists only once it is PUT).
+    #[arg(long)]
+    pub auto_create_gateways: bool,
+}
+
+impl Args {
+    /// The emulator configuration: the `--config` file (or the defaults), then the flags.
+    pub fn config(&self) -> anyhow::Result<EmulatorConfig> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                serde_json::from_str(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => EmulatorConfig::default(),
+        };
+        if let Some(v) = self.latency_ms {
+            c.latency_ms = v;
+        }
+        if let Some(v) = self.latency_per_address_us {
+            c.latency_per_address_us = v;
+        }
+        if let Some(v) = self.max_concurrent_mutations {
+            c.max_concurrent_mutations = Some(v);
+        }
+        if let Some(v) = self.fault_rate_5xx {
+            c.fault_rate_5xx = v;
+        }
+        if let Some(v) = self.fault_rate_429 {
+            c.fault_rate_429 = v;
+        }
+        if let Some(v) = self.fault_rate_409 {
+            c.fault_rate_409 = v;
+        }
+        if let Some(v) = self.fault_rate_timeout {
+            c.fault_rate_timeout = v;
+        }
+        if self.seed.is_some() {
+            c.seed = self.seed;
+        }
+        if self.long_running_operations {
+            c.long_running_operations = true;
+        }
+        if self.auto_create_gateways {
+            c.auto_create_gateways = true;
+        }
+        Ok(c)
+    }
+}
