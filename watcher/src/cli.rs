@@ -65,6 +65,11 @@ pub struct Args {
     /// /var/run/secrets/clb/token if it exists, else no token.
     #[arg(long, env = "CLB_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<std::path::PathBuf>,
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz (ready once every watch
+    /// has listed and the state server acknowledged the first resync), e.g. 0.0.0.0:9090. Off when
+    /// not given.
+    #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -104,5 +109,26 @@ impl Args {
         c.poll_interval = Duration::from_millis(self.poll_ms.max(1));
         c.watch_backoff_max = Duration::from_millis(self.watch_backoff_max_ms.max(1));
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn metrics_listen_is_off_by_default_and_checked() {
+        let a = Args::try_parse_from(["clb-watcher"]).unwrap();
+        assert_eq!(a.metrics_listen, None);
+        let a = Args::try_parse_from(["clb-watcher", "--metrics-listen=[::1]:9090"]).unwrap();
+        assert_eq!(a.metrics_listen, Some("[::1]:9090".parse().unwrap()));
+        let err = Args::try_parse_from(["clb-watcher", "--metrics-listen=localhost"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid value 'localhost' for '--metrics-listen <ADDR>'"),
+            "{err}"
+        );
     }
 }

@@ -21,6 +21,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod decode;
+pub mod metrics;
 pub mod translate;
 
 mod relist;
@@ -43,6 +44,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc, watch};
 
 use clb_client::client::{ClientError, ConnectOptions};
+pub use metrics::WatcherMetrics;
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
@@ -111,6 +113,8 @@ pub struct WatcherConfig {
     /// to be seen: kube's default (30 s, client-go's) let a change written as the API server came
     /// back wait 10–15 s. An expired watch (`410 Gone`) never waits.
     pub watch_backoff_max: Duration,
+    /// Where the watcher's tasks record what they do (`--metrics-listen` serves them).
+    pub metrics: Arc<WatcherMetrics>,
 }
 
 impl WatcherConfig {
@@ -133,6 +137,7 @@ impl WatcherConfig {
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             watch_backoff_max: Duration::from_secs(1),
+            metrics: Arc::new(WatcherMetrics::new()),
         }
     }
 
@@ -333,7 +338,8 @@ pub async fn run(
         notify,
         wb_tx,
         kinds,
-        config.translator_config()
+        config.translator_config(),
+        config.metrics.clone()
     ));
     let result = tokio::select! {
         () = shutdown => Ok(()),
@@ -411,6 +417,7 @@ async fn kube_side(
     wb: Option<mpsc::UnboundedSender<writeback::Msg>>,
     kinds: Vec<Kind>,
     tconfig: TranslatorConfig,
+    metrics: Arc<WatcherMetrics>,
 ) {
     {
         lock(&shared).translator.set_warn_unlocated(false);
@@ -419,7 +426,9 @@ async fn kube_side(
         let event = match event {
             Ok(e) => e,
             Err(e) => {
-                if relist::is_gone(&e) {
+                let gone = relist::is_gone(&e);
+                metrics.watch_restart(kind_label(kind), if gone { "expired" } else { "failed" });
+                if gone {
                     tracing::info!(%kind, error = %e, "watch expired; relisting");
                 } else {
                     tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
@@ -427,6 +436,15 @@ async fn kube_side(
                 continue;
             }
         };
+        metrics.event(
+            kind_label(kind),
+            match &event {
+                Event::Init => "init",
+                Event::InitApply(_) | Event::Apply(_) => "apply",
+                Event::Delete(_) => "delete",
+                Event::InitDone => "init_done",
+            },
+        );
         let mut s = lock(&shared);
         s.seq += 1;
         let seq = s.seq;
@@ -473,6 +491,7 @@ async fn kube_side(
                 }
                 if !s.initialized && kinds.iter().all(|k| s.listed.contains(k)) {
                     s.initialized = true;
+                    metrics.lists_done();
                     s.translator.set_warn_unlocated(true);
                     let unlocated = s.translator.warn_unlocated();
                     let (services, endpoints, pods) = s.translator.counts();
@@ -506,6 +525,16 @@ async fn kube_side(
                 });
             }
         }
+    }
+}
+
+/// The `kind` label of a resource kind.
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Service => "service",
+        Kind::EndpointSlice => "endpointslice",
+        Kind::Pod => "pod",
+        Kind::Node => "node",
     }
 }
 

@@ -168,6 +168,7 @@ pub(crate) struct Config {
     backoff_initial: Duration,
     backoff_max: Duration,
     max_per_tick: usize,
+    metrics: std::sync::Arc<crate::metrics::WatcherMetrics>,
 }
 
 impl From<&WatcherConfig> for Config {
@@ -181,6 +182,7 @@ impl From<&WatcherConfig> for Config {
             backoff_initial: c.backoff_initial,
             backoff_max: c.backoff_max,
             max_per_tick: 200,
+            metrics: c.metrics.clone(),
         }
     }
 }
@@ -487,6 +489,7 @@ impl WriteBack {
                 Ok(None)
             }
             _ => {
+                self.config.metrics.writeback_failure(what);
                 tracing::warn!(service = %key, error = %e, "{what} failed");
                 Err(())
             }

@@ -18,6 +18,11 @@ async fn main() -> anyhow::Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|c| Ok(watcher::KubeClients::from_config(c)?))
         .context("creating the Kubernetes client (in-cluster or kubeconfig)")?;
+    if let Some(addr) = args.metrics_listen {
+        // Stops with the process.
+        let router = config.metrics.router();
+        clb_telemetry::metrics::spawn(addr, router, std::future::pending()).await?;
+    }
     watcher::run(config, kube, clb_telemetry::shutdown_signal()).await?;
     Ok(())
 }

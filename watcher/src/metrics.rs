@@ -1,0 +1,208 @@
+//! Prometheus metrics of the watcher and node agent, served on `--metrics-listen` by
+//! [`clb_telemetry::metrics`] (docs/metrics.md lists them). They travel in
+//! [`crate::WatcherConfig::metrics`], so every task of the watcher records into the same ones.
+//!
+//! `/readyz` answers ready once the watcher is synced: every watch has completed its first list and
+//! the state server has acknowledged the first resync ([`WatcherMetrics::is_synced`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    kind: String,
+    event: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RestartLabels {
+    kind: String,
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+/// The watcher's metrics and their registry.
+#[derive(Debug)]
+pub struct WatcherMetrics {
+    registry: Registry,
+    events: Family<EventLabels, Counter>,
+    restarts: Family<RestartLabels, Counter>,
+    resyncs: Family<ResultLabels, Counter>,
+    writeback_failures: Family<OperationLabels, Counter>,
+    synced: Gauge,
+    listed: AtomicBool,
+    resynced: AtomicBool,
+}
+
+impl Default for WatcherMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WatcherMetrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("clb");
+        clb_telemetry::metrics::register_build_info(&mut registry);
+        let events = Family::<EventLabels, Counter>::default();
+        let restarts = Family::<RestartLabels, Counter>::default();
+        let resyncs = Family::<ResultLabels, Counter>::default();
+        let writeback_failures = Family::<OperationLabels, Counter>::default();
+        let synced = Gauge::default();
+        registry.register(
+            "watcher_events",
+            "Watch events processed, by resource kind and event (init, apply, delete, init_done)",
+            events.clone(),
+        );
+        registry.register(
+            "watcher_watch_restarts",
+            "Watches that ended and were re-opened, by resource kind and reason (expired: 410 Gone, \
+             relisted at once; failed: retried with backoff)",
+            restarts.clone(),
+        );
+        registry.register(
+            "watcher_resyncs",
+            "Resyncs sent to the state server, by result (ok, error)",
+            resyncs.clone(),
+        );
+        registry.register(
+            "watcher_writeback_failures",
+            "Writes to the Kubernetes API (finalizers, ingress status, conditions) that failed, by \
+             operation",
+            writeback_failures.clone(),
+        );
+        registry.register(
+            "watcher_synced",
+            "1 once every watch completed its first list and the state server acknowledged the \
+             first resync",
+            synced.clone(),
+        );
+        Self {
+            registry,
+            events,
+            restarts,
+            resyncs,
+            writeback_failures,
+            synced,
+            listed: AtomicBool::new(false),
+            resynced: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts one watch event of `kind` (`init`, `apply`, `delete`, `init_done`).
+    pub fn event(&self, kind: &str, event: &str) {
+        self.events
+            .get_or_create(&EventLabels {
+                kind: kind.to_owned(),
+                event: event.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one watch of `kind` that ended with an error and is re-opened: `expired` (410 Gone)
+    /// or `failed`.
+    pub fn watch_restart(&self, kind: &str, reason: &str) {
+        self.restarts
+            .get_or_create(&RestartLabels {
+                kind: kind.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one resync; a successful one makes the watcher synced once its lists are done.
+    pub fn resync(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.resyncs
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+        if ok && self.listed.load(Ordering::SeqCst) {
+            self.resynced.store(true, Ordering::SeqCst);
+            self.update_synced();
+        }
+    }
+
+    /// Every watch has completed its first list.
+    pub fn lists_done(&self) {
+        self.listed.store(true, Ordering::SeqCst);
+        self.update_synced();
+    }
+
+    /// Counts one failed write-back `operation`.
+    pub fn writeback_failure(&self, operation: &str) {
+        self.writeback_failures
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    fn update_synced(&self) {
+        self.synced.set(i64::from(self.is_synced()));
+    }
+
+    /// Whether the initial lists are done and the first resync after them was acknowledged.
+    pub fn is_synced(&self) -> bool {
+        self.listed.load(Ordering::SeqCst) && self.resynced.load(Ordering::SeqCst)
+    }
+
+    /// All metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        clb_telemetry::metrics::encode(&self.registry)
+    }
+
+    /// The `/metrics`, `/healthz` and `/readyz` routes (`/readyz`: [`WatcherMetrics::is_synced`]).
+    pub fn router(self: &std::sync::Arc<Self>) -> axum::Router {
+        let (m, r) = (self.clone(), self.clone());
+        clb_telemetry::metrics::router(move || m.encode(), move || r.is_synced())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synced_needs_the_lists_and_then_a_resync() {
+        let m = WatcherMetrics::new();
+        m.resync(true);
+        assert!(
+            !m.is_synced(),
+            "a resync before the lists are done does not count"
+        );
+        m.lists_done();
+        assert!(!m.is_synced());
+        m.resync(false);
+        assert!(!m.is_synced());
+        m.resync(true);
+        assert!(m.is_synced());
+        let text = m.encode();
+        for line in [
+            "clb_watcher_synced 1",
+            "clb_watcher_resyncs_total{result=\"ok\"} 2",
+            "clb_watcher_resyncs_total{result=\"error\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+}
