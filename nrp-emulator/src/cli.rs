@@ -56,6 +56,10 @@ pub struct Args {
     /// behaviour; default: a gateway exists only once it is PUT).
     #[arg(long)]
     pub auto_create_gateways: bool,
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
+    /// Off when not given.
+    #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Args {

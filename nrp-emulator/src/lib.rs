@@ -33,6 +33,7 @@
 //! `POST /_emulator/reset` (state, statistics and removal log).
 
 pub mod cli;
+pub mod metrics;
 mod config;
 mod error;
 mod faults;

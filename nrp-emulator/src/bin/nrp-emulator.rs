@@ -23,6 +23,11 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(addr = %listener.local_addr()?, ?config, "NRP emulator listening");
+    if let Some(addr) = args.metrics_listen {
+        let router = clb_nrp_emulator::metrics::router(emulator.clone());
+        // Stops with the process.
+        clb_telemetry::metrics::spawn(addr, router, std::future::pending()).await?;
+    }
     serve(listener, emulator, async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
