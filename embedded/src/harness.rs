@@ -353,6 +353,7 @@ impl Harness {
         let nrp = RunningEmulator::start(emulator)
             .await
             .expect("emulator starts");
+        create_gateway(&nrp.base_url(), GATEWAY).await;
         let server = ServerProc::start_with(options.server.clone(), options.serve_options()).await;
         let admin = admin_client(server.url(), options.client_token()).await;
         let mut h = Self {
@@ -572,6 +573,21 @@ impl Harness {
         self.server.stop(Duration::from_secs(5)).await;
         let _ = self.nrp.shutdown().await;
     }
+}
+
+/// Creates the service gateway `name` on the NRP (emulator) at `nrp_url` with a PUT, as an operator
+/// provisions one in Azure, in the subscription and resource group of [`WorkerProc::arm_client`]: NRP
+/// (and the emulator by default) has a gateway only once it is PUT.
+pub async fn create_gateway(nrp_url: &str, name: &str) {
+    let gateway = clb_nrp::wire::ServiceGateway {
+        location: Some("eastus".into()),
+        sku: Some(clb_nrp::wire::Sku::standard()),
+        ..Default::default()
+    };
+    WorkerProc::arm_client(nrp_url)
+        .put_service_gateway(name, &gateway, clb_nrp::CallOptions::with_timeout(PATIENCE))
+        .await
+        .unwrap_or_else(|e| panic!("creating service gateway {name}: {e}"));
 }
 
 /// Compares `emulator`'s state with `expected` (see [`Harness::compare`]).

@@ -10,6 +10,7 @@ pub mod harness;
 pub use cluster::{Cluster, ClusterSpec, Expected, Pod, PodWriters, SplitBatch};
 pub use harness::{
     GATEWAY, Harness, Options, PATIENCE, ServerProc, StalledWorker, WATCHER, WorkerProc,
+    create_gateway,
 };
 
 use clb_client::client::{ApplyOutcome, ResyncOutcome, Writer, scope};

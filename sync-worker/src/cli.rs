@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
 use crate::worker::{Backoff, Limits, WorkerConfig, WorkerError, WorkerTls};
-use clb_nrp::azure::{CredentialConfig, DEFAULT_ENDPOINT};
+use clb_nrp::azure::{ArmConfig, CredentialConfig, DEFAULT_ENDPOINT};
+use clb_nrp::wire::{API_VERSION, SUPPORTED_API_VERSIONS};
 
 /// Which Entra ID credential authenticates calls to ARM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,6 +64,29 @@ pub struct Args {
     /// ARM endpoint: the NRP emulator's URL or `https://management.azure.com`.
     #[arg(long, env = "CLB_NRP_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     pub nrp_endpoint: String,
+    /// ARM api-version of the NRP calls: 2025-05-01 or 2026-03-01 (the newest the project is tested
+    /// against).
+    #[arg(long, env = "CLB_NRP_API_VERSION", default_value = API_VERSION)]
+    pub nrp_api_version: String,
+    /// api-version of the calls on particular gateways, as GATEWAY=VERSION (comma-separated or
+    /// repeated), overriding --nrp-api-version for them.
+    #[arg(
+        long,
+        env = "CLB_NRP_GATEWAY_API_VERSIONS",
+        value_delimiter = ',',
+        value_name = "GATEWAY=VERSION"
+    )]
+    pub nrp_gateway_api_version: Vec<String>,
+    /// Create a service gateway that NRP does not have when service work needs it (in
+    /// --gateway-region); with false, such work fails with ResourceNotFound.
+    #[arg(
+        long,
+        env = "CLB_CREATE_MISSING_GATEWAY",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub create_missing_gateway: bool,
     /// Azure subscription id of the resources.
     #[arg(long, env = "CLB_SUBSCRIPTION")]
     pub subscription: String,
@@ -130,6 +154,57 @@ impl Args {
         })
     }
 
+    /// The ARM client configuration the flags describe (endpoint, subscription, resource group,
+    /// api-versions), with a precise error for a malformed or unsupported api-version flag.
+    pub fn arm_config(&self) -> Result<ArmConfig, WorkerError> {
+        let supported = || SUPPORTED_API_VERSIONS.join(", ");
+        let check = |flag: &str, v: &str| {
+            if SUPPORTED_API_VERSIONS.contains(&v) {
+                Ok(())
+            } else {
+                Err(WorkerError::InvalidConfig(format!(
+                    "{flag} {v:?}: not an api-version this worker is tested against (supported: {})",
+                    supported()
+                )))
+            }
+        };
+        check("--nrp-api-version", &self.nrp_api_version)?;
+        let mut arm = ArmConfig::new(&self.subscription, &self.resource_group)
+            .with_endpoint(&self.nrp_endpoint)
+            .with_api_version(&self.nrp_api_version);
+        for entry in self
+            .nrp_gateway_api_version
+            .iter()
+            .filter(|e| !e.is_empty())
+        {
+            let Some((gateway, version)) = entry.split_once('=') else {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--nrp-gateway-api-version {entry:?}: expected GATEWAY=VERSION"
+                )));
+            };
+            let (gateway, version) = (gateway.trim(), version.trim());
+            if gateway.is_empty() {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--nrp-gateway-api-version {entry:?}: the gateway name is empty"
+                )));
+            }
+            check(&format!("--nrp-gateway-api-version {gateway}"), version)?;
+            // Gateway names are case-insensitive, as ARM's.
+            if arm
+                .gateway_api_versions
+                .keys()
+                .any(|g| g.eq_ignore_ascii_case(gateway))
+            {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--nrp-gateway-api-version: gateway {gateway:?} is given twice"
+                )));
+            }
+            arm.gateway_api_versions
+                .insert(gateway.to_string(), version.to_string());
+        }
+        Ok(arm)
+    }
+
     /// The TLS settings the flags describe (reads and checks the files): `None` when no TLS flag is
     /// given (an `https://` --server still uses TLS, with default settings).
     pub fn tls(&self) -> Result<Option<WorkerTls>, WorkerError> {
@@ -179,6 +254,7 @@ impl Args {
         c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         c.gateway_region = self.gateway_region.clone();
         c.virtual_network_id = self.virtual_network_id.clone();
+        c.create_missing_gateway = self.create_missing_gateway;
         Ok(c)
     }
 }
@@ -224,6 +300,50 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn nrp_api_versions_and_gateway_creation() {
+        let a = parse(&[]);
+        let arm = a.arm_config().unwrap();
+        assert_eq!(arm.api_version, "2026-03-01");
+        assert!(arm.gateway_api_versions.is_empty());
+        assert!(a.worker_config().unwrap().create_missing_gateway);
+        let a = parse(&[
+            "--nrp-api-version=2025-05-01",
+            "--nrp-gateway-api-version=gw-a=2026-03-01,gw-b=2025-05-01",
+            "--create-missing-gateway=false",
+        ]);
+        let arm = a.arm_config().unwrap();
+        assert_eq!(arm.api_version, "2025-05-01");
+        assert_eq!(arm.api_version_for("GW-A"), "2026-03-01");
+        assert_eq!(arm.api_version_for("gw-c"), "2025-05-01");
+        assert!(!a.worker_config().unwrap().create_missing_gateway);
+        for (args, want) in [
+            (
+                "--nrp-api-version=2024-01-01",
+                "--nrp-api-version \"2024-01-01\": not an api-version this worker is tested \
+                 against (supported: 2025-05-01, 2026-03-01)",
+            ),
+            (
+                "--nrp-gateway-api-version=gw-a",
+                "--nrp-gateway-api-version \"gw-a\": expected GATEWAY=VERSION",
+            ),
+            (
+                "--nrp-gateway-api-version==2025-05-01",
+                "--nrp-gateway-api-version \"=2025-05-01\": the gateway name is empty",
+            ),
+            (
+                "--nrp-gateway-api-version=gw-a=2025-05-01,GW-A=2025-05-01",
+                "--nrp-gateway-api-version: gateway \"GW-A\" is given twice",
+            ),
+        ] {
+            let err = parse(&[args]).arm_config().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("invalid worker configuration: {want}")
+            );
+        }
     }
 
     #[test]

@@ -299,6 +299,7 @@ impl System {
         let nrp = RunningEmulator::start(Emulator::new(options.emulator.clone()).unwrap())
             .await
             .expect("emulator starts");
+        clb_embedded::create_gateway(&nrp.base_url(), clb_embedded::GATEWAY).await;
         let a = Replica::start(&api, &options.server, election("replica-a")).await;
         wait_until("replica-a leads", seed, || a.state.is_leader()).await;
         let b = Replica::start(&api, &options.server, election("replica-b")).await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use clb_nrp::azure::{ArmClient, ArmConfig};
+use clb_nrp::azure::ArmClient;
 use clb_sync_worker::cli::Args;
 use clb_sync_worker::metrics::WorkerMetrics;
 use clb_sync_worker::worker::run_with_metrics;
@@ -18,8 +18,8 @@ async fn main() -> anyhow::Result<()> {
     // First the configuration (it reads the TLS files): a bad flag or file fails before anything starts.
     let config = args.worker_config()?;
     let credential = args.credential()?;
-    let arm =
-        ArmConfig::new(&args.subscription, &args.resource_group).with_endpoint(&args.nrp_endpoint);
+    let arm = args.arm_config()?;
+    let api_version = arm.api_version.clone();
     let nrp = ArmClient::from_config(arm, &credential).context("creating the NRP client")?;
     tracing::info!(
         server = %config.server,
@@ -27,6 +27,8 @@ async fn main() -> anyhow::Result<()> {
         capacity = config.capacity,
         tls = config.uses_tls(),
         nrp_endpoint = %args.nrp_endpoint,
+        nrp_api_version = %api_version,
+        create_missing_gateway = config.create_missing_gateway,
         credential = credential.kind(),
         "starting clb-sync-worker"
     );

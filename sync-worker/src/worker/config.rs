@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// ARM id of the virtual network to create a missing service gateway in (optional; Azure needs
     /// it, the emulator does not).
     pub virtual_network_id: Option<String>,
+    /// Whether service work on a gateway NRP does not have creates it (PUT, in `gateway_region`).
+    /// Off, the work fails with NRP's `ResourceNotFound`: the gateway is provisioned by someone else.
+    pub create_missing_gateway: bool,
 }
 
 impl WorkerConfig {
@@ -74,6 +77,7 @@ impl WorkerConfig {
             shutdown_grace: Duration::from_secs(10),
             gateway_region: "eastus".into(),
             virtual_network_id: None,
+            create_missing_gateway: true,
         }
     }
 

@@ -264,6 +264,13 @@ impl<'a> UnitCtx<'a> {
                     .await
                 {
                     Ok(gw) => Ok(gw.location.unwrap_or_else(|| cfg.gateway_region.clone())),
+                    Err(e) if e.is_not_found() && !cfg.create_missing_gateway => {
+                        tracing::warn!(
+                            gateway = self.gateway,
+                            "the service gateway does not exist and creating it is off"
+                        );
+                        Err(e)
+                    }
                     Err(e) if e.is_not_found() => {
                         tracing::info!(
                             gateway = self.gateway,

@@ -164,7 +164,19 @@ impl Harness {
         );
         let mut arm = ArmConfig::new("sub1", "rg1").with_endpoint(nrp.base_url());
         arm.poll_interval = Duration::from_millis(1);
-        let client = wrap(Arc::new(ArmClient::new(arm, None).unwrap()));
+        let plain = ArmClient::new(arm, None).unwrap();
+        // NRP has a gateway only once it is PUT (as an operator provisions it).
+        let gateway = clb_nrp::wire::ServiceGateway {
+            location: Some("eastus".into()),
+            ..Default::default()
+        };
+        plain
+            .put_service_gateway(GW, &gateway, CallOptions::with_timeout(PATIENCE))
+            .await
+            .expect("create the test gateway");
+        // The tests count the worker's calls only.
+        nrp.emulator().reset_stats();
+        let client = wrap(Arc::new(plain));
         let mut config = WorkerConfig::new(format!("http://{addr}"), "worker-under-test");
         config.capacity = 3;
         config.limits = limits;
