@@ -23,6 +23,7 @@ pub mod bench;
 pub mod deploy;
 pub mod ha;
 pub mod kube_objects;
+pub mod metrics_check;
 pub mod nrp;
 pub mod recorder;
 
