@@ -82,9 +82,12 @@ fn parse_value(s: &str) -> Result<f64, String> {
         .map_err(|e| format!("value {s:?} is not a number: {e}"))
 }
 
+/// Label pairs in order.
+type Labels = Vec<(String, String)>;
+
 /// Parses `{a="x",b="y"}` at the start of `s`; returns the labels and the rest after `}`.
-fn parse_labels(s: &str, format: Format) -> Result<(Vec<(String, String)>, &str), String> {
-    let mut labels: Vec<(String, String)> = Vec::new();
+fn parse_labels(s: &str, format: Format) -> Result<(Labels, &str), String> {
+    let mut labels: Labels = Vec::new();
     let mut rest = s.strip_prefix('{').ok_or("labels must start with '{'")?;
     loop {
         if let Some(r) = rest.strip_prefix('}') {
@@ -289,7 +292,7 @@ impl Exposition {
                     family.name, family.kind
                 )));
             }
-            if family.kind == "counter" && !(value >= 0.0) {
+            if family.kind == "counter" && (value.is_nan() || value < 0.0) {
                 return Err(err(format!("counter sample {name} is {value}")));
             }
             if name.ends_with("_bucket") && !labels.iter().any(|(n, _)| n == "le") {
