@@ -33,13 +33,13 @@
 //! `POST /_emulator/reset` (state, statistics and removal log).
 
 pub mod cli;
-pub mod metrics;
 mod config;
 mod error;
 mod faults;
 mod gateway;
 mod http;
 mod lro;
+pub mod metrics;
 mod ops;
 mod resources;
 mod state;

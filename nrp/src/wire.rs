@@ -38,12 +38,13 @@ pub const SUPPORTED_API_VERSIONS: [&str; 2] = [API_VERSION_2025_05_01, API_VERSI
 /// The default api-version: the newest one the project is tested against.
 pub const API_VERSION: &str = API_VERSION_2026_03_01;
 
-/// One of the [`SUPPORTED_API_VERSIONS`], with what differs between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One of the [`SUPPORTED_API_VERSIONS`], with what differs between them. The default is the newest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ApiVersion {
     /// `2025-05-01`.
     V2025_05_01,
     /// `2026-03-01`.
+    #[default]
     V2026_03_01,
 }
 
@@ -74,12 +75,6 @@ impl ApiVersion {
 impl std::fmt::Display for ApiVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl Default for ApiVersion {
-    fn default() -> Self {
-        Self::V2026_03_01
     }
 }
 
