@@ -18,8 +18,18 @@ use tokio::sync::oneshot;
 
 /// Sends `GET path` and returns (status line, headers, body).
 async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String, String) {
+    get_accepting(addr, path, None).await
+}
+
+/// `GET path` with an `Accept` header when given.
+async fn get_accepting(
+    addr: std::net::SocketAddr,
+    path: &str,
+    accept: Option<&str>,
+) -> (String, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).await.unwrap();
@@ -66,7 +76,35 @@ async fn metrics_and_healthz_are_served() {
     metrics.lease_expired(1);
     metrics.late_report();
 
+    // The Prometheus text format by default: counters are declared under their `_total` name.
     let (status, headers, body) = get(addr, "/metrics").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        headers.contains("content-type: text/plain; version=0.0.4"),
+        "{headers}"
+    );
+    for line in [
+        "# HELP clb_update_rpcs_total Writer RPCs received, by rpc.",
+        "# TYPE clb_update_rpcs_total counter",
+        "clb_update_rpcs_total{rpc=\"apply\"} 2",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    assert!(
+        !body.contains("# EOF") && !body.contains("# UNIT"),
+        "{body}"
+    );
+
+    // OpenMetrics when asked.
+    let (status, headers, body) = get_accepting(
+        addr,
+        "/metrics",
+        Some("application/openmetrics-text; version=1.0.0"),
+    )
+    .await;
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert!(
         headers.contains("content-type: application/openmetrics-text"),
@@ -80,8 +118,8 @@ async fn metrics_and_healthz_are_served() {
         "clb_units_total{kind=\"locations\",result=\"lease_expired\",code=\"LeaseExpired\"} 1",
         "clb_lease_expiries_total 1",
         "clb_late_reports_total 1",
-        // Set by `refresh`, which runs before each scrape.
-        "clb_revision{gateway=\"default\"} 41",
+        // Set by `refresh`, which runs before each scrape (this is the second).
+        "clb_revision{gateway=\"default\"} 42",
         "clb_desired_addresses{gateway=\"default\"} 12",
         "clb_staleness_seconds{gateway=\"default\"} 3.0",
         "clb_workers{gateway=\"default\"} 2",
@@ -97,8 +135,8 @@ async fn metrics_and_healthz_are_served() {
     metrics.update_rpc("apply");
     let (_, _, body) = get(addr, "/metrics").await;
     assert!(body.contains("clb_update_rpcs_total{rpc=\"apply\"} 3\n"));
-    assert!(body.contains("clb_revision{gateway=\"default\"} 42\n"));
-    assert_eq!(refreshes.load(Ordering::SeqCst), 2);
+    assert!(body.contains("clb_revision{gateway=\"default\"} 43\n"));
+    assert_eq!(refreshes.load(Ordering::SeqCst), 3);
 
     let (status, _, body) = get(addr, "/healthz").await;
     assert_eq!(status, "HTTP/1.1 200 OK");

@@ -273,7 +273,7 @@ mod tests {
         let prom = openmetrics_to_prometheus(&om);
         let lines: Vec<&str> = prom.lines().collect();
         for want in [
-            "# HELP clb_things_total Things \"done\"",
+            "# HELP clb_things_total Things \"done\".",
             "# TYPE clb_things_total counter",
             "clb_things_total 3",
             "# TYPE clb_wait_seconds histogram",
