@@ -349,11 +349,7 @@ pub struct Harness {
 impl Harness {
     /// Starts the emulator, the state server and `options.workers` workers.
     pub async fn start(options: Options) -> Self {
-        let emulator = Emulator::new(options.emulator.clone()).expect("valid emulator config");
-        let nrp = RunningEmulator::start(emulator)
-            .await
-            .expect("emulator starts");
-        create_gateway(&nrp.base_url(), GATEWAY).await;
+        let nrp = start_emulator(options.emulator.clone()).await;
         let server = ServerProc::start_with(options.server.clone(), options.serve_options()).await;
         let admin = admin_client(server.url(), options.client_token()).await;
         let mut h = Self {
@@ -573,6 +569,19 @@ impl Harness {
         self.server.stop(Duration::from_secs(5)).await;
         let _ = self.nrp.shutdown().await;
     }
+}
+
+/// An emulator with the default gateway created (before `config` applies, as an operator
+/// creates it before installing clb: the costs and faults of `config` are the system's to meet).
+pub async fn start_emulator(config: EmulatorConfig) -> RunningEmulator {
+    let nrp = RunningEmulator::start(Emulator::new(EmulatorConfig::default()).expect("default"))
+        .await
+        .expect("emulator starts");
+    create_gateway(&nrp.base_url(), GATEWAY).await;
+    nrp.emulator()
+        .set_config(config)
+        .expect("valid emulator config");
+    nrp
 }
 
 /// Creates the service gateway `name` on the NRP (emulator) at `nrp_url` with a PUT, as an operator

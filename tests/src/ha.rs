@@ -296,10 +296,7 @@ impl System {
         worker_backoff: Backoff,
     ) -> Self {
         let api = FakeApi::start().await;
-        let nrp = RunningEmulator::start(Emulator::new(options.emulator.clone()).unwrap())
-            .await
-            .expect("emulator starts");
-        clb_embedded::create_gateway(&nrp.base_url(), clb_embedded::GATEWAY).await;
+        let nrp = clb_embedded::harness::start_emulator(options.emulator.clone()).await;
         let a = Replica::start(&api, &options.server, election("replica-a")).await;
         wait_until("replica-a leads", seed, || a.state.is_leader()).await;
         let b = Replica::start(&api, &options.server, election("replica-b")).await;
