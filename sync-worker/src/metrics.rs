@@ -130,6 +130,11 @@ impl WorkerMetrics {
             Ok(()) => ("ok", ""),
             Err(e) => (e.metric_label(), e.code()),
         };
+        let op = OperationLabels {
+            operation: operation.to_owned(),
+        };
+        // The duration first: a scrape never sees a call counted but not timed.
+        self.durations.get_or_create(&op).observe(seconds);
         self.requests
             .get_or_create(&RequestLabels {
                 operation: operation.to_owned(),
@@ -137,10 +142,6 @@ impl WorkerMetrics {
                 code: code.to_owned(),
             })
             .inc();
-        let op = OperationLabels {
-            operation: operation.to_owned(),
-        };
-        self.durations.get_or_create(&op).observe(seconds);
         if let Err(e) = result
             && e.is_throttling()
         {
