@@ -869,10 +869,8 @@ mod tests {
                     id: "a".into(),
                     operation: clb_proto::v1::Operation::Add as i32,
                     ports: ports(&[(Tcp, 1000)]),
-                    ..Default::default()
                 },
             )),
-            ..Default::default()
         };
         g.remember_ports(&update);
         assert!(g.tracker.revision() > before, "a is created again");

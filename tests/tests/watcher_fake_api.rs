@@ -220,14 +220,22 @@ fn rbac_need(request: &str) -> (String, String, String) {
     (group.to_owned(), resource, verb.to_owned())
 }
 
-/// Every recorded request is allowed by the ClusterRoles bound to `account` in `deploy/{file}`.
-fn assert_rbac_covers(requests: &[String], file: &str, account: &str) {
+/// Every recorded request is allowed by the ClusterRoles bound to `account` in the `deploy/` files
+/// `files` (a base manifest, and the components a configuration needs).
+fn assert_rbac_covers(requests: &[String], files: &[&str], account: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     use serde::Deserialize;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(file);
-    let text = std::fs::read_to_string(&path).expect("deploy manifest");
+    let file = files.join(" + ");
+    let text = files
+        .iter()
+        .map(|f| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../deploy")
+                .join(f);
+            std::fs::read_to_string(&path).expect("deploy manifest")
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
     let mut roles = Vec::new();
     let mut bound = Vec::new();
     for de in serde_yaml::Deserializer::from_str(&text) {
@@ -447,8 +455,13 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
         !s.is_empty()
     });
     converge(&h, &expected).await;
-    // Every call the watcher made is granted by its ClusterRole in deploy/.
-    assert_rbac_covers(&fake.requests(), "watcher.yaml", "clb-watcher");
+    // Every call the watcher made is granted by its ClusterRoles in deploy/: with --pods=true, the
+    // base's and the watcher-pods component's.
+    assert_rbac_covers(
+        &fake.requests(),
+        &["watcher.yaml", "components/watcher-pods/rbac.yaml"],
+        "clb-watcher",
+    );
 
     w.stop().await;
     h.shutdown().await;
@@ -614,7 +627,7 @@ async fn a_node_agent_reports_only_the_pods_on_its_node() {
             && r.contains("fieldSelector=metadata.name=node-b"))
     );
     assert!(fake.patches().is_empty());
-    assert_rbac_covers(&requests, "node-agent.yaml", "clb-node-agent");
+    assert_rbac_covers(&requests, &["node-agent.yaml"], "clb-node-agent");
 
     // A new pod on node-b comes as a delta; one on node-a is not this agent's.
     fake.put("pods", pod("p4", "node-b", &["10.1.0.10"], Some("eg2")));
@@ -1053,7 +1066,7 @@ async fn a_programmed_service_gets_a_normal_event_and_the_programmed_condition()
             .count(),
         1
     );
-    assert_rbac_covers(&fake.requests(), "watcher.yaml", "clb-watcher");
+    assert_rbac_covers(&fake.requests(), &["watcher.yaml"], "clb-watcher");
     w.stop().await;
 }
 
