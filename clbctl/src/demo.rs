@@ -214,21 +214,22 @@ impl Summary {
         })
     }
 
-    /// The summary table: phase, time to converge, NRP calls, addresses per call.
+    /// The summary table: phase, time to converge, NRP calls, addresses per call ([`LEGEND`]
+    /// explains the columns).
     pub fn table(&self) -> Table {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
             .set_content_arrangement(ContentArrangement::Disabled)
             .set_header(vec![
                 "phase",
-                "converged",
-                "time to converge",
-                "NRP calls",
-                "updateAddressLocations calls",
-                "addresses carried",
-                "addresses per call",
+                "ok",
+                "time",
+                "calls",
+                "UAL calls",
+                "carried",
+                "per call",
                 "throttled",
-                "desired addresses",
+                "desired",
             ]);
         for p in &self.phases {
             let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
@@ -248,6 +249,18 @@ impl Summary {
         t
     }
 }
+
+/// What the summary table's columns mean, a line each (the table itself stays within 100
+/// columns).
+pub const LEGEND: &str = "\
+ok         the phase converged: NRP holds exactly the desired state
+time       from the phase's first write to convergence
+calls      every call made to NRP (Azure's network resource provider) in the phase
+UAL calls  updateAddressLocations calls: the batched call that sets the pod IPs of many
+           locations (nodes) at once
+carried    addresses sent in those calls; per call: carried / UAL calls
+throttled  calls NRP refused for throttling (429, another operation in progress), retried
+desired    addresses (pod IPs) desired at the end of the phase";
 
 /// One phase's change to the cluster, returning what the watcher writes for it.
 type Step = Box<dyn FnOnce(&mut Cluster) -> Writes>;

@@ -215,16 +215,32 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
     let mut w = table(vec![
         "worker",
         "capacity",
-        "units in flight",
+        "in flight",
         "connected",
+        "last unit",
+        "last report",
+        "leases expired",
         "gateways",
     ]);
+    let mut stuck = Vec::new();
     for s in &status.workers {
+        let expired = if s.expiries_since_report > 0 {
+            stuck.push(s);
+            format!(
+                "{} (! {} since report)",
+                s.lease_expiries, s.expiries_since_report
+            )
+        } else {
+            s.lease_expiries.to_string()
+        };
         w.add_row(vec![
             Cell::new(&s.worker_id),
             right(s.capacity),
             right(s.units_in_flight),
             Cell::new(time::ago(s.connected_at_unix_ms, now_unix_ms)),
+            Cell::new(time::ago(s.last_unit_unix_ms, now_unix_ms)),
+            Cell::new(time::ago(s.last_report_unix_ms, now_unix_ms)),
+            right(expired),
             Cell::new(if s.gateways.is_empty() {
                 "all".to_owned()
             } else {
@@ -236,6 +252,21 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
         out.push_str("\nworkers: none connected\n");
     } else {
         let _ = writeln!(out, "\nworkers: {}\n{w}", status.workers.len());
+    }
+    for s in stuck {
+        let _ = writeln!(
+            out,
+            "worker {}: {} unit lease{} expired since its last report ({}): it holds units without \
+             reporting (hung, stopped, or cut off from NRP); its units go to other workers",
+            s.worker_id,
+            s.expiries_since_report,
+            if s.expiries_since_report == 1 {
+                ""
+            } else {
+                "s"
+            },
+            time::ago(s.last_report_unix_ms, now_unix_ms),
+        );
     }
     let mut r = table(vec!["writer", "last resync", "updates applied", "rejected"]);
     for s in &status.writers {
@@ -260,14 +291,20 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
         out.push_str("\nlast errors: none\n");
     } else {
         let mut e = table(vec![
-            "gateway", "at (UTC)", "age", "work", "code", "kind", "message",
+            "gateway", "at (UTC)", "age", "worker", "unit", "code", "kind", "message",
         ]);
         for (gw, x) in errors {
+            let worker = if x.worker_id.is_empty() {
+                "?"
+            } else {
+                x.worker_id.as_str()
+            };
             e.add_row(vec![
                 Cell::new(gw),
                 Cell::new(time::utc(x.at_unix_ms)),
                 Cell::new(time::ago(x.at_unix_ms, now_unix_ms)),
-                right(x.work_id),
+                Cell::new(worker),
+                Cell::new(format!("#{} {}", x.work_id, x.unit)),
                 Cell::new(&x.code),
                 Cell::new(if x.terminal { "terminal" } else { "retryable" }),
                 Cell::new(&x.message),

@@ -72,9 +72,46 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
     let url = h.url();
     let server = ["--server", url.as_str()];
 
-    // apply: one bad item → exit 1, the error names index, field, value and reason; the rest applied.
+    // apply --dry-run: the server validates (the bad IP is found), nothing changes.
     let file = temp_file("updates.yaml", GOOD_AND_BAD);
     let path = file.to_str().expect("utf-8 path");
+    let before = h.gateway_status().await.revision;
+    let o = clbctl(&[&server[..], &["apply", "--dry-run", "-f", path]].concat()).await;
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("would reject 1 of 4"), "{err}");
+    assert!(
+        err.contains("item 2 (pod)") && err.contains("\"10.9.0.300\""),
+        "{err}"
+    );
+    assert!(text(&o.stdout).contains("3 of 4 updates"), "{}", show(&o));
+    let o = clbctl(
+        &[
+            &server[..],
+            &["-o", "json", "apply", "--dry-run", "-f", path],
+        ]
+        .concat(),
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(
+        (v["dry_run"].as_bool(), v["applied"].as_u64()),
+        (Some(true), Some(3)),
+        "{v}"
+    );
+    assert_eq!(v["rejected"][0]["field"], "address", "{v}");
+    assert_eq!(
+        h.gateway_status().await.revision,
+        before,
+        "a dry run changes nothing"
+    );
+    let client = h.client().await;
+    assert!(
+        client.service("svc-cli").await.is_err(),
+        "svc-cli not applied by the dry run"
+    );
+
+    // apply: one bad item → exit 1, the error names index, field, value and reason; the rest applied.
     let o = clbctl(&[&server[..], &["apply", "-f", path]].concat()).await;
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
@@ -84,7 +121,6 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
     assert!(err.contains("rejected 1 of 4"), "{err}");
     let out = text(&o.stdout);
     assert!(out.contains("applied 3 of 4"), "{out}");
-    let client = h.client().await;
     assert!(client.service("svc-cli").await.expect("svc-cli").desired);
     assert!(client.service("eg-cli").await.expect("eg-cli").desired);
 

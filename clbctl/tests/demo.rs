@@ -16,6 +16,19 @@ async fn the_quick_demo_converges_after_every_phase() {
     assert!(summary.ok(), "{}", summary.failure().unwrap_or_default());
     assert!(!summary.external);
     assert!(summary.phases.iter().all(|p| p.stats.is_some()));
+    // The summary and its legend fit a 100-column terminal.
+    let printed = format!("{}\n{}", summary.table(), demo::LEGEND);
+    for line in printed.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+    assert!(
+        printed.contains("UAL calls  updateAddressLocations"),
+        "{printed}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

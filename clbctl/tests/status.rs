@@ -71,6 +71,8 @@ fn sample_status() -> StatusResponse {
                 code: "TooManyRequests".into(),
                 message: "throttled by NRP".into(),
                 terminal: false,
+                worker_id: "worker-b".into(),
+                unit: "locations 10.0.0.7 +2 more".into(),
             }],
             oldest_pending_change_age_ms: 1_500,
         }],
@@ -80,6 +82,10 @@ fn sample_status() -> StatusResponse {
             units_in_flight: 2,
             connected_at_unix_ms: 1_700_000_000_000 - 65_000,
             gateways: Vec::new(),
+            last_report_unix_ms: 1_700_000_000_000 - 40_000,
+            last_unit_unix_ms: 1_700_000_000_000 - 20_000,
+            lease_expiries: 5,
+            expiries_since_report: 3,
         }],
         writers: vec![WriterStatus {
             source: "node-agent/n1".into(),
@@ -122,6 +128,11 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
         "TooManyRequests",
         "retryable",
         "throttled by NRP",
+        "worker-b",
+        "#17 locations 10.0.0.7 +2 more",
+        "43.0 s ago",
+        "5 (! 3 since report)",
+        "worker worker-a: 3 unit leases expired since its last report (43.0 s ago)",
     ] {
         assert!(text.contains(want), "{want:?} missing in:\n{text}");
     }

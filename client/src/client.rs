@@ -480,6 +480,7 @@ impl Writer {
             source: self.source.clone(),
             batch_id,
             updates,
+            dry_run: false,
         }
     }
 
@@ -500,6 +501,27 @@ impl Writer {
     /// Applies one update (`Writer.Apply`).
     pub async fn apply_one(&mut self, update: Update) -> Result<ApplyOutcome, ClientError> {
         self.apply(vec![update]).await
+    }
+
+    /// Asks the server to validate `updates` without applying them (`Writer.Apply` with `dry_run`):
+    /// one call, checked in order against a copy of the gateway's desired state, so an update may
+    /// rely on an earlier one. The outcome says what would be applied and rejected; nothing
+    /// changes. A list longer than the server's batch limit is refused whole (INVALID_ARGUMENT).
+    pub async fn validate(&mut self, updates: Vec<Update>) -> Result<ApplyOutcome, ClientError> {
+        let n = updates.len();
+        let mut request = self.request(updates);
+        request.dry_run = true;
+        let span = self.call_span("Writer.Apply", n);
+        let r = self
+            .client
+            .apply(request)
+            .instrument(span)
+            .await
+            .map_err(ClientError::rpc("Writer.Apply"))?
+            .into_inner();
+        let mut outcome = ApplyOutcome::default();
+        outcome.add(0, r.revision, r.applied, r.rejected);
+        Ok(outcome)
     }
 
     /// Applies `updates` with unary `Writer.Apply` calls of at most the chunk size, in order.
@@ -556,6 +578,7 @@ impl Writer {
                         gateway: gateway.clone(),
                         source: source.clone(),
                         batch_id,
+                        dry_run: false,
                         updates,
                     };
                     if tx.send(request).await.is_err() {

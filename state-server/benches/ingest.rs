@@ -31,6 +31,7 @@ fn batch(n: usize, round: usize) -> v1::ApplyRequest {
         gateway: String::new(),
         source: "bench".into(),
         batch_id: n as u64,
+        dry_run: false,
         updates: (0..BATCH)
             .map(|j| pod((n * BATCH + j) % 100_000, n + j + round))
             .collect(),
@@ -85,6 +86,7 @@ async fn main() {
             gateway: String::new(),
             source: "bench".into(),
             batch_id: i as u64,
+            dry_run: false,
             updates: vec![pod(i * 17 % 100_000, i + 7)],
         };
         let start = Instant::now();

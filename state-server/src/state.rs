@@ -489,7 +489,18 @@ pub struct WorkerInfo {
     pub units_in_flight: u32,
     /// When it connected (Unix ms).
     pub connected_at_unix_ms: i64,
+    /// When it last reported (Unix ms; 0 for never).
+    pub last_report_unix_ms: i64,
+    /// When a unit was last leased to it (Unix ms; 0 for never).
+    pub last_unit_unix_ms: i64,
+    /// Its units whose lease expired, since it connected.
+    pub lease_expiries: u64,
+    /// Lease expiries since its last report.
+    pub expiries_since_report: u32,
 }
+
+/// How many ended worker sessions keep their worker id for status (errors name their worker).
+pub const RECENT_WORKERS: usize = 256;
 
 /// A gateway name the server does not drive. Its message quotes at most
 /// [`clb_core::difftracker::MAX_QUOTED_CHARS`] characters of the name.
@@ -506,6 +517,8 @@ pub struct StateServer {
     work: Notify,
     next_work_id: AtomicU64,
     workers: Mutex<BTreeMap<u64, WorkerInfo>>,
+    /// Worker ids of sessions that ended, by session (the last [`RECENT_WORKERS`]).
+    recent_workers: Mutex<BTreeMap<u64, String>>,
     metrics: Arc<Metrics>,
     /// Whether this replica leads (always, without leader election; see [`crate::leader`]).
     leader: tokio::sync::watch::Sender<bool>,
@@ -538,6 +551,7 @@ impl StateServer {
             work: Notify::new(),
             next_work_id: AtomicU64::new(1),
             workers: Mutex::new(BTreeMap::new()),
+            recent_workers: Mutex::new(BTreeMap::new()),
             metrics,
             leader: tokio::sync::watch::Sender::new(leading),
         })
@@ -627,7 +641,8 @@ impl StateServer {
             .collect()
     }
 
-    /// Adds, updates or (with `None`) removes a worker session.
+    /// Adds, updates or (with `None`) removes a worker session. A removed session's worker id
+    /// is remembered (the last [`RECENT_WORKERS`]), so errors of its units still name it.
     pub fn set_worker(&self, session: u64, info: Option<WorkerInfo>) {
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         match info {
@@ -635,9 +650,44 @@ impl StateServer {
                 w.insert(session, i);
             }
             None => {
-                w.remove(&session);
+                if let Some(gone) = w.remove(&session) {
+                    let mut recent = self
+                        .recent_workers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if recent.len() == RECENT_WORKERS {
+                        recent.pop_first();
+                    }
+                    recent.insert(session, gone.worker_id);
+                }
             }
         }
+    }
+
+    /// Changes the record of a connected worker session (nothing if it is gone).
+    pub fn update_worker(&self, session: u64, change: impl FnOnce(&mut WorkerInfo)) {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(info) = w.get_mut(&session) {
+            change(info);
+        }
+    }
+
+    /// The worker id of a session, connected or recently gone; empty if unknown.
+    pub fn worker_id(&self, session: u64) -> String {
+        if let Some(w) = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session)
+        {
+            return w.worker_id.clone();
+        }
+        self.recent_workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The lease duration handed to workers.

@@ -101,6 +101,7 @@ async fn seed(h: &mut Harness) -> u64 {
             gateway: "gw-main".into(),
             source: "watcher".into(),
             batch_id: 1,
+            dry_run: false,
             updates: vec![
                 service("SVC-A"),
                 service("svc-b"),
@@ -473,6 +474,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
             gateway: "gw-main".into(),
             source: "watcher".into(),
             batch_id: 1,
+            dry_run: false,
             updates: vec![
                 service_with_ports("svc-p", &[80]),
                 service_with_ports("svc-q", &[443]),
@@ -567,6 +569,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
             gateway: "gw-main".into(),
             source: "watcher".into(),
             batch_id: 2,
+            dry_run: false,
             updates: vec![Update {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: v1::Operation::Remove as i32,

@@ -80,6 +80,7 @@ impl Clients {
                 gateway: String::new(),
                 source: "watcher".into(),
                 batch_id: 1,
+                dry_run: false,
                 updates: vec![update],
             })
             .await

@@ -219,6 +219,41 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
         .expect("b gets the expired unit");
     assert_eq!(unit_locations(&u), unit_locations(&held));
     assert_ne!(u.work_id, held.work_id);
+    // Status flags the hung worker, and the last errors name it and the unit.
+    let hung = |state: &StateServer| {
+        state
+            .workers()
+            .into_iter()
+            .find(|w| w.worker_id == "hung")
+            .expect("hung is connected")
+    };
+    let w = hung(&server.state);
+    assert!(
+        w.lease_expiries >= 1 && w.expiries_since_report >= 1,
+        "{w:?}"
+    );
+    // (It reported the observe unit before it took the location unit and hung.)
+    assert!(w.last_unit_unix_ms > 0, "{w:?}");
+    let reported_before = w.last_report_unix_ms;
+    {
+        let g = server.state.gateway("").unwrap();
+        let gw = g.lock();
+        let status = clb_state_server::grpc::convert::gateway_status(
+            &gw,
+            std::time::Instant::now(),
+            &|session| server.state.worker_id(session),
+        );
+        let e = status
+            .last_errors
+            .iter()
+            .find(|e| e.work_id == held.work_id)
+            .expect("the expiry is among the last errors");
+        assert_eq!(
+            (e.code.as_str(), e.worker_id.as_str()),
+            ("LeaseExpired", "hung")
+        );
+        assert!(e.unit.starts_with("locations 10.0.0."), "{e:?}");
+    }
     // a wakes up and reports success for what it held, claiming an address NRP never got.
     a.report(held.work_id, v1::report::Outcome::Applied(v1::Applied {}))
         .await;
@@ -234,6 +269,12 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
             "the late report recorded nothing"
         );
     }
+    // A report, even a late one, shows the worker alive again.
+    let w = hung(&server.state);
+    assert!(
+        w.expiries_since_report == 0 && w.last_report_unix_ms >= reported_before,
+        "{w:?}"
+    );
     let outcome = nrp.lock().unwrap().apply(&u);
     b.report(u.work_id, outcome).await;
     b.run_until_idle(&nrp, IDLE).await;

@@ -167,6 +167,7 @@ fn batch(source: &str, batch_id: u64, updates: Vec<Update>) -> ApplyRequest {
         gateway: String::new(),
         source: source.into(),
         batch_id,
+        dry_run: false,
         updates,
     }
 }
@@ -428,6 +429,47 @@ async fn a_mixed_batch_applies_exactly_its_valid_updates() {
         .find(|w| w.source == "watcher")
         .unwrap();
     assert_eq!((w.updates_applied, w.items_rejected), (4, 2));
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_as_the_apply_would_and_changes_nothing() {
+    let mut h = start().await;
+    seed(&mut h).await;
+    let before = snapshot(&mut h).await;
+    let updates = vec![
+        service(ADD, "svc-n"),
+        // Relies on the service added just above, in the same batch.
+        level("svc-n", &[("10.1.3.1", "10.0.0.3")]),
+        pod(ADD, "10.1.0.1", "10.0.0.999", "eg"),
+        service(v1::Operation::Remove as i32, "svc-never-added"),
+        service(v1::Operation::Remove as i32, "svc-a"),
+    ];
+    let mut request = batch("watcher", 7, updates.clone());
+    request.dry_run = true;
+    let dry = h.writer.apply(request).await.unwrap().into_inner();
+    assert_eq!(snapshot(&mut h).await, before, "a dry run changes nothing");
+    assert!(!service_desired(&mut h, "svc-n").await);
+    assert!(service_desired(&mut h, "svc-a").await);
+    let status = h.admin.status(StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(dry.revision, status.gateways[0].revision);
+
+    // The real apply of the same batch answers the same items.
+    let real = h
+        .writer
+        .apply(batch("watcher", 8, updates))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (dry.applied, dry.rejected.len()),
+        (4, 1),
+        "{:?}",
+        dry.rejected
+    );
+    assert_eq!(dry.applied, real.applied);
+    assert_eq!(dry.rejected, real.rejected);
+    assert!(real.revision > dry.revision);
+    assert!(service_desired(&mut h, "svc-n").await);
 }
 
 #[tokio::test]

@@ -1448,6 +1448,19 @@ fn the_image_caches_dependencies_and_ships_stripped_binaries_as_non_root() {
         .position(|l| l.contains("cargo build"))
         .expect("cargo build");
     assert!(cook < copy_sources && copy_sources < build);
+    // The commit reaches clb_build_info{commit}: a build argument turned into the environment
+    // of the build (after the dependency layer, so a new commit does not rebuild dependencies).
+    let commit_env = build_stage
+        .iter()
+        .position(|l| l.starts_with("ENV CLB_GIT_COMMIT="))
+        .expect("ENV CLB_GIT_COMMIT in the build stage");
+    assert!(
+        build_stage[..commit_env]
+            .iter()
+            .any(|l| l.starts_with("ARG CLB_GIT_COMMIT")),
+        "CLB_GIT_COMMIT is a build argument"
+    );
+    assert!(cook < commit_env && commit_env < build);
     assert!(
         build_stage[cook].contains("--profile dist")
             && build_stage[build].contains("--profile dist"),

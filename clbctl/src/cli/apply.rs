@@ -42,7 +42,9 @@ pub struct ApplyArgs {
     /// The writer's source name, shown in the server's status and traces.
     #[arg(long, default_value = "clbctl")]
     pub source: String,
-    /// Check the file and print what would be sent, without sending it.
+    /// Ask the state server to validate the updates without applying them: each is checked in
+    /// order against a copy of the gateway's desired state, and the rejections are reported as a
+    /// real apply would report them. Nothing changes.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -503,6 +505,9 @@ pub struct ApplyView {
     pub source: String,
     /// The gateway (empty: the server's default).
     pub gateway: String,
+    /// Whether the server only validated the items (`--dry-run`): `applied` then counts the items
+    /// that would be applied, and nothing changed.
+    pub dry_run: bool,
     /// Items in the file.
     pub updates: usize,
     /// Items applied.
@@ -550,19 +555,6 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
     let items = parse(&text, format)
         .map_err(|e| anyhow::anyhow!("{name} is not a valid {format} list of updates: {e}"))?;
     let batch: Vec<Update> = items.iter().map(Item::to_update).collect();
-    if args.dry_run {
-        let count = |k: Kind| items.iter().filter(|i| i.kind == Some(k)).count();
-        out(&format!(
-            "{name}: {} updates ({} services, {} egresses, {} pods, {} endpoints); nothing sent \
-             (--dry-run)\n",
-            items.len(),
-            count(Kind::Service),
-            count(Kind::Egress),
-            count(Kind::Pod),
-            count(Kind::Endpoints),
-        ));
-        return Ok(ExitCode::SUCCESS);
-    }
     let client = global.connect().await.with_context(|| {
         format!(
             "apply: cannot reach the state server at {}",
@@ -570,14 +562,17 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
         )
     })?;
     let mut writer = client.writer(args.source.clone());
-    let outcome = writer
-        .apply(batch)
-        .await
-        .with_context(|| format!("apply {name}"))?;
+    let outcome = if args.dry_run {
+        writer.validate(batch).await
+    } else {
+        writer.apply(batch).await
+    }
+    .with_context(|| format!("apply {name}"))?;
     let view = ApplyView {
         file: args.file.clone(),
         source: args.source.clone(),
         gateway: global.gateway.clone(),
+        dry_run: args.dry_run,
         updates: items.len(),
         applied: outcome.applied,
         revision: outcome.revision,
@@ -589,6 +584,11 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
     };
     match global.output {
         Output::Json => print_json(&view)?,
+        Output::Table if view.dry_run => out(&format!(
+            "{} of {} updates from {name} as {:?} would be applied; nothing changed (--dry-run, \
+             revision {})\n",
+            view.applied, view.updates, view.source, view.revision
+        )),
         Output::Table => out(&format!(
             "applied {} of {} updates from {name} as {:?} (revision {})\n",
             view.applied, view.updates, view.source, view.revision
@@ -597,13 +597,22 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
     if view.rejected.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
-        "error: the state server rejected {} of {} updates from {name} (a rejected update changes \
-         nothing; the other {} were applied):",
-        view.rejected.len(),
-        view.updates,
-        view.applied,
-    );
+    if view.dry_run {
+        eprintln!(
+            "error: the state server would reject {} of {} updates from {name} (--dry-run: \
+             nothing was applied):",
+            view.rejected.len(),
+            view.updates,
+        );
+    } else {
+        eprintln!(
+            "error: the state server rejected {} of {} updates from {name} (a rejected update \
+             changes nothing; the other {} were applied):",
+            view.rejected.len(),
+            view.updates,
+            view.applied,
+        );
+    }
     for r in &view.rejected {
         eprintln!(
             "  item {} ({}): field `{}` = {:?}: {}",

@@ -374,7 +374,7 @@ async fn run_demo(global: &Global, args: &DemoArgs) -> anyhow::Result<ExitCode> 
     match global.output {
         Output::Json => print_json(&view::DemoView::from(&summary))?,
         Output::Table => {
-            out(&format!("\n{}\n", summary.table()));
+            out(&format!("\n{}\n{}\n", summary.table(), demo::LEGEND));
         }
     }
     match summary.failure() {

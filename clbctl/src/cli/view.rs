@@ -152,6 +152,10 @@ pub struct ErrorView {
     pub message: String,
     /// Terminal (parked) or retryable.
     pub terminal: bool,
+    /// The worker the unit was leased to (empty: no longer known).
+    pub worker_id: String,
+    /// What the unit carried, in short.
+    pub unit: String,
 }
 
 /// One connected worker.
@@ -167,6 +171,14 @@ pub struct WorkerView {
     pub connected_at_unix_ms: i64,
     /// The gateways it serves (empty: all).
     pub gateways: Vec<String>,
+    /// When it last reported, in ms since the Unix epoch (0: never).
+    pub last_report_unix_ms: i64,
+    /// When a unit was last leased to it, in ms since the Unix epoch (0: never).
+    pub last_unit_unix_ms: i64,
+    /// Its units whose lease expired since it connected.
+    pub lease_expiries: u64,
+    /// Lease expiries since its last report (above 0: it holds units without reporting).
+    pub expiries_since_report: u32,
 }
 
 /// One writer.
@@ -216,6 +228,8 @@ impl From<&ErrorRecord> for ErrorView {
             code: e.code.clone(),
             message: e.message.clone(),
             terminal: e.terminal,
+            worker_id: e.worker_id.clone(),
+            unit: e.unit.clone(),
         }
     }
 }
@@ -252,6 +266,10 @@ impl From<&WorkerStatus> for WorkerView {
             units_in_flight: w.units_in_flight,
             connected_at_unix_ms: w.connected_at_unix_ms,
             gateways: w.gateways.clone(),
+            last_report_unix_ms: w.last_report_unix_ms,
+            last_unit_unix_ms: w.last_unit_unix_ms,
+            lease_expiries: w.lease_expiries,
+            expiries_since_report: w.expiries_since_report,
         }
     }
 }

@@ -7,7 +7,7 @@ use foldhash::HashSet;
 use std::hash::Hash;
 
 /// Keys waiting to be re-diffed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct DirtyQueue<K> {
     order: VecDeque<K>,
     members: HashSet<K>,

@@ -79,7 +79,7 @@ pub(crate) struct EgressState {
 }
 
 /// Everything the tracker knows of one identity.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ServiceEntry {
     pub name: Box<str>,
     /// Fixed when the identity is first used; using it as the other kind is refused.
@@ -120,7 +120,7 @@ impl ServiceEntry {
 }
 
 /// Interner and reverse index of identities.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct ServiceTable {
     entries: Vec<Option<ServiceEntry>>,
     free: Vec<ServiceId>,

@@ -63,7 +63,7 @@ impl Desired {
 }
 
 /// Both states of one address at one location.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Slot {
     pub desired: Option<Desired>,
     /// The service ref NRP has confirmed; `None` if NRP does not have this address here.
@@ -71,7 +71,7 @@ pub(crate) struct Slot {
 }
 
 /// One location (node IP): its addresses and whether NRP has it.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Location {
     pub addresses: VecMap<IpAddr, Slot>,
     /// NRP has this location (possibly with no addresses).
@@ -147,7 +147,7 @@ pub(crate) fn for_each_change(
 pub(crate) struct LocationId(u32);
 
 /// Every location, addressable by IP or by id; an id is freed when its location empties.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct LocationTable {
     by_ip: HashMap<IpAddr, LocationId>,
     slots: Vec<Option<(IpAddr, Location)>>,
@@ -225,7 +225,7 @@ impl LocationTable {
 }
 
 /// Where each desired address lives, split by family so an IPv4 entry costs 8 bytes, not 24.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct AddressIndex {
     v4: HashMap<Ipv4Addr, LocationId>,
     v6: HashMap<Ipv6Addr, LocationId>,

@@ -51,7 +51,7 @@ pub struct DirtyWork {
 }
 
 /// Desired vs actual state of one gateway, with incremental change tracking.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DiffTracker {
     services: ServiceTable,
     locations: LocationTable,

@@ -78,12 +78,26 @@ pub struct ErrorRecord {
     pub at_unix_ms: i64,
     /// The unit that failed.
     pub work_id: u64,
+    /// The worker session the unit was leased to (the caller's id for the worker).
+    pub worker: u64,
+    /// What the unit carried, in short (`locations 10.0.0.1 +2 more`, `services create svc-a`,
+    /// `observe`).
+    pub unit: String,
     /// Error code (ARM code or a stable label).
     pub code: String,
     /// Message.
     pub message: String,
     /// Whether the work was parked (terminal) rather than retried.
     pub terminal: bool,
+}
+
+/// A unit taken back because its lease expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// The unit.
+    pub work_id: u64,
+    /// The worker session it was leased to.
+    pub worker: u64,
 }
 
 /// Counters for metrics.
@@ -635,13 +649,23 @@ impl Dispatcher {
         }
     }
 
-    fn error(&mut self, work_id: u64, code: &str, message: &str, terminal: bool, now: Instant) {
+    fn error(
+        &mut self,
+        (work_id, worker): (u64, u64),
+        work: &UnitWork,
+        code: &str,
+        message: &str,
+        terminal: bool,
+        now: Instant,
+    ) {
         if self.errors.len() == MAX_ERRORS {
             self.errors.pop_front();
         }
         self.errors.push_back(ErrorRecord {
             at_unix_ms: self.wall.unix_ms(now),
             work_id,
+            worker,
+            unit: work.summary(),
             code: code.to_owned(),
             message: message.to_owned(),
             terminal,
@@ -668,19 +692,21 @@ impl Dispatcher {
         }
         self.reports += 1;
         if let Outcome::Observed { snapshot, last } = report.outcome {
-            let observed = self.merge_observed(tracker, report.work_id, snapshot, last, now);
+            let observed =
+                self.merge_observed(tracker, (report.work_id, worker), snapshot, last, now);
             return Some(Folded {
                 services: Vec::new(),
                 observed,
             });
         }
         let unit = self.finish(report.work_id).expect("checked in flight");
+        let ids = (report.work_id, worker);
         let kind = unit.work.kind().as_str();
         let services = match report.outcome {
             Outcome::Applied => {
                 self.count(kind, "applied", "");
                 let all: Vec<u32> = (0..unit.work.len() as u32).collect();
-                self.record(tracker, report.work_id, &unit.work, &all, &[], now)
+                self.record(tracker, ids, &unit.work, &all, &[], now)
             }
             Outcome::Retryable {
                 retry_after,
@@ -688,11 +714,11 @@ impl Dispatcher {
                 message,
             } => {
                 self.count(kind, "retryable", &code);
-                self.error(report.work_id, &code, &message, false, now);
+                self.error(ids, &unit.work, &code, &message, false, now);
                 self.note_failing(&unit.work, &report.applied);
                 let recorded = self.record(
                     tracker,
-                    report.work_id,
+                    ids,
                     &unit.work,
                     &report.applied,
                     &report.progress,
@@ -708,11 +734,11 @@ impl Dispatcher {
             } => {
                 self.count(kind, "repair", &code);
                 *self.stats.repairs.entry(code.clone()).or_default() += 1;
-                self.error(report.work_id, &code, &message, false, now);
+                self.error(ids, &unit.work, &code, &message, false, now);
                 self.note_failing(&unit.work, &report.applied);
                 let recorded = self.record(
                     tracker,
-                    report.work_id,
+                    ids,
                     &unit.work,
                     &report.applied,
                     &report.progress,
@@ -730,10 +756,10 @@ impl Dispatcher {
             }
             Outcome::Terminal { code, message } => {
                 self.count(kind, "terminal", &code);
-                self.error(report.work_id, &code, &message, true, now);
+                self.error(ids, &unit.work, &code, &message, true, now);
                 let recorded = self.record(
                     tracker,
-                    report.work_id,
+                    ids,
                     &unit.work,
                     &report.applied,
                     &report.progress,
@@ -767,7 +793,7 @@ impl Dispatcher {
     fn merge_observed(
         &mut self,
         tracker: &mut DiffTracker,
-        work_id: u64,
+        ids: (u64, u64),
         part: ActualSnapshot,
         last: bool,
         now: Instant,
@@ -779,7 +805,7 @@ impl Dispatcher {
         if !last {
             return false;
         }
-        self.finish(work_id);
+        self.finish(ids.0);
         let snapshot = std::mem::take(&mut self.observe.parts);
         match tracker.observe(&snapshot) {
             Ok(_) => {
@@ -799,7 +825,14 @@ impl Dispatcher {
             }
             Err(e) => {
                 self.count("observe", "terminal", "InconsistentSnapshot");
-                self.error(work_id, "InconsistentSnapshot", &e.to_string(), false, now);
+                self.error(
+                    ids,
+                    &UnitWork::Observe,
+                    "InconsistentSnapshot",
+                    &e.to_string(),
+                    false,
+                    now,
+                );
                 self.requeue(&UnitWork::Observe, &[], Some((self.config.retry_base, now)));
                 false
             }
@@ -812,7 +845,7 @@ impl Dispatcher {
     fn record(
         &mut self,
         tracker: &mut DiffTracker,
-        work_id: u64,
+        ids: (u64, u64),
         work: &UnitWork,
         which: &[u32],
         progress: &[ServiceProgress],
@@ -872,7 +905,7 @@ impl Dispatcher {
         }
         for f in failures {
             // A report NRP could not have accepted: keep the tracker as it is and read NRP back.
-            self.error(work_id, "InconsistentReport", &f, false, now);
+            self.error(ids, work, "InconsistentReport", &f, false, now);
             self.observe_after_report();
         }
         recorded
@@ -930,18 +963,37 @@ impl Dispatcher {
         ids.len()
     }
 
-    /// Takes back every unit whose lease has expired (at `now`); returns how many.
-    pub fn expire(&mut self, now: Instant) -> usize {
+    /// Takes back every unit whose lease has expired (at `now`) and keeps an error record of each;
+    /// returns them, with the worker each was leased to.
+    pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
         let ids: Vec<u64> = self
             .in_flight
             .iter()
             .filter(|(_, u)| u.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
+        let mut expired = Vec::with_capacity(ids.len());
         for id in &ids {
             if let Some(unit) = self.finish(*id) {
                 let kind = unit.work.kind().as_str();
                 self.count(kind, "lease_expired", "LeaseExpired");
+                let message = format!(
+                    "the worker did not report within the lease ({} ms): the unit goes back to \
+                     the queue",
+                    self.config.lease.as_millis()
+                );
+                self.error(
+                    (*id, unit.worker),
+                    &unit.work,
+                    "LeaseExpired",
+                    &message,
+                    false,
+                    now,
+                );
+                expired.push(Expired {
+                    work_id: *id,
+                    worker: unit.worker,
+                });
                 // The worker hung, not NRP: no backoff.
                 if !matches!(unit.work, UnitWork::Observe) {
                     self.observe_after_uncertainty(now);
@@ -951,7 +1003,7 @@ impl Dispatcher {
         }
         self.stats.lease_expiries += ids.len() as u64;
         self.observer.lease_expired(ids.len() as u64);
-        ids.len()
+        expired
     }
 
     /// Whether `work_id` is leased out by this dispatcher.
@@ -967,6 +1019,30 @@ impl Dispatcher {
 }
 
 impl UnitWork {
+    /// What the unit carries, in short, for status and logs: its kind and first key, and how many
+    /// more (`locations 10.0.0.1 +2 more`, `services delete svc-a`, `observe`).
+    pub fn summary(&self) -> String {
+        let (kind, first) = match self {
+            UnitWork::Observe => return "observe".to_owned(),
+            UnitWork::Services(c) => (
+                "services",
+                c.first().map(|c| {
+                    let op = match c.action {
+                        ServiceAction::Create => "create",
+                        ServiceAction::Delete => "delete",
+                    };
+                    format!("{op} {}", c.name)
+                }),
+            ),
+            UnitWork::Locations(d) => ("locations", d.first().map(|d| d.location.to_string())),
+        };
+        let first = first.unwrap_or_default();
+        match self.len() {
+            0 | 1 => format!("{kind} {first}"),
+            n => format!("{kind} {first} +{} more", n - 1),
+        }
+    }
+
     /// The one-in-flight keys of what this unit carries, in order.
     fn keys(&self) -> Vec<Key> {
         match self {

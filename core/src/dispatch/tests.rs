@@ -186,7 +186,7 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
     let s = d
         .next_unit(&mut t, 1, 4, now + Duration::from_secs(3))
         .expect("due again");
-    assert_eq!(d.expire(now + Duration::from_secs(9)), 1);
+    assert_eq!(d.expire(now + Duration::from_secs(9)).len(), 1);
     let again = d
         .next_unit(&mut t, 2, 5, now + Duration::from_secs(9))
         .expect("no backoff after expiry");
@@ -434,7 +434,28 @@ fn the_attempt_grows_with_each_re_dispatch_and_starts_again_after_the_change_is_
     assert_eq!(second.attempt, 2);
     // The lease runs out: attempt 3.
     let expired = later + lease;
-    assert_eq!(d.expire(expired), 1);
+    assert_eq!(
+        d.expire(expired),
+        [Expired {
+            work_id: 4,
+            worker: 1
+        }]
+    );
+    // Errors name the worker session and what the unit carried.
+    let errors = d.last_errors();
+    let retry = &errors[errors.len() - 2];
+    assert_eq!((retry.work_id, retry.worker), (3, 1));
+    assert!(retry.unit.starts_with("locations "), "{retry:?}");
+    let lease_error = errors.last().expect("the expiry is recorded");
+    assert_eq!(
+        (
+            lease_error.work_id,
+            lease_error.worker,
+            lease_error.code.as_str()
+        ),
+        (4, 1, "LeaseExpired")
+    );
+    assert_eq!(lease_error.unit, retry.unit);
     let third = d.next_unit(&mut t, 2, 5, expired).expect("taken back");
     assert_eq!(third.work, first.work);
     assert_eq!(third.attempt, 3);

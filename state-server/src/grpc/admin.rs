@@ -81,7 +81,9 @@ impl AdminService {
         let mut writers = BTreeMap::new();
         for handle in self.state.gateways() {
             let g = handle.lock();
-            gateways.push(gateway_status(&g, now));
+            gateways.push(gateway_status(&g, now, &|session| {
+                self.state.worker_id(session)
+            }));
             merge_writers(&g, &mut writers);
         }
         let workers = self
@@ -473,6 +475,8 @@ mod tests {
         ErrorRecord {
             at_unix_ms: 1_700_000_000_000,
             work_id: 7,
+            worker: 1,
+            unit: "locations 10.0.0.1".into(),
             code: code.into(),
             message: format!("{code} happened"),
             terminal: false,

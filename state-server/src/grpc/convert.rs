@@ -626,14 +626,16 @@ pub fn init_gates(view: GateView) -> v1::InitGates {
     }
 }
 
-/// One of the dispatcher's recent errors as proto.
-pub fn error_record(e: dispatch::ErrorRecord) -> v1::ErrorRecord {
+/// One of the dispatcher's recent errors as proto; `worker_id` names the worker session.
+pub fn error_record(e: dispatch::ErrorRecord, worker_id: String) -> v1::ErrorRecord {
     v1::ErrorRecord {
         at_unix_ms: e.at_unix_ms,
         work_id: e.work_id,
         code: e.code,
         message: e.message,
         terminal: e.terminal,
+        worker_id,
+        unit: e.unit,
     }
 }
 
@@ -645,17 +647,29 @@ pub fn worker_status(w: WorkerInfo) -> v1::WorkerStatus {
         units_in_flight: w.units_in_flight,
         connected_at_unix_ms: w.connected_at_unix_ms,
         gateways: w.gateways,
+        last_report_unix_ms: w.last_report_unix_ms,
+        last_unit_unix_ms: w.last_unit_unix_ms,
+        lease_expiries: w.lease_expiries,
+        expiries_since_report: w.expiries_since_report,
     }
 }
 
-/// A gateway's counts, gates and recent errors (newest first) as proto, at `now`.
-pub fn gateway_status(g: &Gateway, now: Instant) -> v1::GatewayStatus {
+/// A gateway's counts, gates and recent errors (newest first) as proto, at `now`; `worker_id`
+/// names a worker session.
+pub fn gateway_status(
+    g: &Gateway,
+    now: Instant,
+    worker_id: &dyn Fn(u64) -> String,
+) -> v1::GatewayStatus {
     let c = g.tracker.counts();
     let mut last_errors: Vec<v1::ErrorRecord> = g
         .dispatch
         .last_errors()
         .into_iter()
-        .map(error_record)
+        .map(|e| {
+            let worker = worker_id(e.worker);
+            error_record(e, worker)
+        })
         .collect();
     last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
     let oldest = g.dispatch.oldest_pending_age(now).unwrap_or_default();

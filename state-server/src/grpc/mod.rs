@@ -20,7 +20,7 @@ use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ServerTlsConfig;
-use tracing::info;
+use tracing::{info, warn};
 use writer::WriterService;
 
 use crate::state::StateServer;
@@ -170,17 +170,26 @@ async fn lease_ticker(state: Arc<StateServer>, mut stop: tokio::sync::watch::Rec
             _ = interval.tick() => {}
             _ = stop.changed() => return,
         }
-        let mut expired = 0;
+        let mut expired = Vec::new();
         let mut released = false;
         for g in state.gateways() {
             let mut gw = g.lock();
-            expired += gw.dispatch.expire(Instant::now());
+            expired.extend(gw.dispatch.expire(Instant::now()));
             // A bounded wait of the restart gate may have passed.
             released |= gw.update_gates();
         }
-        if expired > 0 {
-            info!(expired, "leases expired; units go back to the queue");
+        for e in &expired {
+            state.update_worker(e.worker, |w| {
+                w.lease_expiries += 1;
+                w.expiries_since_report = w.expiries_since_report.saturating_add(1);
+            });
+            warn!(
+                work_id = e.work_id,
+                worker = %state.worker_id(e.worker),
+                "a unit's lease expired unreported; it goes back to the queue"
+            );
         }
+        let expired = expired.len();
         if expired > 0 || released {
             state.notify_work();
         }

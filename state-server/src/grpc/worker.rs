@@ -111,6 +111,10 @@ impl Worker for WorkerService {
                 gateways: gateways.iter().map(|g| g.name().to_owned()).collect(),
                 units_in_flight: 0,
                 connected_at_unix_ms: unix_ms(SystemTime::now()),
+                last_report_unix_ms: 0,
+                last_unit_unix_ms: 0,
+                lease_expiries: 0,
+                expiries_since_report: 0,
             }),
         );
         let span = info_span!("worker_session", session, worker_id = %hello.worker_id);
@@ -199,6 +203,7 @@ impl Session {
 
     /// Sends units while the worker has capacity and some gateway has work.
     async fn fill(&mut self) -> Result<(), ()> {
+        let mut leased = false;
         while self.outstanding.len() < self.capacity {
             let Some((mut unit, links)) = self.cut() else {
                 break;
@@ -215,8 +220,9 @@ impl Session {
             if self.tx.send(Ok(msg)).await.is_err() {
                 return Err(());
             }
+            leased = true;
         }
-        self.update_info(self.outstanding.len());
+        self.update_info(self.outstanding.len(), leased);
         Ok(())
     }
 
@@ -244,21 +250,23 @@ impl Session {
         None
     }
 
-    fn update_info(&self, units_in_flight: usize) {
-        if let Some(mut info) = self
-            .state
-            .workers()
-            .into_iter()
-            .find(|w| w.session == self.session)
-            && info.units_in_flight as usize != units_in_flight
-        {
+    fn update_info(&self, units_in_flight: usize, leased: bool) {
+        let now = unix_ms(SystemTime::now());
+        self.state.update_worker(self.session, |info| {
             info.units_in_flight = units_in_flight as u32;
-            self.state.set_worker(self.session, Some(info));
-        }
+            if leased {
+                info.last_unit_unix_ms = now;
+            }
+        });
     }
 
     fn report(&mut self, report: v1::Report) {
         let work_id = report.work_id;
+        let now = unix_ms(SystemTime::now());
+        self.state.update_worker(self.session, |info| {
+            info.last_report_unix_ms = now;
+            info.expiries_since_report = 0;
+        });
         let partial = matches!(&report.outcome, Some(v1::report::Outcome::Observed(o)) if !o.last);
         if !partial && let Some(span) = self.outstanding.remove(&work_id) {
             span.record("outcome", report_outcome(&report));

@@ -153,6 +153,9 @@ fn apply_batch(
         .gateway(&req.gateway)
         .map_err(|e| unknown_gateway(&e))?;
     let link = clb_telemetry::current_span_link();
+    if req.dry_run {
+        return Ok(dry_run(&handle, req, rights));
+    }
     let (revision, applied, rejected) = {
         let mut gateway = handle.lock();
         let mut applied = 0u32;
@@ -193,6 +196,32 @@ fn apply_batch(
         applied,
         rejected,
     })
+}
+
+/// A batch with `dry_run`: validated in order against a copy of the gateway's desired state, so
+/// the answer is what applying it now would answer; the gateway itself is not changed (no revision,
+/// no work, no write counts). The copy costs one clone of the tracker, under the gateway's lock.
+fn dry_run(handle: &GatewayHandle, req: &ApplyRequest, rights: &WriteRights) -> ApplyResponse {
+    let gateway = handle.lock();
+    let mut copy = gateway.tracker.clone();
+    let mut applied = 0u32;
+    let mut rejected = Vec::new();
+    for (index, update) in req.updates.iter().enumerate() {
+        let checked = match rights {
+            WriteRights::Node(node) => node_item_check(&gateway.gate, node, update, index),
+            WriteRights::Any => Ok(()),
+        };
+        match checked.and_then(|()| apply_update(&mut copy, update, index)) {
+            Ok(()) => applied += 1,
+            Err(e) => rejected.push(e),
+        }
+    }
+    ApplyResponse {
+        batch_id: req.batch_id,
+        revision: gateway.tracker.revision(),
+        applied,
+        rejected,
+    }
 }
 
 /// Node binding of a resync: a node agent resyncs only the pods at one of its node's locations.
