@@ -283,6 +283,7 @@ fn say(config: &DemoConfig, line: &str) {
 /// Progress output: an indicatif spinner on a terminal, plain lines otherwise.
 struct Progress {
     bar: Option<ProgressBar>,
+    phase: String,
     last_line: Instant,
     json: bool,
 }
@@ -302,7 +303,9 @@ impl Progress {
             };
             let bar = ProgressBar::with_draw_target(None, target);
             bar.set_style(
-                ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold:<16} {msg}")
+                // wide_msg: cut to the terminal's width, so a redraw never wraps (a wrapped line
+                // is not cleared and the phases' lines would run together).
+                ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold:<16} {wide_msg}")
                     .expect("valid template"),
             );
             bar.set_prefix(phase.to_owned());
@@ -314,6 +317,7 @@ impl Progress {
         }
         Self {
             bar,
+            phase: phase.to_owned(),
             last_line: Instant::now(),
             json: config.json,
         }
@@ -339,8 +343,13 @@ impl Progress {
     }
 
     fn finish(self, msg: String) {
+        // The spinner's line is cleared and the outcome printed as a line of its own, under the
+        // phase's name (plain output has the name on the line above).
         match &self.bar {
-            Some(bar) => bar.finish_with_message(msg),
+            Some(bar) => {
+                bar.finish_and_clear();
+                self.line(&format!("{:<16} {msg}", self.phase));
+            }
             None => self.line(&msg),
         }
     }
