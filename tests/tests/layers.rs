@@ -110,7 +110,13 @@ fn the_manifests_are_read() {
 #[test]
 fn the_foundations_depend_on_no_clb_crate() {
     let crates = workspace();
-    for name in ["clb-proto", "clb-core", "clb-telemetry", "clb-nrp"] {
+    for name in [
+        "clb-proto",
+        "clb-core",
+        "clb-telemetry",
+        "clb-nrp",
+        "clb-gateways",
+    ] {
         assert!(
             links(&crates, name).is_empty(),
             "{name} links {:?}",
@@ -130,6 +136,23 @@ fn the_domain_depends_on_small_std_only_crates() {
         extra.is_empty(),
         "clb-core depends on {extra:?}: the domain takes no runtime, network or Kubernetes crate \
          (tokio, tonic, prost, kube, axum, reqwest, …)"
+    );
+}
+
+#[test]
+fn the_gateways_file_is_plain_data() {
+    let crates = workspace();
+    let allowed: BTreeSet<String> = ["serde", "serde_yaml", "thiserror"]
+        .map(str::to_owned)
+        .into();
+    let extra: Vec<_> = crates["clb-gateways"]
+        .normal
+        .difference(&allowed)
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "clb-gateways depends on {extra:?}: the file shared by server, workers and watcher takes \
+         no runtime, network or Kubernetes crate"
     );
 }
 
