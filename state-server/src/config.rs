@@ -35,7 +35,8 @@ pub struct Args {
     #[arg(long, env = "CLB_SERVER_ID")]
     pub server_id: Option<String>,
 
-    /// Gateways this server drives, comma-separated; the first is the default gateway.
+    /// Gateways this server drives, comma-separated; the first is the default gateway. Not with
+    /// --gateways-file.
     #[arg(
         long,
         env = "CLB_GATEWAYS",
@@ -43,6 +44,18 @@ pub struct Args {
         default_value = "default"
     )]
     pub gateways: Vec<String>,
+
+    /// The gateways file (YAML, shared with the workers and the watcher): the server drives its
+    /// gateways, the default first. Read at start: a changed file takes effect on restart, and a
+    /// gateway dropped from it is no longer driven (its backends in NRP are left as they are, not
+    /// drained). Not with --gateways.
+    #[arg(
+        long,
+        env = "CLB_GATEWAYS_FILE",
+        value_name = "FILE",
+        conflicts_with = "gateways"
+    )]
+    pub gateways_file: Option<PathBuf>,
 
     /// Writers whose first resync must complete before removals are sent to NRP, comma-separated.
     /// Optional: without it the server still waits for the cluster watcher's resync and for each
@@ -248,6 +261,9 @@ pub enum ConfigError {
     /// `--server-id` is empty.
     #[error("--server-id must not be empty")]
     EmptyServerId,
+    /// `--gateways-file` cannot be used.
+    #[error("--gateways-file: {0}")]
+    GatewaysFile(#[from] clb_gateways::GatewaysError),
     /// The leader election flags do not fit together.
     #[error("{0}")]
     LeaderElection(#[from] crate::leader::ElectionConfigError),
@@ -309,13 +325,23 @@ impl Args {
     /// Parses the process's flags and environment and validates them; on error prints a clap-style
     /// message and exits with status 2.
     pub fn parse_and_validate() -> Self {
-        let args = Self::parse();
-        if let Err(e) = args.validate() {
+        let mut args = Self::parse();
+        if let Err(e) = args.validate().and_then(|()| args.load_gateways_file()) {
             Self::command()
                 .error(clap::error::ErrorKind::ValueValidation, e)
                 .exit();
         }
         args
+    }
+
+    /// Reads `--gateways-file` (if given) and takes its gateways, the default first, as the
+    /// gateways to drive (in place of `--gateways`).
+    pub fn load_gateways_file(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.gateways_file {
+            let file = clb_gateways::Gateways::load(path)?;
+            self.gateways = file.names();
+        }
+        Ok(())
     }
 
     /// Checks what clap cannot: minimums, orderings, names.
@@ -808,5 +834,42 @@ mod tests {
         assert_eq!(c.cache_capacity, 7);
         assert_eq!(c.authorization, Mode::Kubernetes);
         assert!(!a.unchecked_callers());
+    }
+
+    #[test]
+    fn the_gateways_file_names_the_gateways_and_excludes_the_flag() {
+        let path = std::env::temp_dir().join(format!("clb-server-gw-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            "defaultGateway: west\ngateways:\n\
+             - name: east\n  nodes: {pool: e}\n  azure: {subscription: s, resourceGroup: a, region: eastus}\n\
+             - name: west\n  azure: {subscription: s, resourceGroup: b, region: westus}\n",
+        )
+        .unwrap();
+        let flag = format!("--gateways-file={}", path.display());
+        let mut a = parse(&["--listen=127.0.0.1:0", flag.as_str()]);
+        a.validate().unwrap();
+        a.load_gateways_file().unwrap();
+        assert_eq!(a.to_server_config().gateways, ["west", "east"]);
+        let both = Args::try_parse_from(["clb-state-server", "--gateways=a,b", flag.as_str()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            both.contains(
+                "the argument '--gateways <GATEWAYS>' cannot be used with '--gateways-file <FILE>'"
+            ),
+            "{both}"
+        );
+        std::fs::write(&path, "gateways: []\n").unwrap();
+        let mut a = parse(&[flag.as_str()]);
+        assert_eq!(
+            a.load_gateways_file().unwrap_err().to_string(),
+            "--gateways-file: gateways = \"\": lists no gateway: at least one is needed"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let mut a = parse(&["--gateways-file=/no/such/gateways.yaml"]);
+        assert!(a.load_gateways_file().unwrap_err().to_string().starts_with(
+            "--gateways-file: cannot read the gateways file /no/such/gateways.yaml: "
+        ),);
     }
 }

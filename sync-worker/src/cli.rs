@@ -7,8 +7,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use crate::worker::{Backoff, Limits, WorkerConfig, WorkerError, WorkerTls};
-use clb_nrp::azure::{ArmConfig, CredentialConfig, DEFAULT_ENDPOINT};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::worker::{
+    Backoff, GatewayTarget, Limits, NrpTargets, WorkerConfig, WorkerError, WorkerTls,
+};
+use clb_gateways::Gateways;
+use clb_nrp::azure::{ArmClient, ArmConfig, CredentialConfig, DEFAULT_ENDPOINT};
 use clb_nrp::wire::{API_VERSION, SUPPORTED_API_VERSIONS};
 
 /// Which Entra ID credential authenticates calls to ARM.
@@ -58,9 +64,16 @@ pub struct Args {
     /// Units executed concurrently.
     #[arg(long, env = "CLB_CAPACITY", default_value_t = 4)]
     pub capacity: u32,
-    /// Gateways served (comma-separated; empty: all).
+    /// Gateways served (comma-separated; empty: all, or with --gateways-file every gateway of the
+    /// file).
     #[arg(long, env = "CLB_GATEWAYS", value_delimiter = ',')]
     pub gateways: Vec<String>,
+    /// The gateways file (YAML, shared with the state server): each gateway's calls go to its own
+    /// subscription, resource group, endpoint and api-version, under its ARM name; the worker serves
+    /// every gateway of the file unless --gateways narrows it. Without it, every gateway goes to
+    /// --subscription/--resource-group under its own name.
+    #[arg(long, env = "CLB_GATEWAYS_FILE", value_name = "FILE")]
+    pub gateways_file: Option<PathBuf>,
     /// ARM endpoint: the NRP emulator's URL or `https://management.azure.com`.
     #[arg(long, env = "CLB_NRP_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     pub nrp_endpoint: String,
@@ -87,12 +100,20 @@ pub struct Args {
         value_name = "BOOL"
     )]
     pub create_missing_gateway: bool,
-    /// Azure subscription id of the resources.
-    #[arg(long, env = "CLB_SUBSCRIPTION")]
-    pub subscription: String,
-    /// Resource group of the resources.
-    #[arg(long, env = "CLB_RESOURCE_GROUP")]
-    pub resource_group: String,
+    /// Azure subscription id of the resources (required without --gateways-file; ignored with it).
+    #[arg(
+        long,
+        env = "CLB_SUBSCRIPTION",
+        required_unless_present = "gateways_file"
+    )]
+    pub subscription: Option<String>,
+    /// Resource group of the resources (required without --gateways-file; ignored with it).
+    #[arg(
+        long,
+        env = "CLB_RESOURCE_GROUP",
+        required_unless_present = "gateways_file"
+    )]
+    pub resource_group: Option<String>,
     /// Credential for ARM.
     #[arg(long, env = "CLB_CREDENTIAL", value_enum, default_value_t = Credential::WorkloadIdentity)]
     pub credential: Credential,
@@ -169,7 +190,13 @@ impl Args {
             }
         };
         check("--nrp-api-version", &self.nrp_api_version)?;
-        let mut arm = ArmConfig::new(&self.subscription, &self.resource_group)
+        let (Some(subscription), Some(resource_group)) = (&self.subscription, &self.resource_group)
+        else {
+            return Err(WorkerError::InvalidConfig(
+                "--subscription and --resource-group are required without --gateways-file".into(),
+            ));
+        };
+        let mut arm = ArmConfig::new(subscription, resource_group)
             .with_endpoint(&self.nrp_endpoint)
             .with_api_version(&self.nrp_api_version);
         for entry in self
@@ -235,12 +262,7 @@ impl Args {
         c.tls = self.tls()?;
         c.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
         c.capacity = self.capacity;
-        c.gateways = self
-            .gateways
-            .iter()
-            .filter(|g| !g.is_empty())
-            .cloned()
-            .collect();
+        c.gateways = self.served_gateways(self.gateways_file()?.as_ref())?;
         c.limits = Limits {
             max_locations_per_call: self.max_locations_per_call,
             max_addresses_per_call: self.max_addresses_per_call,
@@ -256,6 +278,163 @@ impl Args {
         c.virtual_network_id = self.virtual_network_id.clone();
         c.create_missing_gateway = self.create_missing_gateway;
         Ok(c)
+    }
+}
+
+fn check_api_version(what: &str, v: &str) -> Result<(), WorkerError> {
+    if SUPPORTED_API_VERSIONS.contains(&v) {
+        Ok(())
+    } else {
+        Err(WorkerError::InvalidConfig(format!(
+            "{what} {:?}: not an api-version this worker is tested against (supported: {})",
+            v.chars().take(100).collect::<String>(),
+            SUPPORTED_API_VERSIONS.join(", ")
+        )))
+    }
+}
+
+impl Args {
+    /// Reads and checks `--gateways-file` (none without the flag).
+    pub fn gateways_file(&self) -> Result<Option<Gateways>, WorkerError> {
+        let Some(path) = &self.gateways_file else {
+            return Ok(None);
+        };
+        Gateways::load(path)
+            .map(Some)
+            .map_err(|e| WorkerError::InvalidConfig(format!("--gateways-file: {e}")))
+    }
+
+    /// The gateways this worker serves: `--gateways` (each must be in the file, if one is given),
+    /// else every gateway of the file, else all (empty).
+    pub fn served_gateways(&self, file: Option<&Gateways>) -> Result<Vec<String>, WorkerError> {
+        let flag: Vec<String> = self
+            .gateways
+            .iter()
+            .map(|g| g.trim())
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let Some(file) = file else {
+            return Ok(flag);
+        };
+        if flag.is_empty() {
+            return Ok(file.names());
+        }
+        for g in &flag {
+            if file.get(g).is_none() {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--gateways {:?}: not a gateway of --gateways-file (it has: {})",
+                    g.chars().take(100).collect::<String>(),
+                    file.names().join(", ")
+                )));
+            }
+        }
+        Ok(flag)
+    }
+
+    /// The NRP client of every gateway: with `--gateways-file`, one per gateway of the file (its
+    /// subscription, resource group, endpoint or `--nrp-endpoint`, api-version or
+    /// `--nrp-gateway-api-version` or `--nrp-api-version`); without it, one client for all.
+    pub fn nrp_targets(&self, credential: &CredentialConfig) -> Result<NrpTargets, WorkerError> {
+        let file = self.gateways_file()?;
+        let Some(file) = file else {
+            let nrp = ArmClient::from_config(self.arm_config()?, credential)
+                .map_err(|e| WorkerError::InvalidConfig(format!("the NRP client: {e}")))?;
+            return Ok(NrpTargets::single(Arc::new(nrp)));
+        };
+        let mut targets = NrpTargets::empty();
+        for (gateway, arm) in self.gateway_arm_configs(&file)? {
+            let g = file.get(&gateway).expect("a gateway of the file");
+            let nrp = ArmClient::from_config(arm, credential).map_err(|e| {
+                WorkerError::InvalidConfig(format!("the NRP client of gateway {gateway:?}: {e}"))
+            })?;
+            targets.insert(
+                &gateway,
+                GatewayTarget {
+                    nrp: Arc::new(nrp),
+                    resource_name: Some(g.resource_name().to_owned()),
+                    region: Some(g.azure.region.clone()),
+                    virtual_network_id: g
+                        .azure
+                        .virtual_network_id
+                        .clone()
+                        .or_else(|| self.virtual_network_id.clone()),
+                },
+            );
+        }
+        Ok(targets)
+    }
+
+    /// The ARM client configuration of each gateway of `file` this worker serves, checked: a
+    /// supported api-version, and no two gateways in one subscription and resource group (the load
+    /// balancers, public IPs and NAT gateways the worker creates are named after the Service only:
+    /// two gateways exposing one Service there would share them).
+    pub fn gateway_arm_configs(
+        &self,
+        file: &Gateways,
+    ) -> Result<Vec<(String, ArmConfig)>, WorkerError> {
+        check_api_version("--nrp-api-version", &self.nrp_api_version)?;
+        let mut overrides = BTreeMap::new();
+        for entry in self
+            .nrp_gateway_api_version
+            .iter()
+            .filter(|e| !e.is_empty())
+        {
+            let Some((gateway, version)) = entry.split_once('=') else {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--nrp-gateway-api-version {entry:?}: expected GATEWAY=VERSION"
+                )));
+            };
+            overrides.insert(
+                gateway.trim().to_ascii_lowercase(),
+                version.trim().to_owned(),
+            );
+        }
+        let served = self.served_gateways(Some(file))?;
+        let mut out: Vec<(String, ArmConfig)> = Vec::new();
+        for (i, g) in file.all().iter().enumerate() {
+            if !served.iter().any(|s| s.eq_ignore_ascii_case(&g.name)) {
+                continue;
+            }
+            let version = match (
+                &g.azure.api_version,
+                overrides.get(&g.name.to_ascii_lowercase()),
+            ) {
+                (Some(v), _) => {
+                    check_api_version(
+                        &format!("gateways file: gateway {:?} apiVersion", g.name),
+                        v,
+                    )?;
+                    v.clone()
+                }
+                (None, Some(v)) => {
+                    check_api_version(&format!("--nrp-gateway-api-version {}", g.name), v)?;
+                    v.clone()
+                }
+                (None, None) => self.nrp_api_version.clone(),
+            };
+            let endpoint = g.azure.endpoint.as_deref().unwrap_or(&self.nrp_endpoint);
+            if let Some((other, _)) = out.iter().find(|(_, a)| {
+                a.endpoint == endpoint
+                    && a.subscription_id
+                        .eq_ignore_ascii_case(&g.azure.subscription)
+                    && a.resource_group
+                        .eq_ignore_ascii_case(&g.azure.resource_group)
+            }) {
+                return Err(WorkerError::InvalidConfig(format!(
+                    "--gateways-file: gateway {:?} (gateways[{i}]) is in subscription {:?} and \
+                     resource group {:?}, as gateway {other:?}: each gateway needs a resource group \
+                     of its own (the load balancers, public IPs and NAT gateways the workers create \
+                     are named after the Service only)",
+                    g.name, g.azure.subscription, g.azure.resource_group
+                )));
+            }
+            let arm = ArmConfig::new(&g.azure.subscription, &g.azure.resource_group)
+                .with_endpoint(endpoint)
+                .with_api_version(&version);
+            out.push((g.name.clone(), arm));
+        }
+        Ok(out)
     }
 }
 
@@ -390,5 +569,96 @@ mod tests {
             c.tls.and_then(|t| t.domain).as_deref(),
             Some("clb-state-server")
         );
+    }
+
+    fn file(name: &str, text: &str) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("clb-worker-{}-{name}.yaml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const TWO: &str = "gateways:\n\
+        - name: east\n  nodes: {pool: e}\n  azure: {subscription: s1, resourceGroup: rg-e, region: eastus, serviceGateway: sgw-east, endpoint: 'http://127.0.0.1:1'}\n\
+        - name: west\n  azure: {subscription: s1, resourceGroup: rg-w, region: westus, apiVersion: '2025-05-01'}\n";
+
+    #[test]
+    fn a_gateways_file_gives_each_gateway_its_own_client() {
+        let path = file("two", TWO);
+        let flag = format!("--gateways-file={}", path.display());
+        // Subscription and resource group are not needed with a file.
+        let a = Args::try_parse_from(["clb-sync-worker", flag.as_str()]).unwrap();
+        assert_eq!(a.worker_config().unwrap().gateways, ["east", "west"]);
+        let g = a.gateways_file().unwrap().unwrap();
+        let arms = a.gateway_arm_configs(&g).unwrap();
+        assert_eq!(arms.len(), 2);
+        assert_eq!(arms[0].0, "east");
+        assert_eq!(arms[0].1.endpoint, "http://127.0.0.1:1");
+        assert_eq!(arms[0].1.resource_group, "rg-e");
+        assert_eq!(arms[0].1.api_version, API_VERSION);
+        assert_eq!(arms[1].1.endpoint, DEFAULT_ENDPOINT);
+        assert_eq!(arms[1].1.api_version, "2025-05-01");
+        let targets = a.nrp_targets(&CredentialConfig::None).unwrap();
+        assert_eq!(targets.gateways(), ["east", "west"]);
+        let east = targets.get("EAST").unwrap();
+        assert_eq!(east.resource_name.as_deref(), Some("sgw-east"));
+        assert_eq!(east.region.as_deref(), Some("eastus"));
+        assert!(targets.get("north").is_none(), "no default with a file");
+        // --gateways narrows the file, and names only its gateways.
+        let b =
+            Args::try_parse_from(["clb-sync-worker", flag.as_str(), "--gateways=west"]).unwrap();
+        assert_eq!(b.worker_config().unwrap().gateways, ["west"]);
+        assert_eq!(b.gateway_arm_configs(&g).unwrap().len(), 1);
+        let c =
+            Args::try_parse_from(["clb-sync-worker", flag.as_str(), "--gateways=north"]).unwrap();
+        assert_eq!(
+            c.worker_config().unwrap_err().to_string(),
+            "invalid worker configuration: --gateways \"north\": not a gateway of \
+             --gateways-file (it has: east, west)"
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn gateways_file_errors_are_precise() {
+        let missing = Args::try_parse_from(["clb-sync-worker"]).unwrap_err();
+        assert!(missing.to_string().contains("--subscription"), "{missing}");
+        let a =
+            Args::try_parse_from(["clb-sync-worker", "--gateways-file=/no/such/gw.yaml"]).unwrap();
+        let err = a.worker_config().unwrap_err().to_string();
+        assert!(
+            err.contains("--gateways-file: cannot read the gateways file /no/such/gw.yaml"),
+            "{err}"
+        );
+        let shared = file(
+            "shared",
+            "gateways:\n- name: a\n  nodes: {pool: a}\n  azure: {subscription: s, resourceGroup: rg, region: r}\n\
+             - name: b\n  azure: {subscription: s, resourceGroup: RG, region: r}\n",
+        );
+        let flag = format!("--gateways-file={}", shared.display());
+        let a = Args::try_parse_from(["clb-sync-worker", flag.as_str()]).unwrap();
+        let err = a
+            .nrp_targets(&CredentialConfig::None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gateway \"b\" (gateways[1]) is in subscription \"s\" and resource group \"RG\", as gateway \"a\""),
+            "{err}"
+        );
+        let old = file(
+            "old",
+            "gateways:\n- name: a\n  azure: {subscription: s, resourceGroup: rg, region: r, apiVersion: '2020-01-01'}\n",
+        );
+        let flag = format!("--gateways-file={}", old.display());
+        let a = Args::try_parse_from(["clb-sync-worker", flag.as_str()]).unwrap();
+        assert_eq!(
+            a.nrp_targets(&CredentialConfig::None)
+                .unwrap_err()
+                .to_string(),
+            "invalid worker configuration: gateways file: gateway \"a\" apiVersion \"2020-01-01\": \
+             not an api-version this worker is tested against (supported: 2025-05-01, 2026-03-01)"
+        );
+        std::fs::remove_file(shared).unwrap();
+        std::fs::remove_file(old).unwrap();
     }
 }

@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use clb_nrp::azure::ArmClient;
 use clb_sync_worker::cli::Args;
 use clb_sync_worker::metrics::WorkerMetrics;
-use clb_sync_worker::worker::run_with_metrics;
+use clb_sync_worker::worker::run_targets;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -18,16 +17,18 @@ async fn main() -> anyhow::Result<()> {
     // First the configuration (it reads the TLS files): a bad flag or file fails before anything starts.
     let config = args.worker_config()?;
     let credential = args.credential()?;
-    let arm = args.arm_config()?;
-    let api_version = arm.api_version.clone();
-    let nrp = ArmClient::from_config(arm, &credential).context("creating the NRP client")?;
+    let targets = args
+        .nrp_targets(&credential)
+        .context("creating the NRP clients")?;
     tracing::info!(
         server = %config.server,
         worker_id = %config.worker_id,
         capacity = config.capacity,
         tls = config.uses_tls(),
         nrp_endpoint = %args.nrp_endpoint,
-        nrp_api_version = %api_version,
+        nrp_api_version = %args.nrp_api_version,
+        gateways_file = ?args.gateways_file,
+        gateways = ?config.gateways,
         create_missing_gateway = config.create_missing_gateway,
         credential = credential.kind(),
         "starting clb-sync-worker"
@@ -37,13 +38,7 @@ async fn main() -> anyhow::Result<()> {
         // Stops with the process.
         clb_telemetry::metrics::spawn(addr, metrics.router(), std::future::pending()).await?;
     }
-    run_with_metrics(
-        config,
-        Arc::new(nrp),
-        metrics,
-        clb_telemetry::shutdown_signal(),
-    )
-    .await?;
+    run_targets(config, targets, metrics, clb_telemetry::shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::WorkerConfig;
 use super::errors::{self, Handling};
 use super::limiter::{AimdLimiter, GatewayLimiters};
+use super::targets::{GatewayTarget, NrpTargets};
 use clb_nrp::{CallOptions, Nrp, NrpError};
 
 /// Why a step of a unit did not happen or failed.
@@ -155,7 +156,8 @@ impl GatewayCache {
 
 /// What the units of one session share.
 pub(crate) struct Env {
-    pub nrp: Arc<dyn Nrp>,
+    /// The NRP client of each gateway.
+    pub targets: NrpTargets,
     pub config: Arc<WorkerConfig>,
     pub limiters: Arc<GatewayLimiters>,
     pub gateways: GatewayCache,
@@ -168,25 +170,55 @@ pub(crate) struct UnitCtx<'a> {
     pub env: &'a Env,
     pub gateway: &'a str,
     pub deadline: Instant,
+    target: &'a GatewayTarget,
     limiter: Arc<AimdLimiter>,
     abort: AtomicBool,
 }
 
 impl<'a> UnitCtx<'a> {
-    /// The context of a unit of `gateway` leased until `deadline`.
-    pub(crate) fn new(env: &'a Env, gateway: &'a str, deadline: Instant) -> Self {
-        Self {
+    /// The context of a unit of `gateway` leased until `deadline`; an error when the worker has no
+    /// NRP client for `gateway` (not in its gateways file).
+    pub(crate) fn new(
+        env: &'a Env,
+        gateway: &'a str,
+        deadline: Instant,
+    ) -> Result<Self, UnitError> {
+        let Some(target) = env.targets.get(gateway) else {
+            let known = env.targets.gateways().join(", ");
+            return Err(UnitError::Invalid {
+                code: "InvalidWorkUnit",
+                message: format!(
+                    "gateway {:?} is not in this worker's gateways file (it has: {known})",
+                    gateway.chars().take(100).collect::<String>()
+                ),
+            });
+        };
+        Ok(Self {
             env,
             gateway,
             deadline,
+            target,
             limiter: env.limiters.get(gateway),
             abort: AtomicBool::new(false),
-        }
+        })
     }
 
-    /// The NRP client.
+    /// The NRP client of the unit's gateway.
     pub(crate) fn nrp(&self) -> &dyn Nrp {
-        self.env.nrp.as_ref()
+        self.target.nrp.as_ref()
+    }
+
+    /// The ARM resource name of the unit's Service Gateway (what NRP calls take).
+    pub(crate) fn resource(&self) -> &str {
+        self.target.resource_name.as_deref().unwrap_or(self.gateway)
+    }
+
+    /// The region of a Service Gateway this worker creates for the unit's gateway.
+    fn region(&self) -> String {
+        self.target
+            .region
+            .clone()
+            .unwrap_or_else(|| self.env.config.gateway_region.clone())
     }
 
     /// Stops the parts of the unit that have not started their next call yet.
@@ -260,10 +292,10 @@ impl<'a> UnitCtx<'a> {
             .get_or_try_init(|| async {
                 let cfg = &self.env.config;
                 match self
-                    .read(|o| self.nrp().get_service_gateway(self.gateway, o))
+                    .read(|o| self.nrp().get_service_gateway(self.resource(), o))
                     .await
                 {
-                    Ok(gw) => Ok(gw.location.unwrap_or_else(|| cfg.gateway_region.clone())),
+                    Ok(gw) => Ok(gw.location.unwrap_or_else(|| self.region())),
                     Err(e) if e.is_not_found() && !cfg.create_missing_gateway => {
                         tracing::warn!(
                             gateway = self.gateway,
@@ -277,21 +309,23 @@ impl<'a> UnitCtx<'a> {
                             "creating the missing service gateway"
                         );
                         let body = clb_nrp::wire::ServiceGateway {
-                            location: Some(cfg.gateway_region.clone()),
+                            location: Some(self.region()),
                             sku: Some(clb_nrp::wire::Sku::standard()),
                             properties: clb_nrp::wire::ServiceGatewayProperties {
-                                virtual_network: cfg
+                                virtual_network: self
+                                    .target
                                     .virtual_network_id
                                     .clone()
+                                    .or_else(|| cfg.virtual_network_id.clone())
                                     .map(clb_nrp::wire::SubResource::new),
                                 ..Default::default()
                             },
                             ..Default::default()
                         };
                         let gw = self
-                            .mutate(|o| self.nrp().put_service_gateway(self.gateway, &body, o))
+                            .mutate(|o| self.nrp().put_service_gateway(self.resource(), &body, o))
                             .await?;
-                        Ok(gw.location.unwrap_or_else(|| cfg.gateway_region.clone()))
+                        Ok(gw.location.unwrap_or_else(|| self.region()))
                     }
                     Err(e) => Err(e),
                 }

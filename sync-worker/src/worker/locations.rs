@@ -156,7 +156,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork
         let body = request(locations, call);
         let addresses: usize = call.iter().map(Piece::len).sum();
         let result = ctx
-            .mutate(|o| ctx.nrp().update_address_locations(ctx.gateway, &body, o))
+            .mutate(|o| ctx.nrp().update_address_locations(ctx.resource(), &body, o))
             .await;
         match result {
             Ok(()) => {

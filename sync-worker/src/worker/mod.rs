@@ -39,6 +39,7 @@ mod locations;
 mod observe;
 mod services;
 mod session;
+mod targets;
 mod unit;
 
 use std::future::Future;
@@ -55,6 +56,7 @@ pub use services::{
     BACKEND_POOL_NAME, FRONTEND_NAME, load_balancer, load_balancer_name, nat_gateway_name,
     public_ip_name,
 };
+pub use targets::{GatewayTarget, NrpTargets};
 pub use unit::lease_deadline;
 
 use crate::metrics::{MeteredNrp, WorkerMetrics};
@@ -88,7 +90,19 @@ pub async fn run_with_metrics(
     metrics: Arc<WorkerMetrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
-    let nrp: Arc<dyn Nrp> = Arc::new(MeteredNrp::new(nrp, Arc::clone(&metrics)));
+    run_targets(config, NrpTargets::single(nrp), metrics, shutdown).await
+}
+
+/// [`run_with_metrics`] with one NRP client per gateway (a gateways file): the calls on each
+/// gateway go to its own client, under its ARM name.
+pub async fn run_targets(
+    config: WorkerConfig,
+    targets: NrpTargets,
+    metrics: Arc<WorkerMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let targets = targets
+        .map_clients(|nrp| Arc::new(MeteredNrp::new(nrp, Arc::clone(&metrics))) as Arc<dyn Nrp>);
     if config.capacity == 0 {
         return Err(WorkerError::InvalidConfig(
             "capacity must be at least 1".into(),
@@ -99,7 +113,7 @@ pub async fn run_with_metrics(
     }
     let endpoint = session::endpoint(&config)?;
     let stop = CancellationToken::new();
-    let main = session::supervise(Arc::new(config), endpoint, nrp, metrics, stop.clone());
+    let main = session::supervise(Arc::new(config), endpoint, targets, metrics, stop.clone());
     tokio::pin!(main);
     tokio::pin!(shutdown);
     tokio::select! {

@@ -142,10 +142,12 @@ fn empty_if_missing<T>(result: Result<Vec<T>, UnitError>) -> Result<Vec<T>, Unit
 /// failure report.
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
     let read = async {
-        let services =
-            empty_if_missing(ctx.read(|o| ctx.nrp().list_services(ctx.gateway, o)).await)?;
+        let services = empty_if_missing(
+            ctx.read(|o| ctx.nrp().list_services(ctx.resource(), o))
+                .await,
+        )?;
         let locations = empty_if_missing(
-            ctx.read(|o| ctx.nrp().list_address_locations(ctx.gateway, o))
+            ctx.read(|o| ctx.nrp().list_address_locations(ctx.resource(), o))
                 .await,
         )?;
         let inbound: Vec<String> = services

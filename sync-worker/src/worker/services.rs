@@ -301,7 +301,7 @@ async fn create_inbound(
         .and_then(|p| p.id.clone())
         .unwrap_or_else(|| lb_id.backend_pool_id(BACKEND_POOL_NAME));
     let req = update(false, GatewayService::inbound(&change.name, pool));
-    ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &req, o))
+    ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
         .await?;
     Ok(pip.address.map(|ip| ServiceFrontend {
         service: change.name.clone(),
@@ -339,7 +339,7 @@ async fn create_outbound(
         None => sibling_id(&pip_id, ResourceKind::NatGateway, &nat_name)?.to_string(),
     };
     let req = update(false, GatewayService::outbound(&change.name, nat_id));
-    ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &req, o))
+    ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
         .await
 }
 
@@ -360,7 +360,7 @@ async fn delete(
     );
     progress.resources();
     let unregistered = gone_ok(
-        ctx.mutate(|o| ctx.nrp().update_services(ctx.gateway, &unregister, o))
+        ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &unregister, o))
             .await,
     );
     if unregistered.is_ok() {

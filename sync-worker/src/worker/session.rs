@@ -18,9 +18,9 @@ use super::WorkerError;
 use super::config::WorkerConfig;
 use super::ctx::{Env, GatewayCache, UnitError, report};
 use super::limiter::GatewayLimiters;
+use super::targets::NrpTargets;
 use super::unit::{execute, lease_deadline};
 use crate::metrics::WorkerMetrics;
-use clb_nrp::Nrp;
 
 /// How a session ended without an error worth a log line at warn level.
 enum SessionEnd {
@@ -82,7 +82,7 @@ pub(crate) fn endpoint(config: &WorkerConfig) -> Result<Endpoint, WorkerError> {
 pub(crate) async fn supervise(
     config: Arc<WorkerConfig>,
     endpoint: Endpoint,
-    nrp: Arc<dyn Nrp>,
+    targets: NrpTargets,
     metrics: Arc<WorkerMetrics>,
     stop: CancellationToken,
 ) {
@@ -99,7 +99,7 @@ pub(crate) async fn supervise(
         sessions += 1;
         let started = Instant::now();
         let env = Arc::new(Env {
-            nrp: Arc::clone(&nrp),
+            targets: targets.clone(),
             config: Arc::clone(&config),
             limiters: Arc::clone(&limiters),
             gateways: GatewayCache::default(),

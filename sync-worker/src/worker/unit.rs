@@ -62,7 +62,13 @@ pub(crate) fn execute(
     clb_telemetry::set_parent_from_map(&span, &unit.trace_context);
     async move {
         let started = Instant::now();
-        let ctx = UnitCtx::new(&env, &unit.gateway, deadline);
+        let ctx = match UnitCtx::new(&env, &unit.gateway, deadline) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                tracing::warn!(error = ?e, "no NRP client for the unit's gateway");
+                return vec![report(unit.work_id, Vec::new(), e.outcome())];
+            }
+        };
         let reports = if ctx.gate().is_err_and(|e| e == UnitError::LeaseExpired) {
             vec![report(
                 unit.work_id,
