@@ -19,6 +19,16 @@ pub struct Args {
     /// The gateway to write to; empty is the server's default gateway.
     #[arg(long, env = "CLB_GATEWAY", default_value = "")]
     pub gateway: String,
+    /// The gateways file (YAML, shared with the state server and the workers): several gateways,
+    /// one per node pool or region. Each endpoint and pod goes to the gateway of its node, each
+    /// Service to the gateways its annotations select (`service.openyurt.io/nodepool-labelselector`,
+    /// `clb.azure.com/gateways`; default: the file's default gateway). Excludes `--gateway`.
+    #[arg(long, env = "CLB_GATEWAYS_FILE", value_name = "FILE")]
+    pub gateways_file: Option<std::path::PathBuf>,
+    /// With `--gateways-file`: a node moved to another gateway leaves the old one once the new one
+    /// has programmed its addresses, or after this many milliseconds.
+    #[arg(long, env = "CLB_NODE_MOVE_BOUND_MS", default_value_t = 30_000)]
+    pub node_move_bound_ms: u64,
     /// Run as the node agent of this node: report only the egress pods on it (source
     /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
     #[arg(long, env = "CLB_NODE")]
@@ -100,7 +110,24 @@ impl Args {
                 pods: self.pods && !self.no_pods,
             },
         };
+        let gateways = match &self.gateways_file {
+            None => None,
+            Some(path) => {
+                if !self.gateway.is_empty() {
+                    anyhow::bail!(
+                        "--gateway = {:?} and --gateways-file are exclusive: with a gateways file \
+                         each object goes to the gateway of its node",
+                        self.gateway
+                    );
+                }
+                let g = clb_gateways::Gateways::load(path)
+                    .with_context(|| format!("--gateways-file {}", path.display()))?;
+                Some(std::sync::Arc::new(g))
+            }
+        };
         let mut c = WatcherConfig::new(server, mode);
+        c.gateways = gateways;
+        c.move_bound = Duration::from_millis(self.node_move_bound_ms);
         c.class = self.class.clone();
         c.claim_unclassed = self.claim_unclassed;
         c.write_back = self.write_back;

@@ -22,13 +22,15 @@ pub mod backoff;
 pub mod cli;
 pub mod decode;
 pub mod metrics;
+pub mod routing;
 pub mod translate;
 
+mod moves;
 mod relist;
 mod sender;
 mod writeback;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,6 +46,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc, watch};
 
 use clb_client::client::{ClientError, ConnectOptions};
+use clb_gateways::Gateways;
 pub use metrics::WatcherMetrics;
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
@@ -115,6 +118,13 @@ pub struct WatcherConfig {
     pub watch_backoff_max: Duration,
     /// Where the watcher's tasks record what they do (`--metrics-listen` serves them).
     pub metrics: Arc<WatcherMetrics>,
+    /// Several gateways (`--gateways-file`): each endpoint and pod goes to the gateway of its
+    /// node, each Service to the gateways its annotations select (`routing`). `None`: everything
+    /// goes to `server.gateway`.
+    pub gateways: Option<Arc<Gateways>>,
+    /// A node moved to another gateway leaves the old one once the new one has programmed its
+    /// addresses, or after this long.
+    pub move_bound: Duration,
 }
 
 impl WatcherConfig {
@@ -138,7 +148,32 @@ impl WatcherConfig {
             backoff_max: Duration::from_secs(10),
             watch_backoff_max: Duration::from_secs(1),
             metrics: Arc::new(WatcherMetrics::new()),
+            gateways: None,
+            move_bound: Duration::from_secs(30),
         }
+    }
+
+    /// One configuration per gateway written to, with its translator's: without a gateways file
+    /// this one; with one, one per gateway of the file (the default first), each connecting to its
+    /// gateway and translating only its share.
+    pub fn lanes(&self) -> Vec<(Self, TranslatorConfig)> {
+        let Some(gateways) = &self.gateways else {
+            return vec![(self.clone(), self.translator_config())];
+        };
+        gateways
+            .all()
+            .iter()
+            .map(|g| {
+                let mut c = self.clone();
+                c.server.gateway = g.name.clone();
+                let mut t = c.translator_config();
+                t.gateway = Some(routing::GatewayScope {
+                    gateways: gateways.clone(),
+                    name: g.name.clone(),
+                });
+                (c, t)
+            })
+            .collect()
     }
 
     /// The writer's source name: `watcher` or `node-agent/<node>`.
@@ -172,6 +207,7 @@ impl WatcherConfig {
                 Mode::NodeAgent { node } => Some(node.clone()),
                 Mode::Cluster { .. } => None,
             },
+            gateway: None,
         }
     }
 }
@@ -296,6 +332,17 @@ impl std::fmt::Debug for KubeClients {
     }
 }
 
+/// One gateway written to: its translator and queue, and the sender's wake-up.
+#[derive(Clone)]
+pub(crate) struct Lane {
+    /// The gateway's name (`""`: the one of `--gateway`, without a gateways file).
+    pub(crate) gateway: String,
+    pub(crate) shared: SharedRef,
+    pub(crate) notify: Arc<Notify>,
+    /// The lane's configuration (its `server.gateway` is the lane's).
+    pub(crate) config: WatcherConfig,
+}
+
 /// Runs the watcher (or node agent) until `shutdown` completes. Every failure (kube API, state
 /// server) is retried; only an invalid state-server endpoint ends it with an error.
 pub async fn run(
@@ -311,13 +358,33 @@ pub async fn run(
         class = %config.class,
         claim_unclassed = config.claim_unclassed,
         write_back = config.writes_back(),
+        gateways = ?config.gateways.as_ref().map(|g| g.names()),
         "starting"
     );
-    let (shared, acked_rx) = Shared::new(Translator::new(config.translator_config()));
-    let shared = Arc::new(Mutex::new(shared));
-    let notify = Arc::new(Notify::new());
-
-    let mut sender = tokio::spawn(sender::run(shared.clone(), notify.clone(), config.clone()));
+    let mut lanes = Vec::new();
+    let mut acks = Vec::new();
+    let mut senders = futures::stream::FuturesUnordered::new();
+    for (lane_config, tconfig) in config.lanes() {
+        let (shared, acked_rx) = Shared::new(Translator::new(tconfig));
+        let lane = Lane {
+            gateway: lane_config.server.gateway.clone(),
+            shared: Arc::new(Mutex::new(shared)),
+            notify: Arc::new(Notify::new()),
+            config: lane_config,
+        };
+        senders.push(tokio::spawn(sender::run(
+            lane.shared.clone(),
+            lane.notify.clone(),
+            lane.config.clone(),
+        )));
+        acks.push(acked_rx);
+        lanes.push(lane);
+    }
+    let acked_rx = if acks.len() == 1 {
+        acks.remove(0)
+    } else {
+        min_of(acks)
+    };
     let (wb_tx, writeback) = if config.writes_back() {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(writeback::run(
@@ -334,29 +401,50 @@ pub async fn run(
     let streams = streams(&kube.watch, &config, &kinds);
     let mut kube_side = std::pin::pin!(kube_side(
         streams,
-        shared,
-        notify,
+        lanes,
         wb_tx,
         kinds,
-        config.translator_config(),
-        config.metrics.clone()
+        config.clone(),
     ));
     let result = tokio::select! {
         () = shutdown => Ok(()),
         () = &mut kube_side => Ok(()),
-        r = &mut sender => match r {
+        Some(r) = senders.next() => match r {
             Ok(r) => r,
             // Cancelled: the runtime is shutting down.
             Err(e) if e.is_cancelled() => Ok(()),
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         },
     };
-    sender.abort();
+    for s in senders.iter() {
+        s.abort();
+    }
     if let Some(w) = writeback {
         w.abort();
     }
     tracing::info!(source = %source, "stopped");
     result
+}
+
+/// The smallest of several acknowledged sequence numbers, as one channel (a task follows them).
+fn min_of(mut rxs: Vec<watch::Receiver<u64>>) -> watch::Receiver<u64> {
+    let (tx, rx) = watch::channel(0);
+    tokio::spawn(async move {
+        loop {
+            let m = rxs.iter().map(|r| *r.borrow()).min().unwrap_or(0);
+            tx.send_if_modified(|a| {
+                let changed = *a != m;
+                *a = m;
+                changed
+            });
+            let changes = rxs.iter_mut().map(|r| Box::pin(r.changed()));
+            let (r, _, _) = futures::future::select_all(changes).await;
+            if r.is_err() || tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
@@ -409,19 +497,29 @@ fn streams(
     all
 }
 
-/// Feeds watch events into the translator until the streams end (they do not).
+/// A decoded object of a watched kind.
+enum Typed {
+    Service(Box<Service>),
+    Slice(Box<EndpointSlice>),
+    Pod(Box<Pod>),
+    Node(Box<Node>),
+}
+
+/// Feeds watch events into the lanes' translators until the streams end (they do not).
 async fn kube_side(
     mut streams: futures::stream::SelectAll<BoxStream<'static, KindEvent>>,
-    shared: SharedRef,
-    notify: Arc<Notify>,
+    lanes: Vec<Lane>,
     wb: Option<mpsc::UnboundedSender<writeback::Msg>>,
     kinds: Vec<Kind>,
-    tconfig: TranslatorConfig,
-    metrics: Arc<WatcherMetrics>,
+    config: WatcherConfig,
 ) {
-    {
-        lock(&shared).translator.set_warn_unlocated(false);
+    let metrics = config.metrics.clone();
+    let tconfig = config.translator_config();
+    for lane in &lanes {
+        lock(&lane.shared).translator.set_warn_unlocated(false);
     }
+    let mut moves = moves::Moves::new(&lanes, config.move_bound);
+    let mut seq = 0u64;
     while let Some((kind, event)) = streams.next().await {
         let event = match event {
             Ok(e) => e,
@@ -445,14 +543,12 @@ async fn kube_side(
                 Event::InitDone => "init_done",
             },
         );
-        let mut s = lock(&shared);
-        s.seq += 1;
-        let seq = s.seq;
-        match event {
+        seq += 1;
+        // The write-back hears of the event once, before the lanes.
+        let mut typed = None;
+        let mut deleted = None;
+        match &event {
             Event::Init => {
-                tracing::debug!(%kind, "listing");
-                s.translator.begin_relist(kind);
-                s.relisting.insert(kind);
                 if kind == Kind::Service
                     && let Some(wb) = &wb
                 {
@@ -460,62 +556,111 @@ async fn kube_side(
                 }
             }
             Event::InitApply(obj) | Event::Apply(obj) => {
-                let deltas = apply_object(&mut s.translator, kind, obj, wb.as_ref(), seq, &tconfig);
-                touched(wb.as_ref(), &deltas, seq);
-                s.push(deltas);
+                if let Some(key) = ObjKey::of(kind, &obj.metadata) {
+                    let t = decode_object(kind, obj, &key);
+                    if let (Some(Typed::Service(svc)), Some(wb)) = (&t, &wb) {
+                        let msg = match writeback::ServiceFacts::of(
+                            &key,
+                            svc,
+                            &tconfig,
+                            config.gateways.as_deref(),
+                        ) {
+                            Some(facts) => writeback::Msg::Seen { facts, seq },
+                            None => writeback::Msg::Gone(key.clone()),
+                        };
+                        let _ = wb.send(msg);
+                    }
+                    if let Some(Typed::Node(node)) = &t {
+                        moves.node_seen(&key.name, node, seq);
+                    }
+                    typed = Some((key, t));
+                }
             }
             Event::Delete(obj) => {
-                let deltas = match ObjKey::of(kind, &obj.metadata) {
-                    Some(key) => {
-                        if kind == Kind::Service
-                            && let Some(wb) = &wb
-                        {
-                            let _ = wb.send(writeback::Msg::Gone(key.clone()));
-                        }
-                        delete_object(&mut s.translator, kind, &key)
+                if let Some(key) = ObjKey::of(kind, &obj.metadata) {
+                    if kind == Kind::Service
+                        && let Some(wb) = &wb
+                    {
+                        let _ = wb.send(writeback::Msg::Gone(key.clone()));
                     }
-                    None => Vec::new(),
-                };
-                touched(wb.as_ref(), &deltas, seq);
-                s.push(deltas);
+                    if kind == Kind::Node {
+                        moves.node_gone(&key.name);
+                    }
+                    deleted = Some(key);
+                }
             }
             Event::InitDone => {
-                let deltas = s.translator.end_relist(kind);
-                s.push(deltas);
-                s.relisting.remove(&kind);
-                s.listed.insert(kind);
                 if kind == Kind::Service
                     && let Some(wb) = &wb
                 {
                     let _ = wb.send(writeback::Msg::RelistDone);
                 }
-                if !s.initialized && kinds.iter().all(|k| s.listed.contains(k)) {
-                    s.initialized = true;
-                    metrics.lists_done();
-                    s.translator.set_warn_unlocated(true);
-                    let unlocated = s.translator.warn_unlocated();
-                    let (services, endpoints, pods) = s.translator.counts();
-                    tracing::info!(
-                        services,
-                        endpoints,
-                        pod_addresses = pods,
-                        unlocated,
-                        "every stream listed; resyncing"
-                    );
-                }
-                if s.initialized {
-                    // A relist becomes a resync: it also repairs anything the server lost.
-                    s.resync_due = true;
-                    s.pending.clear();
-                    s.first_pending_at = None;
-                }
             }
         }
-        let conflicts = s.translator.take_port_conflicts();
-        s.settle();
-        drop(s);
-        notify.notify_one();
-        for c in conflicts {
+        let mut conflicts = BTreeMap::new();
+        for (i, lane) in lanes.iter().enumerate() {
+            let mut s = lock(&lane.shared);
+            s.seq = seq;
+            match &event {
+                Event::Init => {
+                    if i == 0 {
+                        tracing::debug!(%kind, "listing");
+                    }
+                    s.translator.begin_relist(kind);
+                    s.relisting.insert(kind);
+                }
+                Event::InitApply(_) | Event::Apply(_) => {
+                    if let Some((key, t)) = &typed {
+                        let deltas = apply_typed(&mut s.translator, kind, key, t.as_ref());
+                        touched(wb.as_ref(), &deltas, seq);
+                        s.push(deltas);
+                    }
+                }
+                Event::Delete(_) => {
+                    if let Some(key) = &deleted {
+                        let deltas = delete_object(&mut s.translator, kind, key);
+                        touched(wb.as_ref(), &deltas, seq);
+                        s.push(deltas);
+                    }
+                }
+                Event::InitDone => {
+                    let deltas = s.translator.end_relist(kind);
+                    s.push(deltas);
+                    s.relisting.remove(&kind);
+                    s.listed.insert(kind);
+                    if !s.initialized && kinds.iter().all(|k| s.listed.contains(k)) {
+                        s.initialized = true;
+                        if i == 0 {
+                            metrics.lists_done();
+                        }
+                        s.translator.set_warn_unlocated(true);
+                        let unlocated = s.translator.warn_unlocated();
+                        let (services, endpoints, pods) = s.translator.counts();
+                        tracing::info!(
+                            gateway = %lane.gateway,
+                            services,
+                            endpoints,
+                            pod_addresses = pods,
+                            unlocated,
+                            "every stream listed; resyncing"
+                        );
+                    }
+                    if s.initialized {
+                        // A relist becomes a resync: it also repairs anything the server lost.
+                        s.resync_due = true;
+                        s.pending.clear();
+                        s.first_pending_at = None;
+                    }
+                }
+            }
+            for c in s.translator.take_port_conflicts() {
+                conflicts.insert((c.service.clone(), c.port_name.clone()), c);
+            }
+            s.settle();
+            drop(s);
+            lane.notify.notify_one();
+        }
+        for c in conflicts.into_values() {
             tracing::warn!(service = %c.service, port = %c.port_name, chosen = c.chosen, "{}", c.message);
             if let Some(wb) = &wb {
                 let _ = wb.send(writeback::Msg::PortConflict {
@@ -557,45 +702,36 @@ fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update]
     }
 }
 
-fn apply_object(
-    t: &mut Translator,
-    kind: Kind,
-    obj: DynamicObject,
-    wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
-    seq: u64,
-    tconfig: &TranslatorConfig,
-) -> Vec<Update> {
-    let Some(key) = ObjKey::of(kind, &obj.metadata) else {
-        return Vec::new();
+/// Decodes a watched object (`None`: it does not decode; what was sent for it stays).
+fn decode_object(kind: Kind, obj: &DynamicObject, key: &ObjKey) -> Option<Typed> {
+    let obj = obj.clone();
+    let r = match kind {
+        Kind::Service => obj.try_parse::<Service>().map(|o| Typed::Service(Box::new(o))),
+        Kind::EndpointSlice => obj
+            .try_parse::<EndpointSlice>()
+            .map(|o| Typed::Slice(Box::new(o))),
+        Kind::Pod => obj.try_parse::<Pod>().map(|o| Typed::Pod(Box::new(o))),
+        Kind::Node => obj.try_parse::<Node>().map(|o| Typed::Node(Box::new(o))),
     };
-    macro_rules! decode {
-        ($ty:ty) => {
-            match obj.try_parse::<$ty>() {
-                Ok(o) => o,
-                Err(e) => {
-                    tracing::warn!(%kind, object = %key, error = %e, "object skipped: it does not decode");
-                    t.keep(kind, &key);
-                    return Vec::new();
-                }
-            }
-        };
-    }
-    match kind {
-        Kind::Service => {
-            let svc = decode!(Service);
-            let deltas = t.apply_service(&svc);
-            if let Some(wb) = wb {
-                let msg = match writeback::ServiceFacts::of(&key, &svc, tconfig) {
-                    Some(facts) => writeback::Msg::Seen { facts, seq },
-                    None => writeback::Msg::Gone(key),
-                };
-                let _ = wb.send(msg);
-            }
-            deltas
+    match r {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(%kind, object = %key, error = %e, "object skipped: it does not decode");
+            None
         }
-        Kind::EndpointSlice => t.apply_slice(&decode!(EndpointSlice)),
-        Kind::Pod => t.apply_pod(&decode!(Pod)),
-        Kind::Node => t.apply_node(&decode!(Node)),
+    }
+}
+
+fn apply_typed(t: &mut Translator, kind: Kind, key: &ObjKey, obj: Option<&Typed>) -> Vec<Update> {
+    match obj {
+        None => {
+            t.keep(kind, key);
+            Vec::new()
+        }
+        Some(Typed::Service(svc)) => t.apply_service(svc),
+        Some(Typed::Slice(s)) => t.apply_slice(s),
+        Some(Typed::Pod(p)) => t.apply_pod(p),
+        Some(Typed::Node(n)) => t.apply_node(n),
     }
 }
 

@@ -45,6 +45,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use clb_client::updates;
 
+use crate::routing::GatewayScope;
 use crate::decode::{
     self, Decoded, PodRecord, PortRecord, ServiceRecord, SliceRecord, TargetPort, family,
 };
@@ -65,6 +66,9 @@ pub struct TranslatorConfig {
     pub require_finalizer: Option<String>,
     /// Node-agent mode: only pods on this node are reported.
     pub node: Option<String>,
+    /// With several gateways (`--gateways-file`): the gateway this translator writes to. Only the
+    /// Services exposed there are sent, and only endpoints and pods on nodes it serves.
+    pub gateway: Option<GatewayScope>,
 }
 
 impl Default for TranslatorConfig {
@@ -75,6 +79,7 @@ impl Default for TranslatorConfig {
             claim_unclassed: true,
             require_finalizer: None,
             node: None,
+            gateway: None,
         }
     }
 }
@@ -127,6 +132,12 @@ pub struct Translator {
     slices: HashMap<ObjKey, SliceRecord>,
     slices_of: HashMap<ObjKey, BTreeSet<ObjKey>>,
     nodes: HashMap<String, NodeIps>,
+    /// Known nodes served by another gateway (or none): with a [`GatewayScope`] only.
+    foreign: HashSet<String>,
+    /// Nodes moving to another gateway, still served here until the new gateway has them.
+    held: HashSet<String>,
+    /// Services exposed here besides their annotations' selection (PoolServices of others).
+    extra: HashSet<ObjKey>,
     pods: HashMap<ObjKey, PodRecord>,
     /// node → service → number of slice endpoints of that service on the node.
     services_on_node: HashMap<String, HashMap<ObjKey, usize>>,
@@ -156,6 +167,9 @@ impl Translator {
             slices: HashMap::new(),
             slices_of: HashMap::new(),
             nodes: HashMap::new(),
+            foreign: HashSet::new(),
+            held: HashSet::new(),
+            extra: HashSet::new(),
             pods: HashMap::new(),
             services_on_node: HashMap::new(),
             pods_on_node: HashMap::new(),
@@ -196,7 +210,7 @@ impl Translator {
         let mut n = 0;
         for (key, slice) in &self.slices {
             for ep in &slice.endpoints {
-                if self.node_ip(&ep.node, ep.address).is_none() {
+                if self.node_ip(&ep.node, ep.address).is_none() && !self.is_foreign(&ep.node) {
                     n += 1;
                     tracing::warn!(
                         slice = %key,
@@ -210,7 +224,7 @@ impl Translator {
         }
         for (key, pod) in &self.pods {
             for &a in &pod.addresses {
-                if self.pod_location(pod, a).is_none() {
+                if self.pod_location(pod, a).is_none() && !self.is_foreign(&pod.node) {
                     n += 1;
                     tracing::warn!(
                         pod = %key,
@@ -226,7 +240,25 @@ impl Translator {
     }
 
     fn node_ip(&self, node: &str, address: IpAddr) -> Option<IpAddr> {
+        if self.is_foreign(node) {
+            return None;
+        }
         self.nodes.get(node).and_then(|n| n.for_address(address))
+    }
+
+    /// Whether node `node` is known and served by another gateway (not held here).
+    fn is_foreign(&self, node: &str) -> bool {
+        self.foreign.contains(node) && !self.held.contains(node)
+    }
+
+    /// Whether a node with these labels is served by this translator's gateway (always without
+    /// a [`GatewayScope`]).
+    fn serves(&self, node: &Node) -> bool {
+        let Some(scope) = &self.config.gateway else {
+            return true;
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        scope.serves_node(&labels)
     }
 
     fn unlocated_reason(&self, node: &str, address: IpAddr) -> String {
@@ -239,6 +271,10 @@ impl Translator {
     /// A pod address's location: its node's InternalIP of the family, else the pod's hostIP of
     /// the family (kubelet's view of where the pod is).
     fn pod_location(&self, pod: &PodRecord, address: IpAddr) -> Option<IpAddr> {
+        if self.config.gateway.is_some() && !self.nodes.contains_key(&pod.node) {
+            // Which gateway an unknown node belongs to is not known.
+            return None;
+        }
         self.node_ip(&pod.node, address).or_else(|| {
             pod.host_ips
                 .iter()
@@ -336,9 +372,19 @@ impl Translator {
         };
         self.seen(Kind::Service, &key);
         match decode::service(&key, svc, &self.config) {
-            Decoded::Record(record) => {
-                self.services.insert(key.clone(), record);
-            }
+            Decoded::Record(record) => match self.exposed_here(&key, svc) {
+                Ok(true) => {
+                    self.services.insert(key.clone(), record);
+                }
+                Ok(false) => {
+                    self.services.remove(&key);
+                }
+                // Refused annotations change nothing (the write-back publishes a Warning Event).
+                Err(e) => {
+                    tracing::debug!(service = %key, error = %e, "gateway selection refused");
+                    return Vec::new();
+                }
+            },
             Decoded::Ignored => {
                 self.services.remove(&key);
             }
@@ -347,6 +393,33 @@ impl Translator {
         let mut out = Vec::new();
         self.sync_service(&key, &mut out);
         out
+    }
+
+    /// Whether Service `key` is exposed at this translator's gateway: always without a
+    /// [`GatewayScope`]; else when its annotations select it or a PoolService of someone else
+    /// ([`Translator::set_extra`]) asks for it.
+    fn exposed_here(
+        &self,
+        key: &ObjKey,
+        svc: &Service,
+    ) -> Result<bool, crate::routing::SelectionError> {
+        let Some(scope) = &self.config.gateway else {
+            return Ok(true);
+        };
+        if self.extra.contains(key) {
+            return Ok(true);
+        }
+        scope.exposes(svc.metadata.annotations.as_ref())
+    }
+
+    /// Exposes Service `key` here whatever its annotations select (`on`), or no longer; the
+    /// Service must be applied again for this to take effect.
+    pub fn set_extra(&mut self, key: &ObjKey, on: bool) {
+        if on {
+            self.extra.insert(key.clone());
+        } else {
+            self.extra.remove(key);
+        }
     }
 
     /// A Service was deleted.
@@ -371,7 +444,7 @@ impl Translator {
                     continue;
                 }
                 let Some(loc) = self.node_ip(&ep.node, ep.address) else {
-                    if self.warn_unlocated {
+                    if self.warn_unlocated && !self.is_foreign(&ep.node) {
                         tracing::warn!(
                             slice = %sk,
                             address = %ep.address,
@@ -619,22 +692,50 @@ impl Translator {
         };
         self.seen(Kind::Node, &key);
         let ips = NodeIps::of(&key, node);
-        if ips == NodeIps::default() {
+        let foreign = !self.serves(node);
+        if ips == NodeIps::default() && !foreign {
             tracing::warn!(node = %key, "node has no valid InternalIP: endpoints and pods on it cannot be located");
         }
-        if self.nodes.get(&key.name) == Some(&ips) {
+        if self.nodes.get(&key.name) == Some(&ips) && self.foreign.contains(&key.name) == foreign {
             return Vec::new();
         }
         self.nodes.insert(key.name.clone(), ips);
+        if foreign {
+            self.foreign.insert(key.name.clone());
+        } else {
+            self.foreign.remove(&key.name);
+        }
         self.node_changed(&key.name)
     }
 
     /// A Node was deleted.
     pub fn delete_node(&mut self, name: &str) -> Vec<Update> {
+        self.foreign.remove(name);
+        self.held.remove(name);
         if self.nodes.remove(name).is_none() {
             return Vec::new();
         }
         self.node_changed(name)
+    }
+
+    /// Keeps node `name` served here while it moves to another gateway (`on`), or lets it go:
+    /// returns the delta.
+    pub fn hold_node(&mut self, name: &str, on: bool) -> Vec<Update> {
+        let changed = if on {
+            self.held.insert(name.to_owned())
+        } else {
+            self.held.remove(name)
+        };
+        if changed && self.foreign.contains(name) {
+            self.node_changed(name)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Whether node `name` is known and served here (or held here while it moves).
+    pub fn serves_node(&self, name: &str) -> bool {
+        self.nodes.contains_key(name) && !self.is_foreign(name)
     }
 
     fn node_changed(&mut self, name: &str) -> Vec<Update> {
@@ -660,6 +761,9 @@ impl Translator {
 
     /// The InternalIPs of node `name`, if the node is known.
     pub fn node_ips(&self, name: &str) -> Option<NodeIps> {
+        if self.is_foreign(name) {
+            return None;
+        }
         self.nodes.get(name).copied()
     }
 
@@ -668,6 +772,7 @@ impl Translator {
         let mut nodes: Vec<(String, NodeIps)> = self
             .nodes
             .iter()
+            .filter(|(n, _)| !self.is_foreign(n))
             .map(|(n, ips)| (n.clone(), *ips))
             .collect();
         nodes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -723,7 +828,7 @@ impl Translator {
                     Some(loc) => {
                         at.insert(a, loc);
                     }
-                    None if self.warn_unlocated => tracing::warn!(
+                    None if self.warn_unlocated && !self.is_foreign(&p.node) => tracing::warn!(
                         pod = %key,
                         address = %a,
                         node = %p.node,

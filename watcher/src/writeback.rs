@@ -52,7 +52,9 @@ use tokio::time::Instant;
 
 use super::WatcherConfig;
 use super::sender::Conn;
+use super::routing;
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
+use clb_gateways::Gateways;
 use clb_client::client::ConnectOptions;
 
 /// The field manager named in our patches.
@@ -88,11 +90,21 @@ pub(crate) struct ServiceFacts {
     pub generation: Option<i64>,
     /// `status.conditions`, every type.
     pub conditions: Vec<Condition>,
+    /// The gateways the Service is exposed in (`[""]`, the one of `--gateway`, without a gateways
+    /// file), sorted.
+    pub gateways: Vec<String>,
+    /// Its gateway annotations cannot be used: why (the gateways stay as they were).
+    pub selection_error: Option<String>,
 }
 
 impl ServiceFacts {
     /// The facts of a Service that concerns us (ours, or carrying our finalizer); `None` otherwise.
-    pub(crate) fn of(key: &ObjKey, svc: &Service, config: &TranslatorConfig) -> Option<Self> {
+    pub(crate) fn of(
+        key: &ObjKey,
+        svc: &Service,
+        config: &TranslatorConfig,
+        gateways: Option<&Gateways>,
+    ) -> Option<Self> {
         let finalizer = config.require_finalizer.as_deref()?;
         let ours = classify(svc, config) == ServiceClass::Ours;
         let finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
@@ -117,7 +129,16 @@ impl ServiceFacts {
                     .collect()
             })
             .unwrap_or_default();
+        let (gateways, selection_error) = match gateways {
+            None => (vec![String::new()], None),
+            Some(g) => match routing::selected(g, svc.metadata.annotations.as_ref()) {
+                Ok(set) => (set.into_iter().collect(), None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            },
+        };
         Some(Self {
+            gateways,
+            selection_error,
             key: key.clone(),
             uid,
             resource_version: svc.metadata.resource_version.clone().unwrap_or_default(),
@@ -169,6 +190,7 @@ pub(crate) struct Config {
     backoff_max: Duration,
     max_per_tick: usize,
     metrics: std::sync::Arc<crate::metrics::WatcherMetrics>,
+    gateways: Option<std::sync::Arc<Gateways>>,
 }
 
 impl From<&WatcherConfig> for Config {
@@ -183,6 +205,7 @@ impl From<&WatcherConfig> for Config {
             backoff_max: c.backoff_max,
             max_per_tick: 200,
             metrics: c.metrics.clone(),
+            gateways: c.gateways.clone(),
         }
     }
 }
@@ -213,6 +236,8 @@ struct Record {
     port_conflicts: BTreeMap<String, String>,
     /// Port-name conflicts to publish as Events.
     conflicts_due: Vec<String>,
+    /// The refused gateway selection last published as a Warning Event.
+    selection_warned: Option<String>,
 }
 
 impl Record {
@@ -331,10 +356,14 @@ impl WriteBack {
                     r.next_at = Instant::now();
                 }
             }
-            Msg::Seen { facts, seq } => {
+            Msg::Seen { mut facts, seq } => {
                 let now = Instant::now();
                 match self.records.get_mut(&facts.key) {
                     Some(r) => {
+                        if facts.selection_error.is_some() {
+                            // Refused annotations change nothing.
+                            facts.gateways = r.facts.gateways.clone();
+                        }
                         if r.facts.resource_version != facts.resource_version {
                             r.next_at = now;
                             r.failures = 0;
@@ -358,6 +387,7 @@ impl WriteBack {
                                 reported: None,
                                 port_conflicts: BTreeMap::new(),
                                 conflicts_due: Vec::new(),
+                                selection_warned: None,
                             },
                         );
                     }
@@ -548,7 +578,36 @@ impl WriteBack {
     /// either differs from what the watch shows.
     async fn program(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
         let facts = self.records[key].facts.clone();
-        let state = self.service_state(&facts.uid).await?;
+        if let Some(e) = &facts.selection_error
+            && self.records[key].selection_warned.as_ref() != Some(e)
+        {
+            tracing::warn!(service = %key, "{e}");
+            self.publish(&facts, EventType::Warning, "InvalidGatewaySelection", e.clone())
+                .await;
+            if let Some(r) = self.records.get_mut(key) {
+                r.selection_warned = Some(e.clone());
+            }
+        }
+        // Every selected gateway's report: the condition follows the first not programmed (else
+        // the first), the ingress lists every programmed gateway's frontend IP.
+        let mut states = Vec::new();
+        for g in &facts.gateways {
+            states.push(self.service_state(g, &facts.uid).await?);
+        }
+        let mut ips: Vec<String> = states
+            .iter()
+            .flatten()
+            .filter(|s| s.actual && !s.frontend_ip.is_empty())
+            .map(|s| s.frontend_ip.clone())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        let state = states
+            .iter()
+            .find(|s| !s.as_ref().is_some_and(|s| s.actual && !s.frontend_ip.is_empty()))
+            .or(states.first())
+            .cloned()
+            .flatten();
         let record = &self.records[key];
         let conflicts: Vec<String> = record.port_conflicts.values().cloned().collect();
         let want = Wanted::of(state.as_ref(), &conflicts);
@@ -579,11 +638,7 @@ impl WriteBack {
                 .await;
         }
 
-        let ip = state
-            .as_ref()
-            .filter(|s| s.actual && !s.frontend_ip.is_empty())
-            .map(|s| s.frontend_ip.clone());
-        let ingress_due = ip.as_ref().is_some_and(|ip| facts.ingress != [ip.clone()]);
+        let ingress_due = !ips.is_empty() && facts.ingress != ips;
         let condition = want.condition(&facts);
         let condition_due = condition.is_some();
         let settled = matches!(want.reason, "Programmed" | "RejectedByAzure")
@@ -602,11 +657,9 @@ impl WriteBack {
             return Ok(Some(self.pending_delay(key)));
         }
         let mut status = serde_json::Map::new();
-        if ingress_due && let Some(ip) = &ip {
-            status.insert(
-                "loadBalancer".into(),
-                json!({ "ingress": [ { "ip": ip } ] }),
-            );
+        if ingress_due {
+            let ingress: Vec<serde_json::Value> = ips.iter().map(|ip| json!({ "ip": ip })).collect();
+            status.insert("loadBalancer".into(), json!({ "ingress": ingress }));
         }
         if let Some(conditions) = condition {
             status.insert("conditions".into(), json!(conditions));
@@ -618,8 +671,8 @@ impl WriteBack {
             .await
         {
             Ok(_) => {
-                if let Some(ip) = ip.filter(|_| ingress_due) {
-                    tracing::info!(service = %key, %ip, "status.loadBalancer.ingress set");
+                if ingress_due {
+                    tracing::info!(service = %key, ip = %ips.join(","), "status.loadBalancer.ingress set");
                 }
                 if condition_due {
                     tracing::info!(service = %key, reason = want.reason, message = %want.message, "condition {CONDITION_TYPE} set");
@@ -639,10 +692,18 @@ impl WriteBack {
             return Ok(Some(self.config.poll));
         }
         let facts = r.facts.clone();
-        if !facts.uid.is_empty()
-            && let Some(s) = self.service_state(&facts.uid).await?
-            && (s.desired || s.actual)
-        {
+        let mut still = None;
+        if !facts.uid.is_empty() {
+            for g in self.all_gateways() {
+                if let Some(s) = self.service_state(&g, &facts.uid).await?
+                    && (s.desired || s.actual)
+                {
+                    still = Some(s);
+                    break;
+                }
+            }
+        }
+        if let Some(s) = still {
             tracing::debug!(service = %key, desired = s.desired, actual = s.actual, "waiting for NRP to drop the service");
             let held = s
                 .condition
@@ -698,7 +759,11 @@ impl WriteBack {
     }
 
     /// `GetService`: `Ok(None)` when the server does not know the service.
-    async fn service_state(&mut self, uid: &str) -> Result<Option<ServiceState>, ()> {
+    async fn service_state(
+        &mut self,
+        gateway: &str,
+        uid: &str,
+    ) -> Result<Option<ServiceState>, ()> {
         let client = match self.conn.get().await {
             Ok(c) => c,
             Err(e) => {
@@ -706,6 +771,11 @@ impl WriteBack {
                 self.conn.reset();
                 return Err(());
             }
+        };
+        let client = if gateway.is_empty() {
+            client
+        } else {
+            client.with_gateway(gateway)
         };
         match client.service(uid).await {
             Ok(s) => Ok(Some(s)),
@@ -740,7 +810,7 @@ impl WriteBack {
                 let relevant: Vec<_> = s
                     .gateways
                     .iter()
-                    .filter(|g| gw.is_empty() || g.name == gw)
+                    .filter(|g| gw.is_empty() || g.name == gw || self.config.gateways.is_some())
                     .collect();
                 !relevant.is_empty()
                     && relevant
@@ -752,6 +822,16 @@ impl WriteBack {
                 self.conn.reset();
                 false
             }
+        }
+    }
+}
+
+impl WriteBack {
+    /// Every gateway a Service may be in: the file's, or `[""]` (the one of `--gateway`).
+    fn all_gateways(&self) -> Vec<String> {
+        match &self.config.gateways {
+            Some(g) => g.names(),
+            None => vec![String::new()],
         }
     }
 }
@@ -934,6 +1014,8 @@ mod tests {
             ingress: vec![],
             generation: Some(3),
             conditions,
+            gateways: vec![String::new()],
+            selection_error: None,
         }
     }
 

@@ -1,0 +1,140 @@
+//! A node moved to another pool (its labels now route it to another gateway): make before break.
+//!
+//! The old gateway's translator *holds* the node (it keeps its endpoints and pods there) while the
+//! new gateway's translator adds them; once the new gateway's lane has sent the move and the state
+//! server reports every address desired at the node's IPs in the new gateway as actual (Admin
+//! `GetLocation`), or after `--node-move-bound-ms`, the hold is released and the old gateway drops
+//! them.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clb_gateways::Gateways;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::sender::Conn;
+use crate::translate::{NodeIps, ObjKey};
+use crate::{Lane, lock};
+
+/// Follows which gateway each node belongs to and holds nodes that move.
+pub(crate) struct Moves {
+    lanes: Vec<Lane>,
+    gateways: Option<Arc<Gateways>>,
+    bound: Duration,
+    /// node → its gateway, as last seen.
+    gateway_of: HashMap<String, String>,
+}
+
+impl Moves {
+    pub(crate) fn new(lanes: &[Lane], bound: Duration) -> Self {
+        Self {
+            gateways: lanes.first().and_then(|l| l.config.gateways.clone()),
+            lanes: lanes.to_vec(),
+            bound,
+            gateway_of: HashMap::new(),
+        }
+    }
+
+    fn lane(&self, gateway: &str) -> Option<&Lane> {
+        self.lanes.iter().find(|l| l.gateway == gateway)
+    }
+
+    /// Node `name` was seen at event `seq` (before the lanes apply it).
+    pub(crate) fn node_seen(&mut self, name: &str, node: &Node, seq: u64) {
+        let Some(gateways) = &self.gateways else {
+            return;
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let Some(new) = gateways.gateway_of_node(&labels).map(|g| g.name.clone()) else {
+            self.gateway_of.remove(name);
+            return;
+        };
+        let old = self.gateway_of.insert(name.to_owned(), new.clone());
+        let Some(old) = old.filter(|o| *o != new) else {
+            return;
+        };
+        let (Some(old_lane), Some(new_lane)) = (self.lane(&old).cloned(), self.lane(&new).cloned())
+        else {
+            return;
+        };
+        let ips: Vec<IpAddr> = NodeIps::of(&ObjKey::cluster(name), node).all().collect();
+        {
+            let mut s = lock(&old_lane.shared);
+            let d = s.translator.hold_node(name, true);
+            s.push(d);
+        }
+        tracing::info!(
+            node = name,
+            from = %old,
+            to = %new,
+            bound = ?self.bound,
+            "node moved to another gateway: kept at the old one until the new one has programmed it"
+        );
+        let name = name.to_owned();
+        let bound = self.bound;
+        tokio::spawn(async move {
+            let programmed = tokio::time::timeout(bound, programmed(&new_lane, &ips, seq)).await;
+            if programmed.is_err() {
+                tracing::warn!(node = %name, from = %old, to = %new, ?bound, "the new gateway has not programmed the moved node in time; releasing it from the old one anyway");
+            }
+            let mut s = lock(&old_lane.shared);
+            let d = s.translator.hold_node(&name, false);
+            let n = d.len();
+            s.push(d);
+            s.settle();
+            drop(s);
+            old_lane.notify.notify_one();
+            tracing::info!(node = %name, from = %old, to = %new, updates = n, "moved node released from the old gateway");
+        });
+    }
+
+    /// Node `name` was deleted.
+    pub(crate) fn node_gone(&mut self, name: &str) {
+        self.gateway_of.remove(name);
+    }
+}
+
+/// Waits until `lane` has sent event `seq` and its gateway has every address desired at `ips`
+/// actual (polling `GetLocation`; failures are retried).
+async fn programmed(lane: &Lane, ips: &[IpAddr], seq: u64) {
+    let mut acked = lock(&lane.shared).acked.subscribe();
+    if acked.wait_for(|a| *a >= seq).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    let mut conn = Conn::new(&lane.config.server);
+    loop {
+        if all_actual(&mut conn, ips).await {
+            return;
+        }
+        tokio::time::sleep(lane.config.poll_interval).await;
+    }
+}
+
+async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
+    let client = match conn.get().await {
+        Ok(c) => c,
+        Err(_) => {
+            conn.reset();
+            return false;
+        }
+    };
+    for ip in ips {
+        match client.location(&ip.to_string()).await {
+            Ok(l) => {
+                if l.addresses.iter().any(|a| a.desired && !a.actual) {
+                    return false;
+                }
+            }
+            Err(e)
+                if e.status()
+                    .is_some_and(|s| s.code() == tonic::Code::NotFound) => {}
+            Err(_) => {
+                conn.reset();
+                return false;
+            }
+        }
+    }
+    true
+}
