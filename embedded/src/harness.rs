@@ -6,36 +6,28 @@
 //! flight, no NRP call in flight) and then compares the emulator's state with the expected state.
 //! Its timeout only bounds a hung test; it is never a performance claim.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clb_core::dispatch::DispatchConfig;
+use clb_gateways::Gateways;
 use clb_nrp::Nrp;
-use clb_nrp::azure::{ArmClient, ArmConfig};
+use clb_nrp::azure::ArmClient;
 use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use clb_proto::v1::admin_client::AdminClient;
-use clb_proto::v1::worker_client::WorkerClient;
-use clb_proto::v1::{
-    DiffQuery, GatewayStatus, Hello, PendingDiffResponse, ServerMessage, StatusRequest,
-    StatusResponse, WorkUnit, WorkerMessage, server_message, worker_message,
-};
+use clb_proto::v1::{DiffQuery, GatewayStatus, PendingDiffResponse, StatusRequest, StatusResponse};
 use clb_state_server::auth::Auth;
 use clb_state_server::grpc::ServeOptions;
-use clb_state_server::state::{ServerConfig, StateServer};
-use clb_sync_worker::worker::{
-    self, Backoff, Limits, WorkerConfig, WorkerError, load_balancer_name, nat_gateway_name,
-    public_ip_name,
-};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
+use clb_state_server::state::ServerConfig;
+use clb_sync_worker::worker::{GatewayTarget, Limits, NrpTargets};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::Expected;
+pub use crate::compare::{compare_gateway, compare_nrp};
+pub use crate::procs::{ServerProc, StalledWorker, WorkerProc};
 use clb_client::client::{Client, ConnectOptions, Writer};
 use clb_client::token::{CallInterceptor, TokenFile};
 
@@ -128,7 +120,7 @@ impl Options {
         }
     }
 
-    fn serve_options(&self) -> ServeOptions {
+    pub(crate) fn serve_options(&self) -> ServeOptions {
         ServeOptions {
             tls: None,
             auth: self.auth.as_ref().map(|a| a.server.clone()),
@@ -140,205 +132,13 @@ impl Options {
     }
 }
 
-/// A state server running in a task.
-#[derive(Debug)]
-pub struct ServerProc {
-    /// Its shared state (for white-box checks).
-    pub state: Arc<StateServer>,
-    /// Where it listens.
-    pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
-}
-
-impl ServerProc {
-    /// Starts a state server with `config` on `127.0.0.1:0`.
-    pub async fn start(config: ServerConfig) -> Self {
-        Self::start_with(config, ServeOptions::default()).await
-    }
-
-    /// [`ServerProc::start`] serving with `options` (authentication, authorization).
-    pub async fn start_with(config: ServerConfig, options: ServeOptions) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a loopback port");
-        let addr = listener.local_addr().expect("bound");
-        let state = StateServer::new(config);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let s = state.clone();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            if let Err(e) = clb_state_server::grpc::serve_with(listener, s, options, shutdown).await
-            {
-                eprintln!("state server ended: {e}");
-            }
-        });
-        Self {
-            state,
-            addr,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    /// `http://127.0.0.1:{port}`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Asks the server to shut down (streams end, sessions release their units).
-    pub fn request_stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-
-    /// Kills the server as a crash would, as far as one process can: it stops leading at once (no
-    /// unit is cut any more, worker streams end) and its task is aborted without a graceful
-    /// shutdown; a Lease it holds is not released.
-    pub async fn kill(mut self) {
-        self.state.set_leader(false);
-        self.request_stop();
-        self.task.abort();
-        let _ = self.task.await;
-    }
-
-    /// Shuts the server down; if it has not ended within `grace`, it is aborted.
-    pub async fn stop(mut self, grace: Duration) {
-        self.request_stop();
-        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
-            self.task.abort();
-            let _ = self.task.await;
-        }
-    }
-}
-
-/// A sync worker running in a task.
-#[derive(Debug)]
-pub struct WorkerProc {
-    /// Its worker id.
-    pub id: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), WorkerError>>,
-}
-
-impl WorkerProc {
-    /// The ARM client of a worker talking to the NRP (emulator) at `nrp_url`.
-    pub fn arm_client(nrp_url: &str) -> Arc<dyn Nrp> {
-        let mut arm = ArmConfig::new("sub-e2e", "rg-e2e").with_endpoint(nrp_url);
-        arm.poll_interval = Duration::from_millis(5);
-        Arc::new(ArmClient::new(arm, None).expect("valid ARM config"))
-    }
-
-    /// Starts worker `id` against the state server at `server_url`, talking to NRP through `nrp`.
-    /// Its reconnect backoff is short (20–200 ms), for tests.
-    pub fn start(id: &str, server_url: &str, nrp: Arc<dyn Nrp>, options: &Options) -> Self {
-        let backoff = Backoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(200),
-        };
-        Self::start_with_backoff(id, server_url, nrp, options, backoff)
-    }
-
-    /// [`WorkerProc::start`] with the given reconnect backoff (`Backoff::default()` is the
-    /// binary's).
-    pub fn start_with_backoff(
-        id: &str,
-        server_url: &str,
-        nrp: Arc<dyn Nrp>,
-        options: &Options,
-        backoff: Backoff,
-    ) -> Self {
-        let mut config = WorkerConfig::new(server_url, id);
-        config.capacity = options.worker_capacity;
-        config.limits = options.worker_limits;
-        config.backoff = backoff;
-        config.token_file = options.auth.as_ref().map(|a| a.worker_token.clone());
-        config.shutdown_grace = Duration::from_secs(5);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(worker::run(config, nrp, async move {
-            let _ = stopped.await;
-        }));
-        Self {
-            id: id.to_owned(),
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    /// Kills the worker at once, as a crash would: its task is aborted mid-call, its stream and its
-    /// HTTP connections are dropped without a goodbye.
-    pub async fn kill(self) {
-        self.task.abort();
-        let _ = self.task.await;
-    }
-
-    /// Shuts the worker down gracefully (in-flight calls may finish and report).
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match tokio::time::timeout(PATIENCE, &mut self.task).await {
-            Ok(r) => r.expect("worker task").expect("worker config"),
-            Err(_) => panic!("worker {} did not stop", self.id),
-        }
-    }
-}
-
-/// A worker that takes one unit and never reports it: it holds the unit's lease until it is
-/// dropped (then the server releases the unit at once, as for any disconnected worker).
-#[derive(Debug)]
-pub struct StalledWorker {
-    /// The unit it holds.
-    pub unit: WorkUnit,
-    _to_server: mpsc::Sender<WorkerMessage>,
-    _from_server: tonic::Streaming<ServerMessage>,
-}
-
-impl StalledWorker {
-    /// Connects to the state server at `url` with a capacity of 1 and waits for its first unit.
-    pub async fn connect(url: &str, id: &str) -> Self {
-        let mut client = WorkerClient::connect(url.to_owned())
-            .await
-            .expect("worker connects");
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(WorkerMessage {
-            kind: Some(worker_message::Kind::Hello(Hello {
-                worker_id: id.to_owned(),
-                capacity: 1,
-                gateways: Vec::new(),
-            })),
-        })
-        .await
-        .expect("stream open");
-        let mut stream = client
-            .sync(ReceiverStream::new(rx))
-            .await
-            .expect("sync accepted")
-            .into_inner();
-        loop {
-            let msg = tokio::time::timeout(PATIENCE, stream.message())
-                .await
-                .expect("a unit comes")
-                .expect("stream healthy")
-                .expect("stream open");
-            if let Some(server_message::Kind::Unit(unit)) = msg.kind {
-                return Self {
-                    unit,
-                    _to_server: tx,
-                    _from_server: stream,
-                };
-            }
-        }
-    }
-}
-
-/// The system under test: NRP emulator, state server, workers.
+/// The system under test: NRP emulator(s), state server, workers.
 #[derive(Debug)]
 pub struct Harness {
-    nrp: RunningEmulator,
+    /// One emulator per gateway (a region each), the default gateway's first.
+    nrps: Vec<(String, RunningEmulator)>,
+    /// With several gateways: the gateways file the server and the workers read, and its contents.
+    gateways_file: Option<(PathBuf, Gateways)>,
     server: ServerProc,
     admin: Admin,
     workers: Vec<WorkerProc>,
@@ -350,10 +150,56 @@ impl Harness {
     /// Starts the emulator, the state server and `options.workers` workers.
     pub async fn start(options: Options) -> Self {
         let nrp = start_emulator(options.emulator.clone()).await;
-        let server = ServerProc::start_with(options.server.clone(), options.serve_options()).await;
+        Self::start_on(options, vec![(GATEWAY.to_owned(), nrp)], None).await
+    }
+
+    /// Starts one emulator per gateway of `gateways` (the first is the default), each standing for
+    /// a region of its own, and the server and `options.workers` workers as the binaries start with
+    /// `--gateways-file`: a gateways file is written (each gateway in a resource group of its own,
+    /// at its emulator's URL; the first serves the nodes no other takes, gateway `g` the nodes of
+    /// pool `g`) and read by the state server's and the worker's own flag parsing.
+    pub async fn start_gateways(options: Options, gateways: &[&str]) -> Self {
+        assert!(!gateways.is_empty(), "at least one gateway");
+        let mut nrps = Vec::new();
+        let mut yaml = String::from("gateways:\n");
+        for (i, g) in gateways.iter().enumerate() {
+            let nrp =
+                start_emulator_at(options.emulator.clone(), &rg_of(g), g, &region_of(i)).await;
+            let _ = writeln!(yaml, "  - name: {g}");
+            if i > 0 {
+                let _ = writeln!(yaml, "    nodes: {{pool: {g}}}");
+            }
+            let _ = writeln!(
+                yaml,
+                "    azure: {{subscription: {SUBSCRIPTION}, resourceGroup: {}, region: {}, \
+                 endpoint: '{}'}}",
+                rg_of(g),
+                region_of(i),
+                nrp.base_url()
+            );
+            nrps.push(((*g).to_owned(), nrp));
+        }
+        let path = std::env::temp_dir().join(format!(
+            "clb-harness-gateways-{}-{}.yaml",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::write(&path, yaml).expect("write the gateways file");
+        let file = Gateways::load(&path).expect("the harness's gateways file");
+        Self::start_on(options, nrps, Some((path, file))).await
+    }
+
+    async fn start_on(
+        options: Options,
+        nrps: Vec<(String, RunningEmulator)>,
+        gateways_file: Option<(PathBuf, Gateways)>,
+    ) -> Self {
+        let config = server_config(&options.server, gateways_file.as_ref(), 1);
+        let server = ServerProc::start_with(config, options.serve_options()).await;
         let admin = admin_client(server.url(), options.client_token()).await;
         let mut h = Self {
-            nrp,
+            nrps,
+            gateways_file,
             server,
             admin,
             workers: Vec::new(),
@@ -366,14 +212,83 @@ impl Harness {
         h
     }
 
+    /// The gateways the harness runs, the default first.
+    pub fn gateways(&self) -> Vec<String> {
+        self.nrps.iter().map(|(g, _)| g.clone()).collect()
+    }
+
+    /// The gateways file the server and the workers read (with several gateways).
+    pub fn gateways_file(&self) -> Option<&Gateways> {
+        self.gateways_file.as_ref().map(|(_, f)| f)
+    }
+
+    /// The emulator standing for the region of `gateway`.
+    pub fn emulator_of(&self, gateway: &str) -> &Emulator {
+        self.running(gateway).emulator()
+    }
+
+    fn running(&self, gateway: &str) -> &RunningEmulator {
+        self.nrps
+            .iter()
+            .find(|(g, _)| g.eq_ignore_ascii_case(gateway))
+            .map(|(_, n)| n)
+            .unwrap_or_else(|| panic!("no gateway {gateway} in the harness"))
+    }
+
+    /// What the emulator of `gateway` holds.
+    pub fn dump_of(&self, gateway: &str) -> clb_nrp_emulator::Dump {
+        self.emulator_of(gateway).dump()
+    }
+
+    /// A writer connected as the watcher, writing to `gateway`.
+    pub async fn writer(&self, gateway: &str) -> Writer {
+        self.client().await.with_gateway(gateway).writer(WATCHER)
+    }
+
+    /// [`Harness::wait_idle`] for `gateway` (its emulator's calls included).
+    pub async fn wait_idle_gateway(&self, gateway: &str, timeout: Duration) -> Result<(), String> {
+        wait_quiet_gateway(
+            &self.admin,
+            self.emulator_of(gateway),
+            gateway,
+            timeout,
+            true,
+        )
+        .await
+    }
+
+    /// [`Harness::try_converge`] for `gateway`: it is idle and its emulator holds `expected`.
+    pub async fn try_converge_gateway(
+        &self,
+        gateway: &str,
+        expected: &Expected,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        self.wait_idle_gateway(gateway, timeout).await?;
+        compare_gateway(self.emulator_of(gateway), gateway, expected)
+            .map_err(|e| format!("gateway {gateway}: {e}"))
+    }
+
+    /// [`Harness::try_converge_gateway`], panicking with the differences on failure.
+    pub async fn converge_gateway(&self, gateway: &str, expected: &Expected, timeout: Duration) {
+        if let Err(e) = self.try_converge_gateway(gateway, expected, timeout).await {
+            panic!("{e}");
+        }
+    }
+
+    /// The status of `gateway`.
+    pub async fn gateway_status_of(&self, gateway: &str) -> GatewayStatus {
+        gateway_status_named(&self.admin, gateway).await
+    }
+
     /// The emulator (state, stats, removal log, configuration).
     pub fn emulator(&self) -> &Emulator {
-        self.nrp.emulator()
+        self.nrps[0].1.emulator()
     }
 
     /// The emulator's base URL.
     pub fn nrp_url(&self) -> String {
-        self.nrp.base_url()
+        self.nrps[0].1.base_url()
     }
 
     /// The state server's URL.
@@ -414,10 +329,36 @@ impl Harness {
     }
 
     /// Starts another worker named `id` whose NRP client is wrapped by `wrap` (e.g.
-    /// `clb_tests::nrp::Detached::wrap`).
+    /// `clb_tests::nrp::Detached::wrap`); with several gateways, the default gateway's client.
     pub fn spawn_worker_with(&mut self, id: &str, wrap: impl FnOnce(Arc<dyn Nrp>) -> Arc<dyn Nrp>) {
-        let nrp = wrap(WorkerProc::arm_client(&self.nrp_url()));
-        let w = WorkerProc::start(id, &self.url(), nrp, &self.options);
+        let targets = match &self.gateways_file {
+            None => NrpTargets::single(wrap(WorkerProc::arm_client(&self.nrp_url()))),
+            Some((path, file)) => {
+                let mut wrap = Some(wrap);
+                let mut targets = NrpTargets::empty();
+                for (gateway, mut arm) in worker_arm_configs(path, file) {
+                    arm.poll_interval = Duration::from_millis(5);
+                    let nrp: Arc<dyn Nrp> =
+                        Arc::new(ArmClient::new(arm, None).expect("valid ARM config"));
+                    let nrp = match wrap.take() {
+                        Some(w) => w(nrp),
+                        None => nrp,
+                    };
+                    let g = file.get(&gateway).expect("a gateway of the file");
+                    targets.insert(
+                        &gateway,
+                        GatewayTarget {
+                            nrp,
+                            resource_name: Some(g.resource_name().to_owned()),
+                            region: Some(g.azure.region.clone()),
+                            virtual_network_id: None,
+                        },
+                    );
+                }
+                targets
+            }
+        };
+        let w = WorkerProc::start(id, &self.url(), targets, &self.options);
         self.workers.push(w);
     }
 
@@ -462,8 +403,12 @@ impl Harness {
             s.await;
         }
         self.generation += 1;
-        let mut config = self.options.server.clone();
-        config.server_id = format!("state-server-{}", self.generation);
+        // The gateways file is read again, as a restarted binary does.
+        let config = server_config(
+            &self.options.server,
+            self.gateways_file.as_ref(),
+            self.generation,
+        );
         let new = ServerProc::start_with(config, self.options.serve_options()).await;
         let old = std::mem::replace(&mut self.server, new);
         old.stop(Duration::from_secs(5)).await;
@@ -567,17 +512,94 @@ impl Harness {
             w.kill().await;
         }
         self.server.stop(Duration::from_secs(5)).await;
-        let _ = self.nrp.shutdown().await;
+        for (_, nrp) in self.nrps {
+            let _ = nrp.shutdown().await;
+        }
+        if let Some((path, _)) = self.gateways_file {
+            let _ = std::fs::remove_file(path);
+        }
     }
+}
+
+/// The subscription of the harness's gateways.
+const SUBSCRIPTION: &str = "sub-e2e";
+
+fn rg_of(gateway: &str) -> String {
+    format!("rg-{gateway}")
+}
+
+fn region_of(i: usize) -> String {
+    format!("region{i}")
+}
+
+/// The server's configuration: `base`, its gateways from the gateways file at `file` through the
+/// state server's own flags (`--gateways-file`), and the id of generation `generation`.
+fn server_config(
+    base: &ServerConfig,
+    file: Option<&(PathBuf, Gateways)>,
+    generation: u32,
+) -> ServerConfig {
+    let mut config = base.clone();
+    if generation > 1 {
+        config.server_id = format!("state-server-{generation}");
+    }
+    if let Some((path, _)) = file {
+        let flag = format!("--gateways-file={}", path.display());
+        let mut args = <clb_state_server::config::Args as clap::Parser>::try_parse_from([
+            "clb-state-server",
+            "--listen=127.0.0.1:0",
+            flag.as_str(),
+        ])
+        .expect("the state server's flags");
+        args.validate().expect("valid flags");
+        args.load_gateways_file().expect("the gateways file");
+        config.gateways = args.to_server_config().gateways;
+    }
+    config
+}
+
+/// Each gateway's ARM configuration from the gateways file at `path`, through the worker's own
+/// flags (`--gateways-file`).
+fn worker_arm_configs(
+    path: &std::path::Path,
+    file: &Gateways,
+) -> Vec<(String, clb_nrp::azure::ArmConfig)> {
+    let flag = format!("--gateways-file={}", path.display());
+    let args = <clb_sync_worker::cli::Args as clap::Parser>::try_parse_from([
+        "clb-sync-worker",
+        "--credential=none",
+        flag.as_str(),
+    ])
+    .expect("the worker's flags");
+    let _ = file;
+    let read = args
+        .gateways_file()
+        .expect("the gateways file")
+        .expect("given");
+    args.gateway_arm_configs(&read).expect("valid gateways")
 }
 
 /// An emulator with the default gateway created (before `config` applies, as an operator
 /// creates it before installing clb: the costs and faults of `config` are the system's to meet).
 pub async fn start_emulator(config: EmulatorConfig) -> RunningEmulator {
+    start_emulator_at(config, "rg-e2e", GATEWAY, "eastus").await
+}
+
+/// An emulator with the service gateway `name` created in resource group `rg` of the harness's
+/// subscription, in `region` (then `config` applies).
+pub async fn start_emulator_at(
+    config: EmulatorConfig,
+    rg: &str,
+    name: &str,
+    region: &str,
+) -> RunningEmulator {
     let nrp = RunningEmulator::start(Emulator::new(EmulatorConfig::default()).expect("default"))
         .await
         .expect("emulator starts");
-    create_gateway(&nrp.base_url(), GATEWAY).await;
+    let mut arm = clb_nrp::azure::ArmConfig::new(SUBSCRIPTION, rg).with_endpoint(nrp.base_url());
+    arm.poll_interval = Duration::from_millis(5);
+    let client = ArmClient::new(arm, None).expect("valid ARM config");
+    put_gateway(&client, name, region).await;
     nrp.emulator()
         .set_config(config)
         .expect("valid emulator config");
@@ -588,146 +610,18 @@ pub async fn start_emulator(config: EmulatorConfig) -> RunningEmulator {
 /// provisions one in Azure, in the subscription and resource group of [`WorkerProc::arm_client`]: NRP
 /// (and the emulator by default) has a gateway only once it is PUT.
 pub async fn create_gateway(nrp_url: &str, name: &str) {
+    put_gateway(WorkerProc::arm_client(nrp_url).as_ref(), name, "eastus").await;
+}
+
+async fn put_gateway(nrp: &dyn Nrp, name: &str, region: &str) {
     let gateway = clb_nrp::wire::ServiceGateway {
-        location: Some("eastus".into()),
+        location: Some(region.into()),
         sku: Some(clb_nrp::wire::Sku::standard()),
         ..Default::default()
     };
-    WorkerProc::arm_client(nrp_url)
-        .put_service_gateway(name, &gateway, clb_nrp::CallOptions::with_timeout(PATIENCE))
+    nrp.put_service_gateway(name, &gateway, clb_nrp::CallOptions::with_timeout(PATIENCE))
         .await
         .unwrap_or_else(|e| panic!("creating service gateway {name}: {e}"));
-}
-
-/// Compares `emulator`'s state with `expected` (see [`Harness::compare`]).
-pub fn compare_nrp(emulator: &Emulator, expected: &Expected) -> Result<(), String> {
-    let dump = emulator.dump();
-    let empty = Default::default();
-    let gw = dump.gateway(GATEWAY).unwrap_or(&empty);
-    let mut errors = Vec::new();
-    let mut inbound = BTreeSet::new();
-    let mut outbound = BTreeSet::new();
-    for s in &gw.services {
-        if s.service_type.is_inbound() {
-            inbound.insert(s.name.clone());
-        }
-        if s.service_type.is_outbound() {
-            outbound.insert(s.name.clone());
-        }
-    }
-    set_diff(&mut errors, "inbound service", &expected.inbound, &inbound);
-    set_diff(
-        &mut errors,
-        "outbound service",
-        &expected.outbound,
-        &outbound,
-    );
-    // The readiness filter: an address refers only to services NRP has.
-    let nrp_services = gw.service_names();
-    let want: BTreeMap<(String, String), BTreeSet<String>> = expected
-        .addresses
-        .iter()
-        .map(|(k, v)| {
-            let ready: BTreeSet<String> = v.intersection(&nrp_services).cloned().collect();
-            (k.clone(), ready)
-        })
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-    let have = gw.address_map();
-    for (k, w) in &want {
-        match have.get(k) {
-            None => errors.push(format!("missing address {k:?} with {w:?}")),
-            Some(h) if h != w => errors.push(format!("address {k:?}: has {h:?}, want {w:?}")),
-            Some(_) => {}
-        }
-    }
-    for (k, h) in &have {
-        if !want.contains_key(k) {
-            errors.push(format!("extra address {k:?} with {h:?}"));
-        }
-    }
-    for l in &gw.address_locations {
-        if l.addresses.is_empty() {
-            errors.push(format!("empty location {}", l.address_location));
-        }
-    }
-    let lbs: BTreeSet<String> = dump
-        .load_balancers
-        .iter()
-        .filter_map(|r| r.name.clone())
-        .collect();
-    let want_lbs = expected
-        .inbound
-        .iter()
-        .map(|s| load_balancer_name(s))
-        .collect();
-    set_diff(&mut errors, "load balancer", &want_lbs, &lbs);
-    // The rules of each load balancer whose rules are expected: frontend port → the pods' port.
-    for (service, want) in &expected.rules {
-        let name = load_balancer_name(service);
-        let Some(lb) = dump
-            .load_balancers
-            .iter()
-            .find(|lb| lb.name.as_deref() == Some(name.as_str()))
-        else {
-            continue; // reported missing above, if it is expected
-        };
-        let have: BTreeSet<crate::cluster::Rule> = lb
-            .properties
-            .load_balancing_rules
-            .iter()
-            .map(|r| {
-                let protocol = match r.properties.protocol {
-                    Some(clb_nrp::wire::TransportProtocol::Udp) => "udp",
-                    Some(clb_nrp::wire::TransportProtocol::Tcp) => "tcp",
-                    _ => "other",
-                };
-                (
-                    protocol.to_owned(),
-                    r.properties.frontend_port,
-                    r.properties.backend_port,
-                )
-            })
-            .collect();
-        if &have != want {
-            errors.push(format!(
-                "load balancer {name}: rules (protocol, frontend port, backend port) {have:?}, want {want:?}"
-            ));
-        }
-    }
-    let nats: BTreeSet<String> = dump
-        .nat_gateways
-        .iter()
-        .filter_map(|r| r.name.clone())
-        .collect();
-    let want_nats = expected
-        .outbound
-        .iter()
-        .map(|s| nat_gateway_name(s))
-        .collect();
-    set_diff(&mut errors, "NAT gateway", &want_nats, &nats);
-    let pips: BTreeSet<String> = dump
-        .public_ip_addresses
-        .iter()
-        .filter_map(|r| r.name.clone())
-        .collect();
-    let want_pips = expected
-        .services()
-        .iter()
-        .map(|s| public_ip_name(s))
-        .collect();
-    set_diff(&mut errors, "public IP", &want_pips, &pips);
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let mut msg = format!(
-        "NRP differs from the desired state in {} ways (first 30):\n",
-        errors.len()
-    );
-    for e in errors.iter().take(30) {
-        let _ = writeln!(msg, "  {e}");
-    }
-    Err(msg)
 }
 
 /// [`Harness::wait_idle`] (`nrp_too`) or [`Harness::wait_server_idle`] against the server behind
@@ -738,22 +632,33 @@ pub async fn wait_quiet_at(
     timeout: Duration,
     nrp_too: bool,
 ) -> Result<(), String> {
+    wait_quiet_gateway(admin, emulator, "", timeout, nrp_too).await
+}
+
+/// [`wait_quiet_at`] for `gateway` (empty: the default), whose NRP is `emulator`.
+pub async fn wait_quiet_gateway(
+    admin: &Admin,
+    emulator: &Emulator,
+    gateway: &str,
+    timeout: Duration,
+    nrp_too: bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     loop {
-        let g = gateway_status_at(admin).await;
+        let g = gateway_status_named(admin, gateway).await;
         let gates_open = g.init.as_ref().is_some_and(|i| i.removals_allowed);
         if gates_open && g.units_in_flight == 0 && g.dirty_locations == 0 {
-            let d = pending_diff_at(admin).await;
+            let d = pending_diff_named(admin, gateway).await;
             let nrp_idle = !nrp_too || emulator.stats().in_flight_mutations == 0;
             if d.services.is_empty() && d.locations.is_empty() && nrp_idle {
-                let again = gateway_status_at(admin).await;
+                let again = gateway_status_named(admin, gateway).await;
                 if again.revision == g.revision && again.units_in_flight == 0 {
                     return Ok(());
                 }
             }
         }
         if Instant::now() >= deadline {
-            let d = pending_diff_at(admin).await;
+            let d = pending_diff_named(admin, gateway).await;
             return Err(format!(
                 "not idle after {timeout:?}\nstatus: {g:#?}\npending diff: {} services, {} \
                  locations (first: {:?})",
@@ -768,41 +673,41 @@ pub async fn wait_quiet_at(
 
 /// The default gateway's status from the server behind `admin`.
 pub async fn gateway_status_at(admin: &Admin) -> GatewayStatus {
-    admin
+    gateway_status_named(admin, "").await
+}
+
+/// The status of `gateway` (empty: the default, the first) from the server behind `admin`.
+pub async fn gateway_status_named(admin: &Admin, gateway: &str) -> GatewayStatus {
+    let all = admin
         .clone()
         .status(StatusRequest {})
         .await
         .expect("status")
         .into_inner()
-        .gateways
-        .into_iter()
-        .next()
-        .expect("a gateway")
+        .gateways;
+    let found = if gateway.is_empty() {
+        all.into_iter().next()
+    } else {
+        all.into_iter()
+            .find(|g| g.name.eq_ignore_ascii_case(gateway))
+    };
+    found.unwrap_or_else(|| panic!("no gateway {gateway:?} in the server's status"))
 }
 
 /// `Admin.PendingDiff` of the default gateway from the server behind `admin`.
 pub async fn pending_diff_at(admin: &Admin) -> PendingDiffResponse {
+    pending_diff_named(admin, "").await
+}
+
+/// `Admin.PendingDiff` of `gateway` (empty: the default) from the server behind `admin`.
+pub async fn pending_diff_named(admin: &Admin, gateway: &str) -> PendingDiffResponse {
     admin
         .clone()
         .pending_diff(DiffQuery {
-            gateway: String::new(),
+            gateway: gateway.to_owned(),
             limit: 0,
         })
         .await
         .expect("pending diff")
         .into_inner()
-}
-
-fn set_diff(
-    errors: &mut Vec<String>,
-    what: &str,
-    want: &BTreeSet<String>,
-    have: &BTreeSet<String>,
-) {
-    for m in want.difference(have) {
-        errors.push(format!("missing {what} {m}"));
-    }
-    for x in have.difference(want) {
-        errors.push(format!("extra {what} {x}"));
-    }
 }

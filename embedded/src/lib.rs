@@ -5,7 +5,9 @@
 //! The harness is a driver for demos and tests: it panics when a part of the system cannot start.
 
 pub mod cluster;
+pub mod compare;
 pub mod harness;
+pub mod procs;
 
 pub use cluster::{Cluster, ClusterSpec, Expected, Pod, PodWriters, SplitBatch};
 pub use harness::{
