@@ -12,7 +12,7 @@ pub mod procs;
 pub use cluster::{Cluster, ClusterSpec, Expected, Pod, PodWriters, SplitBatch};
 pub use harness::{
     GATEWAY, Harness, Options, PATIENCE, ServerProc, StalledWorker, WATCHER, WorkerProc,
-    create_gateway,
+    compare_gateway, create_gateway,
 };
 
 use clb_client::client::{ApplyOutcome, ResyncOutcome, Writer, scope};

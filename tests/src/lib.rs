@@ -26,6 +26,7 @@ pub mod kube_objects;
 pub mod metrics_check;
 pub mod nrp;
 pub mod recorder;
+pub mod regions;
 
 pub mod fake_kube;
 
