@@ -46,7 +46,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc, watch};
 
 use clb_client::client::{ClientError, ConnectOptions};
-use clb_gateways::Gateways;
+pub use clb_gateways::Gateways;
 pub use metrics::WatcherMetrics;
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};

@@ -1,0 +1,375 @@
+//! The watcher with several gateways (`--gateways-file`) against the scripted fake Kubernetes API
+//! (`clb_tests::fake_kube`) and a real state server driving two gateways, `a` (node pool `pool-a`)
+//! and `b` (`pool-b`). Each gateway's desired state is read through the Admin API (`GetService`,
+//! `GetLocation` per gateway); no NRP runs, so nothing here becomes actual.
+//!
+//! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clb_client::client::Client;
+use clb_state_server::state::ServerConfig;
+use clb_tests::fake_kube::FakeApi;
+use clb_tests::kube_objects::{
+    RunningWatcher, endpoint as ep, eventually, pod, service as svc, slice, test_config,
+};
+use clb_tests::{ServerProc, init_tracing};
+use clb_watcher::Gateways;
+use clb_watcher::routing::{GATEWAYS_ANNOTATION, NODEPOOL_SELECTOR_ANNOTATION};
+use clb_watcher::{Mode, WatcherConfig};
+use serde_json::{Value, json};
+
+const WEB: &str = "5a0c0d4e-0000-4000-8000-00000000000a";
+const BOTH: &str = "5a0c0d4e-0000-4000-8000-00000000000b";
+
+const GATEWAYS: &str = r#"
+gateways:
+  - name: a
+    labels: {region: east, tier: edge}
+    nodes: {pool: pool-a}
+    azure: {subscription: s, resourceGroup: rg-a, region: eastus}
+  - name: b
+    labels: {region: west, tier: edge}
+    nodes: {pool: pool-b}
+    azure: {subscription: s, resourceGroup: rg-b, region: westus}
+"#;
+
+/// A Node in node pool `pool` with one InternalIP.
+fn node(name: &str, pool: &str, ip: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "uid": format!("uid-{name}"),
+                     "labels": {"apps.openyurt.io/nodepool": pool}},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
+    })
+}
+
+/// `web` (no annotation: the default gateway `a`) and `both` (pools selected by labels: `a`
+/// and `b`), each with an endpoint on each node; an egress pod on each node.
+fn seed(fake: &FakeApi) {
+    fake.put("nodes", node("n-a", "pool-a", "10.0.0.1"));
+    fake.put("nodes", node("n-b", "pool-b", "10.0.0.2"));
+    fake.put(
+        "services",
+        svc(
+            "web",
+            WEB,
+            json!({"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}),
+        ),
+    );
+    let mut both = svc(
+        "both",
+        BOTH,
+        json!({"type": "LoadBalancer", "ports": [{"port": 443, "protocol": "TCP"}]}),
+    );
+    both["metadata"]["annotations"] = json!({NODEPOOL_SELECTOR_ANNOTATION: "tier=edge"});
+    fake.put("services", both);
+    fake.put(
+        "endpointslices",
+        slice(
+            "web-1",
+            "web",
+            "IPv4",
+            vec![ep("10.1.0.1", "n-a", true), ep("10.1.0.2", "n-b", true)],
+        ),
+    );
+    fake.put(
+        "endpointslices",
+        slice(
+            "both-1",
+            "both",
+            "IPv4",
+            vec![ep("10.2.0.1", "n-a", true), ep("10.2.0.2", "n-b", true)],
+        ),
+    );
+    fake.put("pods", pod("p1", "n-a", &["10.1.0.5"], Some("eg1")));
+    fake.put("pods", pod("p2", "n-b", &["10.1.0.6"], Some("eg1")));
+}
+
+struct Setup {
+    fake: FakeApi,
+    server: ServerProc,
+    client: Client,
+}
+
+async fn setup() -> Setup {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let server = ServerProc::start(ServerConfig {
+        gateways: vec!["a".into(), "b".into()],
+        ..ServerConfig::default()
+    })
+    .await;
+    let client = Client::connect(clb_client::client::ConnectOptions::new(&server.url()))
+        .await
+        .expect("connect");
+    Setup {
+        fake,
+        server,
+        client,
+    }
+}
+
+fn config(s: &Setup, bound: Duration) -> WatcherConfig {
+    let mut c = test_config(&s.server.url(), Mode::Cluster { pods: true });
+    c.gateways = Some(Arc::new(Gateways::parse(GATEWAYS).expect("gateways file")));
+    c.move_bound = bound;
+    c
+}
+
+/// `address=services` desired at `location` in `gateway`, sorted.
+async fn desired_at(client: &Client, gateway: &str, location: &str) -> Vec<String> {
+    match client.with_gateway(gateway).location(location).await {
+        Ok(l) => l
+            .addresses
+            .iter()
+            .filter(|a| a.desired)
+            .map(|a| format!("{}={}", a.address, a.desired_services.join(",")))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        Err(e)
+            if e.status()
+                .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+        {
+            Vec::new()
+        }
+        Err(e) => panic!("GetLocation {gateway}/{location}: {e}"),
+    }
+}
+
+/// Whether `gateway` desires inbound service `uid`.
+async fn has_service(client: &Client, gateway: &str, uid: &str) -> bool {
+    match client.with_gateway(gateway).service(uid).await {
+        Ok(s) => s.desired,
+        Err(e)
+            if e.status()
+                .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+        {
+            false
+        }
+        Err(e) => panic!("GetService {gateway}/{uid}: {e}"),
+    }
+}
+
+/// Waits until `location` in `gateway` desires exactly `want`.
+async fn wait_at(client: &Client, gateway: &str, location: &str, want: &[&str]) {
+    let want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    eventually(&format!("{gateway}/{location} desires {want:?}"), || {
+        let want = want.clone();
+        async move {
+            let got = desired_at(client, gateway, location).await;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        }
+    })
+    .await;
+}
+
+async fn wait_service(client: &Client, gateway: &str, uid: &str, want: bool) {
+    eventually(
+        &format!("{gateway} desires service {uid}: {want}"),
+        || async move {
+            if has_service(client, gateway, uid).await == want {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            }
+        },
+    )
+    .await;
+}
+
+/// The routing of the seed: each endpoint and pod at its node's gateway, each Service where its
+/// annotations select it.
+async fn wait_seed(c: &Client) {
+    wait_service(c, "a", WEB, true).await;
+    wait_service(c, "a", BOTH, true).await;
+    wait_service(c, "b", BOTH, true).await;
+    wait_at(
+        c,
+        "a",
+        "10.0.0.1",
+        &[
+            &format!("10.1.0.1={WEB}"),
+            "10.1.0.5=eg1",
+            &format!("10.2.0.1={BOTH}"),
+        ],
+    )
+    .await;
+    // `web` is not exposed in `b`: its endpoint on n-b goes nowhere.
+    wait_at(
+        c,
+        "b",
+        "10.0.0.2",
+        &["10.1.0.6=eg1", &format!("10.2.0.2={BOTH}")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn endpoints_and_pods_go_to_their_nodes_gateway_and_services_where_selected() {
+    let s = setup().await;
+    let w = RunningWatcher::start(
+        config(&s, Duration::from_secs(3600)),
+        s.fake.watcher_clients(),
+    );
+    let c = &s.client;
+    wait_seed(c).await;
+    assert!(
+        !has_service(c, "b", WEB).await,
+        "web is in the default gateway only"
+    );
+    assert_eq!(desired_at(c, "a", "10.0.0.2").await, Vec::<String>::new());
+    assert_eq!(desired_at(c, "b", "10.0.0.1").await, Vec::<String>::new());
+
+    // Deselecting `a` removes `both` (and its endpoints) from `a` only.
+    let mut both = s.fake.get("services", "default", "both").expect("both");
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "b"});
+    s.fake.put("services", both);
+    wait_service(c, "a", BOTH, false).await;
+    wait_at(
+        c,
+        "a",
+        "10.0.0.1",
+        &[&format!("10.1.0.1={WEB}"), "10.1.0.5=eg1"],
+    )
+    .await;
+    assert!(has_service(c, "b", BOTH).await);
+    assert_eq!(
+        desired_at(c, "b", "10.0.0.2").await,
+        vec!["10.1.0.6=eg1".to_owned(), format!("10.2.0.2={BOTH}")]
+    );
+
+    // Selecting `a` again (by name, with `web`'s default gateway untouched) brings it back.
+    let mut both = s.fake.get("services", "default", "both").expect("both");
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "a, b"});
+    s.fake.put("services", both);
+    wait_service(c, "a", BOTH, true).await;
+    wait_at(
+        c,
+        "a",
+        "10.0.0.1",
+        &[
+            &format!("10.1.0.1={WEB}"),
+            "10.1.0.5=eg1",
+            &format!("10.2.0.1={BOTH}"),
+        ],
+    )
+    .await;
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_selection_changes_nothing_and_is_a_warning_event() {
+    let s = setup().await;
+    let w = RunningWatcher::start(
+        config(&s, Duration::from_secs(3600)),
+        s.fake.watcher_clients(),
+    );
+    let c = &s.client;
+    wait_seed(c).await;
+    let mut both = s.fake.get("services", "default", "both").expect("both");
+    both["metadata"]["annotations"] = json!({NODEPOOL_SELECTOR_ANNOTATION: "tier in (edge)"});
+    s.fake.put("services", both);
+    let note = eventually("a Warning Event on both", || async {
+        s.fake
+            .events()
+            .into_iter()
+            .find(|e| e["reason"] == "InvalidGatewaySelection")
+            .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+            .ok_or_else(|| format!("{:?}", s.fake.events()))
+    })
+    .await;
+    assert!(
+        note.contains(NODEPOOL_SELECTOR_ANNOTATION)
+            && note.contains("\"tier in (edge)\"")
+            && note.contains("equality form"),
+        "{note}"
+    );
+    // Still in both gateways, with the same endpoints.
+    assert!(has_service(c, "a", BOTH).await);
+    assert!(has_service(c, "b", BOTH).await);
+    assert_eq!(
+        desired_at(c, "b", "10.0.0.2").await,
+        vec!["10.1.0.6=eg1".to_owned(), format!("10.2.0.2={BOTH}")]
+    );
+    // An unknown gateway name is refused as well.
+    let mut both = s.fake.get("services", "default", "both").expect("both");
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "a,nowhere"});
+    s.fake.put("services", both);
+    // kube's recorder folds Events of one reason on one object into a series.
+    eventually("a second Warning Event", || async {
+        let n = s
+            .fake
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "InvalidGatewaySelection")
+            .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+            .sum::<u64>();
+        if n >= 2 { Ok(()) } else { Err(format!("{:?}", s.fake.events())) }
+    })
+    .await;
+    assert!(has_service(c, "b", BOTH).await, "refused: nothing changed");
+    w.stop().await;
+}
+
+/// A node moved from pool-b to pool-a: its pod and endpoints appear in `a`; with no NRP nothing
+/// becomes actual, so `b` keeps them for as long as the bound (here: an hour).
+#[tokio::test]
+async fn a_moved_node_stays_at_its_old_gateway_until_the_new_one_has_it() {
+    let s = setup().await;
+    let w = RunningWatcher::start(
+        config(&s, Duration::from_secs(3600)),
+        s.fake.watcher_clients(),
+    );
+    let c = &s.client;
+    wait_seed(c).await;
+    s.fake.put("nodes", node("n-b", "pool-a", "10.0.0.2"));
+    wait_at(
+        c,
+        "a",
+        "10.0.0.2",
+        &[
+            &format!("10.1.0.2={WEB}"),
+            "10.1.0.6=eg1",
+            &format!("10.2.0.2={BOTH}"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        desired_at(c, "b", "10.0.0.2").await,
+        vec!["10.1.0.6=eg1".to_owned(), format!("10.2.0.2={BOTH}")],
+        "the old gateway keeps the node until the new one has programmed it"
+    );
+    w.stop().await;
+}
+
+/// The same move with a zero bound: the old gateway lets the node go.
+#[tokio::test]
+async fn a_moved_node_leaves_its_old_gateway_after_the_bound() {
+    let s = setup().await;
+    let w = RunningWatcher::start(config(&s, Duration::ZERO), s.fake.watcher_clients());
+    let c = &s.client;
+    wait_seed(c).await;
+    s.fake.put("nodes", node("n-b", "pool-a", "10.0.0.2"));
+    wait_at(
+        c,
+        "a",
+        "10.0.0.2",
+        &[
+            &format!("10.1.0.2={WEB}"),
+            "10.1.0.6=eg1",
+            &format!("10.2.0.2={BOTH}"),
+        ],
+    )
+    .await;
+    wait_at(c, "b", "10.0.0.2", &[]).await;
+    w.stop().await;
+}
