@@ -338,6 +338,8 @@ impl Harness {
                 let mut targets = NrpTargets::empty();
                 for (gateway, mut arm) in worker_arm_configs(path, file) {
                     arm.poll_interval = Duration::from_millis(5);
+                    // A call that hangs ends at its unit's lease, not at a shorter client timeout.
+                    arm.request_timeout = Duration::from_secs(600);
                     let nrp: Arc<dyn Nrp> =
                         Arc::new(ArmClient::new(arm, None).expect("valid ARM config"));
                     let nrp = match wrap.take() {

@@ -285,6 +285,48 @@ async fn a_failing_region_does_not_hold_up_the_other_and_catches_up_once_healed(
     r.h.shutdown().await;
 }
 
+/// Every call of west hangs (far longer than the test waits), reads too; one worker with two
+/// slots, and leases longer than the test: west's units hold their slots for good. East keeps a
+/// slot of the worker and converges all the same (a worker's slots are shared fairly between the
+/// gateways it serves); then west heals and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_region_does_not_take_every_slot_of_a_worker() {
+    let mut options = Options::e2e();
+    options.workers = 1;
+    options.worker_capacity = 2;
+    options.server.dispatch.lease = PATIENCE * 10;
+    let r = Regions::start(
+        "a_hanging_region_does_not_take_every_slot_of_a_worker",
+        options,
+    )
+    .await;
+    let west = r.h.emulator_of(WEST);
+    west.set_config(EmulatorConfig {
+        fault_rate_timeout: 1.0,
+        timeout_hold_ms: 10 * PATIENCE.as_millis() as u64,
+        faults_on_reads: true,
+        ..Options::e2e().emulator
+    })
+    .expect("valid config");
+    let mut writers = r.writers().await;
+    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
+        r.resync(w, g).await;
+    }
+    r.converge(EAST).await;
+    let status = r.h.gateway_status_of(WEST).await;
+    assert!(
+        status.units_in_flight > 0,
+        "seed {}: west holds no unit: {status:?}",
+        r.seed
+    );
+    assert!(
+        clb_embedded::compare_gateway(west, WEST, &r.expected(WEST)).is_err(),
+        "seed {}: west converged while every call hangs",
+        r.seed
+    );
+    r.h.shutdown().await;
+}
+
 fn set_latency(h: &Harness, gateway: &str, ms: u64) {
     let mut c = h.emulator_of(gateway).config();
     c.latency_ms = ms;

@@ -142,9 +142,10 @@ struct Session {
     tx: mpsc::Sender<Result<v1::ServerMessage, Status>>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     next_gateway: usize,
-    /// Units sent and not yet answered, with their `work_unit` spans. A unit whose lease expired
-    /// still occupies the worker until it answers: a hung worker is not handed more work.
-    outstanding: HashMap<u64, Span>,
+    /// Units sent and not yet answered, with their `work_unit` spans and the index of their gateway
+    /// in `gateways`. A unit whose lease expired still occupies the worker until it answers: a hung
+    /// worker is not handed more work.
+    outstanding: HashMap<u64, (Span, usize)>,
 }
 
 impl Session {
@@ -195,7 +196,7 @@ impl Session {
         }
         self.state.set_worker(self.session, None);
         self.state.notify_work();
-        for (_, span) in self.outstanding.drain() {
+        for (_, (span, _)) in self.outstanding.drain() {
             span.record("outcome", "released");
         }
         info!(released, "worker disconnected");
@@ -205,7 +206,7 @@ impl Session {
     async fn fill(&mut self) -> Result<(), ()> {
         let mut leased = false;
         while self.outstanding.len() < self.capacity {
-            let Some((mut unit, links)) = self.cut() else {
+            let Some((mut unit, links, gateway)) = self.cut() else {
                 break;
             };
             debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
@@ -213,7 +214,7 @@ impl Session {
             let span = unit_span(&unit);
             clb_telemetry::add_links(&span, links);
             unit.trace_context = clb_telemetry::inject_map(&span.context());
-            self.outstanding.insert(unit.work_id, span);
+            self.outstanding.insert(unit.work_id, (span, gateway));
             let msg = v1::ServerMessage {
                 kind: Some(v1::server_message::Kind::Unit(unit)),
             };
@@ -226,11 +227,35 @@ impl Session {
         Ok(())
     }
 
-    /// Cuts one unit from the next gateway (round robin) that has work.
-    /// Also returns the links to the writer spans whose changes the unit carries.
-    fn cut(&mut self) -> Option<(v1::WorkUnit, Vec<clb_telemetry::SpanLink>)> {
+    /// Whether the worker's next slot may go to the gateway at `index`: a gateway holds at most its
+    /// share of the worker's capacity (capacity / gateways, at least 1) unless more slots are free
+    /// than other gateways without any unit on this worker. So a region that hangs (its units held
+    /// until their leases end) never takes every slot: each other gateway keeps one.
+    fn may_take(&self, index: usize) -> bool {
+        let n = self.gateways.len();
+        if n <= 1 {
+            return true;
+        }
+        let mut held = vec![0usize; n];
+        for (_, g) in self.outstanding.values() {
+            held[*g] += 1;
+        }
+        let share = (self.capacity / n).max(1);
+        let free = self.capacity.saturating_sub(self.outstanding.len());
+        let others_without = (0..n).filter(|&i| i != index && held[i] == 0).count();
+        held[index] < share || free > others_without
+    }
+
+    /// Cuts one unit from the next gateway (round robin) that has work and may take a slot
+    /// ([`Session::may_take`]). Also returns the links to the writer spans whose changes the unit
+    /// carries, and the gateway's index.
+    fn cut(&mut self) -> Option<(v1::WorkUnit, Vec<clb_telemetry::SpanLink>, usize)> {
         for i in 0..self.gateways.len() {
-            let g = &self.gateways[(self.next_gateway + i) % self.gateways.len()];
+            let index = (self.next_gateway + i) % self.gateways.len();
+            if !self.may_take(index) {
+                continue;
+            }
+            let g = &self.gateways[index];
             let mut gw = g.lock();
             // Checked under the gateway lock: a replica that stepped down cuts nothing more.
             if !self.state.is_leader() {
@@ -244,7 +269,7 @@ impl Session {
             {
                 self.next_gateway = (self.next_gateway + i + 1) % self.gateways.len();
                 let links = gw.trace_links.take(&unit.work);
-                return Some((unit_to_proto(gw, unit), links));
+                return Some((unit_to_proto(gw, unit), links, index));
             }
         }
         None
@@ -268,7 +293,7 @@ impl Session {
             info.expiries_since_report = 0;
         });
         let partial = matches!(&report.outcome, Some(v1::report::Outcome::Observed(o)) if !o.last);
-        if !partial && let Some(span) = self.outstanding.remove(&work_id) {
+        if !partial && let Some((span, _)) = self.outstanding.remove(&work_id) {
             span.record("outcome", report_outcome(&report));
         }
         let frontends = frontends_from_proto(&report);
