@@ -29,6 +29,12 @@ pub struct Args {
     /// has programmed its addresses, or after this many milliseconds.
     #[arg(long, env = "CLB_NODE_MOVE_BOUND_MS", default_value_t = 30_000)]
     pub node_move_bound_ms: u64,
+    /// With `--gateways-file` (cluster mode, write-back on): create one OpenYurt PoolService
+    /// (`network.openyurt.io/v1alpha1`) per Service and selected pool, program PoolServices of our
+    /// class that others created at their pool's gateway, and write every one's status. Needs the
+    /// PoolService CRD (deploy/components/poolservice).
+    #[arg(long, env = "CLB_POOL_SERVICES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub pool_services: bool,
     /// Run as the node agent of this node: report only the egress pods on it (source
     /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
     #[arg(long, env = "CLB_NODE")]
@@ -128,6 +134,10 @@ impl Args {
         let mut c = WatcherConfig::new(server, mode);
         c.gateways = gateways;
         c.move_bound = Duration::from_millis(self.node_move_bound_ms);
+        if self.pool_services && c.gateways.is_none() {
+            anyhow::bail!("--pool-services = true needs --gateways-file: PoolServices name node pools");
+        }
+        c.pool_services = self.pool_services;
         c.class = self.class.clone();
         c.claim_unclassed = self.claim_unclassed;
         c.write_back = self.write_back;

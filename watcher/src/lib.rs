@@ -22,10 +22,12 @@ pub mod backoff;
 pub mod cli;
 pub mod decode;
 pub mod metrics;
+pub mod poolservice;
 pub mod routing;
 pub mod translate;
 
 mod moves;
+mod pools;
 mod relist;
 mod sender;
 mod writeback;
@@ -51,6 +53,7 @@ pub use metrics::WatcherMetrics;
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
+use poolservice::PoolService;
 
 /// Source name of the cluster-wide watcher.
 pub const WATCHER_SOURCE: &str = "watcher";
@@ -125,6 +128,9 @@ pub struct WatcherConfig {
     /// A node moved to another gateway leaves the old one once the new one has programmed its
     /// addresses, or after this long.
     pub move_bound: Duration,
+    /// With `gateways`, cluster mode and write-back: create one PoolService per (Service, selected
+    /// gateway), program PoolServices of our class that others created, and write their status.
+    pub pool_services: bool,
 }
 
 impl WatcherConfig {
@@ -150,6 +156,7 @@ impl WatcherConfig {
             metrics: Arc::new(WatcherMetrics::new()),
             gateways: None,
             move_bound: Duration::from_secs(30),
+            pool_services: false,
         }
     }
 
@@ -195,6 +202,11 @@ impl WatcherConfig {
 
     fn writes_back(&self) -> bool {
         self.write_back && matches!(self.mode, Mode::Cluster { .. })
+    }
+
+    /// Whether PoolServices are watched and written.
+    pub(crate) fn pool_services_on(&self) -> bool {
+        self.pool_services && self.gateways.is_some() && self.writes_back()
     }
 
     /// The translator's configuration for this mode.
@@ -399,6 +411,21 @@ pub async fn run(
     };
 
     let streams = streams(&kube.watch, &config, &kinds);
+    let pool_stream: BoxStream<'static, PoolEvent> = if config.pool_services_on() {
+        let api: Api<DynamicObject> =
+            Api::all_with(kube.watch.clone(), &ApiResource::erase::<PoolService>(&()));
+        relist::paced(
+            watcher::watcher(api, watcher::Config::default()),
+            relist::connection_backoff(config.watch_backoff_max),
+        )
+        .boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
+    let streams = futures::stream::select(
+        streams.map(|(k, e)| Item::Obj(k, e)),
+        pool_stream.map(Item::Pool),
+    );
     let mut kube_side = std::pin::pin!(kube_side(
         streams,
         lanes,
@@ -448,6 +475,13 @@ fn min_of(mut rxs: Vec<watch::Receiver<u64>>) -> watch::Receiver<u64> {
 }
 
 type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
+type PoolEvent = Result<Event<DynamicObject>, watcher::Error>;
+
+/// An event of one of the merged watch streams.
+enum Item {
+    Obj(Kind, Result<Event<DynamicObject>, watcher::Error>),
+    Pool(PoolEvent),
+}
 
 /// One watch stream per kind, merged. Failed connections are retried with
 /// [`relist::connection_backoff`]; an expired watch (410 Gone) relists at once ([`relist::paced`]).
@@ -507,7 +541,7 @@ enum Typed {
 
 /// Feeds watch events into the lanes' translators until the streams end (they do not).
 async fn kube_side(
-    mut streams: futures::stream::SelectAll<BoxStream<'static, KindEvent>>,
+    mut streams: impl futures::Stream<Item = Item> + Unpin,
     lanes: Vec<Lane>,
     wb: Option<mpsc::UnboundedSender<writeback::Msg>>,
     kinds: Vec<Kind>,
@@ -520,7 +554,15 @@ async fn kube_side(
     }
     let mut moves = moves::Moves::new(&lanes, config.move_bound);
     let mut seq = 0u64;
-    while let Some((kind, event)) = streams.next().await {
+    let mut pools = pools::PoolSide::new(&config);
+    while let Some(item) = streams.next().await {
+        let (kind, event) = match item {
+            Item::Obj(kind, event) => (kind, event),
+            Item::Pool(event) => {
+                pools.event(event, &lanes, wb.as_ref());
+                continue;
+            }
+        };
         let event = match event {
             Ok(e) => e,
             Err(e) => {
@@ -573,6 +615,9 @@ async fn kube_side(
                     if let Some(Typed::Node(node)) = &t {
                         moves.node_seen(&key.name, node, seq);
                     }
+                    if let Some(Typed::Service(svc)) = &t {
+                        pools.service_seen(&key, svc);
+                    }
                     typed = Some((key, t));
                 }
             }
@@ -585,6 +630,9 @@ async fn kube_side(
                     }
                     if kind == Kind::Node {
                         moves.node_gone(&key.name);
+                    }
+                    if kind == Kind::Service {
+                        pools.service_gone(&key);
                     }
                     deleted = Some(key);
                 }

@@ -1,0 +1,196 @@
+//! The kube side of PoolServices (`--pool-services`): the PoolService stream feeds the write-back
+//! (which creates, deletes and writes the status of PoolServices) and, for PoolServices of our
+//! class that someone else created (OpenYurt's first layer), exposes their Service at their pool's
+//! gateway in the lanes' translators (the second layer).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use clb_gateways::Gateways;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+
+use crate::poolservice::{PoolService, PoolServiceFacts};
+use crate::translate::ObjKey;
+use crate::{Lane, WatcherConfig, lock, writeback};
+
+/// What the kube side keeps for PoolServices.
+pub(crate) struct PoolSide {
+    on: bool,
+    class: String,
+    gateways: Option<Arc<Gateways>>,
+    /// Our Services as last seen (to apply again when a PoolService exposes one elsewhere).
+    services: HashMap<ObjKey, Service>,
+    /// Someone else's PoolServices of our class: PoolService → (its Service, its gateway).
+    foreign: HashMap<ObjKey, (ObjKey, String)>,
+    /// Every PoolService of our class known.
+    known: HashSet<ObjKey>,
+    /// During a relist: the PoolServices listed so far.
+    relist: Option<HashSet<ObjKey>>,
+}
+
+impl PoolSide {
+    pub(crate) fn new(config: &WatcherConfig) -> Self {
+        Self {
+            on: config.pool_services_on(),
+            class: config.class.clone(),
+            gateways: config.gateways.clone(),
+            services: HashMap::new(),
+            foreign: HashMap::new(),
+            known: HashSet::new(),
+            relist: None,
+        }
+    }
+
+    pub(crate) fn service_seen(&mut self, key: &ObjKey, svc: &Service) {
+        if self.on {
+            self.services.insert(key.clone(), svc.clone());
+        }
+    }
+
+    pub(crate) fn service_gone(&mut self, key: &ObjKey) {
+        self.services.remove(key);
+    }
+
+    pub(crate) fn event(
+        &mut self,
+        event: Result<Event<DynamicObject>, watcher::Error>,
+        lanes: &[Lane],
+        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
+    ) {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "PoolService watch failed (is the PoolService CRD installed?); retrying with backoff");
+                return;
+            }
+        };
+        let mut affected = BTreeSet::new();
+        match event {
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(obj) | Event::Apply(obj) => {
+                let Some(key) = ObjKey::of(crate::translate::Kind::Service, &obj.metadata) else {
+                    return;
+                };
+                if let Some(seen) = &mut self.relist {
+                    seen.insert(key.clone());
+                }
+                let facts = match obj.try_parse::<PoolService>() {
+                    Ok(ps) => PoolServiceFacts::of(&ps, &self.class),
+                    Err(e) => {
+                        tracing::warn!(poolservice = %key, error = %e, "PoolService skipped: it does not decode");
+                        return;
+                    }
+                };
+                affected.extend(self.forget(&key, wb));
+                if let Some(f) = facts {
+                    affected.extend(self.learn(f, wb));
+                }
+            }
+            Event::Delete(obj) => {
+                if let Some(key) = ObjKey::of(crate::translate::Kind::Service, &obj.metadata) {
+                    affected.extend(self.forget(&key, wb));
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.relist.take() {
+                    let gone: Vec<ObjKey> = self
+                        .known
+                        .iter()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        affected.extend(self.forget(&k, wb));
+                    }
+                }
+            }
+        }
+        for svc in affected {
+            self.expose(&svc, lanes, wb);
+        }
+    }
+
+    /// Drops PoolService `key`; returns the Service it exposed elsewhere, if any.
+    fn forget(
+        &mut self,
+        key: &ObjKey,
+        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
+    ) -> Option<ObjKey> {
+        if self.known.remove(key)
+            && let Some(wb) = wb
+        {
+            let _ = wb.send(writeback::Msg::PoolGone(key.clone()));
+        }
+        self.foreign.remove(key).map(|(s, _)| s)
+    }
+
+    fn learn(
+        &mut self,
+        f: PoolServiceFacts,
+        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
+    ) -> Option<ObjKey> {
+        self.known.insert(f.key.clone());
+        let mut affected = None;
+        if f.owner_uid.is_none() {
+            let gateway = f
+                .pool
+                .as_deref()
+                .and_then(|p| self.gateways.as_ref().and_then(|g| g.by_pool(p)))
+                .map(|g| g.name.clone());
+            match (&f.service, gateway) {
+                (Some(svc), Some(g)) => {
+                    self.foreign.insert(f.key.clone(), (svc.clone(), g));
+                    affected = Some(svc.clone());
+                }
+                (None, _) => tracing::warn!(
+                    poolservice = %f.key,
+                    "PoolService of our class skipped: metadata.labels[\"{}\"] names no Service",
+                    crate::poolservice::LABEL_SERVICE_NAME
+                ),
+                (Some(_), None) => tracing::warn!(
+                    poolservice = %f.key,
+                    pool = ?f.pool,
+                    "PoolService of our class skipped: its node pool (spec.nodepoolName or label {}) is not a pool of the gateways file",
+                    crate::poolservice::LABEL_POOL_NAME
+                ),
+            }
+        }
+        if let Some(wb) = wb {
+            let _ = wb.send(writeback::Msg::Pool(f));
+        }
+        affected
+    }
+
+    /// Exposes Service `svc` in each lane where a PoolService of someone else asks for it (or no
+    /// longer), and applies it again there.
+    fn expose(
+        &self,
+        svc: &ObjKey,
+        lanes: &[Lane],
+        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
+    ) {
+        for lane in lanes {
+            let want = self
+                .foreign
+                .values()
+                .any(|(s, g)| s == svc && *g == lane.gateway);
+            let mut s = lock(&lane.shared);
+            s.translator.set_extra(svc, want);
+            if let Some(obj) = self.services.get(svc) {
+                let deltas = s.translator.apply_service(obj);
+                let seq = s.seq;
+                crate::touched(wb, &deltas, seq);
+                s.push(deltas);
+                s.settle();
+            }
+            drop(s);
+            lane.notify.notify_one();
+        }
+        if let Some(wb) = wb {
+            let _ = wb.send(writeback::Msg::Poke(svc.clone()));
+        }
+    }
+}
