@@ -5,6 +5,8 @@
 //! subresource, `coordination.k8s.io/v1` Leases (get, create, and update with the
 //! `resourceVersion` precondition: `409 Conflict`; for leader election), `events.k8s.io/v1`
 //! Events (create and merge patch, namespaced, validated as the API server does: [`FakeApi::events`]),
+//! OpenYurt's PoolService CRD (`network.openyurt.io/v1alpha1`: list, watch, create, delete, merge
+//! patch of the object and of its `status` subresource),
 //! `metadata.generation` (set on create, bumped when the spec changes), status conditions validated
 //! as the API server does (`422 Invalid`), clients that can be cut off from the API
 //! ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC against deploy/).
@@ -95,12 +97,17 @@ pub struct FakeApi {
     pub url: String,
 }
 
-const RESOURCES: [(&str, &str, &str); 4] = [
+const RESOURCES: [(&str, &str, &str); 5] = [
     ("services", "Service", "v1"),
     ("endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
     ("pods", "Pod", "v1"),
     ("nodes", "Node", "v1"),
+    // OpenYurt's CRD: list, watch, create, delete, merge patch (and of `status`).
+    ("poolservices", "PoolService", "network.openyurt.io/v1alpha1"),
 ];
+
+/// The API group and version of the PoolService CRD.
+const POOL_GROUP: &str = "network.openyurt.io";
 
 fn status_body(code: u16, reason: &str, message: &str) -> Value {
     json!({
@@ -363,6 +370,11 @@ impl FakeApi {
             .commit(plural, (namespace.to_owned(), name.to_owned()), None);
     }
 
+    /// Every object of `plural`, by (namespace, name).
+    pub fn objects(&self, plural: &str) -> Vec<Value> {
+        self.lock().resources[plural].objects.values().cloned().collect()
+    }
+
     /// The object `namespace/name` of `plural`, if it exists.
     pub fn get(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
         self.lock().resources[plural]
@@ -562,7 +574,8 @@ async fn handle(
     }
     match (method.clone(), segs.as_slice()) {
         (Method::GET, ["api", "v1", plural])
-        | (Method::GET, ["apis", "discovery.k8s.io", "v1", plural]) => {
+        | (Method::GET, ["apis", "discovery.k8s.io", "v1", plural])
+        | (Method::GET, ["apis", POOL_GROUP, "v1alpha1", plural]) => {
             let plural = (*plural).to_owned();
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 watch(inner, &plural, q)
@@ -635,6 +648,54 @@ async fn handle(
                 .unwrap_or("");
             event_patch(&inner, ns, name, ct, &body)
         }
+        (
+            Method::POST,
+            [
+                "apis",
+                POOL_GROUP,
+                "v1alpha1",
+                "namespaces",
+                ns,
+                "poolservices",
+            ],
+        ) => create(&inner, "poolservices", ns, &body),
+        (
+            Method::DELETE,
+            [
+                "apis",
+                POOL_GROUP,
+                "v1alpha1",
+                "namespaces",
+                ns,
+                "poolservices",
+                name,
+            ],
+        ) => delete(&inner, "poolservices", ns, name),
+        (
+            Method::PATCH,
+            [
+                "apis",
+                POOL_GROUP,
+                "v1alpha1",
+                "namespaces",
+                ns,
+                "poolservices",
+                name,
+                rest @ ..,
+            ],
+        ) => {
+            let status_sub = match rest {
+                [] => false,
+                ["status"] => true,
+                _ => return json_response(404, &status_body(404, "NotFound", "no such path")),
+            };
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            patch(&inner, "poolservices", &path, &ct, ns, name, status_sub, &body)
+        }
         (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
             let status_sub = match rest {
                 [] => false,
@@ -646,7 +707,7 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_owned();
-            patch(&inner, &path, &ct, ns, name, status_sub, &body)
+            patch(&inner, "services", &path, &ct, ns, name, status_sub, &body)
         }
         _ => json_response(
             404,
@@ -816,8 +877,62 @@ fn watch(inner: Arc<Mutex<Inner>>, plural: &str, q: HashMap<String, String>) -> 
         .unwrap()
 }
 
+/// POST of a namespaced object: `uid` and `creationTimestamp` set, `status` dropped (a
+/// subresource), 409 AlreadyExists if the name is taken, 400 if the body's namespace differs.
+fn create(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, body: &Bytes) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+        return json_response(400, &status_body(400, "BadRequest", "the body is not JSON"));
+    };
+    let Some(name) = pointer_str(&obj, "/metadata/name").map(str::to_owned) else {
+        return json_response(400, &status_body(400, "BadRequest", "metadata.name is missing"));
+    };
+    if pointer_str(&obj, "/metadata/namespace").is_some_and(|n| n != ns) {
+        return json_response(400, &status_body(400, "BadRequest", "the namespace differs"));
+    }
+    let key = (ns.to_owned(), name.clone());
+    if inner.resources[plural].objects.contains_key(&key) {
+        return json_response(
+            409,
+            &status_body(409, "AlreadyExists", &format!("{plural} {name:?} already exists")),
+        );
+    }
+    let n = inner.rv + 1;
+    obj["metadata"]["namespace"] = json!(ns);
+    obj["metadata"]["uid"] = json!(format!("uid-{plural}-{n}"));
+    obj["metadata"]["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+    let created = inner.commit(plural, key, Some(obj)).unwrap_or(Value::Null);
+    json_response(201, &created)
+}
+
+/// DELETE of a namespaced object: with finalizers, only `deletionTimestamp` is set.
+fn delete(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, name: &str) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let key = (ns.to_owned(), name.to_owned());
+    let Some(obj) = inner.resources[plural].objects.get(&key).cloned() else {
+        return json_response(
+            404,
+            &status_body(404, "NotFound", &format!("{plural} {name:?} not found")),
+        );
+    };
+    if finalizers(&obj).is_empty() {
+        inner.commit(plural, key, None);
+        json_response(200, &obj)
+    } else {
+        let mut obj = obj;
+        obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+        let answer = inner.commit(plural, key, Some(obj)).unwrap_or(Value::Null);
+        json_response(200, &answer)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn patch(
     inner: &Arc<Mutex<Inner>>,
+    plural: &str,
     path: &str,
     content_type: &str,
     ns: &str,
@@ -836,11 +951,11 @@ fn patch(
         status: 200,
     };
     let key = (ns.to_owned(), name.to_owned());
-    let current = inner.resources["services"].objects.get(&key).cloned();
+    let current = inner.resources[plural].objects.get(&key).cloned();
     let response = match current {
         None => {
             record.status = 404;
-            json_response(404, &status_body(404, "NotFound", "services not found"))
+            json_response(404, &status_body(404, "NotFound", &format!("{plural} not found")))
         }
         Some(_) if content_type != "application/merge-patch+json" => {
             record.status = 415;
@@ -848,6 +963,7 @@ fn patch(
         }
         Some(cur)
             if !status_sub
+                && plural == "services"
                 && pointer_str(&patch, "/metadata/resourceVersion").is_some()
                 && inner.conflicts.contains_key(name) =>
         {
@@ -897,7 +1013,7 @@ fn patch(
                 let gone = obj.pointer("/metadata/deletionTimestamp").is_some()
                     && finalizers(&obj).is_empty();
                 let answer = obj.clone();
-                inner.commit("services", key, (!gone).then_some(obj));
+                inner.commit(plural, key, (!gone).then_some(obj));
                 json_response(200, &answer)
             }
         }

@@ -18,7 +18,7 @@ use clb_tests::kube_objects::{
 use clb_tests::{ServerProc, init_tracing};
 use clb_watcher::Gateways;
 use clb_watcher::routing::{GATEWAYS_ANNOTATION, NODEPOOL_SELECTOR_ANNOTATION};
-use clb_watcher::{Mode, WatcherConfig};
+use clb_watcher::{DEFAULT_CLASS, Mode, WatcherConfig};
 use serde_json::{Value, json};
 
 const WEB: &str = "5a0c0d4e-0000-4000-8000-00000000000a";
@@ -371,5 +371,147 @@ async fn a_moved_node_leaves_its_old_gateway_after_the_bound() {
     )
     .await;
     wait_at(c, "b", "10.0.0.2", &[]).await;
+    w.stop().await;
+}
+
+fn pool_service(s: &Setup, name: &str) -> Option<Value> {
+    s.fake.get("poolservices", "default", name)
+}
+
+/// The `Ready` condition's (status, reason) of PoolService `name`, once written.
+async fn wait_ready_written(s: &Setup, name: &str) -> (String, String) {
+    eventually(&format!("the status of PoolService {name}"), || async {
+        let ps = pool_service(s, name).ok_or("no such PoolService")?;
+        ps.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap_or_default().to_owned(),
+                    c["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .ok_or_else(|| format!("{ps}"))
+    })
+    .await
+}
+
+async fn wait_pool_service(s: &Setup, name: &str, exists: bool) {
+    eventually(
+        &format!("PoolService {name} exists: {exists}"),
+        || async move {
+            if pool_service(s, name).is_some() == exists {
+                Ok(())
+            } else {
+                Err(format!("{:?}", s.fake.objects("poolservices")))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn pool_services_follow_the_services_pools_and_get_their_status() {
+    let s = setup().await;
+    let mut c = config(&s, Duration::from_secs(3600));
+    c.pool_services = true;
+    let w = RunningWatcher::start(c, s.fake.watcher_clients());
+    wait_seed(&s.client).await;
+    for (name, svc, uid, pool) in [
+        ("web-pool-a", "web", WEB, "pool-a"),
+        ("both-pool-a", "both", BOTH, "pool-a"),
+        ("both-pool-b", "both", BOTH, "pool-b"),
+    ] {
+        wait_pool_service(&s, name, true).await;
+        let ps = pool_service(&s, name).expect("created");
+        assert_eq!(ps["spec"]["loadBalancerClass"], DEFAULT_CLASS, "{ps}");
+        assert_eq!(ps["spec"]["nodepoolName"], pool, "{ps}");
+        assert_eq!(ps["metadata"]["labels"]["openyurt.io/service-name"], svc);
+        let owner = &ps["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (owner["kind"].as_str(), owner["name"].as_str(), owner["uid"].as_str()),
+            (Some("Service"), Some(svc), Some(uid)),
+            "{ps}"
+        );
+        // No NRP here: the pool's load balancer is not programmed, and the status says so.
+        assert_eq!(
+            wait_ready_written(&s, name).await,
+            ("False".to_owned(), "Pending".to_owned())
+        );
+    }
+    assert_eq!(s.fake.objects("poolservices").len(), 3);
+
+    // Deselecting pool-a deletes that PoolService only.
+    let mut both = s.fake.get("services", "default", "both").expect("both");
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "b"});
+    s.fake.put("services", both);
+    wait_pool_service(&s, "both-pool-a", false).await;
+    assert!(pool_service(&s, "both-pool-b").is_some());
+    assert!(pool_service(&s, "web-pool-a").is_some());
+
+    // Deleting the Service deletes its PoolServices.
+    s.fake.delete("services", "default", "web");
+    wait_pool_service(&s, "web-pool-a", false).await;
+    assert!(pool_service(&s, "both-pool-b").is_some());
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_pool_service_of_someone_else_exposes_its_service_at_its_pool() {
+    let s = setup().await;
+    let mut c = config(&s, Duration::from_secs(3600));
+    c.pool_services = true;
+    let w = RunningWatcher::start(c, s.fake.watcher_clients());
+    let client = &s.client;
+    wait_seed(client).await;
+    assert!(!has_service(client, "b", WEB).await);
+    // OpenYurt's first layer: a PoolService of our class for `web` in pool-b, no ownerReference.
+    s.fake.put(
+        "poolservices",
+        json!({
+            "metadata": {"namespace": "default", "name": "web-edge-b", "uid": "uid-ps-1",
+                         "labels": {"openyurt.io/service-name": "web",
+                                    "openyurt.io/pool-name": "pool-b"}},
+            "spec": {"loadBalancerClass": DEFAULT_CLASS, "nodepoolName": "pool-b"},
+        }),
+    );
+    wait_service(client, "b", WEB, true).await;
+    wait_at(
+        client,
+        "b",
+        "10.0.0.2",
+        &[
+            &format!("10.1.0.2={WEB}"),
+            "10.1.0.6=eg1",
+            &format!("10.2.0.2={BOTH}"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        wait_ready_written(&s, "web-edge-b").await,
+        ("False".to_owned(), "Pending".to_owned())
+    );
+    assert!(has_service(client, "a", WEB).await, "still in its default gateway");
+    // Of another class: not ours, nothing happens.
+    s.fake.put(
+        "poolservices",
+        json!({
+            "metadata": {"namespace": "default", "name": "both-other", "uid": "uid-ps-2",
+                         "labels": {"openyurt.io/service-name": "web"}},
+            "spec": {"loadBalancerClass": "example.com/other", "nodepoolName": "pool-b"},
+        }),
+    );
+    // Gone: `web` leaves gateway b; the PoolService was never ours to delete.
+    s.fake.delete("poolservices", "default", "web-edge-b");
+    wait_service(client, "b", WEB, false).await;
+    wait_at(
+        client,
+        "b",
+        "10.0.0.2",
+        &["10.1.0.6=eg1", &format!("10.2.0.2={BOTH}")],
+    )
+    .await;
+    let other = pool_service(&s, "both-other").expect("left alone");
+    assert!(other.get("status").is_none(), "{other}");
     w.stop().await;
 }
