@@ -446,7 +446,11 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
     // with --write-back=true.
     let args = watcher_args(&m, "clb-watcher");
     assert!(args.node.is_none(), "the watcher runs in cluster mode");
-    let watcher = watcher_calls(args.pods && !args.no_pods, args.write_back);
+    let watcher = watcher_calls(
+        args.pods && !args.no_pods,
+        args.write_back,
+        args.pool_services,
+    );
     assert!(
         !watcher.contains(&("", "pods", "list")),
         "the base runs node agents: the watcher must not read pods (components/watcher-pods does)"
@@ -848,8 +852,13 @@ fn only_the_projects_pods_reach_the_grpc_port() {
 /// The Kubernetes API calls of `clb-watcher` in cluster mode (docs/watcher.md): Services,
 /// EndpointSlices and Nodes are listed and watched; pods only with `--pods=true`; with
 /// `--write-back=true` the finalizer (a patch of the Service), its status, and Events on Services
-/// (kube's recorder creates an Event, then patches it into a series).
-fn watcher_calls(pods: bool, write_back: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+/// (kube's recorder creates an Event, then patches it into a series); with `--pool-services=true`
+/// (and write-back) PoolServices are listed, watched, created and deleted, and their status patched.
+fn watcher_calls(
+    pods: bool,
+    write_back: bool,
+    pool_services: bool,
+) -> Vec<(&'static str, &'static str, &'static str)> {
     let mut calls = vec![
         ("", "services", "list"),
         ("", "services", "watch"),
@@ -867,6 +876,15 @@ fn watcher_calls(pods: bool, write_back: bool) -> Vec<(&'static str, &'static st
             ("", "services/status", "patch"),
             ("events.k8s.io", "events", "create"),
             ("events.k8s.io", "events", "patch"),
+        ]);
+    }
+    if pool_services && write_back {
+        calls.extend([
+            ("network.openyurt.io", "poolservices", "list"),
+            ("network.openyurt.io", "poolservices", "watch"),
+            ("network.openyurt.io", "poolservices", "create"),
+            ("network.openyurt.io", "poolservices", "delete"),
+            ("network.openyurt.io", "poolservices/status", "patch"),
         ]);
     }
     calls
@@ -1202,11 +1220,20 @@ fn documents(path: &Path) -> Vec<serde_yaml::Value> {
         .collect()
 }
 
-/// Applies the JSON patch `ops` (the `test` and `replace` operations kustomize's patches of
+/// Applies the JSON patch `ops` (the `test`, `replace` and `add` operations kustomize's patches of
 /// components/ use) to `doc`.
 fn json_patch(doc: &mut serde_json::Value, ops: &serde_json::Value) {
     for op in ops.as_array().expect("a JSON patch is a list") {
         let path = op["path"].as_str().expect("path");
+        if op["op"] == "add" {
+            // Appending to a list that exists in the base (`/-`) is the only add used.
+            let list = path.strip_suffix("/-").expect("add appends (`/-`)");
+            doc.pointer_mut(list)
+                .and_then(serde_json::Value::as_array_mut)
+                .unwrap_or_else(|| panic!("patch path {list} is not a list in the base"))
+                .push(op["value"].clone());
+            continue;
+        }
         let target = doc
             .pointer_mut(path)
             .unwrap_or_else(|| panic!("patch path {path} does not exist in the base"));
@@ -1272,8 +1299,8 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
             })
         })
         .collect();
-    let base: BTreeSet<_> = watcher_calls(false, true).into_iter().collect();
-    let with_pods: BTreeSet<_> = watcher_calls(true, true).into_iter().collect();
+    let base: BTreeSet<_> = watcher_calls(false, true, false).into_iter().collect();
+    let with_pods: BTreeSet<_> = watcher_calls(true, true, false).into_iter().collect();
     let extra: BTreeSet<(String, String, String)> = with_pods
         .difference(&base)
         .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
@@ -1352,6 +1379,140 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
             _ => {}
         }
     }
+}
+
+/// The RBAC rules of ClusterRoles in `docs` bound to the watcher, as (group, resource, verb).
+fn component_grants(docs: Vec<serde_yaml::Value>, what: &str) -> BTreeSet<(String, String, String)> {
+    let mut granted = BTreeSet::new();
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("ClusterRole") => {
+                let r: ClusterRole = serde_yaml::from_value(doc).expect("ClusterRole");
+                for rule in r.rules.unwrap_or_default() {
+                    for g in rule.api_groups.iter().flatten() {
+                        for res in rule.resources.iter().flatten() {
+                            for v in &rule.verbs {
+                                granted.insert((g.clone(), res.clone(), v.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            Some("ClusterRoleBinding") => {
+                let b: ClusterRoleBinding = serde_yaml::from_value(doc).expect("ClusterRoleBinding");
+                let subjects: Vec<_> = b
+                    .subjects
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|s| (s.kind, s.name, s.namespace))
+                    .collect();
+                assert_eq!(
+                    subjects,
+                    [(
+                        "ServiceAccount".to_owned(),
+                        "clb-watcher".to_owned(),
+                        Some(NAMESPACE.to_owned())
+                    )]
+                );
+            }
+            other => panic!("unexpected {other:?} in {what}"),
+        }
+    }
+    granted
+}
+
+#[test]
+fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_calls() {
+    let m = load();
+    let dir = deploy_dir().join("components/poolservice");
+    let k = kustomization(&dir);
+    assert_eq!(k["kind"].as_str(), Some("Component"));
+    let mut rbac = Vec::new();
+    let mut crds = Vec::new();
+    for file in k["resources"].as_sequence().expect("resources") {
+        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
+            if doc["kind"].as_str() == Some("CustomResourceDefinition") {
+                crds.push(doc);
+            } else {
+                rbac.push(doc);
+            }
+        }
+    }
+    // The CRD: OpenYurt's group, version, kind and plural (what the watcher's types say), with
+    // the status subresource the watcher patches.
+    assert_eq!(crds.len(), 1);
+    let crd = &crds[0];
+    use kube::Resource;
+    type Ps = clb_watcher::poolservice::PoolService;
+    assert_eq!(
+        crd["metadata"]["name"].as_str(),
+        Some(format!("{}.{}", Ps::plural(&()), Ps::group(&())).as_str())
+    );
+    assert_eq!(crd["spec"]["group"].as_str(), Some(&*Ps::group(&())));
+    assert_eq!(crd["spec"]["names"]["kind"].as_str(), Some(&*Ps::kind(&())));
+    assert_eq!(crd["spec"]["scope"].as_str(), Some("Namespaced"));
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"].as_str(), Some(&*Ps::version(&())));
+    assert!(version["subresources"]["status"].is_mapping(), "{version:?}");
+    let props = &version["schema"]["openAPIV3Schema"]["properties"];
+    for field in ["loadBalancerClass", "nodepoolName"] {
+        assert!(props["spec"]["properties"][field].is_mapping(), "spec.{field}");
+    }
+    for field in ["loadBalancer", "conditions"] {
+        assert!(props["status"]["properties"][field].is_mapping(), "status.{field}");
+    }
+    // Its RBAC: exactly what --pool-services adds to the watcher's calls.
+    let granted = component_grants(rbac, "components/poolservice");
+    let base: BTreeSet<_> = watcher_calls(false, true, false).into_iter().collect();
+    let with: BTreeSet<_> = watcher_calls(false, true, true).into_iter().collect();
+    let extra: BTreeSet<(String, String, String)> = with
+        .difference(&base)
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(granted, extra);
+    // Its patch: the watcher gets the gateways file (mounted from the clb-gateways ConfigMap) and
+    // --pool-services=true, and its command line still parses.
+    let patches = k["patches"].as_sequence().expect("patches");
+    assert_eq!(patches.len(), 1);
+    let p = &patches[0];
+    assert_eq!(p["target"]["kind"].as_str(), Some("Deployment"));
+    assert_eq!(p["target"]["name"].as_str(), Some("clb-watcher"));
+    let patch: serde_yaml::Value =
+        serde_yaml::from_str(p["patch"].as_str().expect("inline")).expect("patch parses");
+    let d = m
+        .deployments
+        .iter()
+        .find(|d| name(&d.metadata) == "clb-watcher")
+        .expect("the watcher's Deployment");
+    let mut doc = serde_json::to_value(d).expect("serialises");
+    json_patch(&mut doc, &serde_json::to_value(&patch).expect("as JSON"));
+    let patched: Deployment = serde_json::from_value(doc).expect("still a Deployment");
+    let mut patched_m = Manifests {
+        deployments: vec![patched.clone()],
+        ..Manifests::default()
+    };
+    patched_m.config_maps = m.config_maps.clone();
+    let args = watcher_args(&patched_m, "clb-watcher");
+    assert!(args.pool_services, "the component sets --pool-services=true");
+    let file = args.gateways_file.expect("the component sets --gateways-file");
+    let pod = patched.spec.expect("spec").template.spec.expect("pod spec");
+    let mount = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| file.starts_with(&v.mount_path))
+        .expect("the gateways file is mounted");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .expect("the mount's volume");
+    assert_eq!(
+        volume.config_map.as_ref().map(|c| c.name.as_str()),
+        Some("clb-gateways"),
+        "the gateways file the state server and the workers read"
+    );
 }
 
 #[test]
