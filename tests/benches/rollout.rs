@@ -18,7 +18,15 @@
 //! a SubjectAccessReview, both cached; the reviews answered by the fake Kubernetes API over
 //! loopback): `CLB_BENCH_AUTH_PAIRS` pairs (default 5), medians compared.
 //!
-//! Set `CLB_BENCH_PODS` / `CLB_BENCH_LOCATIONS` for another size.
+//! Four configurations in all: the three above, and the packed 3-worker one split over two
+//! gateways (issue 16): half the nodes each, each gateway on its own emulator (a region each, with
+//! the same costs and its own 4 concurrent mutating calls), described by a gateways file, one
+//! watcher writer per gateway streaming its part of the rollout. Its calls and addresses are the
+//! sum over both emulators; its floor counts both regions' concurrency.
+//!
+//! Set `CLB_BENCH_PODS` / `CLB_BENCH_LOCATIONS` for another size, and `CLB_BENCH_GATEWAYS_ONLY=1`
+//! to run only the packed 3-worker configuration on one gateway and split over two (no baseline,
+//! no authentication pairs).
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +38,7 @@ use clb_tests::auth_setup::AuthOn;
 use clb_tests::bench::{
     CONCURRENCY, LATENCY_MS, LATENCY_PER_ADDRESS_US, PODS_PER_APP, costly, env_usize, rollout_spec,
 };
+use clb_tests::regions::{expected_for, split_nodes, view_for};
 use clb_tests::{Cluster, Harness, Options, WATCHER, WriterExt};
 
 const UAL: &str = "ServiceGateways_UpdateAddressLocations";
@@ -42,6 +51,8 @@ struct Scenario {
     workers: usize,
     max_locations_per_unit: usize,
     auth: bool,
+    /// Gateways the nodes are split over, each on its own emulator (1: today's single gateway).
+    gateways: usize,
 }
 
 #[derive(Debug)]
@@ -49,48 +60,42 @@ struct Outcome {
     scenario: Scenario,
     write: Duration,
     converge: Duration,
-    stats: Stats,
+    /// Of each gateway's emulator.
+    stats: Vec<Stats>,
     /// TokenReviews and SubjectAccessReviews the server made (authentication on).
     reviews: Option<(usize, usize)>,
 }
 
 impl Outcome {
+    fn calls(&self) -> u64 {
+        self.stats.iter().map(|s| s.calls).sum()
+    }
+
+    fn addresses_carried(&self) -> u64 {
+        self.stats.iter().map(|s| s.addresses_carried).sum()
+    }
+
     fn location_calls(&self) -> u64 {
-        self.stats.calls_of(UAL)
+        self.stats.iter().map(|s| s.calls_of(UAL)).sum()
     }
 
     fn addresses_per_call(&self) -> f64 {
-        self.stats.addresses_carried as f64 / self.location_calls().max(1) as f64
+        self.addresses_carried() as f64 / self.location_calls().max(1) as f64
     }
 
     fn throttled(&self) -> u64 {
-        self.stats.rejected("TooManyRequests") + self.stats.rejected("AnotherOperationInProgress")
+        self.stats
+            .iter()
+            .map(|s| s.rejected("TooManyRequests") + s.rejected("AnotherOperationInProgress"))
+            .sum()
     }
 }
 
 async fn run(s: Scenario) -> Outcome {
-    let options = Options {
-        workers: s.workers,
-        worker_capacity: 4,
-        worker_limits: Limits {
-            max_locations_per_call: s.max_locations_per_unit,
-            max_concurrent_mutations_per_gateway: CONCURRENCY,
-            ..Limits::default()
-        },
-        // The initial cluster is built at no cost; the costs apply to the rollout only.
-        emulator: EmulatorConfig::default(),
-        server: ServerConfig {
-            server_id: "bench".into(),
-            expected_writers: vec![WATCHER.into()],
-            dispatch: DispatchConfig {
-                lease: Duration::from_secs(120),
-                max_locations_per_unit: s.max_locations_per_unit,
-                ..DispatchConfig::default()
-            },
-            ..ServerConfig::default()
-        },
-        auth: None,
-    };
+    if s.gateways > 1 {
+        return run_split(s).await;
+    }
+    let options = options_of(s);
     let auth = if s.auth {
         Some(AuthOn::start().await)
     } else {
@@ -124,7 +129,7 @@ async fn run(s: Scenario) -> Outcome {
     let write = start.elapsed();
     h.converge(&expected, PATIENCE).await;
     let converge = start.elapsed();
-    let stats = h.emulator().stats();
+    let stats = vec![h.emulator().stats()];
     h.shutdown().await;
     Outcome {
         scenario: s,
@@ -132,6 +137,99 @@ async fn run(s: Scenario) -> Outcome {
         converge,
         stats,
         reviews: auth.map(|a| a.api.review_counts()),
+    }
+}
+
+/// The options of scenario `s` (authentication off).
+fn options_of(s: Scenario) -> Options {
+    Options {
+        workers: s.workers,
+        worker_capacity: 4,
+        worker_limits: Limits {
+            max_locations_per_call: s.max_locations_per_unit,
+            max_concurrent_mutations_per_gateway: CONCURRENCY,
+            ..Limits::default()
+        },
+        // The initial cluster is built at no cost; the costs apply to the rollout only.
+        emulator: EmulatorConfig::default(),
+        server: ServerConfig {
+            server_id: "bench".into(),
+            expected_writers: vec![WATCHER.into()],
+            dispatch: DispatchConfig {
+                lease: Duration::from_secs(120),
+                max_locations_per_unit: s.max_locations_per_unit,
+                ..DispatchConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+        auth: None,
+    }
+}
+
+/// [`run`] with the nodes split over `s.gateways` gateways, each on its own emulator: one writer
+/// per gateway streams its part of the rollout (all at once); converged when every gateway is.
+async fn run_split(s: Scenario) -> Outcome {
+    assert!(!s.auth, "the split scenario runs without authentication");
+    let names: Vec<String> = (0..s.gateways).map(|i| format!("region-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::generate(rollout_spec());
+    let parts = split_nodes(&cluster, s.gateways);
+    let h = Harness::start_gateways(options_of(s), &refs).await;
+    let mut writers = Vec::new();
+    for (g, part) in names.iter().zip(&parts) {
+        let mut w = h.writer(g).await;
+        let topology = cluster.topology(clb_tests::PodWriters::Watcher);
+        w.resync_scope_ok(
+            clb_tests::scope::all(),
+            Some(clb_tests::regions::topology_for(&topology, part)),
+            view_for(&cluster.full_view(), part),
+        )
+        .await;
+        writers.push(w);
+    }
+    for (g, part) in names.iter().zip(&parts) {
+        h.converge_gateway(g, &expected_for(&cluster.expected(), part), PATIENCE)
+            .await;
+    }
+    for g in &names {
+        h.emulator_of(g).set_config(costly()).expect("valid config");
+        h.emulator_of(g).reset_stats();
+    }
+    let batches = cluster.roll_all();
+    let expected = cluster.expected();
+    let start = Instant::now();
+    let streams = writers.iter_mut().zip(&parts).map(|(w, part)| {
+        let mine: Vec<_> = batches
+            .iter()
+            .map(|b| view_for(b, part))
+            .filter(|b| !b.is_empty())
+            .collect();
+        w.apply_stream(futures::stream::iter(mine))
+    });
+    for written in futures::future::join_all(streams).await {
+        let written = written.expect("rollout streamed");
+        assert!(
+            written.rejected.is_empty(),
+            "{}",
+            written.describe_rejected()
+        );
+    }
+    let write = start.elapsed();
+    let wanted: Vec<_> = parts.iter().map(|p| expected_for(&expected, p)).collect();
+    let converged = names
+        .iter()
+        .zip(&wanted)
+        .map(|(g, e)| h.converge_gateway(g, e, PATIENCE));
+    futures::future::join_all(converged).await;
+    let converge = start.elapsed();
+    let stats = names.iter().map(|g| h.emulator_of(g).stats()).collect();
+    h.shutdown().await;
+    Outcome {
+        scenario: s,
+        write,
+        converge,
+        stats,
+        reviews: None,
     }
 }
 
@@ -154,24 +252,35 @@ fn main() {
         spec.locations,
         LATENCY_PER_ADDRESS_US as f64 / 1000.0
     );
+    let packed = Scenario {
+        name: "packed (100 locations/unit), 3 workers",
+        workers: 3,
+        max_locations_per_unit: 100,
+        auth: false,
+        gateways: 1,
+    };
+    let split = Scenario {
+        name: "packed, 3 workers, split over 2 gateways (2 emulators, half the nodes each)",
+        gateways: 2,
+        ..packed
+    };
+    if env_usize("CLB_BENCH_GATEWAYS_ONLY", 0) == 1 {
+        gateways_only(&rt, packed, split);
+        return;
+    }
     let scenarios = [
-        Scenario {
-            name: "packed (100 locations/unit), 3 workers",
-            workers: 3,
-            max_locations_per_unit: 100,
-            auth: false,
-        },
+        packed,
+        split,
         Scenario {
             name: "packed (100 locations/unit), 1 worker",
             workers: 1,
-            max_locations_per_unit: 100,
-            auth: false,
+            ..packed
         },
         Scenario {
             name: "baseline: unpacked (1 location/unit), 1 worker",
             workers: 1,
             max_locations_per_unit: 1,
-            auth: false,
+            ..packed
         },
     ];
     let outcomes: Vec<Outcome> = scenarios
@@ -195,9 +304,9 @@ fn main() {
             o.scenario.name,
             secs(o.converge),
             secs(o.write),
-            o.stats.calls,
+            o.calls(),
             o.location_calls(),
-            o.stats.addresses_carried,
+            o.addresses_carried(),
             o.addresses_per_call(),
             o.throttled(),
         );
@@ -209,32 +318,86 @@ fn main() {
             "{} vs baseline: {:.1}× faster, {:.1}× fewer NRP calls, {:.1}× more addresses per call",
             o.scenario.name,
             base.converge.as_secs_f64() / o.converge.as_secs_f64(),
-            base.stats.calls as f64 / o.stats.calls.max(1) as f64,
+            base.calls() as f64 / o.calls().max(1) as f64,
             o.addresses_per_call() / base.addresses_per_call().max(f64::MIN_POSITIVE),
         );
     }
     // Every pod is replaced: each new address is added once and each old one removed once.
     let minimal_addresses = 2 * pods as u64;
-    let floor = |addresses: u64| {
-        Duration::from_micros(addresses * LATENCY_PER_ADDRESS_US / CONCURRENCY as u64)
-            + Duration::from_millis(LATENCY_MS)
+    let floor = |addresses: u64, gateways: usize| {
+        Duration::from_micros(
+            addresses * LATENCY_PER_ADDRESS_US / (CONCURRENCY * gateways.max(1)) as u64,
+        ) + Duration::from_millis(LATENCY_MS)
     };
     println!();
     println!(
         "physical floor (total address cost ÷ {CONCURRENCY} concurrent calls + one call's \
          {LATENCY_MS} ms): {} for the {minimal_addresses} address changes of the rollout",
-        secs(floor(minimal_addresses)),
+        secs(floor(minimal_addresses, 1)),
     );
     for o in &outcomes {
+        let f = floor(o.addresses_carried(), o.scenario.gateways);
         println!(
-            "  {}: {} for the {} addresses it carried; converged at {:.1}× that",
+            "  {}: {} for the {} addresses it carried ({} × {CONCURRENCY} concurrent calls); \
+             converged at {:.1}× that",
             o.scenario.name,
-            secs(floor(o.stats.addresses_carried)),
-            o.stats.addresses_carried,
-            o.converge.as_secs_f64() / floor(o.stats.addresses_carried).as_secs_f64(),
+            secs(f),
+            o.addresses_carried(),
+            o.scenario.gateways,
+            o.converge.as_secs_f64() / f.as_secs_f64(),
         );
     }
     auth_pairs(&rt, scenarios[0]);
+}
+
+/// One gateway against two (`CLB_BENCH_GATEWAYS_ONLY=1`): `CLB_BENCH_GATEWAY_PAIRS` pairs
+/// (default 3), alternating, medians compared.
+fn gateways_only(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario) {
+    let pairs = env_usize("CLB_BENCH_GATEWAY_PAIRS", 3).max(1);
+    let mut runs: Vec<(Outcome, Outcome)> = Vec::new();
+    for i in 0..pairs {
+        let a = rt.block_on(run(one));
+        let b = rt.block_on(run(two));
+        eprintln!(
+            "pair {}/{pairs}: 1 gateway {} / 2 gateways {}",
+            i + 1,
+            secs(a.converge),
+            secs(b.converge)
+        );
+        runs.push((a, b));
+    }
+    println!();
+    println!(
+        "| configuration | time to converge (median) | all runs: converge | writes (median) | NRP calls | updateAddressLocations calls | addresses carried | throttled |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let median = |mut d: Vec<Duration>| {
+        d.sort();
+        d[d.len() / 2]
+    };
+    for (label, pick) in [
+        (
+            one.name,
+            (|p: &(Outcome, Outcome)| &p.0) as fn(&(Outcome, Outcome)) -> &Outcome,
+        ),
+        (two.name, |p| &p.1),
+    ] {
+        let v: Vec<&Outcome> = runs.iter().map(pick).collect();
+        let last = v.last().expect("a run");
+        println!(
+            "| {label} | {} | {} | {} | {} | {} | {} | {} |",
+            secs(median(v.iter().map(|o| o.converge).collect())),
+            v.iter()
+                .map(|o| format!("{:.2}", o.converge.as_secs_f64()))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            secs(median(v.iter().map(|o| o.write).collect())),
+            last.calls(),
+            last.location_calls(),
+            last.addresses_carried(),
+            last.throttled(),
+        );
+    }
 }
 
 /// The packed 3-worker rollout with authentication and authorization off and on, in pairs.
