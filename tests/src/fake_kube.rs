@@ -103,7 +103,11 @@ const RESOURCES: [(&str, &str, &str); 5] = [
     ("pods", "Pod", "v1"),
     ("nodes", "Node", "v1"),
     // OpenYurt's CRD: list, watch, create, delete, merge patch (and of `status`).
-    ("poolservices", "PoolService", "network.openyurt.io/v1alpha1"),
+    (
+        "poolservices",
+        "PoolService",
+        "network.openyurt.io/v1alpha1",
+    ),
 ];
 
 /// The API group and version of the PoolService CRD.
@@ -372,7 +376,11 @@ impl FakeApi {
 
     /// Every object of `plural`, by (namespace, name).
     pub fn objects(&self, plural: &str) -> Vec<Value> {
-        self.lock().resources[plural].objects.values().cloned().collect()
+        self.lock().resources[plural]
+            .objects
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The object `namespace/name` of `plural`, if it exists.
@@ -694,7 +702,16 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_owned();
-            patch(&inner, "poolservices", &path, &ct, ns, name, status_sub, &body)
+            patch(
+                &inner,
+                "poolservices",
+                &path,
+                &ct,
+                ns,
+                name,
+                status_sub,
+                &body,
+            )
         }
         (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
             let status_sub = match rest {
@@ -885,16 +902,26 @@ fn create(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, body: &Bytes) -> Re
         return json_response(400, &status_body(400, "BadRequest", "the body is not JSON"));
     };
     let Some(name) = pointer_str(&obj, "/metadata/name").map(str::to_owned) else {
-        return json_response(400, &status_body(400, "BadRequest", "metadata.name is missing"));
+        return json_response(
+            400,
+            &status_body(400, "BadRequest", "metadata.name is missing"),
+        );
     };
     if pointer_str(&obj, "/metadata/namespace").is_some_and(|n| n != ns) {
-        return json_response(400, &status_body(400, "BadRequest", "the namespace differs"));
+        return json_response(
+            400,
+            &status_body(400, "BadRequest", "the namespace differs"),
+        );
     }
     let key = (ns.to_owned(), name.clone());
     if inner.resources[plural].objects.contains_key(&key) {
         return json_response(
             409,
-            &status_body(409, "AlreadyExists", &format!("{plural} {name:?} already exists")),
+            &status_body(
+                409,
+                "AlreadyExists",
+                &format!("{plural} {name:?} already exists"),
+            ),
         );
     }
     let n = inner.rv + 1;
@@ -955,7 +982,10 @@ fn patch(
     let response = match current {
         None => {
             record.status = 404;
-            json_response(404, &status_body(404, "NotFound", &format!("{plural} not found")))
+            json_response(
+                404,
+                &status_body(404, "NotFound", &format!("{plural} not found")),
+            )
         }
         Some(_) if content_type != "application/merge-patch+json" => {
             record.status = 415;

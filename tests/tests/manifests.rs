@@ -1382,7 +1382,10 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
 }
 
 /// The RBAC rules of ClusterRoles in `docs` bound to the watcher, as (group, resource, verb).
-fn component_grants(docs: Vec<serde_yaml::Value>, what: &str) -> BTreeSet<(String, String, String)> {
+fn component_grants(
+    docs: Vec<serde_yaml::Value>,
+    what: &str,
+) -> BTreeSet<(String, String, String)> {
     let mut granted = BTreeSet::new();
     for doc in docs {
         match doc["kind"].as_str() {
@@ -1399,7 +1402,8 @@ fn component_grants(docs: Vec<serde_yaml::Value>, what: &str) -> BTreeSet<(Strin
                 }
             }
             Some("ClusterRoleBinding") => {
-                let b: ClusterRoleBinding = serde_yaml::from_value(doc).expect("ClusterRoleBinding");
+                let b: ClusterRoleBinding =
+                    serde_yaml::from_value(doc).expect("ClusterRoleBinding");
                 let subjects: Vec<_> = b
                     .subjects
                     .unwrap_or_default()
@@ -1453,13 +1457,22 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
     assert_eq!(crd["spec"]["scope"].as_str(), Some("Namespaced"));
     let version = &crd["spec"]["versions"][0];
     assert_eq!(version["name"].as_str(), Some(&*Ps::version(&())));
-    assert!(version["subresources"]["status"].is_mapping(), "{version:?}");
+    assert!(
+        version["subresources"]["status"].is_mapping(),
+        "{version:?}"
+    );
     let props = &version["schema"]["openAPIV3Schema"]["properties"];
     for field in ["loadBalancerClass", "nodepoolName"] {
-        assert!(props["spec"]["properties"][field].is_mapping(), "spec.{field}");
+        assert!(
+            props["spec"]["properties"][field].is_mapping(),
+            "spec.{field}"
+        );
     }
     for field in ["loadBalancer", "conditions"] {
-        assert!(props["status"]["properties"][field].is_mapping(), "status.{field}");
+        assert!(
+            props["status"]["properties"][field].is_mapping(),
+            "status.{field}"
+        );
     }
     // Its RBAC: exactly what --pool-services adds to the watcher's calls.
     let granted = component_grants(rbac, "components/poolservice");
@@ -1493,8 +1506,13 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
     };
     patched_m.config_maps = m.config_maps.clone();
     let args = watcher_args(&patched_m, "clb-watcher");
-    assert!(args.pool_services, "the component sets --pool-services=true");
-    let file = args.gateways_file.expect("the component sets --gateways-file");
+    assert!(
+        args.pool_services,
+        "the component sets --pool-services=true"
+    );
+    let file = args
+        .gateways_file
+        .expect("the component sets --gateways-file");
     let pod = patched.spec.expect("spec").template.spec.expect("pod spec");
     let mount = pod.containers[0]
         .volume_mounts

@@ -313,7 +313,11 @@ async fn a_refused_selection_changes_nothing_and_is_a_warning_event() {
             .filter(|e| e["reason"] == "InvalidGatewaySelection")
             .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
             .sum::<u64>();
-        if n >= 2 { Ok(()) } else { Err(format!("{:?}", s.fake.events())) }
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{:?}", s.fake.events()))
+        }
     })
     .await;
     assert!(has_service(c, "b", BOTH).await, "refused: nothing changed");
@@ -429,7 +433,11 @@ async fn pool_services_follow_the_services_pools_and_get_their_status() {
         assert_eq!(ps["metadata"]["labels"]["openyurt.io/service-name"], svc);
         let owner = &ps["metadata"]["ownerReferences"][0];
         assert_eq!(
-            (owner["kind"].as_str(), owner["name"].as_str(), owner["uid"].as_str()),
+            (
+                owner["kind"].as_str(),
+                owner["name"].as_str(),
+                owner["uid"].as_str()
+            ),
             (Some("Service"), Some(svc), Some(uid)),
             "{ps}"
         );
@@ -491,7 +499,10 @@ async fn a_pool_service_of_someone_else_exposes_its_service_at_its_pool() {
         wait_ready_written(&s, "web-edge-b").await,
         ("False".to_owned(), "Pending".to_owned())
     );
-    assert!(has_service(client, "a", WEB).await, "still in its default gateway");
+    assert!(
+        has_service(client, "a", WEB).await,
+        "still in its default gateway"
+    );
     // Of another class: not ours, nothing happens.
     s.fake.put(
         "poolservices",

@@ -135,7 +135,9 @@ impl Args {
         c.gateways = gateways;
         c.move_bound = Duration::from_millis(self.node_move_bound_ms);
         if self.pool_services && c.gateways.is_none() {
-            anyhow::bail!("--pool-services = true needs --gateways-file: PoolServices name node pools");
+            anyhow::bail!(
+                "--pool-services = true needs --gateways-file: PoolServices name node pools"
+            );
         }
         c.pool_services = self.pool_services;
         c.class = self.class.clone();

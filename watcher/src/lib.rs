@@ -50,10 +50,10 @@ use tokio::sync::{Notify, mpsc, watch};
 use clb_client::client::{ClientError, ConnectOptions};
 pub use clb_gateways::Gateways;
 pub use metrics::WatcherMetrics;
+use poolservice::PoolService;
 pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
-use poolservice::PoolService;
 
 /// Source name of the cluster-wide watcher.
 pub const WATCHER_SOURCE: &str = "watcher";
@@ -426,13 +426,7 @@ pub async fn run(
         streams.map(|(k, e)| Item::Obj(k, e)),
         pool_stream.map(Item::Pool),
     );
-    let mut kube_side = std::pin::pin!(kube_side(
-        streams,
-        lanes,
-        wb_tx,
-        kinds,
-        config.clone(),
-    ));
+    let mut kube_side = std::pin::pin!(kube_side(streams, lanes, wb_tx, kinds, config.clone(),));
     let result = tokio::select! {
         () = shutdown => Ok(()),
         () = &mut kube_side => Ok(()),
@@ -754,7 +748,9 @@ fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update]
 fn decode_object(kind: Kind, obj: &DynamicObject, key: &ObjKey) -> Option<Typed> {
     let obj = obj.clone();
     let r = match kind {
-        Kind::Service => obj.try_parse::<Service>().map(|o| Typed::Service(Box::new(o))),
+        Kind::Service => obj
+            .try_parse::<Service>()
+            .map(|o| Typed::Service(Box::new(o))),
         Kind::EndpointSlice => obj
             .try_parse::<EndpointSlice>()
             .map(|o| Typed::Slice(Box::new(o))),

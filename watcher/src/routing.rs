@@ -77,13 +77,7 @@ pub fn parse_selector(annotation: &str, text: &str) -> Result<Labels, SelectionE
     }
     for term in text.split(',') {
         let term = term.trim();
-        let refused = |why: &str| {
-            error(
-                annotation,
-                text,
-                format!("term {}: {why}", quote(term)),
-            )
-        };
+        let refused = |why: &str| error(annotation, text, format!("term {}: {why}", quote(term)));
         if term.contains("!=") {
             return Err(refused(
                 "only the equality form k=v is supported (not k!=v)",
@@ -256,11 +250,19 @@ gateways:
     fn bad_annotations_are_refused_precisely() {
         let g = gws();
         for (k, v, why) in [
-            (NODEPOOL_SELECTOR_ANNOTATION, "region in (east)", "equality form"),
+            (
+                NODEPOOL_SELECTOR_ANNOTATION,
+                "region in (east)",
+                "equality form",
+            ),
             (NODEPOOL_SELECTOR_ANNOTATION, "region!=east", "not k!=v"),
             (NODEPOOL_SELECTOR_ANNOTATION, "region", "equality form"),
             (NODEPOOL_SELECTOR_ANNOTATION, "", "is empty"),
-            (NODEPOOL_SELECTOR_ANNOTATION, "region=north", "selects no gateway"),
+            (
+                NODEPOOL_SELECTOR_ANNOTATION,
+                "region=north",
+                "selects no gateway",
+            ),
             (GATEWAYS_ANNOTATION, "a,c", "\"c\" is not a gateway"),
             (GATEWAYS_ANNOTATION, " , ", "names no gateway"),
         ] {

@@ -51,12 +51,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::WatcherConfig;
-use super::sender::Conn;
 use super::poolservice::{self, PoolService, PoolServiceFacts};
 use super::routing;
+use super::sender::Conn;
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
-use clb_gateways::Gateways;
 use clb_client::client::ConnectOptions;
+use clb_gateways::Gateways;
 
 /// The field manager named in our patches.
 pub(crate) const FIELD_MANAGER: &str = "clb-watcher";
@@ -614,8 +614,13 @@ impl WriteBack {
             && self.records[key].selection_warned.as_ref() != Some(e)
         {
             tracing::warn!(service = %key, "{e}");
-            self.publish(&facts, EventType::Warning, "InvalidGatewaySelection", e.clone())
-                .await;
+            self.publish(
+                &facts,
+                EventType::Warning,
+                "InvalidGatewaySelection",
+                e.clone(),
+            )
+            .await;
             if let Some(r) = self.records.get_mut(key) {
                 r.selection_warned = Some(e.clone());
             }
@@ -648,7 +653,10 @@ impl WriteBack {
         ips.dedup();
         let state = states
             .iter()
-            .find(|s| !s.as_ref().is_some_and(|s| s.actual && !s.frontend_ip.is_empty()))
+            .find(|s| {
+                !s.as_ref()
+                    .is_some_and(|s| s.actual && !s.frontend_ip.is_empty())
+            })
             .or(states.first())
             .cloned()
             .flatten();
@@ -702,7 +710,8 @@ impl WriteBack {
         }
         let mut status = serde_json::Map::new();
         if ingress_due {
-            let ingress: Vec<serde_json::Value> = ips.iter().map(|ip| json!({ "ip": ip })).collect();
+            let ingress: Vec<serde_json::Value> =
+                ips.iter().map(|ip| json!({ "ip": ip })).collect();
             status.insert("loadBalancer".into(), json!({ "ingress": ingress }));
         }
         if let Some(conditions) = condition {
@@ -918,7 +927,10 @@ impl WriteBack {
         let mut want: BTreeMap<String, String> = BTreeMap::new();
         for g in &facts.gateways {
             if let Some(g) = gateways.get(g) {
-                want.insert(poolservice::name_for(&key.name, g.pool()), g.pool().to_owned());
+                want.insert(
+                    poolservice::name_for(&key.name, g.pool()),
+                    g.pool().to_owned(),
+                );
             }
         }
         for (name, pool) in &want {
@@ -963,7 +975,9 @@ impl WriteBack {
                 Ok(_) => tracing::info!(poolservice = %pkey, %pool, "PoolService created"),
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    self.config.metrics.writeback_failure("creating a PoolService");
+                    self.config
+                        .metrics
+                        .writeback_failure("creating a PoolService");
                     tracing::warn!(poolservice = %pkey, error = %e, "creating a PoolService failed");
                 }
             }
@@ -1029,7 +1043,9 @@ impl WriteBack {
             Ok(_) => tracing::info!(poolservice = %pkey, "PoolService deleted"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
-                self.config.metrics.writeback_failure("deleting a PoolService");
+                self.config
+                    .metrics
+                    .writeback_failure("deleting a PoolService");
                 tracing::warn!(poolservice = %pkey, error = %e, "deleting a PoolService failed");
             }
         }
@@ -1037,7 +1053,12 @@ impl WriteBack {
 
     /// Writes a PoolService's status from its gateway's report: the frontend IP once programmed,
     /// and the `Ready` condition.
-    async fn pool_status(&mut self, p: &PoolServiceFacts, gateway: &str, state: Option<&ServiceState>) {
+    async fn pool_status(
+        &mut self,
+        p: &PoolServiceFacts,
+        gateway: &str,
+        state: Option<&ServiceState>,
+    ) {
         let ip = state
             .filter(|s| s.actual && !s.frontend_ip.is_empty())
             .map(|s| s.frontend_ip.clone());
@@ -1079,7 +1100,8 @@ impl WriteBack {
             },
             observed_generation: None,
         });
-        let ingress: Vec<serde_json::Value> = want_ingress.iter().map(|ip| json!({ "ip": ip })).collect();
+        let ingress: Vec<serde_json::Value> =
+            want_ingress.iter().map(|ip| json!({ "ip": ip })).collect();
         let patch = json!({
             "metadata": { "resourceVersion": p.resource_version },
             "status": { "loadBalancer": { "ingress": ingress }, "conditions": conditions },
@@ -1091,11 +1113,14 @@ impl WriteBack {
         {
             Ok(_) => {
                 tracing::info!(poolservice = %p.key, ready = status, ip = ?ip, "PoolService status written");
-                self.pool_patched.insert(p.key.clone(), p.resource_version.clone());
+                self.pool_patched
+                    .insert(p.key.clone(), p.resource_version.clone());
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
             Err(e) => {
-                self.config.metrics.writeback_failure("patching a PoolService's status");
+                self.config
+                    .metrics
+                    .writeback_failure("patching a PoolService's status");
                 tracing::warn!(poolservice = %p.key, error = %e, "patching a PoolService's status failed");
             }
         }
