@@ -429,3 +429,48 @@ async fn a_restart_with_two_gateways_removes_no_live_backend_in_either() {
     }
     r.h.shutdown().await;
 }
+
+/// The gateways file `deploy/` ships (ConfigMap `clb-gateways`) is read by the state server (as
+/// its manifest runs it) and the workers through their own flags: one gateway, `default`, what
+/// `--gateways=default` drove before.
+#[test]
+fn the_deployed_gateways_file_is_read_by_the_server_and_the_workers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateways.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/gateways.yaml");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    assert_eq!(doc["kind"].as_str(), Some("ConfigMap"));
+    assert_eq!(doc["metadata"]["name"].as_str(), Some("clb-gateways"));
+    let file = doc["data"]["gateways.yaml"]
+        .as_str()
+        .expect("data.gateways.yaml");
+    let local =
+        std::env::temp_dir().join(format!("clb-deployed-gateways-{}.yaml", std::process::id()));
+    std::fs::write(&local, file).expect("write");
+
+    let mut server = clb_tests::deploy::state_server_args();
+    assert_eq!(
+        server.gateways_file.as_deref(),
+        Some(std::path::Path::new("/etc/clb/gateways/gateways.yaml"))
+    );
+    server.gateways_file = Some(local.clone());
+    server.load_gateways_file().expect("the server reads it");
+    assert_eq!(server.to_server_config().gateways, ["default"]);
+
+    let flag = format!("--gateways-file={}", local.display());
+    let worker = <clb_sync_worker::cli::Args as clap::Parser>::try_parse_from([
+        "clb-sync-worker",
+        "--credential=none",
+        flag.as_str(),
+    ])
+    .expect("the worker's flags");
+    let read = worker
+        .gateways_file()
+        .expect("the worker reads it")
+        .expect("given");
+    let arms = worker.gateway_arm_configs(&read).expect("valid");
+    assert_eq!(arms.len(), 1);
+    assert_eq!(arms[0].0, "default");
+    assert_eq!(arms[0].1.resource_group, "my-cluster-nodes-rg");
+    assert_eq!(worker.worker_config().expect("valid").gateways, ["default"]);
+    std::fs::remove_file(local).expect("remove");
+}
