@@ -103,7 +103,7 @@ async fn setup() -> Setup {
         ..ServerConfig::default()
     })
     .await;
-    let client = Client::connect(clb_client::client::ConnectOptions::new(&server.url()))
+    let client = Client::connect(clb_client::client::ConnectOptions::new(server.url()))
         .await
         .expect("connect");
     Setup {
