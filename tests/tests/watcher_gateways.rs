@@ -526,3 +526,148 @@ async fn a_pool_service_of_someone_else_exposes_its_service_at_its_pool() {
     assert!(other.get("status").is_none(), "{other}");
     w.stop().await;
 }
+
+/// With NRP (one emulator per gateway, `Harness::start_gateways`): a Service exposed in both
+/// gateways gets both frontend IPs in `status.loadBalancer.ingress`, sorted; each of its
+/// PoolServices gets its own gateway's IP and `Ready=True`; deleted, it keeps the finalizer until
+/// neither gateway has it.
+#[tokio::test]
+async fn a_service_in_two_gateways_lists_both_frontend_ips() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = clb_tests::Harness::start_gateways(clb_tests::Options::e2e(), &["a", "b"]).await;
+    let fake = FakeApi::start().await;
+    // The harness's file: `a` serves every node no other takes, `b` the nodes of pool `b`.
+    fake.put("nodes", node("n-a", "a", "10.0.0.1"));
+    fake.put("nodes", node("n-b", "b", "10.0.0.2"));
+    let mut both = svc(
+        "both",
+        BOTH,
+        json!({"type": "LoadBalancer", "ports": [{"port": 443, "protocol": "TCP"}]}),
+    );
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "b,a"});
+    fake.put("services", both);
+    fake.put(
+        "endpointslices",
+        slice(
+            "both-1",
+            "both",
+            "IPv4",
+            vec![ep("10.2.0.1", "n-a", true), ep("10.2.0.2", "n-b", true)],
+        ),
+    );
+    // Each emulator counts its public IPs from 20.0.0.1: one taken in `b` first makes the two
+    // gateways' frontends differ, as two regions' do.
+    let gb = h
+        .gateways_file()
+        .and_then(|f| f.get("b"))
+        .expect("gateway b")
+        .clone();
+    let mut arm = clb_nrp::azure::ArmConfig::new(&gb.azure.subscription, &gb.azure.resource_group)
+        .with_endpoint(gb.azure.endpoint.clone().expect("the emulator's URL"));
+    arm.poll_interval = Duration::from_millis(5);
+    let arm = clb_nrp::azure::ArmClient::new(arm, None).expect("ARM client");
+    let pip = clb_nrp::wire::PublicIpAddress {
+        location: Some(gb.azure.region.clone()),
+        sku: Some(clb_nrp::wire::Sku::standard()),
+        properties: clb_nrp::wire::PublicIpAddressProperties {
+            public_ip_allocation_method: Some("Static".into()),
+            public_ip_address_version: Some("IPv4".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    clb_nrp::Nrp::put_public_ip(
+        &arm,
+        "taken-by-the-test",
+        &pip,
+        clb_nrp::CallOptions::with_timeout(clb_tests::PATIENCE),
+    )
+    .await
+    .expect("a public IP in b");
+    let mut c = test_config(&h.url(), Mode::Cluster { pods: true });
+    c.gateways = Some(Arc::new(
+        h.gateways_file().expect("a gateways file").clone(),
+    ));
+    c.pool_services = true;
+    let w = RunningWatcher::start(c, fake.watcher_clients());
+    let client = h.client().await;
+    let frontend = |g: &'static str| {
+        let client = client.clone();
+        async move {
+            eventually(&format!("{g} programs both"), || async {
+                let s = client
+                    .with_gateway(g)
+                    .service(BOTH)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if s.actual && !s.frontend_ip.is_empty() {
+                    Ok(s.frontend_ip)
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            })
+            .await
+        }
+    };
+    let (ip_a, ip_b) = (frontend("a").await, frontend("b").await);
+    assert_ne!(ip_a, ip_b);
+    let mut want = vec![ip_a.clone(), ip_b.clone()];
+    want.sort();
+    eventually("the Service's ingress lists both IPs", || async {
+        let s = fake.get("services", "default", "both").ok_or("gone")?;
+        let got: Vec<String> = s
+            .pointer("/status/loadBalancer/ingress")
+            .and_then(Value::as_array)
+            .map(|l| {
+                l.iter()
+                    .filter_map(|i| i["ip"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    for (name, ip) in [("both-a", &ip_a), ("both-b", &ip_b)] {
+        eventually(&format!("PoolService {name} shows {ip}, Ready"), || async {
+            let ps = fake.get("poolservices", "default", name).ok_or("missing")?;
+            let ready = ps
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| (c["status"].clone(), c["reason"].clone()));
+            let got = ps.pointer("/status/loadBalancer/ingress/0/ip").cloned();
+            if got == Some(json!(ip)) && ready == Some((json!("True"), json!("Programmed"))) {
+                Ok(())
+            } else {
+                Err(format!("{ps}"))
+            }
+        })
+        .await;
+    }
+    // Deleted: both gateways drop it, then the finalizer goes (and the Service with it).
+    fake.delete("services", "default", "both");
+    eventually("the Service is gone", || async {
+        match fake.get("services", "default", "both") {
+            None => Ok(()),
+            Some(s) => Err(format!("{s}")),
+        }
+    })
+    .await;
+    for g in ["a", "b"] {
+        assert!(
+            h.emulator_of(g)
+                .dump()
+                .gateway(g)
+                .is_none_or(|gw| gw.services.is_empty()),
+            "{g} still has the service"
+        );
+    }
+    assert!(fake.get("poolservices", "default", "both-a").is_none());
+    assert!(fake.get("poolservices", "default", "both-b").is_none());
+    w.stop().await;
+}
