@@ -671,3 +671,46 @@ async fn a_service_in_two_gateways_lists_both_frontend_ips() {
     assert!(fake.get("poolservices", "default", "both-b").is_none());
     w.stop().await;
 }
+
+/// Node agents with the gateways file: the watcher (`--pods=false`) declares each gateway's nodes
+/// with their agents as pod writers; the agent of n-b writes its pod to `b` only, the agent of n-a
+/// to `a` only.
+#[tokio::test]
+async fn a_node_agent_writes_its_pods_to_its_nodes_gateway() {
+    let s = setup().await;
+    let mut wc = config(&s, Duration::from_secs(3600));
+    wc.mode = Mode::Cluster { pods: false };
+    let w = RunningWatcher::start(wc, s.fake.watcher_clients());
+    let c = &s.client;
+    wait_service(c, "b", BOTH, true).await;
+    let mut agents = Vec::new();
+    for n in ["n-a", "n-b"] {
+        let mut ac = config(&s, Duration::from_secs(3600));
+        ac.mode = Mode::NodeAgent { node: n.into() };
+        agents.push(RunningWatcher::start(ac, s.fake.watcher_clients()));
+    }
+    wait_at(
+        c,
+        "b",
+        "10.0.0.2",
+        &["10.1.0.6=eg1", &format!("10.2.0.2={BOTH}")],
+    )
+    .await;
+    wait_at(
+        c,
+        "a",
+        "10.0.0.1",
+        &[
+            &format!("10.1.0.1={WEB}"),
+            "10.1.0.5=eg1",
+            &format!("10.2.0.1={BOTH}"),
+        ],
+    )
+    .await;
+    assert_eq!(desired_at(c, "a", "10.0.0.2").await, Vec::<String>::new());
+    assert_eq!(desired_at(c, "b", "10.0.0.1").await, Vec::<String>::new());
+    for a in agents {
+        a.stop().await;
+    }
+    w.stop().await;
+}
