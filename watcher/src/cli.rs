@@ -170,4 +170,53 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn the_gateways_file_is_read_and_checked() {
+        let dir = std::env::temp_dir().join(format!("clb-watcher-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.yaml");
+        std::fs::write(
+            &good,
+            "gateways:\n  - name: a\n    azure: {subscription: s, resourceGroup: r, region: x}\n",
+        )
+        .unwrap();
+        let arg = format!("--gateways-file={}", good.display());
+        let c = Args::try_parse_from(["clb-watcher", arg.as_str(), "--pool-services=true"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert_eq!(c.gateways.as_ref().map(|g| g.names()), Some(vec!["a".to_owned()]));
+        assert!(c.pool_services);
+        assert_eq!(c.lanes().len(), 1);
+        assert_eq!(c.lanes()[0].0.server.gateway, "a");
+        // Without a file: one lane, to --gateway.
+        let c = Args::try_parse_from(["clb-watcher", "--gateway=x"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert_eq!(c.lanes().len(), 1);
+        assert_eq!(c.lanes()[0].0.server.gateway, "x");
+        assert!(c.lanes()[0].1.gateway.is_none());
+        // Refused: both --gateway and a file; PoolServices without a file; a bad file.
+        let err = |argv: &[&str]| {
+            format!(
+                "{:#}",
+                Args::try_parse_from(argv).unwrap().config().unwrap_err()
+            )
+        };
+        let e = err(&["clb-watcher", "--gateway=x", arg.as_str()]);
+        assert!(e.contains("exclusive"), "{e}");
+        let e = err(&["clb-watcher", "--pool-services=true"]);
+        assert!(e.contains("needs --gateways-file"), "{e}");
+        let bad = dir.join("bad.yaml");
+        std::fs::write(&bad, "gateways: []\n").unwrap();
+        let bad_arg = format!("--gateways-file={}", bad.display());
+        let e = err(&["clb-watcher", bad_arg.as_str()]);
+        assert!(e.contains("bad.yaml") && e.contains("at least one"), "{e}");
+        let missing = format!("--gateways-file={}", dir.join("missing.yaml").display());
+        let e = err(&["clb-watcher", missing.as_str()]);
+        assert!(e.contains("missing.yaml") && e.contains("cannot read"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
