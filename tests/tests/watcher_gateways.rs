@@ -524,6 +524,35 @@ async fn a_pool_service_of_someone_else_exposes_its_service_at_its_pool() {
     .await;
     let other = pool_service(&s, "both-other").expect("left alone");
     assert!(other.get("status").is_none(), "{other}");
+    // Of our class but for a pool no gateway stands for: a Warning Event, nothing programmed.
+    s.fake.put(
+        "poolservices",
+        json!({
+            "metadata": {"namespace": "default", "name": "web-z", "uid": "uid-ps-3",
+                         "labels": {"openyurt.io/service-name": "web"}},
+            "spec": {"loadBalancerClass": DEFAULT_CLASS, "nodepoolName": "pool-z"},
+        }),
+    );
+    let note = eventually("a Warning Event on web-z", || async {
+        s.fake
+            .events()
+            .into_iter()
+            .find(|e| e["reason"] == "InvalidPoolService" && e["regarding"]["name"] == "web-z")
+            .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+            .ok_or_else(|| format!("{:?}", s.fake.events()))
+    })
+    .await;
+    assert!(
+        note.contains("spec.nodepoolName = \"pool-z\"") && note.contains("pool-a, pool-b"),
+        "{note}"
+    );
+    assert!(!has_service(client, "b", WEB).await);
+    assert!(
+        pool_service(&s, "web-z")
+            .expect("left alone")
+            .get("status")
+            .is_none()
+    );
     w.stop().await;
 }
 

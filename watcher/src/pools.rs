@@ -129,7 +129,7 @@ impl PoolSide {
 
     fn learn(
         &mut self,
-        f: PoolServiceFacts,
+        mut f: PoolServiceFacts,
         wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
     ) -> Option<ObjKey> {
         self.known.insert(f.key.clone());
@@ -145,17 +145,36 @@ impl PoolSide {
                     self.foreign.insert(f.key.clone(), (svc.clone(), g));
                     affected = Some(svc.clone());
                 }
-                (None, _) => tracing::warn!(
-                    poolservice = %f.key,
-                    "PoolService of our class skipped: metadata.labels[\"{}\"] names no Service",
-                    crate::poolservice::LABEL_SERVICE_NAME
-                ),
-                (Some(_), None) => tracing::warn!(
-                    poolservice = %f.key,
-                    pool = ?f.pool,
-                    "PoolService of our class skipped: its node pool (spec.nodepoolName or label {}) is not a pool of the gateways file",
-                    crate::poolservice::LABEL_POOL_NAME
-                ),
+                (None, _) => {
+                    f.problem = Some(format!(
+                        "metadata.labels[{:?}] is missing: the PoolService names no Service, so \
+                         it is not programmed",
+                        crate::poolservice::LABEL_SERVICE_NAME
+                    ));
+                }
+                (Some(_), None) => {
+                    let pools: Vec<String> = self
+                        .gateways
+                        .iter()
+                        .flat_map(|g| g.all().iter().map(|g| g.pool().to_owned()))
+                        .collect();
+                    f.problem = Some(match &f.pool {
+                        Some(p) => format!(
+                            "spec.nodepoolName = {}: no gateway of the gateways file stands for \
+                             this node pool (pools: {}), so it is not programmed",
+                            crate::routing::quote(p),
+                            pools.join(", ")
+                        ),
+                        None => format!(
+                            "spec.nodepoolName and metadata.labels[{:?}] are missing: the \
+                             PoolService names no node pool, so it is not programmed",
+                            crate::poolservice::LABEL_POOL_NAME
+                        ),
+                    });
+                }
+            }
+            if let Some(p) = &f.problem {
+                tracing::warn!(poolservice = %f.key, "{p}");
             }
         }
         if let Some(wb) = wb {

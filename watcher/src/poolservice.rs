@@ -69,6 +69,9 @@ pub struct PoolServiceStatus {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PoolServiceFacts {
     pub key: ObjKey,
+    pub uid: String,
+    /// Why someone else's PoolService cannot be programmed (for a Warning Event), if it cannot.
+    pub problem: Option<String>,
     pub resource_version: String,
     /// The UID of the Service that owns it when the watcher created it (`None`: someone else's).
     pub owner_uid: Option<String>,
@@ -115,6 +118,8 @@ impl PoolServiceFacts {
         let status = ps.status.clone().unwrap_or_default();
         Some(Self {
             key: ObjKey { namespace, name },
+            uid: ps.metadata.uid.clone().unwrap_or_default(),
+            problem: None,
             resource_version: ps.metadata.resource_version.clone().unwrap_or_default(),
             owner_uid,
             service,

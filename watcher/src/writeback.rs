@@ -273,6 +273,10 @@ struct WriteBack {
     pools: HashMap<ObjKey, PoolServiceFacts>,
     /// PoolService → the resourceVersion our last status patch was based on.
     pool_patched: HashMap<ObjKey, String>,
+    /// PoolService → the problem last published as a Warning Event on it.
+    pool_warned: HashMap<ObjKey, String>,
+    /// Warning Events on PoolServices not published yet.
+    pool_warnings: Vec<PoolServiceFacts>,
 }
 
 /// Runs until the kube side ends.
@@ -298,6 +302,8 @@ pub(crate) async fn run(
         acked,
         pools: HashMap::new(),
         pool_patched: HashMap::new(),
+        pool_warned: HashMap::new(),
+        pool_warnings: Vec::new(),
     };
     loop {
         // Sleep until the first record is due (records are few; an hour when there is none).
@@ -311,7 +317,7 @@ pub(crate) async fn run(
             msg = rx.recv() => match msg {
                 // A Service seen without our finalizer gets it at once, not at the next tick: the
                 // translator programs a Service only once it carries the finalizer.
-                Some(m) => if wb.handle(m) {
+                Some(m) => if wb.handle(m) || !wb.pool_warnings.is_empty() {
                     wb.act().await;
                 },
                 None => return,
@@ -350,12 +356,23 @@ impl WriteBack {
                 self.records.remove(&key);
             }
             Msg::Pool(f) => {
+                match &f.problem {
+                    Some(p) if self.pool_warned.get(&f.key) != Some(p) => {
+                        self.pool_warned.insert(f.key.clone(), p.clone());
+                        self.pool_warnings.push(f.clone());
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.pool_warned.remove(&f.key);
+                    }
+                }
                 let svc = f.service.clone();
                 let owner = f.owner_uid.clone();
                 self.pools.insert(f.key.clone(), f);
                 self.poke(svc.as_ref(), owner.as_deref());
             }
             Msg::PoolGone(key) => {
+                self.pool_warned.remove(&key);
                 if let Some(f) = self.pools.remove(&key) {
                     self.pool_patched.remove(&key);
                     self.poke(f.service.as_ref(), f.owner_uid.as_deref());
@@ -427,6 +444,9 @@ impl WriteBack {
     }
 
     async fn act(&mut self) {
+        for f in std::mem::take(&mut self.pool_warnings) {
+            self.publish_on_pool(&f).await;
+        }
         let now = Instant::now();
         let acked = *self.acked.borrow();
         let mut due: Vec<(Instant, ObjKey)> = self
@@ -1031,6 +1051,31 @@ impl WriteBack {
             .collect();
         for pkey in owned {
             self.delete_pool(&pkey).await;
+        }
+    }
+
+    /// Publishes a Warning Event on a PoolService of someone else that cannot be programmed.
+    async fn publish_on_pool(&self, f: &PoolServiceFacts) {
+        let Some(problem) = &f.problem else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some("network.openyurt.io/v1alpha1".to_owned()),
+            kind: Some("PoolService".to_owned()),
+            name: Some(f.key.name.clone()),
+            namespace: Some(f.key.namespace.clone()),
+            uid: Some(f.uid.clone()).filter(|u| !u.is_empty()),
+            ..ObjectReference::default()
+        };
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: "InvalidPoolService".to_owned(),
+            note: Some(truncate(problem.clone(), 1024)),
+            action: "Programming".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(poolservice = %f.key, error = %e, "publishing an event failed");
         }
     }
 
