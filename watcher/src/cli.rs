@@ -186,7 +186,10 @@ mod tests {
             .unwrap()
             .config()
             .unwrap();
-        assert_eq!(c.gateways.as_ref().map(|g| g.names()), Some(vec!["a".to_owned()]));
+        assert_eq!(
+            c.gateways.as_ref().map(|g| g.names()),
+            Some(vec!["a".to_owned()])
+        );
         assert!(c.pool_services);
         assert_eq!(c.lanes().len(), 1);
         assert_eq!(c.lanes()[0].0.server.gateway, "a");
@@ -216,7 +219,10 @@ mod tests {
         assert!(e.contains("bad.yaml") && e.contains("at least one"), "{e}");
         let missing = format!("--gateways-file={}", dir.join("missing.yaml").display());
         let e = err(&["clb-watcher", missing.as_str()]);
-        assert!(e.contains("missing.yaml") && e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains("missing.yaml") && e.contains("cannot read"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
