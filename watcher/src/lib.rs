@@ -373,6 +373,11 @@ pub async fn run(
         gateways = ?config.gateways.as_ref().map(|g| g.names()),
         "starting"
     );
+    if config.gateways.is_some() {
+        config
+            .metrics
+            .expect_gateways(config.lanes().into_iter().map(|(c, _)| c.server.gateway));
+    }
     let mut lanes = Vec::new();
     let mut acks = Vec::new();
     let mut senders = futures::stream::FuturesUnordered::new();

@@ -46,6 +46,8 @@ pub struct WatcherMetrics {
     synced: Gauge,
     listed: AtomicBool,
     resynced: AtomicBool,
+    /// With several gateways: the gateways whose lane has not resynced yet.
+    pending_lanes: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Default for WatcherMetrics {
@@ -101,6 +103,7 @@ impl WatcherMetrics {
             synced,
             listed: AtomicBool::new(false),
             resynced: AtomicBool::new(false),
+            pending_lanes: std::sync::Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -121,6 +124,36 @@ impl WatcherMetrics {
             .get_or_create(&RestartLabels {
                 kind: kind.to_owned(),
                 reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// With several gateways: the watcher is synced only once each of these has resynced.
+    pub fn expect_gateways(&self, gateways: impl IntoIterator<Item = String>) {
+        *self.pending_lanes.lock().unwrap_or_else(|e| e.into_inner()) =
+            gateways.into_iter().collect();
+    }
+
+    /// Counts one resync of the lane of `gateway`; the watcher is synced once its lists are done
+    /// and every expected gateway has resynced successfully.
+    pub fn resync_of(&self, gateway: &str, ok: bool) {
+        if ok && self.listed.load(Ordering::SeqCst) {
+            let mut pending = self.pending_lanes.lock().unwrap_or_else(|e| e.into_inner());
+            pending.remove(gateway);
+            if !pending.is_empty() {
+                drop(pending);
+                self.count_resync(ok);
+                return;
+            }
+        }
+        self.resync(ok);
+    }
+
+    fn count_resync(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.resyncs
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
             })
             .inc();
     }
@@ -193,6 +226,13 @@ mod tests {
         assert!(!m.is_synced());
         m.resync(true);
         assert!(m.is_synced());
+        let several = WatcherMetrics::new();
+        several.expect_gateways(["a".to_owned(), "b".to_owned()]);
+        several.lists_done();
+        several.resync_of("a", true);
+        assert!(!several.is_synced(), "b has not resynced");
+        several.resync_of("b", true);
+        assert!(several.is_synced());
         let text = m.encode();
         for line in [
             "clb_watcher_synced 1",

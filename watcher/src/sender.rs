@@ -188,7 +188,7 @@ pub(crate) async fn run(
                 let r = resync(&mut conn, &source, views).await;
                 let mut s = lock(&shared);
                 s.in_flight = false;
-                config.metrics.resync(r.is_ok());
+                config.metrics.resync_of(&config.server.gateway, r.is_ok());
                 match r {
                     Ok(()) => {
                         failed = false;
