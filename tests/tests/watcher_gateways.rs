@@ -462,6 +462,35 @@ async fn pool_services_follow_the_services_pools_and_get_their_status() {
     wait_pool_service(&s, "web-pool-a", false).await;
     assert!(pool_service(&s, "both-pool-b").is_some());
     w.stop().await;
+    // What the watcher asked of PoolServices is what deploy/components/poolservice grants:
+    // list, watch, create, delete, and patch of the status subresource only.
+    let calls: BTreeSet<String> = s
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.contains("/poolservices"))
+        .map(|r| {
+            let (method, rest) = r.split_once(' ').expect("METHOD path");
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let sub = path.rsplit('/').next().unwrap_or_default();
+            match method {
+                "GET" if query.contains("watch=true") => "watch".to_owned(),
+                "GET" if path.ends_with("/poolservices") => "list".to_owned(),
+                "POST" => "create".to_owned(),
+                "DELETE" => "delete".to_owned(),
+                "PATCH" => format!("patch {sub}"),
+                _ => format!("{method} {path}"),
+            }
+        })
+        .collect();
+    let granted: BTreeSet<String> = ["list", "watch", "create", "delete", "patch status"]
+        .map(str::to_owned)
+        .into();
+    assert!(calls.is_subset(&granted), "{calls:?}");
+    assert!(
+        calls.contains("patch status") && calls.contains("create"),
+        "{calls:?}"
+    );
 }
 
 #[tokio::test]
