@@ -4,7 +4,8 @@
 //! new gateway's translator adds them; once the new gateway's lane has sent the move and the state
 //! server reports every address desired at the node's IPs in the new gateway as actual (Admin
 //! `GetLocation`), or after `--node-move-bound-ms`, the hold is released and the old gateway drops
-//! them.
+//! them. Both lanes resync after their share changed, so that each gateway's declared topology
+//! follows the node.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -65,6 +66,10 @@ impl Moves {
             let d = s.translator.hold_node(name, true);
             s.push(d);
         }
+        // The new gateway's topology gains the node: its next resync declares it (node agents'
+        // writes at the node's IPs are checked against it).
+        lock(&new_lane.shared).resync_due = true;
+        new_lane.notify.notify_one();
         tracing::info!(
             node = name,
             from = %old,
@@ -83,6 +88,8 @@ impl Moves {
             let d = s.translator.hold_node(&name, false);
             let n = d.len();
             s.push(d);
+            // The old gateway's topology loses the node.
+            s.resync_due = true;
             s.settle();
             drop(s);
             old_lane.notify.notify_one();
