@@ -772,3 +772,83 @@ async fn a_node_agent_writes_its_pods_to_its_nodes_gateway() {
     }
     w.stop().await;
 }
+
+/// With NRP: a node moved from pool `b` to the catch-all gateway `a` leaves `b` once `a` has
+/// programmed its addresses (the bound, an hour, is never reached).
+#[tokio::test]
+async fn a_moved_node_leaves_its_old_gateway_once_the_new_one_programmed_it() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = clb_tests::Harness::start_gateways(clb_tests::Options::e2e(), &["a", "b"]).await;
+    let fake = FakeApi::start().await;
+    fake.put("nodes", node("n-a", "a", "10.0.0.1"));
+    fake.put("nodes", node("n-b", "b", "10.0.0.2"));
+    let mut both = svc(
+        "both",
+        BOTH,
+        json!({"type": "LoadBalancer", "ports": [{"port": 443, "protocol": "TCP"}]}),
+    );
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "a,b"});
+    fake.put("services", both);
+    fake.put(
+        "endpointslices",
+        slice(
+            "both-1",
+            "both",
+            "IPv4",
+            vec![ep("10.2.0.1", "n-a", true), ep("10.2.0.2", "n-b", true)],
+        ),
+    );
+    let mut c = test_config(&h.url(), Mode::Cluster { pods: true });
+    c.gateways = Some(Arc::new(
+        h.gateways_file().expect("a gateways file").clone(),
+    ));
+    c.move_bound = Duration::from_secs(3600);
+    let w = RunningWatcher::start(c, fake.watcher_clients());
+    let client = h.client().await;
+    let actual_at = |g: &'static str, loc: &'static str| {
+        let client = client.clone();
+        async move {
+            match client.with_gateway(g).location(loc).await {
+                Ok(l) => l
+                    .addresses
+                    .iter()
+                    .filter(|a| a.actual)
+                    .map(|a| a.address.clone())
+                    .collect::<Vec<_>>(),
+                Err(_) => Vec::new(),
+            }
+        }
+    };
+    eventually("b programs n-b's endpoint", || async {
+        let got = actual_at("b", "10.0.0.2").await;
+        if got == ["10.2.0.2"] {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    // n-b leaves pool b: the catch-all gateway a takes it.
+    fake.put("nodes", node("n-b", "elsewhere", "10.0.0.2"));
+    eventually("a programs n-b's endpoint", || async {
+        let got = actual_at("a", "10.0.0.2").await;
+        if got == ["10.2.0.2"] {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    wait_at(&client, "b", "10.0.0.2", &[]).await;
+    eventually("b's NRP drops n-b's endpoint", || async {
+        let got = actual_at("b", "10.0.0.2").await;
+        if got.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    w.stop().await;
+}
