@@ -530,6 +530,15 @@ fn streams(
     all
 }
 
+/// What a watch event does, its object set aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Init,
+    Apply,
+    Delete,
+    InitDone,
+}
+
 /// A decoded object of a watched kind.
 enum Typed {
     Service(Box<Service>),
@@ -586,17 +595,23 @@ async fn kube_side(
         );
         seq += 1;
         // The write-back hears of the event once, before the lanes.
+        let (phase, obj) = match event {
+            Event::Init => (Phase::Init, None),
+            Event::InitApply(o) | Event::Apply(o) => (Phase::Apply, Some(o)),
+            Event::Delete(o) => (Phase::Delete, Some(o)),
+            Event::InitDone => (Phase::InitDone, None),
+        };
         let mut typed = None;
         let mut deleted = None;
-        match &event {
-            Event::Init => {
+        match (phase, obj) {
+            (Phase::Init, _) => {
                 if kind == Kind::Service
                     && let Some(wb) = &wb
                 {
                     let _ = wb.send(writeback::Msg::RelistStart);
                 }
             }
-            Event::InitApply(obj) | Event::Apply(obj) => {
+            (Phase::Apply, Some(obj)) => {
                 if let Some(key) = ObjKey::of(kind, &obj.metadata) {
                     let t = decode_object(kind, obj, &key);
                     if let (Some(Typed::Service(svc)), Some(wb)) = (&t, &wb) {
@@ -620,7 +635,7 @@ async fn kube_side(
                     typed = Some((key, t));
                 }
             }
-            Event::Delete(obj) => {
+            (Phase::Delete, Some(obj)) => {
                 if let Some(key) = ObjKey::of(kind, &obj.metadata) {
                     if kind == Kind::Service
                         && let Some(wb) = &wb
@@ -636,41 +651,42 @@ async fn kube_side(
                     deleted = Some(key);
                 }
             }
-            Event::InitDone => {
+            (Phase::InitDone, _) => {
                 if kind == Kind::Service
                     && let Some(wb) = &wb
                 {
                     let _ = wb.send(writeback::Msg::RelistDone);
                 }
             }
+            (Phase::Apply | Phase::Delete, None) => {}
         }
         let mut conflicts = BTreeMap::new();
         for (i, lane) in lanes.iter().enumerate() {
             let mut s = lock(&lane.shared);
             s.seq = seq;
-            match &event {
-                Event::Init => {
+            match phase {
+                Phase::Init => {
                     if i == 0 {
                         tracing::debug!(%kind, "listing");
                     }
                     s.translator.begin_relist(kind);
                     s.relisting.insert(kind);
                 }
-                Event::InitApply(_) | Event::Apply(_) => {
+                Phase::Apply => {
                     if let Some((key, t)) = &typed {
                         let deltas = apply_typed(&mut s.translator, kind, key, t.as_ref());
                         touched(wb.as_ref(), &deltas, seq);
                         s.push(deltas);
                     }
                 }
-                Event::Delete(_) => {
+                Phase::Delete => {
                     if let Some(key) = &deleted {
                         let deltas = delete_object(&mut s.translator, kind, key);
                         touched(wb.as_ref(), &deltas, seq);
                         s.push(deltas);
                     }
                 }
-                Event::InitDone => {
+                Phase::InitDone => {
                     let deltas = s.translator.end_relist(kind);
                     s.push(deltas);
                     s.relisting.remove(&kind);
@@ -750,8 +766,7 @@ fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update]
 }
 
 /// Decodes a watched object (`None`: it does not decode; what was sent for it stays).
-fn decode_object(kind: Kind, obj: &DynamicObject, key: &ObjKey) -> Option<Typed> {
-    let obj = obj.clone();
+fn decode_object(kind: Kind, obj: DynamicObject, key: &ObjKey) -> Option<Typed> {
     let r = match kind {
         Kind::Service => obj
             .try_parse::<Service>()
