@@ -1483,54 +1483,92 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
         .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
         .collect();
     assert_eq!(granted, extra);
-    // Its patch: the watcher gets the gateways file (mounted from the clb-gateways ConfigMap) and
-    // --pool-services=true, and its command line still parses.
+    // Its patches: the watcher gets the gateways file (mounted from the clb-gateways ConfigMap)
+    // and --pool-services=true, the node agents the same file; both command lines still parse.
     let patches = k["patches"].as_sequence().expect("patches");
-    assert_eq!(patches.len(), 1);
-    let p = &patches[0];
-    assert_eq!(p["target"]["kind"].as_str(), Some("Deployment"));
-    assert_eq!(p["target"]["name"].as_str(), Some("clb-watcher"));
-    let patch: serde_yaml::Value =
-        serde_yaml::from_str(p["patch"].as_str().expect("inline")).expect("patch parses");
-    let d = m
-        .deployments
+    let targets: BTreeSet<(String, String)> = patches
         .iter()
-        .find(|d| name(&d.metadata) == "clb-watcher")
-        .expect("the watcher's Deployment");
-    let mut doc = serde_json::to_value(d).expect("serialises");
-    json_patch(&mut doc, &serde_json::to_value(&patch).expect("as JSON"));
-    let patched: Deployment = serde_json::from_value(doc).expect("still a Deployment");
-    let mut patched_m = Manifests {
-        deployments: vec![patched.clone()],
-        ..Manifests::default()
-    };
+        .map(|p| {
+            (
+                p["target"]["kind"].as_str().expect("kind").to_owned(),
+                p["target"]["name"].as_str().expect("name").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("DaemonSet".to_owned(), "clb-node-agent".to_owned()),
+            ("Deployment".to_owned(), "clb-watcher".to_owned()),
+        ]
+        .into()
+    );
+    let mut patched_m = Manifests::default();
     patched_m.config_maps = m.config_maps.clone();
-    let args = watcher_args(&patched_m, "clb-watcher");
+    let mut pods = Vec::new();
+    for p in patches {
+        let patch: serde_yaml::Value =
+            serde_yaml::from_str(p["patch"].as_str().expect("inline")).expect("patch parses");
+        let ops = serde_json::to_value(&patch).expect("as JSON");
+        match p["target"]["kind"].as_str() {
+            Some("Deployment") => {
+                let d = m
+                    .deployments
+                    .iter()
+                    .find(|d| name(&d.metadata) == "clb-watcher")
+                    .expect("the watcher's Deployment");
+                let mut doc = serde_json::to_value(d).expect("serialises");
+                json_patch(&mut doc, &ops);
+                let patched: Deployment = serde_json::from_value(doc).expect("a Deployment");
+                pods.push(("clb-watcher", patched.spec.clone().expect("spec").template));
+                patched_m.deployments.push(patched);
+            }
+            _ => {
+                let d = m
+                    .daemon_sets
+                    .iter()
+                    .find(|d| name(&d.metadata) == "clb-node-agent")
+                    .expect("the node agents' DaemonSet");
+                let mut doc = serde_json::to_value(d).expect("serialises");
+                json_patch(&mut doc, &ops);
+                let patched: DaemonSet = serde_json::from_value(doc).expect("a DaemonSet");
+                pods.push((
+                    "clb-node-agent",
+                    patched.spec.clone().expect("spec").template,
+                ));
+                patched_m.daemon_sets.push(patched);
+            }
+        }
+    }
+    let watcher = watcher_args(&patched_m, "clb-watcher");
     assert!(
-        args.pool_services,
+        watcher.pool_services,
         "the component sets --pool-services=true"
     );
-    let file = args
-        .gateways_file
-        .expect("the component sets --gateways-file");
-    let pod = patched.spec.expect("spec").template.spec.expect("pod spec");
-    let mount = pod.containers[0]
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|v| file.starts_with(&v.mount_path))
-        .expect("the gateways file is mounted");
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == mount.name)
-        .expect("the mount's volume");
-    assert_eq!(
-        volume.config_map.as_ref().map(|c| c.name.as_str()),
-        Some("clb-gateways"),
-        "the gateways file the state server and the workers read"
-    );
+    for (workload, template) in pods {
+        let args = watcher_args(&patched_m, workload);
+        let file = args
+            .gateways_file
+            .unwrap_or_else(|| panic!("{workload}: the component sets --gateways-file"));
+        let pod = template.spec.expect("pod spec");
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|v| file.starts_with(&v.mount_path))
+            .unwrap_or_else(|| panic!("{workload}: the gateways file is mounted"));
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("the mount's volume");
+        assert_eq!(
+            volume.config_map.as_ref().map(|c| c.name.as_str()),
+            Some("clb-gateways"),
+            "{workload}: the gateways file the state server and the workers read"
+        );
+    }
 }
 
 #[test]
