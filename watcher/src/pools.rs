@@ -29,6 +29,8 @@ pub(crate) struct PoolSide {
     known: HashSet<ObjKey>,
     /// During a relist: the PoolServices listed so far.
     relist: Option<HashSet<ObjKey>>,
+    /// The watch is failing (a failure is logged as a warning once, until it works again).
+    failing: bool,
 }
 
 impl PoolSide {
@@ -41,6 +43,7 @@ impl PoolSide {
             foreign: HashMap::new(),
             known: HashSet::new(),
             relist: None,
+            failing: false,
         }
     }
 
@@ -61,9 +64,18 @@ impl PoolSide {
         wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
     ) {
         let event = match event {
-            Ok(e) => e,
+            Ok(e) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("PoolService watch works again");
+                }
+                e
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "PoolService watch failed (is the PoolService CRD installed?); retrying with backoff");
+                if std::mem::replace(&mut self.failing, true) {
+                    tracing::debug!(error = %e, "PoolService watch failed again; retrying with backoff");
+                } else {
+                    tracing::warn!(error = %e, "PoolService watch failed (is the PoolService CRD installed?); retrying with backoff");
+                }
                 return;
             }
         };
