@@ -156,15 +156,17 @@ impl Harness {
     /// Starts one emulator per gateway of `gateways` (the first is the default), each standing for
     /// a region of its own, and the server and `options.workers` workers as the binaries start with
     /// `--gateways-file`: a gateways file is written (each gateway in a resource group of its own,
-    /// at its emulator's URL; the first serves the nodes no other takes, gateway `g` the nodes of
-    /// pool `g`) and read by the state server's and the worker's own flag parsing.
+    /// at its emulator's URL, its Service Gateway named `sgw-{g}` in ARM; the first serves the
+    /// nodes no other takes, gateway `g` the nodes of pool `g`) and read by the state server's and
+    /// the worker's own flag parsing.
     pub async fn start_gateways(options: Options, gateways: &[&str]) -> Self {
         assert!(!gateways.is_empty(), "at least one gateway");
         let mut nrps = Vec::new();
         let mut yaml = String::from("gateways:\n");
         for (i, g) in gateways.iter().enumerate() {
+            let sgw = resource_name_of(g);
             let nrp =
-                start_emulator_at(options.emulator.clone(), &rg_of(g), g, &region_of(i)).await;
+                start_emulator_at(options.emulator.clone(), &rg_of(g), &sgw, &region_of(i)).await;
             let _ = writeln!(yaml, "  - name: {g}");
             if i > 0 {
                 let _ = writeln!(yaml, "    nodes: {{pool: {g}}}");
@@ -172,7 +174,7 @@ impl Harness {
             let _ = writeln!(
                 yaml,
                 "    azure: {{subscription: {SUBSCRIPTION}, resourceGroup: {}, region: {}, \
-                 endpoint: '{}'}}",
+                 serviceGateway: {sgw}, endpoint: '{}'}}",
                 rg_of(g),
                 region_of(i),
                 nrp.base_url()
@@ -240,6 +242,18 @@ impl Harness {
         self.emulator_of(gateway).dump()
     }
 
+    /// The ARM name of the Service Gateway of `gateway` (what its emulator's dump names it).
+    pub fn resource_name(&self, gateway: &str) -> String {
+        match self.gateways_file() {
+            Some(file) => file
+                .get(gateway)
+                .unwrap_or_else(|| panic!("no gateway {gateway} in the harness"))
+                .resource_name()
+                .to_owned(),
+            None => gateway.to_owned(),
+        }
+    }
+
     /// A writer connected as the watcher, writing to `gateway`.
     pub async fn writer(&self, gateway: &str) -> Writer {
         self.client().await.with_gateway(gateway).writer(WATCHER)
@@ -265,8 +279,9 @@ impl Harness {
         timeout: Duration,
     ) -> Result<(), String> {
         self.wait_idle_gateway(gateway, timeout).await?;
-        compare_gateway(self.emulator_of(gateway), gateway, expected)
-            .map_err(|e| format!("gateway {gateway}: {e}"))
+        let sgw = self.resource_name(gateway);
+        compare_gateway(self.emulator_of(gateway), &sgw, expected)
+            .map_err(|e| format!("gateway {gateway} (ARM {sgw}): {e}"))
     }
 
     /// [`Harness::try_converge_gateway`], panicking with the differences on failure.
@@ -528,6 +543,10 @@ const SUBSCRIPTION: &str = "sub-e2e";
 
 fn rg_of(gateway: &str) -> String {
     format!("rg-{gateway}")
+}
+
+fn resource_name_of(gateway: &str) -> String {
+    format!("sgw-{gateway}")
 }
 
 fn region_of(i: usize) -> String {

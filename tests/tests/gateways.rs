@@ -161,7 +161,16 @@ async fn a_service_exposed_in_two_regions_converges_in_both() {
     let svc = service_in_both(&r);
     for g in GATEWAYS {
         let dump = r.h.dump_of(g);
-        let gw = dump.gateway(g).expect("the gateway exists");
+        let gw = dump
+            .gateway(&r.h.resource_name(g))
+            .expect("the gateway exists");
+        // Every call went to the ARM name of the file (serviceGateway), none to clb's name.
+        assert_ne!(r.h.resource_name(g), g);
+        assert!(
+            dump.gateway(g).is_none(),
+            "seed {}: a gateway named {g} in NRP",
+            r.seed
+        );
         assert!(
             gw.service_names().contains(&svc),
             "seed {}: {svc} not in {g}",
@@ -186,7 +195,12 @@ async fn a_service_exposed_in_two_regions_converges_in_both() {
     }
     // The comparison per gateway is not vacuous: east's state is not west's.
     assert!(
-        clb_embedded::compare_gateway(r.h.emulator_of(WEST), WEST, &r.expected(EAST)).is_err(),
+        clb_embedded::compare_gateway(
+            r.h.emulator_of(WEST),
+            &r.h.resource_name(WEST),
+            &r.expected(EAST)
+        )
+        .is_err(),
         "seed {}",
         r.seed
     );
@@ -213,7 +227,9 @@ async fn deleting_a_service_exposed_in_two_regions_drains_both() {
     for g in GATEWAYS {
         r.converge(g).await;
         let dump = r.h.dump_of(g);
-        let gw = dump.gateway(g).expect("the gateway exists");
+        let gw = dump
+            .gateway(&r.h.resource_name(g))
+            .expect("the gateway exists");
         assert!(
             !gw.service_names().contains(&svc),
             "seed {}: {svc} left in {g}",
@@ -267,7 +283,7 @@ async fn a_failing_region_does_not_hold_up_the_other_and_catches_up_once_healed(
         "seed {}: west was never called",
         r.seed
     );
-    let err = clb_embedded::compare_gateway(west, WEST, &r.expected(WEST))
+    let err = clb_embedded::compare_gateway(west, &r.h.resource_name(WEST), &r.expected(WEST))
         .expect_err("west cannot hold its state while every call fails");
     assert!(err.contains("missing"), "seed {}: {err}", r.seed);
     assert!(
@@ -320,7 +336,7 @@ async fn a_hanging_region_does_not_take_every_slot_of_a_worker() {
         r.seed
     );
     assert!(
-        clb_embedded::compare_gateway(west, WEST, &r.expected(WEST)).is_err(),
+        clb_embedded::compare_gateway(west, &r.h.resource_name(WEST), &r.expected(WEST)).is_err(),
         "seed {}: west converged while every call hangs",
         r.seed
     );
@@ -413,7 +429,7 @@ async fn a_restart_with_two_gateways_removes_no_live_backend_in_either() {
         r.h.wait_idle_gateway(g, PATIENCE)
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: {g}: {e}"));
-        clb_embedded::compare_gateway(r.h.emulator_of(g), g, &at_restart[i])
+        clb_embedded::compare_gateway(r.h.emulator_of(g), &r.h.resource_name(g), &at_restart[i])
             .unwrap_or_else(|e| panic!("seed {seed}: {g}: {e}"));
     }
     check(&r, "across the restart");
