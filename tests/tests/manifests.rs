@@ -1503,8 +1503,10 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
         ]
         .into()
     );
-    let mut patched_m = Manifests::default();
-    patched_m.config_maps = m.config_maps.clone();
+    let mut patched_m = Manifests {
+        config_maps: m.config_maps.clone(),
+        ..Manifests::default()
+    };
     let mut pods = Vec::new();
     for p in patches {
         let patch: serde_yaml::Value =
