@@ -258,7 +258,11 @@ impl Gateways {
 
     fn from_parts(file: File) -> Result<Self, GatewaysError> {
         if file.gateways.is_empty() {
-            return Err(invalid("gateways", "", "lists no gateway: at least one is needed"));
+            return Err(invalid(
+                "gateways",
+                "",
+                "lists no gateway: at least one is needed",
+            ));
         }
         let node_pool_label = file
             .node_pool_label
@@ -285,7 +289,11 @@ impl Gateways {
                 ("region", &g.azure.region),
             ] {
                 if value.trim().is_empty() {
-                    return Err(invalid(format!("gateways[{i}].azure.{field}"), value, "is empty"));
+                    return Err(invalid(
+                        format!("gateways[{i}].azure.{field}"),
+                        value,
+                        "is empty",
+                    ));
                 }
             }
             if let Some(sgw) = &g.azure.service_gateway {

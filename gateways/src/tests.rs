@@ -64,7 +64,8 @@ gateways:
     .expect("valid");
     assert_eq!(g.default_gateway().name, "a", "the first by default");
     assert_eq!(
-        g.gateway_of_node(&labels(&[("zone", "1")])).map(|g| &g.name[..]),
+        g.gateway_of_node(&labels(&[("zone", "1")]))
+            .map(|g| &g.name[..]),
         Some("a")
     );
     // Both pool and labels must match.

@@ -145,10 +145,7 @@ fn the_gateways_file_is_plain_data() {
     let allowed: BTreeSet<String> = ["serde", "serde_yaml", "thiserror"]
         .map(str::to_owned)
         .into();
-    let extra: Vec<_> = crates["clb-gateways"]
-        .normal
-        .difference(&allowed)
-        .collect();
+    let extra: Vec<_> = crates["clb-gateways"].normal.difference(&allowed).collect();
     assert!(
         extra.is_empty(),
         "clb-gateways depends on {extra:?}: the file shared by server, workers and watcher takes \
