@@ -1,0 +1,285 @@
+//! The write-back's side of several gateways: PoolServices (create, delete, status), Services
+//! looked at again after a change elsewhere, and the gateways a Service may be in.
+
+use super::*;
+
+impl WriteBack {
+    /// Looks at Service `key` (or the one with UID `uid`) again soon.
+    pub(super) fn poke(&mut self, key: Option<&ObjKey>, uid: Option<&str>) {
+        let now = Instant::now();
+        let initial = self.config.poll_initial;
+        for (k, r) in &mut self.records {
+            if key == Some(k) || uid.is_some_and(|u| u == r.facts.uid) {
+                r.delay = initial;
+                if r.failures == 0 {
+                    r.next_at = r.next_at.min(now);
+                }
+            }
+        }
+    }
+
+    /// The gateways where PoolServices of someone else expose Service `key`.
+    pub(super) fn foreign_gateways(&self, key: &ObjKey) -> Vec<String> {
+        let Some(g) = &self.config.gateways else {
+            return Vec::new();
+        };
+        self.pools
+            .values()
+            .filter(|p| p.owner_uid.is_none() && p.service.as_ref() == Some(key))
+            .filter_map(|p| p.pool.as_deref().and_then(|pool| g.by_pool(pool)))
+            .map(|g| g.name.clone())
+            .collect()
+    }
+
+    pub(super) fn pool_api(&self, namespace: &str) -> Api<PoolService> {
+        Api::namespaced(self.kube.clone(), namespace)
+    }
+
+    /// Creates the PoolServices of Service `key` in its selected gateways' pools, deletes the ones
+    /// of pools no longer selected, and writes the status of every PoolService of the Service
+    /// (`states`: each gateway's report). Failures are logged and retried at the next poll.
+    pub(super) async fn reconcile_pools(
+        &mut self,
+        key: &ObjKey,
+        facts: &ServiceFacts,
+        states: &BTreeMap<String, Option<ServiceState>>,
+    ) {
+        let Some(gateways) = self.config.gateways.clone() else {
+            return;
+        };
+        let api = self.pool_api(&key.namespace);
+        let mut want: BTreeMap<String, String> = BTreeMap::new();
+        for g in &facts.gateways {
+            if let Some(g) = gateways.get(g) {
+                want.insert(
+                    poolservice::name_for(&key.name, g.pool()),
+                    g.pool().to_owned(),
+                );
+            }
+        }
+        for (name, pool) in &want {
+            let pkey = ObjKey {
+                namespace: key.namespace.clone(),
+                name: name.clone(),
+            };
+            match self.pools.get(&pkey) {
+                Some(p) if p.owner_uid.as_deref() == Some(facts.uid.as_str()) => continue,
+                Some(_) => {
+                    tracing::debug!(poolservice = %pkey, "a PoolService of that name exists and is not ours; not creating it");
+                    continue;
+                }
+                None => {}
+            }
+            let ps = serde_json::json!({
+                "apiVersion": "network.openyurt.io/v1alpha1",
+                "kind": "PoolService",
+                "metadata": {
+                    "name": name,
+                    "namespace": key.namespace,
+                    "labels": {
+                        poolservice::LABEL_SERVICE_NAME: key.name,
+                        poolservice::LABEL_POOL_NAME: pool,
+                        poolservice::LABEL_MANAGED_BY: poolservice::MANAGED_BY,
+                    },
+                    "ownerReferences": [{
+                        "apiVersion": "v1", "kind": "Service", "name": key.name,
+                        "uid": facts.uid, "controller": true, "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": { "loadBalancerClass": self.config.class, "nodepoolName": pool },
+            });
+            let ps: PoolService = match serde_json::from_value(ps) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(poolservice = %pkey, error = %e, "cannot build the PoolService");
+                    continue;
+                }
+            };
+            match api.create(&PostParams::default(), &ps).await {
+                Ok(_) => tracing::info!(poolservice = %pkey, %pool, "PoolService created"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    self.config
+                        .metrics
+                        .writeback_failure("creating a PoolService");
+                    tracing::warn!(poolservice = %pkey, error = %e, "creating a PoolService failed");
+                }
+            }
+        }
+        let stale: Vec<ObjKey> = self
+            .pools
+            .values()
+            .filter(|p| {
+                p.key.namespace == key.namespace
+                    && p.owner_uid.as_deref() == Some(facts.uid.as_str())
+                    && !want.contains_key(&p.key.name)
+            })
+            .map(|p| p.key.clone())
+            .collect();
+        for pkey in stale {
+            self.delete_pool(&pkey).await;
+        }
+        // Status of every PoolService of this Service, ours and theirs.
+        let mine: Vec<PoolServiceFacts> = self
+            .pools
+            .values()
+            .filter(|p| {
+                p.key.namespace == key.namespace
+                    && (p.owner_uid.as_deref() == Some(facts.uid.as_str())
+                        || (p.owner_uid.is_none() && p.service.as_ref() == Some(key)))
+            })
+            .cloned()
+            .collect();
+        for p in mine {
+            let Some(g) = p.pool.as_deref().and_then(|pool| gateways.by_pool(pool)) else {
+                continue;
+            };
+            let state = states.get(&g.name).cloned().flatten();
+            self.pool_status(&p, &g.name, state.as_ref()).await;
+        }
+    }
+
+    /// Deletes the PoolServices made for Service `key` (it is going, or no longer ours).
+    pub(super) async fn delete_owned_pools(&mut self, key: &ObjKey) {
+        if !self.config.pool_services {
+            return;
+        }
+        let Some(uid) = self.records.get(key).map(|r| r.facts.uid.clone()) else {
+            return;
+        };
+        let owned: Vec<ObjKey> = self
+            .pools
+            .values()
+            .filter(|p| p.owner_uid.as_deref() == Some(uid.as_str()))
+            .map(|p| p.key.clone())
+            .collect();
+        for pkey in owned {
+            self.delete_pool(&pkey).await;
+        }
+    }
+
+    /// Publishes a Warning Event on a PoolService of someone else that cannot be programmed.
+    pub(super) async fn publish_on_pool(&self, f: &PoolServiceFacts) {
+        let Some(problem) = &f.problem else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some("network.openyurt.io/v1alpha1".to_owned()),
+            kind: Some("PoolService".to_owned()),
+            name: Some(f.key.name.clone()),
+            namespace: Some(f.key.namespace.clone()),
+            uid: Some(f.uid.clone()).filter(|u| !u.is_empty()),
+            ..ObjectReference::default()
+        };
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: "InvalidPoolService".to_owned(),
+            note: Some(truncate(problem.clone(), 1024)),
+            action: "Programming".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(poolservice = %f.key, error = %e, "publishing an event failed");
+        }
+    }
+
+    pub(super) async fn delete_pool(&mut self, pkey: &ObjKey) {
+        match self
+            .pool_api(&pkey.namespace)
+            .delete(&pkey.name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => tracing::info!(poolservice = %pkey, "PoolService deleted"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                self.config
+                    .metrics
+                    .writeback_failure("deleting a PoolService");
+                tracing::warn!(poolservice = %pkey, error = %e, "deleting a PoolService failed");
+            }
+        }
+    }
+
+    /// Writes a PoolService's status from its gateway's report: the frontend IP once programmed,
+    /// and the `Ready` condition.
+    pub(super) async fn pool_status(
+        &mut self,
+        p: &PoolServiceFacts,
+        gateway: &str,
+        state: Option<&ServiceState>,
+    ) {
+        let ip = state
+            .filter(|s| s.actual && !s.frontend_ip.is_empty())
+            .map(|s| s.frontend_ip.clone());
+        let (status, reason, message) = match &ip {
+            Some(ip) => (
+                "True",
+                "Programmed",
+                format!("gateway {gateway:?} serves the pool's load balancer at {ip}"),
+            ),
+            None => (
+                "False",
+                "Pending",
+                format!("gateway {gateway:?} has not programmed the pool's load balancer yet"),
+            ),
+        };
+        let want_ingress: Vec<String> = ip.iter().cloned().collect();
+        let current = p.conditions.iter().find(|c| c.type_ == poolservice::READY);
+        let condition_due = current.is_none_or(|c| c.status != status || c.reason != reason);
+        if p.ingress == want_ingress && !condition_due {
+            return;
+        }
+        if self.pool_patched.get(&p.key) == Some(&p.resource_version) {
+            return;
+        }
+        let mut conditions: Vec<Condition> = p
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != poolservice::READY)
+            .cloned()
+            .collect();
+        conditions.push(Condition {
+            type_: poolservice::READY.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            last_transition_time: match current {
+                Some(c) if c.status == status => c.last_transition_time.clone(),
+                _ => Time(now_seconds()),
+            },
+            observed_generation: None,
+        });
+        let ingress: Vec<serde_json::Value> =
+            want_ingress.iter().map(|ip| json!({ "ip": ip })).collect();
+        let patch = json!({
+            "metadata": { "resourceVersion": p.resource_version },
+            "status": { "loadBalancer": { "ingress": ingress }, "conditions": conditions },
+        });
+        match self
+            .pool_api(&p.key.namespace)
+            .patch_status(&p.key.name, &Self::params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(poolservice = %p.key, ready = status, ip = ?ip, "PoolService status written");
+                self.pool_patched
+                    .insert(p.key.clone(), p.resource_version.clone());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => {
+                self.config
+                    .metrics
+                    .writeback_failure("patching a PoolService's status");
+                tracing::warn!(poolservice = %p.key, error = %e, "patching a PoolService's status failed");
+            }
+        }
+    }
+
+    /// Every gateway a Service may be in: the file's, or `[""]` (the one of `--gateway`).
+    pub(super) fn all_gateways(&self) -> Vec<String> {
+        match &self.config.gateways {
+            Some(g) => g.names(),
+            None => vec![String::new()],
+        }
+    }
+}
