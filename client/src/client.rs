@@ -508,20 +508,29 @@ impl Writer {
     /// rely on an earlier one. The outcome says what would be applied and rejected; nothing
     /// changes. A list longer than the server's batch limit is refused whole (INVALID_ARGUMENT).
     pub async fn validate(&mut self, updates: Vec<Update>) -> Result<ApplyOutcome, ClientError> {
+        let mut outcome = ApplyOutcome::default();
+        let r = self.call_apply(updates, true).await?;
+        outcome.add(0, r.revision, r.applied, r.rejected);
+        Ok(outcome)
+    }
+
+    /// One unary `Writer.Apply` call of `updates`, in its client span.
+    async fn call_apply(
+        &mut self,
+        updates: Vec<Update>,
+        dry_run: bool,
+    ) -> Result<clb_proto::v1::ApplyResponse, ClientError> {
         let n = updates.len();
         let mut request = self.request(updates);
-        request.dry_run = true;
+        request.dry_run = dry_run;
         let span = self.call_span("Writer.Apply", n);
-        let r = self
+        Ok(self
             .client
             .apply(request)
             .instrument(span)
             .await
             .map_err(ClientError::rpc("Writer.Apply"))?
-            .into_inner();
-        let mut outcome = ApplyOutcome::default();
-        outcome.add(0, r.revision, r.applied, r.rejected);
-        Ok(outcome)
+            .into_inner())
     }
 
     /// Applies `updates` with unary `Writer.Apply` calls of at most the chunk size, in order.
@@ -533,15 +542,7 @@ impl Writer {
         loop {
             let tail = rest.split_off(rest.len().min(self.chunk));
             let n = rest.len();
-            let request = self.request(rest);
-            let span = self.call_span("Writer.Apply", n);
-            let r = self
-                .client
-                .apply(request)
-                .instrument(span)
-                .await
-                .map_err(ClientError::rpc("Writer.Apply"))?
-                .into_inner();
+            let r = self.call_apply(rest, false).await?;
             outcome.add(offset, r.revision, r.applied, r.rejected);
             offset += n;
             if tail.is_empty() {

@@ -324,20 +324,15 @@ async fn a_refused_selection_changes_nothing_and_is_a_warning_event() {
     w.stop().await;
 }
 
-/// A node moved from pool-b to pool-a: its pod and endpoints appear in `a`; with no NRP nothing
-/// becomes actual, so `b` keeps them for as long as the bound (here: an hour).
-#[tokio::test]
-async fn a_moved_node_stays_at_its_old_gateway_until_the_new_one_has_it() {
+/// Node `n-b` moved from pool-b to pool-a with the move bound `bound`; returns once its pod and
+/// endpoints are desired in `a`.
+async fn move_n_b_to_pool_a(bound: Duration) -> (Setup, RunningWatcher) {
     let s = setup().await;
-    let w = RunningWatcher::start(
-        config(&s, Duration::from_secs(3600)),
-        s.fake.watcher_clients(),
-    );
-    let c = &s.client;
-    wait_seed(c).await;
+    let w = RunningWatcher::start(config(&s, bound), s.fake.watcher_clients());
+    wait_seed(&s.client).await;
     s.fake.put("nodes", node("n-b", "pool-a", "10.0.0.2"));
     wait_at(
-        c,
+        &s.client,
         "a",
         "10.0.0.2",
         &[
@@ -347,8 +342,16 @@ async fn a_moved_node_stays_at_its_old_gateway_until_the_new_one_has_it() {
         ],
     )
     .await;
+    (s, w)
+}
+
+/// A node moved from pool-b to pool-a: its pod and endpoints appear in `a`; with no NRP nothing
+/// becomes actual, so `b` keeps them for as long as the bound (here: an hour).
+#[tokio::test]
+async fn a_moved_node_stays_at_its_old_gateway_until_the_new_one_has_it() {
+    let (s, w) = move_n_b_to_pool_a(Duration::from_secs(3600)).await;
     assert_eq!(
-        desired_at(c, "b", "10.0.0.2").await,
+        desired_at(&s.client, "b", "10.0.0.2").await,
         vec!["10.1.0.6=eg1".to_owned(), format!("10.2.0.2={BOTH}")],
         "the old gateway keeps the node until the new one has programmed it"
     );
@@ -358,23 +361,8 @@ async fn a_moved_node_stays_at_its_old_gateway_until_the_new_one_has_it() {
 /// The same move with a zero bound: the old gateway lets the node go.
 #[tokio::test]
 async fn a_moved_node_leaves_its_old_gateway_after_the_bound() {
-    let s = setup().await;
-    let w = RunningWatcher::start(config(&s, Duration::ZERO), s.fake.watcher_clients());
-    let c = &s.client;
-    wait_seed(c).await;
-    s.fake.put("nodes", node("n-b", "pool-a", "10.0.0.2"));
-    wait_at(
-        c,
-        "a",
-        "10.0.0.2",
-        &[
-            &format!("10.1.0.2={WEB}"),
-            "10.1.0.6=eg1",
-            &format!("10.2.0.2={BOTH}"),
-        ],
-    )
-    .await;
-    wait_at(c, "b", "10.0.0.2", &[]).await;
+    let (s, w) = move_n_b_to_pool_a(Duration::ZERO).await;
+    wait_at(&s.client, "b", "10.0.0.2", &[]).await;
     w.stop().await;
 }
 
@@ -585,17 +573,14 @@ async fn a_pool_service_of_someone_else_exposes_its_service_at_its_pool() {
     w.stop().await;
 }
 
-/// With NRP (one emulator per gateway, `Harness::start_gateways`): a Service exposed in both
-/// gateways gets both frontend IPs in `status.loadBalancer.ingress`, sorted; each of its
-/// PoolServices gets its own gateway's IP and `Ready=True`; deleted, it keeps the finalizer until
-/// neither gateway has it.
-#[tokio::test]
-async fn a_service_in_two_gateways_lists_both_frontend_ips() {
+/// Gateways `a` and `b` with NRP (one emulator each, `Harness::start_gateways`; the harness's file:
+/// `a` serves every node no other takes, `b` the nodes of pool `b`), and a fake API with node `n-a`
+/// in `a`, `n-b` in `b`, and Service `both` (annotated with `gateways`) with an endpoint on each.
+async fn with_nrp(gateways: &str) -> (clb_tests::Harness, FakeApi) {
     init_tracing();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let h = clb_tests::Harness::start_gateways(clb_tests::Options::e2e(), &["a", "b"]).await;
     let fake = FakeApi::start().await;
-    // The harness's file: `a` serves every node no other takes, `b` the nodes of pool `b`.
     fake.put("nodes", node("n-a", "a", "10.0.0.1"));
     fake.put("nodes", node("n-b", "b", "10.0.0.2"));
     let mut both = svc(
@@ -603,7 +588,7 @@ async fn a_service_in_two_gateways_lists_both_frontend_ips() {
         BOTH,
         json!({"type": "LoadBalancer", "ports": [{"port": 443, "protocol": "TCP"}]}),
     );
-    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "b,a"});
+    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: gateways});
     fake.put("services", both);
     fake.put(
         "endpointslices",
@@ -614,6 +599,16 @@ async fn a_service_in_two_gateways_lists_both_frontend_ips() {
             vec![ep("10.2.0.1", "n-a", true), ep("10.2.0.2", "n-b", true)],
         ),
     );
+    (h, fake)
+}
+
+/// With NRP (one emulator per gateway, `Harness::start_gateways`): a Service exposed in both
+/// gateways gets both frontend IPs in `status.loadBalancer.ingress`, sorted; each of its
+/// PoolServices gets its own gateway's IP and `Ready=True`; deleted, it keeps the finalizer until
+/// neither gateway has it.
+#[tokio::test]
+async fn a_service_in_two_gateways_lists_both_frontend_ips() {
+    let (h, fake) = with_nrp("b,a").await;
     // Each emulator counts its public IPs from 20.0.0.1: one taken in `b` first makes the two
     // gateways' frontends differ, as two regions' do.
     let gb = h
@@ -775,28 +770,7 @@ async fn a_node_agent_writes_its_pods_to_its_nodes_gateway() {
 /// programmed its addresses (the bound, an hour, is never reached).
 #[tokio::test]
 async fn a_moved_node_leaves_its_old_gateway_once_the_new_one_programmed_it() {
-    init_tracing();
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let h = clb_tests::Harness::start_gateways(clb_tests::Options::e2e(), &["a", "b"]).await;
-    let fake = FakeApi::start().await;
-    fake.put("nodes", node("n-a", "a", "10.0.0.1"));
-    fake.put("nodes", node("n-b", "b", "10.0.0.2"));
-    let mut both = svc(
-        "both",
-        BOTH,
-        json!({"type": "LoadBalancer", "ports": [{"port": 443, "protocol": "TCP"}]}),
-    );
-    both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "a,b"});
-    fake.put("services", both);
-    fake.put(
-        "endpointslices",
-        slice(
-            "both-1",
-            "both",
-            "IPv4",
-            vec![ep("10.2.0.1", "n-a", true), ep("10.2.0.2", "n-b", true)],
-        ),
-    );
+    let (h, fake) = with_nrp("a,b").await;
     let mut c = test_config(&h.url(), Mode::Cluster { pods: true });
     c.gateways = Some(Arc::new(
         h.gateways_file().expect("a gateways file").clone(),
