@@ -10,16 +10,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use clb_client::client::{Client, ConnectOptions, Writer};
-use clb_embedded::harness::{Admin, admin_client, compare_nrp, wait_quiet_at};
-use clb_embedded::{
-    Cluster, Expected, Options, PATIENCE, PodWriters, ServerProc, SplitBatch, WATCHER, WorkerProc,
-    WriterExt,
+use clb_embedded::harness::{
+    Admin, admin_client, compare_gateway, compare_nrp, wait_quiet_at, wait_quiet_gateway,
 };
+use clb_embedded::{
+    Cluster, Expected, Harness, Options, PATIENCE, PodWriters, ServerProc, SplitBatch, WATCHER,
+    WorkerProc, WriterExt,
+};
+use clb_nrp::Nrp;
+use clb_nrp::azure::{ArmClient, ArmConfig};
 use clb_nrp_emulator::{Emulator, RunningEmulator};
 use clb_proto::v1::{ResyncScope, Update};
 use clb_state_server::leader::{self, ElectionConfig};
 use clb_state_server::state::{ServerConfig, StateServer};
 use clb_sync_worker::worker::Backoff;
+use clb_sync_worker::worker::{GatewayTarget, NrpTargets};
 use k8s_openapi::api::coordination::v1::Lease;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -27,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::fake_kube::{FakeApi, Partition};
 use crate::recorder::DeletionLog;
+use crate::regions::{Locations, topology_for, view_for};
 use clb_client::client::scope;
 
 /// The namespace of the Lease (deploy/'s).
@@ -193,6 +199,9 @@ pub struct Writers {
     pub watcher: Writer,
     /// The node agents, by location.
     pub agents: BTreeMap<String, Writer>,
+    /// With several gateways: the locations of the gateway these writers write to (the watcher
+    /// declares these nodes only and writes their endpoints only).
+    part: Option<Locations>,
 }
 
 /// The watcher's resync scope when node agents report the pods.
@@ -222,6 +231,35 @@ impl Writers {
         Self {
             watcher: client.writer(WATCHER),
             agents,
+            part: None,
+        }
+    }
+
+    /// Connects the writers of `gateway` to `url`: the watcher's writer of that gateway, and the
+    /// node agents of its nodes (`part`), as a cluster with a gateway per node pool runs them.
+    pub async fn connect_gateway(
+        url: &str,
+        cluster: &Cluster,
+        gateway: &str,
+        part: &Locations,
+    ) -> Self {
+        let client = Client::connect(ConnectOptions::new(url))
+            .await
+            .expect("client connects")
+            .with_gateway(gateway);
+        let agents = cluster
+            .nodes()
+            .into_iter()
+            .filter(|i| part.contains(&clb_embedded::cluster::location_ip(*i)))
+            .map(|i| {
+                let w = client.writer(clb_embedded::cluster::node_agent(i));
+                (clb_embedded::cluster::location_ip(i), w)
+            })
+            .collect();
+        Self {
+            watcher: client.writer(WATCHER),
+            agents,
+            part: Some(part.clone()),
         }
     }
 
@@ -238,12 +276,18 @@ impl Writers {
             last = at;
             match who {
                 None => {
-                    self.watcher
-                        .resync_scope_ok(
-                            watcher_scope(),
-                            Some(cluster.topology(PodWriters::NodeAgents)),
+                    let (topology, view) = match &self.part {
+                        None => (
+                            cluster.topology(PodWriters::NodeAgents),
                             cluster.watcher_view(),
-                        )
+                        ),
+                        Some(part) => (
+                            topology_for(&cluster.topology(PodWriters::NodeAgents), part),
+                            view_for(&cluster.watcher_view(), part),
+                        ),
+                    };
+                    self.watcher
+                        .resync_scope_ok(watcher_scope(), Some(topology), view)
                         .await;
                 }
                 Some(l) => {
@@ -259,27 +303,46 @@ impl Writers {
     /// Sends `batch`, each update by the writer that owns it.
     pub async fn apply(&mut self, batch: Vec<Update>) {
         let split = SplitBatch::of(batch);
-        if !split.watcher.is_empty() {
-            self.watcher.apply_ok(split.watcher).await;
+        let watcher = match &self.part {
+            None => split.watcher,
+            Some(part) => view_for(&split.watcher, part),
+        };
+        if !watcher.is_empty() {
+            self.watcher.apply_ok(watcher).await;
         }
         for (l, pods) in split.pods {
+            if self.part.as_ref().is_some_and(|p| !p.contains(&l)) {
+                continue; // another gateway's node
+            }
             self.agents.get_mut(&l).unwrap().apply_ok(pods).await;
         }
     }
 }
 
-/// The system: the fake API, the emulator, the replicas behind the Service, three workers.
+/// The NRP side of a [`System`]: one emulator, or one per gateway.
+enum Regions {
+    /// One gateway (the default) on one emulator.
+    One(RunningEmulator),
+    /// Several gateways, each on its own emulator, with the gateways file that describes them:
+    /// as [`Harness::start_gateways`] builds them (its own state server, started without workers
+    /// and never written to, is left aside).
+    Gateways(Box<Harness>),
+}
+
+/// The system: the fake API, the emulator(s), the replicas behind the Service, three workers.
 pub struct System {
     /// The fake Kubernetes API.
     pub api: FakeApi,
-    nrp: RunningEmulator,
+    nrp: Regions,
     /// The replicas, oldest first.
     pub replicas: Vec<Replica>,
     /// The Service in front of them.
     pub service: Service,
     workers: Vec<WorkerProc>,
-    /// Every deletion a worker made in NRP.
+    /// Every deletion a worker made in NRP (the default gateway's).
     pub log: DeletionLog,
+    /// Every deletion a worker made in each gateway's NRP, by gateway.
+    logs: BTreeMap<String, DeletionLog>,
     /// The options everything was started with.
     pub options: Options,
     election: fn(&str) -> ElectionConfig,
@@ -295,20 +358,71 @@ impl System {
         election: fn(&str) -> ElectionConfig,
         worker_backoff: Backoff,
     ) -> Self {
-        let api = FakeApi::start().await;
         let nrp = clb_embedded::harness::start_emulator(options.emulator.clone()).await;
+        Self::start_on(seed, options, election, worker_backoff, Regions::One(nrp)).await
+    }
+
+    /// [`System::start`] with several gateways, `gateways` (the first is the default), each on its
+    /// own emulator standing for a region, described by a gateways file: the emulators and the file
+    /// are [`Harness::start_gateways`]'s; the replicas drive every gateway of the file, and each
+    /// worker reaches each gateway's emulator under its ARM name, as the harness's workers do.
+    pub async fn start_gateways(
+        seed: u64,
+        options: Options,
+        election: fn(&str) -> ElectionConfig,
+        worker_backoff: Backoff,
+        gateways: &[&str],
+    ) -> Self {
+        let spare = Options {
+            workers: 0,
+            ..options.clone()
+        };
+        let h = Harness::start_gateways(spare, gateways).await;
+        let mut options = options;
+        options.server.gateways = h.gateways();
+        Self::start_on(
+            seed,
+            options,
+            election,
+            worker_backoff,
+            Regions::Gateways(Box::new(h)),
+        )
+        .await
+    }
+
+    async fn start_on(
+        seed: u64,
+        options: Options,
+        election: fn(&str) -> ElectionConfig,
+        worker_backoff: Backoff,
+        nrp: Regions,
+    ) -> Self {
+        let api = FakeApi::start().await;
         let a = Replica::start(&api, &options.server, election("replica-a")).await;
         wait_until("replica-a leads", seed, || a.state.is_leader()).await;
         let b = Replica::start(&api, &options.server, election("replica-b")).await;
         let service = Service::start(&[&a, &b]).await;
-        let log = DeletionLog::new();
+        let logs: BTreeMap<String, DeletionLog> = match &nrp {
+            Regions::One(_) => [(String::new(), DeletionLog::new())].into(),
+            Regions::Gateways(h) => h
+                .gateways()
+                .into_iter()
+                .map(|g| (g, DeletionLog::new()))
+                .collect(),
+        };
+        let log = logs.values().next().expect("a gateway").clone();
         let workers = (0..options.workers)
             .map(|i| {
-                let nrp = log.wrap(WorkerProc::arm_client(&nrp.base_url()));
+                let targets = match &nrp {
+                    Regions::One(nrp) => {
+                        NrpTargets::single(log.wrap(WorkerProc::arm_client(&nrp.base_url())))
+                    }
+                    Regions::Gateways(h) => worker_targets(h, &logs),
+                };
                 WorkerProc::start_with_backoff(
                     &format!("w{i}"),
                     &service.url,
-                    nrp,
+                    targets,
                     &options,
                     worker_backoff,
                 )
@@ -321,15 +435,84 @@ impl System {
             service,
             workers,
             log,
+            logs,
             options,
             election,
             started: 2,
         }
     }
 
-    /// The emulator.
+    /// The emulator (the default gateway's).
     pub fn emulator(&self) -> &Emulator {
-        self.nrp.emulator()
+        match &self.nrp {
+            Regions::One(nrp) => nrp.emulator(),
+            Regions::Gateways(h) => h.emulator(),
+        }
+    }
+
+    /// The gateways, the default first (empty with one gateway started by [`System::start`]).
+    pub fn gateways(&self) -> Vec<String> {
+        match &self.nrp {
+            Regions::One(_) => Vec::new(),
+            Regions::Gateways(h) => h.gateways(),
+        }
+    }
+
+    /// The emulator standing for the region of `gateway` (of [`System::start_gateways`]).
+    pub fn emulator_of(&self, gateway: &str) -> &Emulator {
+        self.harness().emulator_of(gateway)
+    }
+
+    fn harness(&self) -> &Harness {
+        match &self.nrp {
+            Regions::One(_) => panic!("a system started with one gateway"),
+            Regions::Gateways(h) => h,
+        }
+    }
+
+    /// Sets the latency per call of `gateway`'s emulator.
+    pub fn set_latency_of(&self, gateway: &str, ms: u64) {
+        let e = self.emulator_of(gateway);
+        let mut c = e.config();
+        c.latency_ms = ms;
+        e.set_config(c).unwrap();
+    }
+
+    /// Waits until nothing of `gateway` is pending and its NRP holds exactly `expected` (under
+    /// the gateway's ARM name).
+    pub async fn converge_gateway(&self, gateway: &str, expected: &Expected, seed: u64) {
+        let admin = self.admin().await;
+        let emulator = self.emulator_of(gateway);
+        wait_quiet_gateway(&admin, emulator, gateway, PATIENCE, true)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: gateway {gateway}: {e}"));
+        let sgw = self.harness().resource_name(gateway);
+        compare_gateway(emulator, &sgw, expected)
+            .unwrap_or_else(|e| panic!("seed {seed}: gateway {gateway} (ARM {sgw}): {e}"));
+    }
+
+    /// Removals `gateway`'s NRP made after its removal `from` of an address from a service
+    /// `desired` still wants.
+    pub fn removals_of_after(
+        &self,
+        gateway: &str,
+        from: u64,
+        desired: &Expected,
+    ) -> Vec<clb_nrp_emulator::Removal> {
+        let later: Vec<_> = self
+            .emulator_of(gateway)
+            .removals()
+            .into_iter()
+            .filter(|r| r.seq > from)
+            .collect();
+        crate::recorder::spurious(&later, desired)
+    }
+
+    /// The deletions a worker made in `gateway`'s NRP.
+    pub fn log_of(&self, gateway: &str) -> &DeletionLog {
+        self.logs
+            .get(gateway)
+            .unwrap_or_else(|| panic!("no gateway {gateway}"))
     }
 
     /// Sets the emulator's latency per call.
@@ -396,6 +579,36 @@ impl System {
         for r in &mut self.replicas {
             r.kill().await;
         }
-        let _ = self.nrp.shutdown().await;
+        match self.nrp {
+            Regions::One(nrp) => {
+                let _ = nrp.shutdown().await;
+            }
+            Regions::Gateways(h) => h.shutdown().await,
+        }
     }
+}
+
+/// A worker's NRP clients for the gateways of `h`'s gateways file, each at its gateway's endpoint
+/// and in its resource group, under its ARM name and region (as the harness's workers reach them),
+/// each wrapped by its gateway's deletion log.
+fn worker_targets(h: &Harness, logs: &BTreeMap<String, DeletionLog>) -> NrpTargets {
+    let file = h.gateways_file().expect("a gateways file");
+    let mut targets = NrpTargets::empty();
+    for g in file.all() {
+        let endpoint = g.azure.endpoint.clone().expect("the emulator's URL");
+        let mut arm =
+            ArmConfig::new(&g.azure.subscription, &g.azure.resource_group).with_endpoint(endpoint);
+        arm.poll_interval = Duration::from_millis(5);
+        let nrp: Arc<dyn Nrp> = Arc::new(ArmClient::new(arm, None).expect("valid ARM config"));
+        targets.insert(
+            &g.name,
+            GatewayTarget {
+                nrp: logs[&g.name].wrap(nrp),
+                resource_name: Some(g.resource_name().to_owned()),
+                region: Some(g.azure.region.clone()),
+                virtual_network_id: None,
+            },
+        );
+    }
+    targets
 }
