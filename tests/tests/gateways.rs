@@ -114,6 +114,24 @@ impl Regions {
         [self.h.writer(EAST).await, self.h.writer(WEST).await]
     }
 
+    /// A watcher per gateway, each resynced with its region's part of the cluster.
+    async fn resynced_writers(&self) -> [Writer; 2] {
+        let mut writers = self.writers().await;
+        for (w, g) in writers.iter_mut().zip(GATEWAYS) {
+            self.resync(w, g).await;
+        }
+        writers
+    }
+
+    /// [`Regions::resynced_writers`], then both regions converged.
+    async fn converged_writers(&self) -> [Writer; 2] {
+        let writers = self.resynced_writers().await;
+        for g in GATEWAYS {
+            self.converge(g).await;
+        }
+        writers
+    }
+
     async fn converge(&self, gateway: &str) {
         let seed = self.seed;
         self.h
@@ -150,13 +168,7 @@ async fn a_service_exposed_in_two_regions_converges_in_both() {
         Options::e2e(),
     )
     .await;
-    let mut writers = r.writers().await;
-    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
-        r.resync(w, g).await;
-    }
-    for g in GATEWAYS {
-        r.converge(g).await;
-    }
+    let _writers = r.converged_writers().await;
     // The Service is in both regions, each with the endpoints of its own nodes only.
     let svc = service_in_both(&r);
     for g in GATEWAYS {
@@ -214,13 +226,7 @@ async fn deleting_a_service_exposed_in_two_regions_drains_both() {
         Options::e2e(),
     )
     .await;
-    let mut writers = r.writers().await;
-    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
-        r.resync(w, g).await;
-    }
-    for g in GATEWAYS {
-        r.converge(g).await;
-    }
+    let mut writers = r.converged_writers().await;
     let svc = service_in_both(&r);
     let batch = r.cluster.remove_service(&svc);
     r.apply(&mut writers, &batch).await;
@@ -271,10 +277,7 @@ async fn a_failing_region_does_not_hold_up_the_other_and_catches_up_once_healed(
     r.h.emulator_of(WEST)
         .set_config(failing())
         .expect("valid config");
-    let mut writers = r.writers().await;
-    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
-        r.resync(w, g).await;
-    }
+    let _writers = r.resynced_writers().await;
     // East converges while every call to west fails.
     r.converge(EAST).await;
     let west = r.h.emulator_of(WEST);
@@ -324,10 +327,7 @@ async fn a_hanging_region_does_not_take_every_slot_of_a_worker() {
         ..Options::e2e().emulator
     })
     .expect("valid config");
-    let mut writers = r.writers().await;
-    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
-        r.resync(w, g).await;
-    }
+    let _writers = r.resynced_writers().await;
     r.converge(EAST).await;
     let status = r.h.gateway_status_of(WEST).await;
     assert!(
@@ -363,13 +363,7 @@ async fn a_restart_with_two_gateways_removes_no_live_backend_in_either() {
     .await;
     let seed = r.seed;
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut writers = r.writers().await;
-    for (w, g) in writers.iter_mut().zip(GATEWAYS) {
-        r.resync(w, g).await;
-    }
-    for g in GATEWAYS {
-        r.converge(g).await;
-    }
+    let mut writers = r.converged_writers().await;
 
     for g in GATEWAYS {
         set_latency(&r.h, g, 300);
