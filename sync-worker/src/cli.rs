@@ -144,7 +144,8 @@ pub struct Args {
     /// First reconnection delay, in milliseconds.
     #[arg(long, env = "CLB_BACKOFF_INITIAL_MS", default_value_t = 200)]
     pub backoff_initial_ms: u64,
-    /// Cap of the reconnection delay, in milliseconds.
+    /// Cap of the reconnection delay, in milliseconds. A session the server refused at once (no
+    /// connection, or a standby's UNAVAILABLE during a fail-over) waits at most 2 s instead.
     #[arg(long, env = "CLB_BACKOFF_MAX_MS", default_value_t = 10_000)]
     pub backoff_max_ms: u64,
     /// Time in-flight units get to finish at shutdown, in milliseconds.

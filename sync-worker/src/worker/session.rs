@@ -28,6 +28,11 @@ enum SessionEnd {
     Shutdown,
 }
 
+/// The largest reconnect delay after a session that cost the server nothing (no connection, or a
+/// standby's `UNAVAILABLE`): a worker finds a new leader within about 2 s of its election instead of
+/// up to `backoff.max` (10 s by default), as the writers do.
+pub(crate) const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
 /// Why a session ended early; the supervisor reconnects after a backoff.
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
@@ -45,6 +50,19 @@ enum SessionError {
     Broken(tonic::Status),
     #[error("the server closed the stream")]
     Closed,
+}
+
+impl SessionError {
+    /// Whether the session cost the server nothing: no connection could be made (the Kubernetes
+    /// Service has no ready endpoint during an election), or the server refused the stream with
+    /// `UNAVAILABLE` (a standby). Other failures keep the long backoff.
+    fn is_refusal(&self) -> bool {
+        match self {
+            SessionError::Connect(_) | SessionError::ConnectTimeout => true,
+            SessionError::Refused(status) => status.code() == tonic::Code::Unavailable,
+            _ => false,
+        }
+    }
 }
 
 /// The endpoint of the state server, with the configured timeouts and TLS.
@@ -110,14 +128,20 @@ pub(crate) async fn supervise(
             .instrument(span)
             .await;
         metrics.set_connected(false);
-        match result {
+        let refused = match result {
             Ok(SessionEnd::Shutdown) => return,
-            Err(e) => tracing::warn!(error = %chain(&e), "session ended; reconnecting"),
-        }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "session ended; reconnecting");
+                e.is_refusal()
+            }
+        };
         if started.elapsed() >= config.backoff.max {
             attempt = 0;
         }
-        let delay = config.backoff.delay(attempt);
+        let mut delay = config.backoff.delay(attempt);
+        if refused {
+            delay = delay.min(RECONNECT_MAX);
+        }
         attempt = attempt.saturating_add(1);
         tracing::debug!(?delay, attempt, "backing off");
         tokio::select! {
@@ -318,4 +342,21 @@ fn hand_back(tx: &mpsc::Sender<WorkerMessage>, unit: &WorkUnit) {
     let r = report(unit.work_id, Vec::new(), UnitError::Cancelled.outcome());
     // Never wait here: the lease expires anyway if the report cannot be queued.
     let _ = tx.try_send(unit_message(r));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sessions_that_cost_the_server_nothing_are_refusals() {
+        assert!(SessionError::ConnectTimeout.is_refusal());
+        assert!(SessionError::Refused(tonic::Status::unavailable("standby")).is_refusal());
+        // A server that answered with another code, or a stream that broke while working, keeps
+        // the long backoff.
+        assert!(!SessionError::Refused(tonic::Status::permission_denied("no")).is_refusal());
+        assert!(!SessionError::Broken(tonic::Status::internal("boom")).is_refusal());
+        assert!(!SessionError::Closed.is_refusal());
+        assert!(!SessionError::NoWelcome(Duration::from_secs(1)).is_refusal());
+    }
 }
