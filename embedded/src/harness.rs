@@ -1,5 +1,5 @@
 //! The whole system in one process over loopback: the NRP emulator (HTTP), the state server (gRPC)
-//! and N sync workers (each a [`worker::run`] task with its own shutdown, so that a test can stop or
+//! and N sync workers (each a [`clb_sync_worker::worker::run`] task with its own shutdown, so that a test can stop or
 //! kill one), every server on port 0.
 //!
 //! [`Harness::converge`] waits until the server has nothing left to do (no pending diff, no unit in
