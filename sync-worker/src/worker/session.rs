@@ -54,15 +54,25 @@ enum SessionError {
 
 impl SessionError {
     /// Whether the session cost the server nothing: no connection could be made (the Kubernetes
-    /// Service has no ready endpoint during an election), or the server refused the stream with
-    /// `UNAVAILABLE` (a standby). Other failures keep the long backoff.
+    /// Service has no ready endpoint during an election), the connection was closed under the
+    /// stream (a server that died or stepped down), or the server refused the stream with
+    /// `UNAVAILABLE` (a standby). A server that answered with another code keeps the long backoff.
     fn is_refusal(&self) -> bool {
         match self {
-            SessionError::Connect(_) | SessionError::ConnectTimeout => true,
-            SessionError::Refused(status) => status.code() == tonic::Code::Unavailable,
-            _ => false,
+            SessionError::Connect(_) | SessionError::ConnectTimeout | SessionError::Closed => true,
+            SessionError::Refused(status) | SessionError::Broken(status) => {
+                status.code() == tonic::Code::Unavailable || is_transport_failure(status)
+            }
+            SessionError::NoWelcome(_) | SessionError::Protocol(_) => false,
         }
     }
+}
+
+/// Whether a call failed on the connection (reset, closed before an answer: tonic reports it as
+/// `UNKNOWN` or `CANCELLED` with a transport error as the source), not with the server's answer.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    std::error::Error::source(status)
+        .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some())
 }
 
 /// The endpoint of the state server, with the configured timeouts and TLS.
@@ -354,9 +364,13 @@ mod tests {
         assert!(SessionError::Refused(tonic::Status::unavailable("standby")).is_refusal());
         // A server that answered with another code, or a stream that broke while working, keeps
         // the long backoff.
+        // The server closed the stream, or the connection went under it (a dead or stepped-down
+        // leader): finding the next leader costs it nothing either.
+        assert!(SessionError::Closed.is_refusal());
+        // A server that answered with another code keeps the long backoff.
         assert!(!SessionError::Refused(tonic::Status::permission_denied("no")).is_refusal());
         assert!(!SessionError::Broken(tonic::Status::internal("boom")).is_refusal());
-        assert!(!SessionError::Closed.is_refusal());
         assert!(!SessionError::NoWelcome(Duration::from_secs(1)).is_refusal());
+        assert!(!SessionError::Protocol("no welcome first").is_refusal());
     }
 }
