@@ -691,40 +691,17 @@ async fn handle(
                 name,
                 rest @ ..,
             ],
-        ) => {
-            let status_sub = match rest {
-                [] => false,
-                ["status"] => true,
-                _ => return json_response(404, &status_body(404, "NotFound", "no such path")),
-            };
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            patch(
-                &inner,
-                "poolservices",
-                &path,
-                &ct,
-                ns,
-                name,
-                status_sub,
-                &body,
-            )
-        }
+        ) => patch_object(
+            &inner,
+            "poolservices",
+            &path,
+            &headers,
+            (ns, name),
+            rest,
+            &body,
+        ),
         (Method::PATCH, ["api", "v1", "namespaces", ns, "services", name, rest @ ..]) => {
-            let status_sub = match rest {
-                [] => false,
-                ["status"] => true,
-                _ => return json_response(404, &status_body(404, "NotFound", "no such path")),
-            };
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            patch(&inner, "services", &path, &ct, ns, name, status_sub, &body)
+            patch_object(&inner, "services", &path, &headers, (ns, name), rest, &body)
         }
         _ => json_response(
             404,
@@ -954,6 +931,28 @@ fn delete(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, name: &str) -> Resp
         let answer = inner.commit(plural, key, Some(obj)).unwrap_or(Value::Null);
         json_response(200, &answer)
     }
+}
+
+/// A PATCH of an object (`rest` empty) or of its status subresource (`rest` = `["status"]`).
+fn patch_object(
+    inner: &Arc<Mutex<Inner>>,
+    plural: &str,
+    path: &str,
+    headers: &HeaderMap,
+    (ns, name): (&str, &str),
+    rest: &[&str],
+    body: &Bytes,
+) -> Response {
+    let status_sub = match rest {
+        [] => false,
+        ["status"] => true,
+        _ => return json_response(404, &status_body(404, "NotFound", "no such path")),
+    };
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    patch(inner, plural, path, ct, ns, name, status_sub, body)
 }
 
 #[allow(clippy::too_many_arguments)]
