@@ -1252,53 +1252,13 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
     let k = kustomization(&dir);
     assert_eq!(k["kind"].as_str(), Some("Component"));
     // Its RBAC: pods list/watch for the watcher, nothing else.
-    let mut rules = Vec::new();
-    for file in k["resources"].as_sequence().expect("resources") {
-        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
-            match doc["kind"].as_str() {
-                Some("ClusterRole") => {
-                    let r: ClusterRole = serde_yaml::from_value(doc).expect("ClusterRole");
-                    rules.extend(r.rules.unwrap_or_default());
-                }
-                Some("ClusterRoleBinding") => {
-                    let b: ClusterRoleBinding =
-                        serde_yaml::from_value(doc).expect("ClusterRoleBinding");
-                    let subjects: Vec<_> = b
-                        .subjects
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|s| (s.kind, s.name, s.namespace))
-                        .collect();
-                    assert_eq!(
-                        subjects,
-                        [(
-                            "ServiceAccount".to_owned(),
-                            "clb-watcher".to_owned(),
-                            Some(NAMESPACE.to_owned())
-                        )]
-                    );
-                }
-                other => panic!("unexpected {other:?} in components/watcher-pods"),
-            }
-        }
-    }
-    let granted: BTreeSet<(String, String, String)> = rules
+    let docs = k["resources"]
+        .as_sequence()
+        .expect("resources")
         .iter()
-        .flat_map(|r| {
-            let groups = r.api_groups.clone().unwrap_or_default();
-            let resources = r.resources.clone().unwrap_or_default();
-            groups.into_iter().flat_map(move |g| {
-                let verbs = r.verbs.clone();
-                resources.clone().into_iter().flat_map(move |res| {
-                    let g = g.clone();
-                    verbs
-                        .clone()
-                        .into_iter()
-                        .map(move |v| (g.clone(), res.clone(), v))
-                })
-            })
-        })
+        .flat_map(|file| documents(&dir.join(file.as_str().expect("file name"))))
         .collect();
+    let granted = component_grants(docs, "components/watcher-pods");
     let base: BTreeSet<_> = watcher_calls(false, true, false).into_iter().collect();
     let with_pods: BTreeSet<_> = watcher_calls(true, true, false).into_iter().collect();
     let extra: BTreeSet<(String, String, String)> = with_pods
