@@ -24,8 +24,9 @@ use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
     ApplyRequest, ClusterTopology, DiffQuery, ItemError, LocationQuery, LocationState,
-    PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
-    ServiceState, StatusRequest, StatusResponse, Update, resync_request::Part,
+    LocationsRequest, PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope,
+    ServiceQuery, ServiceState, ServiceStates, SessionRequest, StatusRequest, StatusResponse,
+    Update, WatchServicesRequest, WriterSession, resync_request::Part,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -369,6 +370,8 @@ pub struct ApplyOutcome {
     pub rejected: Vec<Rejected>,
     /// Batches sent.
     pub batches: u64,
+    /// The writer's session as the last batch's answer stated it (see [`Writer::watch_session`]).
+    pub session: Option<WriterSession>,
 }
 
 impl ApplyOutcome {
@@ -377,7 +380,17 @@ impl ApplyOutcome {
         describe(&self.rejected)
     }
 
-    fn add(&mut self, offset: usize, revision: u64, applied: u32, rejected: Vec<ItemError>) {
+    fn add(&mut self, offset: usize, r: clb_proto::v1::ApplyResponse) {
+        let clb_proto::v1::ApplyResponse {
+            revision,
+            applied,
+            rejected,
+            session,
+            ..
+        } = r;
+        if session.is_some() {
+            self.session = session;
+        }
         self.revision = self.revision.max(revision);
         self.applied += u64::from(applied);
         self.batches += 1;
@@ -400,6 +413,8 @@ pub struct ResyncOutcome {
     pub removed: u64,
     /// Updates rejected.
     pub rejected: Vec<Rejected>,
+    /// The writer's session after the resync (its `epoch` is the one later answers should show).
+    pub session: Option<WriterSession>,
 }
 
 impl ResyncOutcome {
@@ -510,7 +525,7 @@ impl Writer {
     pub async fn validate(&mut self, updates: Vec<Update>) -> Result<ApplyOutcome, ClientError> {
         let mut outcome = ApplyOutcome::default();
         let r = self.call_apply(updates, true).await?;
-        outcome.add(0, r.revision, r.applied, r.rejected);
+        outcome.add(0, r);
         Ok(outcome)
     }
 
@@ -543,7 +558,7 @@ impl Writer {
             let tail = rest.split_off(rest.len().min(self.chunk));
             let n = rest.len();
             let r = self.call_apply(rest, false).await?;
-            outcome.add(offset, r.revision, r.applied, r.rejected);
+            outcome.add(offset, r);
             offset += n;
             if tail.is_empty() {
                 return Ok(outcome);
@@ -611,7 +626,7 @@ impl Writer {
                 offsets.insert(id, off);
             }
             let offset = offsets.remove(&r.batch_id).unwrap_or_default();
-            outcome.add(offset, r.revision, r.applied, r.rejected);
+            outcome.add(offset, r);
         }
         let _ = send.await;
         let sent = count_rx.await.unwrap_or(outcome.batches);
@@ -689,7 +704,67 @@ impl Writer {
                     error,
                 })
                 .collect(),
+            session: r.session,
         })
+    }
+
+    /// `Writer.WatchSession`: this writer's session now, then each change; the stream ends (or
+    /// breaks) when the server's state starts afresh, which means: resync.
+    pub async fn watch_session(&mut self) -> Result<tonic::Streaming<WriterSession>, ClientError> {
+        const RPC: &str = "Writer.WatchSession";
+        let request = SessionRequest {
+            gateway: self.gateway.clone(),
+            source: self.source.clone(),
+        };
+        let span = self.call_span(RPC, 0);
+        Ok(self
+            .client
+            .watch_session(request)
+            .instrument(span)
+            .await
+            .map_err(ClientError::rpc(RPC))?
+            .into_inner())
+    }
+
+    /// `Writer.WatchServices`: a snapshot of the gateway's inbound services' states, then their
+    /// changes (needs verb `write`).
+    pub async fn watch_services(&mut self) -> Result<tonic::Streaming<ServiceStates>, ClientError> {
+        const RPC: &str = "Writer.WatchServices";
+        let request = WatchServicesRequest {
+            gateway: self.gateway.clone(),
+            source: self.source.clone(),
+        };
+        let span = self.call_span(RPC, 0);
+        Ok(self
+            .client
+            .watch_services(request)
+            .instrument(span)
+            .await
+            .map_err(ClientError::rpc(RPC))?
+            .into_inner())
+    }
+
+    /// `Writer.LocationsProgrammed`: per location, whether NRP has every address desired there
+    /// (needs verb `write`).
+    pub async fn locations_programmed(
+        &mut self,
+        locations: Vec<String>,
+    ) -> Result<Vec<bool>, ClientError> {
+        const RPC: &str = "Writer.LocationsProgrammed";
+        let request = LocationsRequest {
+            gateway: self.gateway.clone(),
+            source: self.source.clone(),
+            locations,
+        };
+        let span = self.call_span(RPC, 0);
+        Ok(self
+            .client
+            .locations_programmed(request)
+            .instrument(span)
+            .await
+            .map_err(ClientError::rpc(RPC))?
+            .into_inner()
+            .programmed)
     }
 }
 

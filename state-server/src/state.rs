@@ -499,6 +499,15 @@ pub struct WorkerInfo {
     pub expiries_since_report: u32,
 }
 
+/// The first epoch of a replica: its start time in nanoseconds since the Unix epoch (distinct
+/// across replicas and restarts in practice), never 0.
+fn first_epoch() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos.max(1)
+}
+
 /// How many ended worker sessions keep their worker id for status (errors name their worker).
 pub const RECENT_WORKERS: usize = 256;
 
@@ -522,6 +531,8 @@ pub struct StateServer {
     metrics: Arc<Metrics>,
     /// Whether this replica leads (always, without leader election; see [`crate::leader`]).
     leader: tokio::sync::watch::Sender<bool>,
+    /// Changes whenever every gateway starts afresh (see [`StateServer::epoch`]).
+    epoch: AtomicU64,
 }
 
 impl StateServer {
@@ -554,6 +565,7 @@ impl StateServer {
             recent_workers: Mutex::new(BTreeMap::new()),
             metrics,
             leader: tokio::sync::watch::Sender::new(leading),
+            epoch: AtomicU64::new(first_epoch()),
         })
     }
 
@@ -579,6 +591,7 @@ impl StateServer {
             self.metrics.set_leader(false);
         }
         if leading != self.is_leader() || !leading {
+            self.epoch.fetch_add(1, Ordering::Relaxed);
             for g in &self.order {
                 *g.lock() = Gateway::new(g.name.clone(), &self.config, self.metrics.clone());
             }
@@ -588,6 +601,14 @@ impl StateServer {
             self.leader.send_replace(true);
         }
         self.notify_work();
+    }
+
+    /// The epoch of this replica's state: it changes whenever every gateway starts afresh (a start,
+    /// taking or leaving the lead), so a writer that compares it with the epoch of its last resync
+    /// knows whether the server still holds that resync. Two replicas (or two starts) have
+    /// different epochs: the first is the start time in nanoseconds since the Unix epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
     /// The Prometheus metrics of this server.

@@ -63,6 +63,31 @@ impl Writer for Observed {
         let _ = self.resync_started.send(());
         self.inner.resync(r).await
     }
+
+    type WatchSessionStream = <WriterService as Writer>::WatchSessionStream;
+
+    async fn watch_session(
+        &self,
+        r: Request<clb_proto::v1::SessionRequest>,
+    ) -> Result<Response<Self::WatchSessionStream>, Status> {
+        self.inner.watch_session(r).await
+    }
+
+    type WatchServicesStream = <WriterService as Writer>::WatchServicesStream;
+
+    async fn watch_services(
+        &self,
+        r: Request<clb_proto::v1::WatchServicesRequest>,
+    ) -> Result<Response<Self::WatchServicesStream>, Status> {
+        self.inner.watch_services(r).await
+    }
+
+    async fn locations_programmed(
+        &self,
+        r: Request<clb_proto::v1::LocationsRequest>,
+    ) -> Result<Response<clb_proto::v1::LocationsResponse>, Status> {
+        self.inner.locations_programmed(r).await
+    }
 }
 
 struct Harness {

@@ -12,8 +12,7 @@
 //! Each round rolls out every pod, and once the writes are in and NRP calls are in flight the
 //! leader is killed (its elector stops without releasing the Lease; Kubernetes starts a new
 //! standby in its place). Then the writers behave as `clb-watcher` does after a server is lost:
-//! each finds out at its next server check (every `check_interval` of the watcher's defaults, at a
-//! random phase), then resyncs, backing off with the watcher's own `ServerBackoff` (its defaults:
+//! finds out at once (its `Writer.WatchSession` stream breaks with the killed leader), then resyncs, backing off with the watcher's own `ServerBackoff` (its defaults:
 //! a refused connection waits at most 2 s) while no replica serves. Measured from the kill: the new leader's takeover, its first unit handed out, its
 //! first location unit, the last writer's resync, and convergence (NRP equal to the desired state,
 //! nothing pending); and the removals of still-desired backends, which must be zero.
@@ -34,8 +33,8 @@ use clb_tests::ha::{System, Writers, deploy_config, deploy_election, wait_until,
 use clb_tests::{Cluster, Options, PodWriters, SplitBatch, WATCHER, scope};
 use clb_watcher::backoff::{RECONNECT_MAX, ServerBackoff};
 use clb_watcher::{Mode, WatcherConfig};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 /// One fail-over, every time from the kill.
 #[derive(Debug, Clone, Copy)]
@@ -201,9 +200,8 @@ async fn run(seed: u64, rounds: usize) -> Vec<Round> {
         let writer_tasks: Vec<_> = resyncs(&cluster, &writers)
             .into_iter()
             .map(|r| {
-                let phase = writer_defaults
-                    .check_interval
-                    .mul_f64(rng.random_range(0.0..1.0));
+                // The session stream broke with the leader: every writer tries at once.
+                let phase = Duration::ZERO;
                 tokio::spawn(writer_after_loss(
                     sys.service.url.clone(),
                     r,
@@ -326,14 +324,13 @@ fn main() {
     let writer = WatcherConfig::new(ConnectOptions::new("-"), Mode::Cluster { pods: false });
     println!(
         "fail-over of the leader mid-rollout, {rounds} times: {} pods over {} locations; lease \
-         {:?} / renew deadline {:?} / retry {:?} (deploy/); writers check every {:?}, back off {:?} \
-         to {:?} ({:?} when refused); seed {seed} (CLB_BENCH_SEED={seed} replays it)",
+         {:?} / renew deadline {:?} / retry {:?} (deploy/); writers notice at once (session \
+         stream), back off {:?} to {:?} ({:?} when refused); seed {seed} (CLB_BENCH_SEED={seed} replays it)",
         spec.pods(),
         spec.locations,
         election.lease_duration,
         election.renew_deadline,
         election.retry_period,
-        writer.check_interval,
         writer.backoff_initial,
         writer.backoff_max,
         RECONNECT_MAX,

@@ -698,7 +698,6 @@ async fn a_restarted_or_unreachable_state_server_gets_the_whole_view_again() {
     seed(&fake);
     let fwd = Forwarder::start(&h.url()).await;
     let mut config = test_config(&fwd.url, Mode::Cluster { pods: true });
-    config.check_interval = Duration::from_millis(200);
     config.backoff_max = Duration::from_millis(300);
     let w = run_watcher(config, &fake);
     converge(&h, &seed_expected()).await;

@@ -106,9 +106,6 @@ pub struct WatcherConfig {
     /// How often the write-back re-checks a service that is settled (programmed with its ingress
     /// and condition written, or rejected by Azure).
     pub recheck_interval: Duration,
-    /// How often the server is asked whether it still has this writer's resync (a restarted server
-    /// has lost it; the watcher then resyncs even when nothing changed).
-    pub check_interval: Duration,
     /// First delay after a failed call to the state server (doubled up to `backoff_max`).
     pub backoff_initial: Duration,
     /// Largest delay between attempts after a failed call; a refused one (no connection, or
@@ -135,7 +132,7 @@ pub struct WatcherConfig {
 
 impl WatcherConfig {
     /// Defaults: our class, unclassed Services claimed, write-back on, 50 ms coalescing, batches
-    /// of up to 1000 updates, 1 s polling, 60 s ingress re-checks, a server check every 10 s, backoff
+    /// of up to 1000 updates, 1 s polling, 60 s ingress re-checks, backoff
     /// 200 ms doubling to 10 s.
     pub fn new(server: ConnectOptions, mode: Mode) -> Self {
         Self {
@@ -149,7 +146,6 @@ impl WatcherConfig {
             max_batch: 1_000,
             poll_interval: Duration::from_secs(1),
             recheck_interval: Duration::from_secs(60),
-            check_interval: Duration::from_secs(10),
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             watch_backoff_max: Duration::from_secs(1),
@@ -248,6 +244,12 @@ pub(crate) struct Shared {
     pub(crate) acked: watch::Sender<u64>,
     /// Node agent: the locations of its last successful resync.
     pub(crate) agent_locations: BTreeSet<IpAddr>,
+    /// The server's epoch at this writer's last completed resync that sent something (`None`:
+    /// nothing sent yet, so nothing to lose). An answer or session message with another epoch, or
+    /// saying the server holds no resync of ours, makes a resync due at once.
+    pub(crate) session_epoch: Option<u64>,
+    /// A resync is due at once, even while a stream relists: the server holds nothing of ours.
+    pub(crate) resync_now: bool,
 }
 
 impl Shared {
@@ -266,6 +268,8 @@ impl Shared {
                 in_flight: false,
                 acked,
                 agent_locations: BTreeSet::new(),
+                session_epoch: None,
+                resync_now: false,
             },
             acked_rx,
         )

@@ -2,8 +2,8 @@
 //!
 //! The old gateway's translator *holds* the node (it keeps its endpoints and pods there) while the
 //! new gateway's translator adds them; once the new gateway's lane has sent the move and the state
-//! server reports every address desired at the node's IPs in the new gateway as actual (Admin
-//! `GetLocation`), or after `--node-move-bound-ms`, the hold is released and the old gateway drops
+//! server reports every address desired at the node's IPs in the new gateway as actual
+//! (`Writer.LocationsProgrammed`, authorized by the watcher's verb `write`), or after `--node-move-bound-ms`, the hold is released and the old gateway drops
 //! them. Both lanes resync after their share changed, so that each gateway's declared topology
 //! follows the node.
 
@@ -119,6 +119,8 @@ async fn programmed(lane: &Lane, ips: &[IpAddr], seq: u64) {
     }
 }
 
+/// `Writer.LocationsProgrammed` (verb `write`, no Admin permission): whether NRP has every
+/// address desired at each of `ips`. A failure is "not yet" (the caller polls again).
 async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
     let client = match conn.get().await {
         Ok(c) => c,
@@ -127,21 +129,17 @@ async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
             return false;
         }
     };
-    for ip in ips {
-        match client.location(&ip.to_string()).await {
-            Ok(l) => {
-                if l.addresses.iter().any(|a| a.desired && !a.actual) {
-                    return false;
-                }
-            }
-            Err(e)
-                if e.status()
-                    .is_some_and(|s| s.code() == tonic::Code::NotFound) => {}
-            Err(_) => {
-                conn.reset();
-                return false;
-            }
+    let locations = ips.iter().map(ToString::to_string).collect();
+    match client
+        .writer(crate::WATCHER_SOURCE)
+        .locations_programmed(locations)
+        .await
+    {
+        Ok(programmed) => programmed.iter().all(|p| *p),
+        Err(e) => {
+            tracing::debug!(error = %e, "LocationsProgrammed failed; asking again");
+            conn.reset();
+            false
         }
     }
-    true
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use clb_proto::v1::{ClusterNode, ClusterTopology, ResyncScope, Update};
+use clb_proto::v1::{ClusterNode, ClusterTopology, ResyncScope, Update, WriterSession};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -85,17 +85,16 @@ enum Job {
         batch: Vec<Update>,
         seq: u64,
     },
-    /// Ask the server whether it still has our view (it may have restarted).
-    Check,
 }
 
-fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: Instant) -> Job {
+fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool) -> Job {
     let mut s = lock(shared);
     if !s.initialized || s.in_flight {
         return Job::Idle;
     }
-    if s.resync_due && (s.relisting.is_empty() || failed) {
+    if s.resync_due && (s.relisting.is_empty() || failed || s.resync_now) {
         s.resync_due = false;
+        s.resync_now = false;
         s.pending.clear();
         s.first_pending_at = None;
         s.in_flight = true;
@@ -140,11 +139,8 @@ fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: 
             seq: s.seq,
         };
     }
-    if !s.resync_due && Instant::now() >= next_check {
-        return Job::Check;
-    }
     let Some(first) = s.first_pending_at else {
-        return Job::WaitUntil(next_check);
+        return Job::Idle;
     };
     let due = Instant::from_std(first) + config.coalesce;
     if s.pending.len() >= config.max_batch || Instant::now() >= due {
@@ -153,25 +149,30 @@ fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool, next_check: 
         s.in_flight = true;
         return Job::Apply { batch, seq: s.seq };
     }
-    Job::WaitUntil(due.min(next_check))
+    Job::WaitUntil(due)
 }
 
-/// Runs until an unrecoverable error (an invalid endpoint).
+/// Runs until an unrecoverable error (an invalid endpoint). Beside it, [`follow_session`] holds
+/// the writer's session stream open, so that a restarted or new leader is noticed at once.
 pub(crate) async fn run(
     shared: SharedRef,
     notify: Arc<Notify>,
     config: WatcherConfig,
 ) -> Result<(), ClientError> {
     let source = config.source();
+    let session = tokio::spawn(follow_session(
+        shared.clone(),
+        notify.clone(),
+        config.clone(),
+    ));
+    let _session = AbortOnDrop(session);
     let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
     let mut failed = false;
     // The delay the last failure earned, slept before the next attempt.
     let mut pause: Option<std::time::Duration> = None;
-    let mut has_resynced = false;
-    let mut next_check = Instant::now() + config.check_interval;
     loop {
-        match decide(&shared, &config, failed, next_check) {
+        match decide(&shared, &config, failed) {
             Job::Idle => notify.notified().await,
             Job::WaitUntil(t) => {
                 tokio::select! {
@@ -190,9 +191,11 @@ pub(crate) async fn run(
                 s.in_flight = false;
                 config.metrics.resync_of(&config.server.gateway, r.is_ok());
                 match r {
-                    Ok(()) => {
+                    Ok(epoch) => {
                         failed = false;
-                        has_resynced |= sends;
+                        if sends {
+                            s.session_epoch = epoch.or(s.session_epoch);
+                        }
                         backoff.reset();
                         s.agent_locations = locations;
                         s.ack(seq);
@@ -205,39 +208,33 @@ pub(crate) async fn run(
                     }
                 }
             }
-            Job::Check if !has_resynced => {
-                // Nothing was ever sent (a node agent with nothing to report): nothing to lose.
-                next_check = Instant::now() + config.check_interval;
-            }
-            Job::Check => {
-                next_check = Instant::now() + config.check_interval;
-                match knows_us(&mut conn, &source).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::info!(
-                            source,
-                            "the state server has no resync of ours (it restarted?); resyncing"
-                        );
-                        lock(&shared).resync_due = true;
-                        // Resync at once, even while a stream relists: the server has nothing.
-                        failed = true;
-                        continue;
-                    }
-                    Err(e) => {
-                        pause = Some(backoff.next_delay(&e));
-                        fail_or_return(e, &mut lock(&shared), &mut conn)?;
-                        failed = true;
-                    }
-                }
-            }
             Job::Apply { batch, seq } => {
                 let r = apply(&mut conn, &source, batch).await;
                 let mut s = lock(&shared);
                 s.in_flight = false;
                 match r {
-                    Ok(()) => {
+                    Ok(session) => {
                         failed = false;
                         backoff.reset();
+                        // Written without a resync the server holds (nothing was resynced
+                        // before: the first view was empty) also asks for one, so the server
+                        // holds our whole view and a later restart is noticed.
+                        let unsynced = s.session_epoch.is_none()
+                            && session.as_ref().is_some_and(|now| !now.resynced);
+                        if lost_us(&s, session.as_ref()) || unsynced {
+                            // The batch went to a server that holds no resync of ours (it
+                            // restarted, or another replica leads): what it holds is incomplete.
+                            tracing::info!(
+                                source,
+                                "the state server holds no resync of ours (it restarted, or \
+                                 another replica leads); resyncing"
+                            );
+                            s.resync_due = true;
+                            s.resync_now = true;
+                            s.pending.clear();
+                            s.first_pending_at = None;
+                            continue;
+                        }
                         s.ack(seq);
                         s.settle();
                     }
@@ -253,6 +250,84 @@ pub(crate) async fn run(
             tracing::debug!(?delay, "backing off before the resync");
             tokio::time::sleep(delay).await;
         }
+    }
+}
+
+/// Aborts its task when dropped (the session follower ends with its sender).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Whether `session` (from an answer or the session stream) shows that the server no longer holds
+/// the resync this writer last completed: another epoch, or no resync of ours. Never while
+/// nothing was sent.
+fn lost_us(s: &super::Shared, session: Option<&WriterSession>) -> bool {
+    match (s.session_epoch, session) {
+        (Some(epoch), Some(now)) => now.epoch != epoch || !now.resynced,
+        _ => false,
+    }
+}
+
+/// Holds `Writer.WatchSession` open (reconnecting after at most 2 s) and makes a resync due at
+/// once when the server no longer holds ours: a restart or a fail-over is noticed within a round
+/// trip of the new leader's first answer, without polling. A failed stream changes nothing by
+/// itself: the next answer of the new server says what it holds.
+async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherConfig) {
+    let source = config.source();
+    let mut conn = Conn::new(&config.server);
+    let mut backoff = ServerBackoff::new(config.backoff_initial, crate::backoff::RECONNECT_MAX);
+    loop {
+        let failure = match conn.get().await {
+            Err(e) => e,
+            Ok(client) => match client.writer(&source).watch_session().await {
+                Err(e) => e,
+                Ok(mut stream) => loop {
+                    match stream.message().await {
+                        Ok(Some(session)) => {
+                            backoff.reset();
+                            let mut s = lock(&shared);
+                            if !s.in_flight && lost_us(&s, Some(&session)) {
+                                tracing::info!(
+                                    source,
+                                    server_id = %session.server_id,
+                                    epoch = session.epoch,
+                                    "the state server holds no resync of ours (it restarted, or \
+                                     another replica leads); resyncing"
+                                );
+                                s.resync_due = true;
+                                s.resync_now = true;
+                                s.pending.clear();
+                                s.first_pending_at = None;
+                                drop(s);
+                                notify.notify_one();
+                            }
+                        }
+                        Ok(None) => {
+                            break ClientError::StreamClosed {
+                                rpc: "Writer.WatchSession",
+                                batch_id: 0,
+                            };
+                        }
+                        Err(status) => {
+                            break ClientError::Rpc {
+                                rpc: "Writer.WatchSession",
+                                status,
+                            };
+                        }
+                    }
+                },
+            },
+        };
+        if let ClientError::InvalidEndpoint { .. } = failure {
+            return;
+        }
+        tracing::debug!(error = %failure, "session stream ended; reopening");
+        conn.reset();
+        tokio::time::sleep(backoff.next_delay(&failure)).await;
     }
 }
 
@@ -272,19 +347,15 @@ fn fail_or_return(
     Ok(())
 }
 
-/// Whether the server has completed a resync of `source` (a restarted server has not).
-async fn knows_us(conn: &mut Conn, source: &str) -> Result<bool, ClientError> {
-    let client = conn.get().await?;
-    let status = client.status().await?;
-    Ok(status
-        .writers
-        .iter()
-        .any(|w| w.source == source && w.last_resync_unix_ms > 0))
-}
-
-async fn resync(conn: &mut Conn, source: &str, views: Vec<View>) -> Result<(), ClientError> {
+/// Sends each view; returns the server's epoch as the last resync's answer states it.
+async fn resync(
+    conn: &mut Conn,
+    source: &str,
+    views: Vec<View>,
+) -> Result<Option<u64>, ClientError> {
     let client = conn.get().await?;
     let mut writer = client.writer(source);
+    let mut epoch = None;
     for (scope, topology, view) in views {
         let what = scope_name(&scope);
         let n = view.len();
@@ -304,11 +375,17 @@ async fn resync(conn: &mut Conn, source: &str, views: Vec<View>) -> Result<(), C
             revision = r.revision,
             "resynced"
         );
+        epoch = r.session.map(|s| s.epoch).or(epoch);
     }
-    Ok(())
+    Ok(epoch)
 }
 
-async fn apply(conn: &mut Conn, source: &str, batch: Vec<Update>) -> Result<(), ClientError> {
+/// Sends one batch; returns the writer's session as the answer states it.
+async fn apply(
+    conn: &mut Conn,
+    source: &str,
+    batch: Vec<Update>,
+) -> Result<Option<WriterSession>, ClientError> {
     let client = conn.get().await?;
     let mut writer = client.writer(source);
     let n = batch.len();
@@ -324,7 +401,7 @@ async fn apply(conn: &mut Conn, source: &str, batch: Vec<Update>) -> Result<(), 
         revision = r.revision,
         "applied"
     );
-    Ok(())
+    Ok(r.session)
 }
 
 fn scope_name(s: &ResyncScope) -> String {

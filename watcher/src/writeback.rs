@@ -53,7 +53,6 @@ use tokio::time::Instant;
 use super::WatcherConfig;
 use super::poolservice::{self, PoolService, PoolServiceFacts};
 use super::routing;
-use super::sender::Conn;
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
 use clb_client::client::ConnectOptions;
 use clb_gateways::Gateways;
@@ -266,7 +265,8 @@ struct WriteBack {
     config: Config,
     kube: kube::Client,
     recorder: Recorder,
-    conn: Conn,
+    /// The services' states, pushed by the server (`states.rs`).
+    states: States,
     records: HashMap<ObjKey, Record>,
     acked: watch::Receiver<u64>,
     /// PoolServices of our class, by key.
@@ -293,8 +293,13 @@ pub(crate) async fn run(
             .filter(|n| !n.is_empty())
             .or_else(|| Some(FIELD_MANAGER.to_owned())),
     };
+    let (changed_tx, mut changed) = mpsc::unbounded_channel();
+    let followed = match &config.gateways {
+        Some(g) => g.names(),
+        None => vec![String::new()],
+    };
     let mut wb = WriteBack {
-        conn: Conn::new(&config.server),
+        states: States::follow(&config, followed, changed_tx),
         recorder: Recorder::new(kube.clone(), reporter),
         config,
         kube,
@@ -322,6 +327,13 @@ pub(crate) async fn run(
                 },
                 None => return,
             },
+            Some(uids) = changed.recv() => {
+                // The server pushed new states: look at those Services now.
+                for uid in uids {
+                    wb.poke(None, Some(&uid));
+                }
+                wb.act().await;
+            }
             _ = tokio::time::sleep_until(next) => wb.act().await,
         }
     }
@@ -477,7 +489,7 @@ impl WriteBack {
                     // The PoolServices we made for it go at once (NRP's removal is the Service's).
                     self.delete_owned_pools(&key).await;
                     if nrp_observed.is_none() {
-                        nrp_observed = Some(self.nrp_observed().await);
+                        nrp_observed = Some(self.nrp_observed());
                     }
                     if nrp_observed == Some(true) {
                         self.cleanup(&key).await
@@ -656,7 +668,7 @@ impl WriteBack {
             }
         }
         for g in &all {
-            let st = self.service_state(g, &facts.uid).await?;
+            let st = self.service_state(g, &facts.uid)?;
             by_gateway.insert(g.clone(), st.clone());
             states.push(st);
         }
@@ -768,7 +780,7 @@ impl WriteBack {
         let mut still = None;
         if !facts.uid.is_empty() {
             for g in self.all_gateways() {
-                if let Some(s) = self.service_state(&g, &facts.uid).await?
+                if let Some(s) = self.service_state(&g, &facts.uid)?
                     && (s.desired || s.actual)
                 {
                     still = Some(s);
@@ -831,71 +843,16 @@ impl WriteBack {
         r
     }
 
-    /// `GetService`: `Ok(None)` when the server does not know the service.
-    async fn service_state(
-        &mut self,
-        gateway: &str,
-        uid: &str,
-    ) -> Result<Option<ServiceState>, ()> {
-        let client = match self.conn.get().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "write-back cannot reach the state server");
-                self.conn.reset();
-                return Err(());
-            }
-        };
-        let client = if gateway.is_empty() {
-            client
-        } else {
-            client.with_gateway(gateway)
-        };
-        match client.service(uid).await {
-            Ok(s) => Ok(Some(s)),
-            Err(e)
-                if e.status()
-                    .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
-            {
-                Ok(None)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "write-back: GetService failed");
-                self.conn.reset();
-                Err(())
-            }
-        }
+    /// The state of service `uid` in `gateway` as the server's stream last pushed it (`Ok(None)`:
+    /// the gateway does not know it; `Err(())`: its stream is down).
+    fn service_state(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, ()> {
+        self.states.get(gateway, uid)
     }
 
-    /// Whether the server has read NRP back at least once (for the gateway we write to; with the
-    /// default gateway, every gateway it drives): only then does "unknown service" mean "NRP does
-    /// not have it".
-    async fn nrp_observed(&mut self) -> bool {
-        let client = match self.conn.get().await {
-            Ok(c) => c,
-            Err(_) => {
-                self.conn.reset();
-                return false;
-            }
-        };
-        match client.status().await {
-            Ok(s) => {
-                let gw = client.gateway();
-                let relevant: Vec<_> = s
-                    .gateways
-                    .iter()
-                    .filter(|g| gw.is_empty() || g.name == gw || self.config.gateways.is_some())
-                    .collect();
-                !relevant.is_empty()
-                    && relevant
-                        .iter()
-                        .all(|g| g.init.as_ref().is_some_and(|i| i.nrp_observed))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "write-back: Status failed");
-                self.conn.reset();
-                false
-            }
-        }
+    /// Whether every gateway a Service may be in has read NRP back: only then does "unknown
+    /// service" mean "NRP does not have it".
+    fn nrp_observed(&self) -> bool {
+        self.states.nrp_observed(&self.all_gateways())
     }
 }
 
@@ -1042,6 +999,9 @@ fn now_seconds() -> k8s_openapi::jiff::Timestamp {
 }
 
 mod pools;
+mod states;
+
+use states::States;
 
 #[cfg(test)]
 mod tests;

@@ -120,8 +120,21 @@ impl DiffTracker {
     /// Both sides of one service (any case).
     pub fn service_view(&self, name: &str) -> Option<ServiceView> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;
-        let e = self.services.get(sid);
-        Some(ServiceView {
+        Some(Self::entry_view(self.services.get(sid)))
+    }
+
+    /// Both sides of every service of `kind` that either side holds (desired or in NRP), in no
+    /// particular order. O(services).
+    pub fn service_views(&self, kind: ServiceKind) -> impl Iterator<Item = ServiceView> + '_ {
+        self.services
+            .iter()
+            .map(|(_, e)| e)
+            .filter(move |e| e.kind == kind && (e.is_desired() || e.actual.is_some()))
+            .map(Self::entry_view)
+    }
+
+    fn entry_view(e: &super::identity::ServiceEntry) -> ServiceView {
+        ServiceView {
             name: e.name.to_string(),
             kind: e.kind,
             desired: e.is_desired(),
@@ -130,7 +143,7 @@ impl DiffTracker {
             desired_addresses: e.desired_refs,
             actual_addresses: e.actual_refs,
             locations: e.locations.len(),
-        })
+        }
     }
 
     /// Every location either side knows.

@@ -424,7 +424,11 @@ fn condition_facts<'a>(
 }
 
 /// The programming condition of a service (`ServiceState.condition`).
-fn service_condition(g: &Gateway, view: &ServiceView, frontend_ip: &str) -> ServiceCondition {
+pub(crate) fn service_condition(
+    g: &Gateway,
+    view: &ServiceView,
+    frontend_ip: &str,
+) -> ServiceCondition {
     derive_condition(&condition_facts(g, view, frontend_ip))
 }
 

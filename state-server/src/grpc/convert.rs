@@ -696,6 +696,15 @@ pub fn gateway_status(
 /// One service of gateway `g` as proto: the tracker's view, and beside it the desired ports and
 /// the frontend IP of an inbound service (the frontend only while NRP has the service).
 pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
+    v1::ServiceState {
+        actual_locations: g.tracker.actual_locations_of(&view.name),
+        ..service_state_uncounted(g, view)
+    }
+}
+
+/// [`service_state`] without `actual_locations` (0), which costs a scan of every location: what
+/// the writers' stream of service states sends (`grpc/session.rs`).
+pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
     let inbound = view.kind == ServiceKind::Inbound;
     let ports = match g.service_ports.get(&view.name) {
         Some(ports) if inbound => ports.clone(),
@@ -714,7 +723,7 @@ pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
         desired_addresses: u64::from(view.desired_addresses),
         actual_addresses: u64::from(view.actual_addresses),
         desired_locations: view.locations as u64,
-        actual_locations: g.tracker.actual_locations_of(&view.name),
+        actual_locations: 0,
         ports,
         frontend_ip,
         // Derived by the Admin service (`grpc/admin.rs`, `service_condition`).

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod convert;
 pub mod resync;
+pub mod session;
 pub mod worker;
 pub mod writer;
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use clb_proto::v1::writer_server::{Writer, WriterServer};
 use clb_proto::v1::{
-    ApplyRequest, ApplyResponse, ResyncHeader, ResyncRequest, ResyncResponse, Update,
-    resync_request::Part,
+    ApplyRequest, ApplyResponse, LocationsRequest, LocationsResponse, ResyncHeader, ResyncRequest,
+    ResyncResponse, SessionRequest, Update, WatchServicesRequest, resync_request::Part,
 };
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -18,7 +18,8 @@ use super::convert::{
     unknown_gateway,
 };
 use super::resync::{Scope, replace_scope};
-use crate::auth::{Caller, WriteRights};
+use super::session::{self, ServiceStatesStream, SessionStream};
+use crate::auth::{Caller, Verb, WriteRights};
 use crate::gate::{RestartGate, Topology};
 use crate::state::{GatewayHandle, StateServer};
 
@@ -154,9 +155,9 @@ fn apply_batch(
         .map_err(|e| unknown_gateway(&e))?;
     let link = clb_telemetry::current_span_link();
     if req.dry_run {
-        return Ok(dry_run(&handle, req, rights));
+        return Ok(dry_run(state, &handle, req, rights));
     }
-    let (revision, applied, rejected) = {
+    let (revision, applied, rejected, session) = {
         let mut gateway = handle.lock();
         let mut applied = 0u32;
         let mut rejected = Vec::new();
@@ -180,7 +181,8 @@ fn apply_batch(
         }
         gateway.record_writes(&req.source, u64::from(applied), rejected.len() as u64);
         state.metrics().rejected(rejected.len() as u64);
-        (gateway.tracker.revision(), applied, rejected)
+        let session = session::session(state, &gateway, &req.source);
+        (gateway.tracker.revision(), applied, rejected, session)
     };
     span.record("applied", applied);
     span.record("rejected", rejected.len());
@@ -195,13 +197,19 @@ fn apply_batch(
         revision,
         applied,
         rejected,
+        session: Some(session),
     })
 }
 
 /// A batch with `dry_run`: validated in order against a copy of the gateway's desired state, so
 /// the answer is what applying it now would answer; the gateway itself is not changed (no revision,
 /// no work, no write counts). The copy costs one clone of the tracker, under the gateway's lock.
-fn dry_run(handle: &GatewayHandle, req: &ApplyRequest, rights: &WriteRights) -> ApplyResponse {
+fn dry_run(
+    state: &StateServer,
+    handle: &GatewayHandle,
+    req: &ApplyRequest,
+    rights: &WriteRights,
+) -> ApplyResponse {
     let gateway = handle.lock();
     let mut copy = gateway.tracker.clone();
     let mut applied = 0u32;
@@ -221,6 +229,7 @@ fn dry_run(handle: &GatewayHandle, req: &ApplyRequest, rights: &WriteRights) -> 
         revision: gateway.tracker.revision(),
         applied,
         rejected,
+        session: Some(session::session(state, &gateway, &req.source)),
     }
 }
 
@@ -445,7 +454,7 @@ impl WriterService {
         // A replica that stepped down meanwhile applies nothing: the writer resyncs with the leader.
         super::require_leader(&self.state)?;
         let link = clb_telemetry::current_span_link();
-        let (revision, outcome) = {
+        let (revision, outcome, session) = {
             let mut gateway = handle.lock();
             let outcome = replace_scope(&mut gateway.tracker, &scope, &view);
             for (index, update) in view.iter().enumerate() {
@@ -468,7 +477,11 @@ impl WriterService {
             // pods there; removals wait for the new owner's resync (see `gate.rs`).
             let handed_over = gateway.resync_scope_completed(&source, &scope, topology.as_ref());
             tracing::Span::current().record("handed_over", handed_over);
-            (gateway.tracker.revision(), outcome)
+            (
+                gateway.tracker.revision(),
+                outcome,
+                session::session(&self.state, &gateway, &source),
+            )
         };
         self.state.notify_work();
         let span = tracing::Span::current();
@@ -482,7 +495,34 @@ impl WriterService {
             applied: outcome.applied,
             removed: outcome.removed,
             rejected: outcome.rejected,
+            session: Some(session),
         })
+    }
+
+    /// The gateway of a session or state request, once the caller may follow it: `WatchSession`
+    /// as the writer's writes are authorized, the others by verb `write`.
+    async fn follow(
+        &self,
+        caller: Option<&Caller>,
+        gateway: &str,
+        source: &str,
+        verb: Option<Verb>,
+    ) -> Result<Arc<GatewayHandle>, Status> {
+        super::require_leader(&self.state)?;
+        check_source("source", source)?;
+        let handle = self
+            .state
+            .gateway(gateway)
+            .map_err(|e| unknown_gateway(&e))?;
+        if let Some(caller) = caller {
+            match verb {
+                Some(verb) => caller.require(verb, handle.name()).await?,
+                None => {
+                    caller.writer(handle.name(), source).await?;
+                }
+            }
+        }
+        Ok(handle)
     }
 }
 
@@ -523,5 +563,54 @@ impl Writer for WriterService {
         WriterService::resync(self, caller, request.into_inner())
             .await
             .map(Response::new)
+    }
+
+    type WatchSessionStream = SessionStream;
+
+    async fn watch_session(
+        &self,
+        request: Request<SessionRequest>,
+    ) -> Result<Response<SessionStream>, Status> {
+        self.state.metrics().update_rpc("watch_session");
+        let req = request.get_ref();
+        let caller = Caller::of(request.extensions());
+        let handle = self.follow(caller, &req.gateway, &req.source, None).await?;
+        Ok(Response::new(session::watch_session(
+            self.state.clone(),
+            handle,
+            req.source.clone(),
+        )))
+    }
+
+    type WatchServicesStream = ServiceStatesStream;
+
+    async fn watch_services(
+        &self,
+        request: Request<WatchServicesRequest>,
+    ) -> Result<Response<ServiceStatesStream>, Status> {
+        self.state.metrics().update_rpc("watch_services");
+        let req = request.get_ref();
+        let caller = Caller::of(request.extensions());
+        let handle = self
+            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .await?;
+        Ok(Response::new(session::watch_services(
+            self.state.clone(),
+            handle,
+            req.source.clone(),
+        )))
+    }
+
+    async fn locations_programmed(
+        &self,
+        request: Request<LocationsRequest>,
+    ) -> Result<Response<LocationsResponse>, Status> {
+        self.state.metrics().update_rpc("locations_programmed");
+        let req = request.get_ref();
+        let caller = Caller::of(request.extensions());
+        let handle = self
+            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .await?;
+        session::locations_programmed(&handle, req).map(Response::new)
     }
 }

@@ -1,0 +1,289 @@
+//! What the Writer service tells writers about themselves and their services, without the
+//! operator's Admin API: the writer's session (does the server hold its resync? which epoch?) in
+//! every answer and as a stream (`WatchSession`), the programming state of the gateway's inbound
+//! services as a stream (`WatchServices`), and whether NRP has the addresses of some locations
+//! (`LocationsProgrammed`).
+//!
+//! Both streams are pushed: a task per stream waits for the server's work signal (every write,
+//! report and timer) or its leadership to change, then compares what it would send with what it
+//! sent and sends the difference. An idle server wakes them only on its slow refresh
+//! ([`REFRESH`]). A stream ends with `UNAVAILABLE` when its replica stops leading or its state
+//! starts afresh (a new epoch): the writer then reconnects to the leader and resyncs.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clb_core::difftracker::identity::ServiceKind;
+use clb_core::difftracker::ip::parse_ip;
+use clb_proto::v1::{
+    LocationsRequest, LocationsResponse, ServiceState, ServiceStates, WriterSession,
+};
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::admin::service_condition;
+use super::convert::{invalid_argument, service_state_uncounted};
+use crate::state::{Gateway, GatewayHandle, StateServer};
+
+/// The stream of `WatchSession`.
+pub type SessionStream = Pin<Box<dyn Stream<Item = Result<WriterSession, Status>> + Send>>;
+/// The stream of `WatchServices`.
+pub type ServiceStatesStream = Pin<Box<dyn Stream<Item = Result<ServiceStates, Status>> + Send>>;
+
+/// A stream re-reads its state at least this often, even when nothing signalled a change (a
+/// condition can change with time alone: the restart gate's bound).
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+/// After a message, a `WatchServices` stream waits this long before it reads again: a burst of
+/// writes and reports costs one read per interval, not one per change.
+pub const SERVICES_SPACING: Duration = Duration::from_millis(20);
+
+/// Most inbound services in one `ServiceStates` message; a larger snapshot or change is split.
+const MAX_SERVICES_PER_MESSAGE: usize = 1_000;
+
+/// The session of writer `source` in gateway `g`.
+pub fn session(state: &StateServer, g: &Gateway, source: &str) -> WriterSession {
+    WriterSession {
+        server_id: state.config().server_id.clone(),
+        epoch: state.epoch(),
+        resynced: g
+            .writers
+            .get(source)
+            .is_some_and(|w| w.last_resync_unix_ms.is_some()),
+        gateway: g.name.clone(),
+    }
+}
+
+/// The status that ends a stream whose replica stopped leading or started afresh.
+fn ended() -> Status {
+    Status::unavailable(
+        "the state server's state started afresh (a restart, a fail-over, or this replica stopped \
+         leading): reconnect, resync, and watch again",
+    )
+}
+
+/// Runs `body` as the producer of a bounded stream; the task ends when the receiver is dropped
+/// (`tx.closed()` in `body`'s waits) or `body` returns.
+fn spawn_stream<T, F>(
+    body: impl FnOnce(mpsc::Sender<Result<T, Status>>) -> F,
+) -> ReceiverStream<Result<T, Status>>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(body(tx));
+    ReceiverStream::new(rx)
+}
+
+/// Waits for a change worth a re-read: the work signal (armed before the caller read the
+/// state, so none is lost), the leadership, the refresh, or the reader gone (`false`).
+async fn wait_for_change<T>(
+    notified: Pin<&mut tokio::sync::futures::Notified<'_>>,
+    leadership: &mut tokio::sync::watch::Receiver<bool>,
+    tx: &mpsc::Sender<Result<T, Status>>,
+) -> bool {
+    tokio::select! {
+        () = notified => true,
+        r = leadership.changed() => r.is_ok(),
+        () = tokio::time::sleep(REFRESH) => true,
+        () = tx.closed() => false,
+    }
+}
+
+/// `WatchSession`: the session now, then each change, until the epoch changes.
+pub fn watch_session(
+    state: Arc<StateServer>,
+    handle: Arc<GatewayHandle>,
+    source: String,
+) -> SessionStream {
+    let stream = spawn_stream(move |tx| async move {
+        let epoch = state.epoch();
+        let mut leadership = state.leadership();
+        let mut last: Option<WriterSession> = None;
+        loop {
+            let notified = state.work_notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !state.is_leader() || state.epoch() != epoch {
+                let _ = tx.send(Err(ended())).await;
+                return;
+            }
+            let now = session(&state, &handle.lock(), &source);
+            if last.as_ref() != Some(&now) {
+                if tx.send(Ok(now.clone())).await.is_err() {
+                    return;
+                }
+                last = Some(now);
+            }
+            if !wait_for_change(notified, &mut leadership, &tx).await {
+                return;
+            }
+        }
+    });
+    Box::pin(stream)
+}
+
+/// Every inbound service of `g` with its writer-facing state (condition included, locations not
+/// counted), and whether NRP was read back.
+fn read_services(g: &Gateway) -> (HashMap<String, ServiceState>, bool) {
+    let states = g
+        .tracker
+        .service_views(ServiceKind::Inbound)
+        .map(|view| {
+            let mut st = service_state_uncounted(g, &view);
+            st.condition = Some(service_condition(g, &view, &st.frontend_ip));
+            (view.name, st)
+        })
+        .collect();
+    (states, g.gate.nrp_observed())
+}
+
+/// `WatchServices`: a snapshot of the gateway's inbound services, then their changes, until the
+/// epoch changes.
+pub fn watch_services(
+    state: Arc<StateServer>,
+    handle: Arc<GatewayHandle>,
+    source: String,
+) -> ServiceStatesStream {
+    let stream = spawn_stream(move |tx| async move {
+        let epoch = state.epoch();
+        let mut leadership = state.leadership();
+        let mut sent: HashMap<String, ServiceState> = HashMap::new();
+        let mut sent_observed = false;
+        let mut first = true;
+        loop {
+            let notified = state.work_notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !state.is_leader() || state.epoch() != epoch {
+                let _ = tx.send(Err(ended())).await;
+                return;
+            }
+            let (now, observed, session) = {
+                let g = handle.lock();
+                let (states, observed) = read_services(&g);
+                (states, observed, session(&state, &g, &source))
+            };
+            let mut changed: Vec<ServiceState> = now
+                .iter()
+                .filter(|(id, st)| first || sent.get(*id) != Some(*st))
+                .map(|(_, st)| st.clone())
+                .collect();
+            changed.sort_by(|a, b| a.id.cmp(&b.id));
+            let mut gone: Vec<String> = sent
+                .keys()
+                .filter(|id| !now.contains_key(*id))
+                .cloned()
+                .collect();
+            gone.sort();
+            if first || !changed.is_empty() || !gone.is_empty() || observed != sent_observed {
+                let messages = split(changed, gone, first, observed, &session);
+                for m in messages {
+                    if tx.send(Ok(m)).await.is_err() {
+                        return;
+                    }
+                }
+                sent = now;
+                sent_observed = observed;
+                first = false;
+                tokio::time::sleep(SERVICES_SPACING).await;
+            }
+            if !wait_for_change(notified, &mut leadership, &tx).await {
+                return;
+            }
+        }
+    });
+    Box::pin(stream)
+}
+
+/// One change as messages of at most [`MAX_SERVICES_PER_MESSAGE`] services; only the first of a
+/// snapshot says `snapshot`, the last carries `gone`.
+fn split(
+    changed: Vec<ServiceState>,
+    gone: Vec<String>,
+    snapshot: bool,
+    nrp_observed: bool,
+    session: &WriterSession,
+) -> Vec<ServiceStates> {
+    let mut out: Vec<ServiceStates> = changed
+        .chunks(MAX_SERVICES_PER_MESSAGE)
+        .enumerate()
+        .map(|(i, chunk)| ServiceStates {
+            session: Some(session.clone()),
+            snapshot: snapshot && i == 0,
+            nrp_observed,
+            services: chunk.to_vec(),
+            gone: Vec::new(),
+        })
+        .collect();
+    match out.last_mut() {
+        Some(last) => last.gone = gone,
+        None => out.push(ServiceStates {
+            session: Some(session.clone()),
+            snapshot,
+            nrp_observed,
+            services: Vec::new(),
+            gone,
+        }),
+    }
+    out
+}
+
+/// `LocationsProgrammed`: per location, whether NRP has every address desired there.
+pub fn locations_programmed(
+    handle: &GatewayHandle,
+    req: &LocationsRequest,
+) -> Result<LocationsResponse, Status> {
+    let mut ips = Vec::with_capacity(req.locations.len());
+    for (i, l) in req.locations.iter().enumerate() {
+        let ip = parse_ip(&format!("locations[{i}]"), l)
+            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
+        ips.push(ip);
+    }
+    let g = handle.lock();
+    let programmed = ips
+        .into_iter()
+        .map(|ip| {
+            g.tracker.location_view(ip).is_none_or(|v| {
+                v.addresses
+                    .iter()
+                    .all(|a| a.desired.is_none() || a.actual.is_some())
+            })
+        })
+        .collect();
+    Ok(LocationsResponse { programmed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(id: &str) -> ServiceState {
+        ServiceState {
+            id: id.to_owned(),
+            ..ServiceState::default()
+        }
+    }
+
+    #[test]
+    fn a_large_change_is_split_and_only_its_first_message_is_the_snapshot() {
+        let session = WriterSession::default();
+        let changed: Vec<ServiceState> = (0..2_500).map(|i| st(&format!("s{i:05}"))).collect();
+        let out = split(changed, vec!["old".into()], true, true, &session);
+        assert_eq!(out.len(), 3);
+        assert!(out[0].snapshot && !out[1].snapshot && !out[2].snapshot);
+        assert_eq!(
+            out.iter().map(|m| m.services.len()).collect::<Vec<_>>(),
+            [1_000, 1_000, 500]
+        );
+        assert!(out[0].gone.is_empty() && out[2].gone == ["old"]);
+        let only_gone = split(Vec::new(), vec!["x".into()], false, true, &session);
+        assert_eq!(only_gone.len(), 1);
+        assert_eq!(only_gone[0].gone, ["x"]);
+    }
+}

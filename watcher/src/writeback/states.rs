@@ -1,0 +1,229 @@
+//! The programming state of the Services, pushed by the state server: one `Writer.WatchServices`
+//! stream per gateway the write-back follows (authorized by the watcher's verb `write`; no Admin
+//! permission needed), kept in a local table that the write-back reads without a call. A change
+//! pokes the Services it concerns; a broken stream marks its gateway unknown (the write-back then
+//! waits, as it did for a failed call) and is re-opened after a short backoff, its first message a
+//! fresh snapshot.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use clb_proto::v1::{ServiceState, ServiceStates};
+use tokio::sync::mpsc;
+
+use super::Config;
+use crate::backoff::{RECONNECT_MAX, ServerBackoff};
+use crate::sender::Conn;
+use clb_client::client::ClientError;
+
+/// What one gateway's stream said last.
+#[derive(Debug, Default)]
+struct GatewayStates {
+    /// The stream is open and its snapshot arrived.
+    live: bool,
+    nrp_observed: bool,
+    services: HashMap<String, ServiceState>,
+}
+
+/// The table of every followed gateway (cheap to clone: one table).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct States {
+    inner: Arc<Mutex<HashMap<String, GatewayStates>>>,
+}
+
+impl States {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, GatewayStates>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Follows `gateways` (`""`: the server's default gateway), sending the UIDs of services
+    /// whose state changed to `changed`. The tasks end when `changed` is closed.
+    pub(crate) fn follow(
+        config: &Config,
+        gateways: Vec<String>,
+        changed: mpsc::UnboundedSender<Vec<String>>,
+    ) -> Self {
+        let states = Self::default();
+        for g in gateways {
+            states.lock().insert(g.clone(), GatewayStates::default());
+            tokio::spawn(states.clone().run(config.clone(), g, changed.clone()));
+        }
+        states
+    }
+
+    /// The state of service `uid` in `gateway`: `Ok(None)` when the gateway does not know it,
+    /// `Err(())` while the gateway's stream is down (nothing can be said).
+    pub(crate) fn get(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, ()> {
+        let table = self.lock();
+        match table.get(gateway) {
+            Some(g) if g.live => Ok(g.services.get(uid).cloned()),
+            _ => Err(()),
+        }
+    }
+
+    /// Whether each of `gateways` has read NRP back (its stream live): only then does an
+    /// unknown service mean that NRP does not have it.
+    pub(crate) fn nrp_observed(&self, gateways: &[String]) -> bool {
+        let table = self.lock();
+        !gateways.is_empty()
+            && gateways
+                .iter()
+                .all(|g| table.get(g).is_some_and(|g| g.live && g.nrp_observed))
+    }
+
+    /// Folds one message in; returns the UIDs whose state changed.
+    fn fold(&self, gateway: &str, m: ServiceStates) -> Vec<String> {
+        let mut table = self.lock();
+        let g = table.entry(gateway.to_owned()).or_default();
+        let mut changed: Vec<String> = Vec::new();
+        if m.snapshot {
+            let listed: std::collections::HashSet<&str> =
+                m.services.iter().map(|s| s.id.as_str()).collect();
+            changed.extend(
+                g.services
+                    .keys()
+                    .filter(|k| !listed.contains(k.as_str()))
+                    .cloned(),
+            );
+            g.services.retain(|k, _| listed.contains(k.as_str()));
+        }
+        g.live = true;
+        g.nrp_observed = m.nrp_observed;
+        for s in m.services {
+            changed.push(s.id.clone());
+            g.services.insert(s.id.clone(), s);
+        }
+        for id in m.gone {
+            g.services.remove(&id);
+            changed.push(id);
+        }
+        changed
+    }
+
+    fn down(&self, gateway: &str) {
+        if let Some(g) = self.lock().get_mut(gateway) {
+            g.live = false;
+        }
+    }
+
+    async fn run(
+        self,
+        config: Config,
+        gateway: String,
+        changed: mpsc::UnboundedSender<Vec<String>>,
+    ) {
+        let mut conn = Conn::new(&config.server);
+        let mut backoff = ServerBackoff::new(config.backoff_initial, RECONNECT_MAX);
+        let source = crate::WATCHER_SOURCE;
+        loop {
+            let failure = match conn.get().await {
+                Err(e) => e,
+                Ok(client) => {
+                    let client = if gateway.is_empty() {
+                        client
+                    } else {
+                        client.with_gateway(&gateway)
+                    };
+                    match client.writer(source).watch_services().await {
+                        Err(e) => e,
+                        Ok(mut stream) => loop {
+                            match stream.message().await {
+                                Ok(Some(m)) => {
+                                    backoff.reset();
+                                    let uids = self.fold(&gateway, m);
+                                    if !uids.is_empty() && changed.send(uids).is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(None) => {
+                                    break ClientError::StreamClosed {
+                                        rpc: "Writer.WatchServices",
+                                        batch_id: 0,
+                                    };
+                                }
+                                Err(status) => {
+                                    break ClientError::Rpc {
+                                        rpc: "Writer.WatchServices",
+                                        status,
+                                    };
+                                }
+                            }
+                        },
+                    }
+                }
+            };
+            self.down(&gateway);
+            if changed.is_closed() {
+                return;
+            }
+            if let ClientError::InvalidEndpoint { .. } = failure {
+                tracing::error!(error = %failure, "write-back cannot follow the service states");
+                return;
+            }
+            tracing::warn!(gateway, error = %failure, "write-back: the stream of service states ended; reopening");
+            conn.reset();
+            tokio::time::sleep(backoff.next_delay(&failure)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(id: &str, actual: bool) -> ServiceState {
+        ServiceState {
+            id: id.to_owned(),
+            actual,
+            ..ServiceState::default()
+        }
+    }
+
+    #[test]
+    fn a_snapshot_replaces_the_table_and_changes_and_gone_follow() {
+        let states = States::default();
+        assert_eq!(
+            states.get("", "a"),
+            Err(()),
+            "unknown before the first snapshot"
+        );
+        let changed = states.fold(
+            "",
+            ServiceStates {
+                snapshot: true,
+                nrp_observed: false,
+                services: vec![st("a", false), st("b", false)],
+                ..ServiceStates::default()
+            },
+        );
+        assert_eq!(changed, ["a", "b"]);
+        assert!(!states.nrp_observed(&[String::new()]));
+        let changed = states.fold(
+            "",
+            ServiceStates {
+                nrp_observed: true,
+                services: vec![st("a", true)],
+                gone: vec!["b".into()],
+                ..ServiceStates::default()
+            },
+        );
+        assert_eq!(changed, ["a", "b"]);
+        assert!(states.get("", "a").unwrap().unwrap().actual);
+        assert_eq!(states.get("", "b"), Ok(None));
+        assert!(states.nrp_observed(&[String::new()]));
+        // A new snapshot (a re-opened stream) drops what it does not list.
+        let changed = states.fold(
+            "",
+            ServiceStates {
+                snapshot: true,
+                services: vec![st("c", false)],
+                ..ServiceStates::default()
+            },
+        );
+        assert_eq!(changed, ["a", "c"]);
+        assert_eq!(states.get("", "a"), Ok(None));
+        states.down("");
+        assert_eq!(states.get("", "c"), Err(()));
+        assert!(!states.nrp_observed(&[String::new()]));
+    }
+}
