@@ -92,7 +92,7 @@ pub async fn serve_with(
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let writer = WriterServer::new(WriterService::new(state.clone()))
+    let writer = WriterServer::new(WriterService::with_shutdown(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
     let admin = AdminServer::new(AdminService::new(state.clone()))

@@ -80,11 +80,29 @@ where
     ReceiverStream::new(rx)
 }
 
+/// The server's shutdown signal (`None`: a service without one, never shut down).
+pub type Shutdown = Option<tokio::sync::watch::Receiver<bool>>;
+
+/// Resolves once `shutdown` is signalled (never without one).
+async fn shut_down(shutdown: &mut Shutdown) {
+    match shutdown {
+        Some(rx) => {
+            if rx.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
 /// Waits for a change worth a re-read: the work signal (armed before the caller read the
-/// state, so none is lost), the leadership, the refresh, or the reader gone (`false`).
+/// state, so none is lost), the leadership, the refresh; `false` when the stream is to end: the
+/// reader is gone, or the server shuts down (the reader is told `UNAVAILABLE`, so that a graceful
+/// shutdown is not held up by open streams).
 async fn wait_for_change<T>(
     notified: Pin<&mut tokio::sync::futures::Notified<'_>>,
     leadership: &mut tokio::sync::watch::Receiver<bool>,
+    shutdown: &mut Shutdown,
     tx: &mpsc::Sender<Result<T, Status>>,
 ) -> bool {
     tokio::select! {
@@ -92,6 +110,14 @@ async fn wait_for_change<T>(
         r = leadership.changed() => r.is_ok(),
         () = tokio::time::sleep(REFRESH) => true,
         () = tx.closed() => false,
+        () = shut_down(shutdown) => {
+            let _ = tx
+                .send(Err(Status::unavailable(
+                    "the state server is shutting down: reconnect (to the next leader) and resync",
+                )))
+                .await;
+            false
+        }
     }
 }
 
@@ -100,6 +126,7 @@ pub fn watch_session(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
     source: String,
+    mut shutdown: Shutdown,
 ) -> SessionStream {
     let stream = spawn_stream(move |tx| async move {
         let epoch = state.epoch();
@@ -120,7 +147,7 @@ pub fn watch_session(
                 }
                 last = Some(now);
             }
-            if !wait_for_change(notified, &mut leadership, &tx).await {
+            if !wait_for_change(notified, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }
         }
@@ -149,6 +176,7 @@ pub fn watch_services(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
     source: String,
+    mut shutdown: Shutdown,
 ) -> ServiceStatesStream {
     let stream = spawn_stream(move |tx| async move {
         let epoch = state.epoch();
@@ -193,7 +221,7 @@ pub fn watch_services(
                 first = false;
                 tokio::time::sleep(SERVICES_SPACING).await;
             }
-            if !wait_for_change(notified, &mut leadership, &tx).await {
+            if !wait_for_change(notified, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }
         }

@@ -30,12 +30,28 @@ pub type ApplyResponseStream = Pin<Box<dyn Stream<Item = Result<ApplyResponse, S
 #[derive(Debug, Clone)]
 pub struct WriterService {
     state: Arc<StateServer>,
+    shutdown: session::Shutdown,
 }
 
 impl WriterService {
     /// A Writer service changing the gateways of `state`.
     pub fn new(state: Arc<StateServer>) -> Self {
-        Self { state }
+        Self {
+            state,
+            shutdown: None,
+        }
+    }
+
+    /// Like [`WriterService::new`]; its streams (`WatchSession`, `WatchServices`) end with
+    /// `UNAVAILABLE` once `shutdown` turns true, so that they do not hold up a graceful shutdown.
+    pub fn with_shutdown(
+        state: Arc<StateServer>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            state,
+            shutdown: Some(shutdown),
+        }
     }
 
     /// The service wrapped for a tonic server.
@@ -579,6 +595,7 @@ impl Writer for WriterService {
             self.state.clone(),
             handle,
             req.source.clone(),
+            self.shutdown.clone(),
         )))
     }
 
@@ -598,6 +615,7 @@ impl Writer for WriterService {
             self.state.clone(),
             handle,
             req.source.clone(),
+            self.shutdown.clone(),
         )))
     }
 

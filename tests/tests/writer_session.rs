@@ -1,0 +1,231 @@
+//! What the Writer service tells writers without the operator's Admin API (issue 20): the
+//! writer's session in every Apply and Resync answer and as a stream (`WatchSession`), the
+//! programming state of the gateway's services pushed (`WatchServices`), and `LocationsProgrammed`
+//! — against the real system (state server, workers, NRP emulator) over loopback.
+
+use std::time::Duration;
+
+use clb_client::client::Client;
+use clb_client::updates;
+use clb_proto::v1::{ProgrammingReason, ServiceStates, WriterSession};
+use clb_tests::{Harness, Options, PATIENCE};
+use tonic::Code;
+
+const SOURCE: &str = "watcher";
+
+/// Reads `stream` until `done` holds for a message (at most [`PATIENCE`]).
+async fn until<T>(
+    stream: &mut tonic::Streaming<T>,
+    what: &str,
+    mut done: impl FnMut(&T) -> bool,
+) -> T {
+    let read = async {
+        loop {
+            match stream.message().await {
+                Ok(Some(m)) if done(&m) => return m,
+                Ok(Some(_)) => {}
+                other => panic!(
+                    "{what}: the stream ended first: {other:?}",
+                    other = other.err()
+                ),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}"))
+}
+
+fn eps(pairs: &[(&str, &str)]) -> Vec<clb_proto::v1::Endpoint> {
+    pairs.iter().map(|(a, l)| updates::endpoint(a, l)).collect()
+}
+
+async fn client(h: &Harness) -> Client {
+    h.client().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_and_the_session_stream_say_whether_the_server_holds_the_writers_resync() {
+    clb_tests::init_tracing();
+    let mut h = Harness::start(Options::e2e()).await;
+    let c = client(&h).await;
+    let mut w = c.writer(SOURCE);
+
+    // Before any resync: an apply is taken, and its answer says the server holds no resync.
+    let a = w
+        .apply(vec![updates::service_add("svc-a", &[])])
+        .await
+        .unwrap();
+    let s0 = a
+        .session
+        .clone()
+        .expect("an Apply answer carries the session");
+    assert!(!s0.resynced, "{s0:?}");
+    assert!(s0.epoch > 0 && !s0.server_id.is_empty() && !s0.gateway.is_empty());
+
+    let mut session = w.watch_session().await.unwrap();
+    let first = until(&mut session, "the first session message", |_| true).await;
+    assert_eq!(first, s0);
+
+    let r = w
+        .resync(
+            clb_client::client::scope::all(),
+            vec![updates::service_add("svc-a", &[])],
+        )
+        .await
+        .unwrap();
+    let s1 = r.session.expect("a Resync answer carries the session");
+    assert!(s1.resynced && s1.epoch == s0.epoch, "{s1:?}");
+    // The stream pushes the change.
+    let pushed = until(&mut session, "resynced pushed", |s: &WriterSession| {
+        s.resynced
+    })
+    .await;
+    assert_eq!(pushed, s1);
+    let a = w
+        .apply(vec![updates::service_add("svc-b", &[])])
+        .await
+        .unwrap();
+    assert_eq!(a.session.as_ref(), Some(&s1));
+
+    // A restart: the stream ends (or breaks), a new one and the next answer say: another epoch,
+    // no resync of ours.
+    h.restart_server().await;
+    let ended = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match session.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the session stream outlived the server");
+    let c = client(&h).await;
+    let mut w = c.writer(SOURCE);
+    let mut session = w.watch_session().await.unwrap();
+    let s2 = until(&mut session, "the new server's session", |_| true).await;
+    assert!(!s2.resynced && s2.epoch != s1.epoch, "{s2:?} after {s1:?}");
+    let a = w
+        .apply(vec![updates::service_add("svc-c", &[])])
+        .await
+        .unwrap();
+    assert!(!a.session.unwrap().resynced);
+
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
+    clb_tests::init_tracing();
+    let h = Harness::start(Options::e2e()).await;
+    let c = client(&h).await;
+    let mut w = c.writer(SOURCE);
+    w.resync(
+        clb_client::client::scope::all(),
+        vec![updates::service_add("svc-old", &[])],
+    )
+    .await
+    .unwrap();
+    let mut states = w.watch_services().await.unwrap();
+    let snapshot = until(&mut states, "the snapshot", |_| true).await;
+    assert!(snapshot.snapshot, "{snapshot:?}");
+    assert_eq!(
+        snapshot
+            .services
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        ["svc-old"]
+    );
+    assert!(snapshot.session.as_ref().is_some_and(|s| s.resynced));
+
+    let pairs = [("10.1.0.5", "10.0.0.1"), ("10.1.0.6", "10.0.0.2")];
+    w.apply(vec![
+        updates::service_add("svc-new", &[]),
+        updates::endpoints_level("svc-new", eps(&pairs)),
+    ])
+    .await
+    .unwrap();
+    let programmed = |m: &ServiceStates| {
+        m.services.iter().any(|s| {
+            s.id == "svc-new"
+                && s.actual
+                && !s.frontend_ip.is_empty()
+                && s.actual_addresses == 2
+                && s.condition
+                    .as_ref()
+                    .is_some_and(|c| c.reason == ProgrammingReason::Programmed as i32)
+        })
+    };
+    let m = until(&mut states, "svc-new programmed", programmed).await;
+    assert!(!m.snapshot && m.nrp_observed, "{m:?}");
+
+    // Nothing changes: nothing is pushed (the next message, if any, is not about svc-new).
+    let quiet = tokio::time::timeout(Duration::from_millis(1_500), states.message()).await;
+    if let Ok(Ok(Some(m))) = &quiet {
+        assert!(
+            !m.services.iter().any(|s| s.id == "svc-new" && s.actual),
+            "an unchanged state was pushed again: {m:?}"
+        );
+    }
+
+    w.apply(vec![
+        updates::endpoints_level("svc-new", Vec::new()),
+        updates::service_remove("svc-new"),
+    ])
+    .await
+    .unwrap();
+    until(&mut states, "svc-new gone", |m| {
+        m.gone.iter().any(|g| g == "svc-new")
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locations_programmed_follows_nrp_and_refuses_a_bad_ip_precisely() {
+    clb_tests::init_tracing();
+    let h = Harness::start(Options::e2e()).await;
+    let c = client(&h).await;
+    let mut w = c.writer(SOURCE);
+    w.resync(clb_client::client::scope::all(), Vec::new())
+        .await
+        .unwrap();
+    let locations = vec!["10.0.0.1".to_owned(), "10.0.0.9".to_owned()];
+    // Nothing desired anywhere: programmed.
+    assert_eq!(
+        w.locations_programmed(locations.clone()).await.unwrap(),
+        [true, true]
+    );
+    w.apply(vec![
+        updates::service_add("svc", &[]),
+        updates::endpoints_level("svc", eps(&[("10.1.0.5", "10.0.0.1")])),
+    ])
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let p = w.locations_programmed(locations.clone()).await.unwrap();
+        if p == [true, true] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never programmed: {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = w
+        .locations_programmed(vec!["10.0.0.1".into(), "not-an-ip".into()])
+        .await
+        .unwrap_err();
+    let status = err.status().expect("a gRPC status");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("locations[1]") && status.message().contains("not-an-ip"),
+        "{}",
+        status.message()
+    );
+    h.shutdown().await;
+}
