@@ -304,22 +304,24 @@ async fn a_refused_selection_changes_nothing_and_is_a_warning_event() {
     let mut both = s.fake.get("services", "default", "both").expect("both");
     both["metadata"]["annotations"] = json!({GATEWAYS_ANNOTATION: "a,nowhere"});
     s.fake.put("services", both);
-    // kube's recorder folds Events of one reason on one object into a series.
-    eventually("a second Warning Event", || async {
-        let n = s
+    // A different problem is a new Event with the current message (kube's recorder alone would
+    // only bump the count of the first one, whose text names the previous value).
+    let notes = eventually("a second Warning Event naming the new value", || async {
+        let notes: Vec<String> = s
             .fake
             .events()
             .into_iter()
             .filter(|e| e["reason"] == "InvalidGatewaySelection")
-            .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
-            .sum::<u64>();
-        if n >= 2 {
-            Ok(())
+            .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if notes.iter().any(|n| n.contains("nowhere")) {
+            Ok(notes)
         } else {
             Err(format!("{:?}", s.fake.events()))
         }
     })
     .await;
+    assert_eq!(notes.len(), 2, "one Event per distinct problem: {notes:?}");
     assert!(has_service(c, "b", BOTH).await, "refused: nothing changed");
     w.stop().await;
 }

@@ -265,6 +265,9 @@ struct WriteBack {
     config: Config,
     kube: kube::Client,
     recorder: Recorder,
+    reporter: Reporter,
+    /// The note last published per (object, type and reason): see [`WriteBack::publish_event`].
+    event_notes: HashMap<(String, String), String>,
     /// The services' states, pushed by the server (`states.rs`).
     states: States,
     records: HashMap<ObjKey, Record>,
@@ -300,7 +303,9 @@ pub(crate) async fn run(
     };
     let mut wb = WriteBack {
         states: States::follow(&config, followed, changed_tx),
-        recorder: Recorder::new(kube.clone(), reporter),
+        recorder: Recorder::new(kube.clone(), reporter.clone()),
+        reporter,
+        event_notes: HashMap::new(),
         config,
         kube,
         records: HashMap::new(),
@@ -619,7 +624,13 @@ impl WriteBack {
 
     /// Publishes one Event on the Service (best effort: a failure is logged, never retried on
     /// its own; the next change of the condition publishes again).
-    async fn publish(&self, facts: &ServiceFacts, type_: EventType, reason: &str, note: String) {
+    async fn publish(
+        &mut self,
+        facts: &ServiceFacts,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let ev = Event {
             type_,
             reason: reason.to_owned(),
@@ -627,7 +638,7 @@ impl WriteBack {
             action: "Programming".to_owned(),
             secondary: None,
         };
-        match self.recorder.publish(&ev, &Self::reference(facts)).await {
+        match self.publish_event(&ev, &Self::reference(facts)).await {
             Ok(()) => {
                 tracing::debug!(service = %facts.key, reason, "event published");
             }
@@ -635,6 +646,35 @@ impl WriteBack {
                 tracing::warn!(service = %facts.key, reason, error = %e, "publishing an event failed");
             }
         }
+    }
+
+    /// Publishes `ev` about `reference` with kube's recorder, which turns a repeat of the same
+    /// (type, reason, action, object) into a series of one Event: the right thing for the same
+    /// problem seen again, the wrong one for a *different* problem of the same reason (another
+    /// refused annotation value), whose count it would bump under the old message. So a note that
+    /// differs from the last one published under the same key starts a fresh recorder: a new Event
+    /// with the current message.
+    async fn publish_event(
+        &mut self,
+        ev: &Event,
+        reference: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let key = (
+            format!(
+                "{}/{}/{}/{}",
+                reference.kind.as_deref().unwrap_or_default(),
+                reference.namespace.as_deref().unwrap_or_default(),
+                reference.name.as_deref().unwrap_or_default(),
+                reference.uid.as_deref().unwrap_or_default()
+            ),
+            format!("{:?}/{}", ev.type_, ev.reason),
+        );
+        let note = ev.note.clone().unwrap_or_default();
+        if self.event_notes.get(&key).is_some_and(|last| *last != note) {
+            self.recorder = Recorder::new(self.kube.clone(), self.reporter.clone());
+        }
+        self.event_notes.insert(key, note);
+        self.recorder.publish(ev, reference).await
     }
 
     /// Follows the server's report of an inbound Service: Events when its condition changes,

@@ -159,7 +159,7 @@ impl WriteBack {
     }
 
     /// Publishes a Warning Event on a PoolService of someone else that cannot be programmed.
-    pub(super) async fn publish_on_pool(&self, f: &PoolServiceFacts) {
+    pub(super) async fn publish_on_pool(&mut self, f: &PoolServiceFacts) {
         let Some(problem) = &f.problem else {
             return;
         };
@@ -178,7 +178,7 @@ impl WriteBack {
             action: "Programming".to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+        if let Err(e) = self.publish_event(&ev, &reference).await {
             tracing::warn!(poolservice = %f.key, error = %e, "publishing an event failed");
         }
     }
