@@ -618,12 +618,24 @@ fn open_path(path: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     auth: Option<Arc<Auth>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl AuthLayer {
     /// A layer checking with `auth` (`None`: nothing is checked).
     pub fn new(auth: Option<Arc<Auth>>) -> Self {
-        Self { auth }
+        Self {
+            auth,
+            metrics: None,
+        }
+    }
+
+    /// Counts the refused calls in `metrics` (`calls_refused`): the layer's own refusals, and a
+    /// service's answer `PERMISSION_DENIED` or `UNAUTHENTICATED` (a Writer call beyond the
+    /// caller's rights).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -634,6 +646,7 @@ impl<S> tower::Layer<S> for AuthLayer {
         AuthService {
             inner,
             auth: self.auth.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -643,6 +656,7 @@ impl<S> tower::Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     auth: Option<Arc<Auth>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl<S, B, ResBody> tower::Service<http::Request<B>> for AuthService<S>
@@ -678,6 +692,8 @@ where
             credentials.insert(http::header::AUTHORIZATION, v.clone());
         }
         let admin = req.uri().path().starts_with("/clb.v1.Admin/");
+        let metrics = self.metrics.clone();
+        let path = req.uri().path().to_owned();
         Box::pin(async move {
             let checked = async {
                 let caller = auth.authenticate(&credentials).await?;
@@ -690,10 +706,29 @@ where
             match checked {
                 Ok(caller) => {
                     req.extensions_mut().insert(caller);
-                    inner.call(req).await
+                    let response = inner.call(req).await?;
+                    // A service's own refusal (a writer beyond its rights) is a trailers-only
+                    // answer: its status is in the headers.
+                    let code = response
+                        .headers()
+                        .get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .map(tonic::Code::from_i32);
+                    if let (
+                        Some(m),
+                        Some(c @ (tonic::Code::PermissionDenied | tonic::Code::Unauthenticated)),
+                    ) = (&metrics, code)
+                    {
+                        m.call_refused(&path, c);
+                    }
+                    Ok(response)
                 }
                 Err(status) => {
-                    tracing::debug!(path = req.uri().path(), %status, "call refused");
+                    tracing::debug!(path = %path, %status, "call refused");
+                    if let Some(m) = &metrics {
+                        m.call_refused(&path, status.code());
+                    }
                     Ok(status.into_http())
                 }
             }

@@ -72,6 +72,14 @@ struct RpcLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    /// `Writer`, `Worker`, `Admin` or `other` (bounded: never the caller's path).
+    service: &'static str,
+    /// `Unauthenticated`, `PermissionDenied` or `Unavailable`.
+    code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UnitLabels {
     kind: String,
     result: String,
@@ -170,6 +178,7 @@ struct GatewayGauges {
 pub struct Metrics {
     registry: Registry,
     update_rpcs: Family<RpcLabels, Counter>,
+    calls_refused: Family<RefusedLabels, Counter>,
     rejected_items: Counter,
     units: Family<UnitLabels, Counter>,
     units_leased: Family<KindLabels, Counter>,
@@ -191,6 +200,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("clb");
         let update_rpcs = Family::<RpcLabels, Counter>::default();
+        let calls_refused = Family::<RefusedLabels, Counter>::default();
         let rejected_items = Counter::default();
         let units = Family::<UnitLabels, Counter>::default();
         let units_leased = Family::<KindLabels, Counter>::default();
@@ -206,6 +216,13 @@ impl Metrics {
             "update_rpcs",
             "Writer RPCs received, by rpc",
             update_rpcs.clone(),
+        );
+        registry.register(
+            "calls_refused",
+            "Calls refused by the caller checks (docs/security.md), by service and code: \
+             Unauthenticated, PermissionDenied, or Unavailable when the Kubernetes API could not \
+             tell",
+            calls_refused.clone(),
         );
         registry.register(
             "rejected_items",
@@ -318,6 +335,7 @@ impl Metrics {
         Self {
             registry,
             update_rpcs,
+            calls_refused,
             rejected_items,
             units,
             units_leased,
@@ -335,6 +353,24 @@ impl Metrics {
             .get_or_create(&RpcLabels {
                 rpc: rpc.to_owned(),
             })
+            .inc();
+    }
+
+    /// Counts one call refused by the caller checks: `path` is the gRPC path (only its service
+    /// becomes a label), `code` the refusal's.
+    pub fn call_refused(&self, path: &str, code: tonic::Code) {
+        let service = ["Writer", "Worker", "Admin"]
+            .into_iter()
+            .find(|s| path.starts_with(&format!("/clb.v1.{s}/")))
+            .unwrap_or("other");
+        let code = match code {
+            tonic::Code::Unauthenticated => "Unauthenticated",
+            tonic::Code::PermissionDenied => "PermissionDenied",
+            tonic::Code::Unavailable => "Unavailable",
+            _ => return,
+        };
+        self.calls_refused
+            .get_or_create(&RefusedLabels { service, code })
             .inc();
     }
 

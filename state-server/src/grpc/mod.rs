@@ -104,7 +104,7 @@ pub async fn serve_with(
     info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
     let result = builder
         .trace_fn(crate::telemetry::grpc_server_span)
-        .layer(crate::auth::AuthLayer::new(auth))
+        .layer(crate::auth::AuthLayer::new(auth).with_metrics(state.metrics().clone()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
