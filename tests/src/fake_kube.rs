@@ -33,7 +33,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 mod auth;
 
-pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes};
+pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
 
 #[derive(Debug, Clone)]
 struct Change {

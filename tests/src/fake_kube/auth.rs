@@ -214,13 +214,23 @@ impl FakeApi {
     /// The configuration of a [`FakeApi::kube_client_with_token`] (e.g. for
     /// `clb_watcher::KubeClients::from_config`).
     pub fn kube_config_with_token(&self, token: &str) -> kube::Config {
-        let mut config = self.kube_config();
-        config.headers.push((
-            axum::http::header::AUTHORIZATION,
-            format!("Bearer {token}").parse().expect("a header value"),
-        ));
-        config
+        with_token(self.kube_config(), token)
     }
+
+    /// The clients a watcher makes, sending `token` (as the binary sends its ServiceAccount's).
+    pub fn watcher_clients_with_token(&self, token: &str) -> clb_watcher::KubeClients {
+        clb_watcher::KubeClients::from_config(self.kube_config_with_token(token)).unwrap()
+    }
+}
+
+/// `config` sending `Authorization: Bearer <token>` (e.g. a
+/// [`FakeApi::partitionable_config`]'s).
+pub fn with_token(mut config: kube::Config, token: &str) -> kube::Config {
+    config.headers.push((
+        axum::http::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header value"),
+    ));
+    config
 }
 
 /// The RBAC attributes of a request, as the API server's `RequestInfoFactory` derives them;
@@ -527,5 +537,95 @@ mod tests {
             "poolservices.network.openyurt.io is forbidden: User \"u\" cannot list resource \
              \"poolservices\" in API group \"network.openyurt.io\" at the cluster scope"
         );
+    }
+
+    fn api_status<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, String) {
+        match r {
+            Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
+            other => panic!("expected an error answer of the API, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn with_enforcement_requests_need_a_token_and_deploys_rbac() {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        use k8s_openapi::api::core::v1::{Pod, Service};
+        use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+        let api = FakeApi::start().await;
+        api.load_rbac(&Rendered::load(&[]));
+        api.put(
+            "services",
+            json!({"metadata": {"namespace": "default", "name": "x"}, "spec": {}}),
+        );
+        let sa = |name: &str, audience: &str| {
+            TokenUser::service_account(crate::deploy::NAMESPACE, name, None, audience)
+        };
+        api.add_token("t-watcher", sa("clb-watcher", API_AUDIENCE));
+        api.add_token("t-server", sa("clb-state-server", API_AUDIENCE));
+        api.add_token("t-clb", sa("clb-watcher", "clb"));
+        let list = ListParams::default();
+        // Off (the default): no token needed.
+        Api::<Service>::all(api.kube_client())
+            .list(&list)
+            .await
+            .expect("open");
+        api.enforce_rbac(true);
+        // No token, a token for another audience, an unknown token: 401.
+        for client in [
+            api.kube_client(),
+            api.kube_client_with_token("t-clb"),
+            api.kube_client_with_token("t-unknown"),
+        ] {
+            let (code, reason, _) = api_status(Api::<Service>::all(client).list(&list).await);
+            assert_eq!((code, reason.as_str()), (401, "Unauthorized"));
+        }
+        // The watcher's ServiceAccount: what deploy/ grants it, nothing else.
+        let watcher = api.kube_client_with_token("t-watcher");
+        let services = Api::<Service>::namespaced(watcher.clone(), "default");
+        Api::<Service>::all(watcher.clone())
+            .list(&list)
+            .await
+            .expect("deploy/ lets the watcher list services");
+        let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.1.2.3"}]}}});
+        let (params, merge) = (PatchParams::default(), Patch::Merge(&status));
+        let patch = || services.patch_status("x", &params, &merge);
+        patch().await.expect("and patch their status");
+        let (code, reason, message) =
+            api_status(Api::<Pod>::all(watcher.clone()).list(&list).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "pods is forbidden: User \"system:serviceaccount:clb-system:clb-watcher\" cannot \
+             list resource \"pods\" in API group \"\" at the cluster scope"
+        );
+        // The state server reviews tokens (clb-state-server-auth); the watcher may not.
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some("t-clb".to_owned()),
+                ..TokenReviewSpec::default()
+            },
+            ..TokenReview::default()
+        };
+        let server = api.kube_client_with_token("t-server");
+        let answer = Api::<TokenReview>::all(server)
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("the state server creates TokenReviews");
+        assert!(answer.status.is_some_and(|s| s.authenticated == Some(true)));
+        let denied = Api::<TokenReview>::all(watcher)
+            .create(&PostParams::default(), &review)
+            .await;
+        assert_eq!(api_status(denied).0, 403);
+        // Without deploy/'s binding of the watcher, its status patch is forbidden.
+        assert!(api.delete_rbac("ClusterRoleBinding", "", "clb-watcher"));
+        let (code, _, message) = api_status(patch().await);
+        assert_eq!(code, 403);
+        assert_eq!(
+            message,
+            "services \"x\" is forbidden: User \"system:serviceaccount:clb-system:clb-watcher\" \
+             cannot patch resource \"services/status\" in API group \"\" in the namespace \
+             \"default\""
+        );
+        assert_eq!(api.denials().len(), 3);
     }
 }
