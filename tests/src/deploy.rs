@@ -148,11 +148,13 @@ impl Rendered {
         let mut docs = Vec::new();
         let mut images = Vec::new();
         let mut dirs: Vec<(String, PathBuf)> = vec![(String::new(), base.clone())];
-        let k = kustomization(&base);
-        for c in k["components"].as_sequence().into_iter().flatten() {
+        let base_k = kustomization(&base);
+        for c in base_k["components"].as_sequence().into_iter().flatten() {
             let c = c.as_str().expect("a component path");
             dirs.push((format!("{c}/"), base.join(c)));
         }
+        // The index in `dirs` after which the base's own patches apply.
+        let base_components = dirs.len() - 1;
         for c in components {
             dirs.push((format!("components/{c}/"), base.join("components").join(c)));
         }
@@ -172,6 +174,10 @@ impl Rendered {
                     "{where_}kustomization.yaml: `{key}` is not supported by the test renderer"
                 );
             }
+            assert!(
+                i == 0 || k["components"].is_null(),
+                "{where_}kustomization.yaml: components of a component are not supported"
+            );
             for file in k["resources"].as_sequence().into_iter().flatten() {
                 let file = file.as_str().expect("a resource is a file name");
                 let path = dir.join(file);
@@ -183,8 +189,19 @@ impl Rendered {
                     });
                 }
             }
-            for p in k["patches"].as_sequence().into_iter().flatten() {
-                apply_patch(&mut docs, dir, p, where_);
+            // A component's patches apply to everything accumulated so far; the base's own, after
+            // the components it lists itself (before an overlay's).
+            let mut patches = Vec::new();
+            if i > 0 {
+                patches.push((dir, where_, &k));
+            }
+            if i == base_components {
+                patches.push((&base, "deploy/", &base_k));
+            }
+            for (dir, where_, k) in patches {
+                for p in k["patches"].as_sequence().into_iter().flatten() {
+                    apply_patch(&mut docs, dir, p, where_);
+                }
             }
             images.extend(k["images"].as_sequence().into_iter().flatten().cloned());
         }
@@ -644,9 +661,20 @@ mod tests {
     fn the_base_and_every_component_render() {
         let base = Rendered::load(&[]);
         assert_eq!(base.workloads().len(), 4);
-        for c in ["monitoring", "poolservice", "watcher-pods"] {
+        // monitoring: a PodMonitor; poolservice: the CRD, a ClusterRole and its binding;
+        // watcher-pods: a ClusterRole and its binding, and five objects of the node agents gone.
+        for (c, added, deleted) in [
+            ("monitoring", 1, 0),
+            ("poolservice", 3, 0),
+            ("watcher-pods", 2, 5),
+        ] {
             let r = Rendered::load(&[c]);
-            assert!(r.documents.len() > base.documents.len() - 6, "{c}");
+            assert_eq!(
+                r.documents.len(),
+                base.documents.len() + added - deleted,
+                "{c}"
+            );
+            assert_eq!(r.components, [c]);
         }
         // The images are the kustomization's.
         assert!(
