@@ -1,21 +1,28 @@
 //! A state server with authentication and authorization on, as deploy/ runs it
 //! (`--authentication=kubernetes --authorization=kubernetes`), its TokenReviews and
-//! SubjectAccessReviews answered by the fake Kubernetes API ([`crate::fake_kube`]): for the
-//! benchmarks that compare the system with and without the checks.
+//! SubjectAccessReviews answered by the fake Kubernetes API ([`crate::fake_kube`]) from deploy/'s
+//! RBAC: for the benchmarks that compare the system with and without the checks.
 
 use std::path::PathBuf;
 
 use clb_embedded::harness::HarnessAuth;
-use clb_state_server::auth::{API_GROUP, Auth, AuthConfig, DEFAULT_AUDIENCE, Mode, RESOURCE};
+use clb_state_server::auth::{Auth, AuthConfig, DEFAULT_AUDIENCE, Mode};
 
+use crate::deploy::Rendered;
 use crate::fake_kube::{FakeApi, TokenUser};
+use crate::rbac;
 
 /// Namespace of the project's ServiceAccounts (deploy/).
-pub const NAMESPACE: &str = "clb-system";
+pub const NAMESPACE: &str = crate::deploy::NAMESPACE;
 
-/// The fake API, and the [`HarnessAuth`] of a harness whose writers and Admin readers are the
-/// watcher's ServiceAccount (`write` and `get` on every gateway) and whose workers are the sync
-/// worker's (`work`).
+/// The user of the harness's writers and Admin readers: an operator (a person, not a
+/// ServiceAccount of deploy/).
+pub const OPERATOR: &str = "clb-operator@example.com";
+
+/// The fake API, and the [`HarnessAuth`] of a harness whose writers and Admin readers are an
+/// operator bound (as docs/operations.md tells operators, with `kubectl create
+/// clusterrolebinding`) to `clb-writer` and `clb-reader`, and whose workers are the sync worker's
+/// ServiceAccount, bound to `clb-worker` by deploy/'s own binding.
 pub struct AuthOn {
     /// The fake API answering the reviews (its review counters show how many the server made).
     pub api: FakeApi,
@@ -25,25 +32,31 @@ pub struct AuthOn {
 }
 
 impl AuthOn {
-    /// Starts the fake API with the two identities and writes their token files to a new
-    /// temporary directory.
+    /// Starts the fake API with deploy/'s RBAC and the operator's bindings, and writes the two
+    /// token files to a new temporary directory.
     pub async fn start() -> Self {
         let api = FakeApi::start().await;
-        let resource = format!("{API_GROUP}/{RESOURCE}");
-        let sa = |name: &str| format!("system:serviceaccount:{NAMESPACE}:{name}");
-        let identities = [
-            ("t-watcher", "clb-watcher", &["write", "get"][..]),
-            ("t-worker", "clb-sync-worker", &["work"][..]),
-        ];
-        for (token, account, verbs) in identities {
-            api.add_token(
-                token,
-                TokenUser::service_account(NAMESPACE, account, Some("node-w"), DEFAULT_AUDIENCE),
+        api.load_rbac(&Rendered::load(&[]));
+        api.add_token(
+            "t-operator",
+            TokenUser::user(OPERATOR, &[], DEFAULT_AUDIENCE),
+        );
+        for role in ["clb-writer", "clb-reader"] {
+            api.create_cluster_role_binding(
+                &format!("{role}-operator"),
+                role,
+                rbac::user(OPERATOR),
             );
-            for verb in verbs {
-                api.grant(&sa(account), verb, &resource, "*");
-            }
         }
+        api.add_token(
+            "t-worker",
+            TokenUser::service_account(
+                NAMESPACE,
+                "clb-sync-worker",
+                Some("node-w"),
+                DEFAULT_AUDIENCE,
+            ),
+        );
         let dir = std::env::temp_dir().join(format!(
             "clb-auth-on-{}-{}",
             std::process::id(),
@@ -66,7 +79,7 @@ impl AuthOn {
         .expect("auth config");
         let harness = HarnessAuth {
             server,
-            client_token: file("t-watcher"),
+            client_token: file("t-operator"),
             worker_token: file("t-worker"),
         };
         Self { api, harness, dir }

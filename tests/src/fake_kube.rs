@@ -10,6 +10,9 @@
 //! `metadata.generation` (set on create, bumped when the spec changes), status conditions validated
 //! as the API server does (`422 Invalid`), clients that can be cut off from the API
 //! ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC against deploy/).
+//! TokenReviews, SubjectAccessReviews answered by evaluating RBAC objects (deploy/'s, and bindings
+//! a test creates as an operator would), and optionally RBAC enforced on the fake's own requests:
+//! `fake_kube/auth.rs`.
 //! Binds 127.0.0.1:0.
 //!
 //! Kept in one place: every test that needs a Kubernetes API uses this one.
@@ -27,6 +30,10 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+
+mod auth;
+
+pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
 
 #[derive(Debug, Clone)]
 struct Change {
@@ -85,8 +92,9 @@ struct Inner {
     leases: BTreeMap<(String, String), Value>,
     /// `events.k8s.io/v1` Events by (namespace, name).
     events: BTreeMap<(String, String), Value>,
-    /// TokenReview and SubjectAccessReview (see the end of this file).
-    reviews: Reviews,
+    /// TokenReview, SubjectAccessReview (from RBAC objects) and the enforcement of RBAC on
+    /// requests (`fake_kube/auth.rs`).
+    reviews: auth::Reviews,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -318,7 +326,7 @@ impl FakeApi {
             probe: None,
             leases: BTreeMap::new(),
             events: BTreeMap::new(),
-            reviews: Reviews::default(),
+            reviews: auth::Reviews::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -576,8 +584,11 @@ async fn handle(
         "{method} {path}?{}",
         percent_decode(uri.query().unwrap_or(""))
     ));
+    if let Some(denied) = auth::gate(&inner, &method, &path, &q, &headers) {
+        return denied;
+    }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    if let Some(answer) = review(&inner, &method, &segs, &body) {
+    if let Some(answer) = auth::review(&inner, &method, &segs, &body) {
         return answer;
     }
     match (method.clone(), segs.as_slice()) {
@@ -1225,175 +1236,4 @@ fn event_patch(
 
 fn s_owned(v: &Value, pointer: &str) -> String {
     pointer_str(v, pointer).unwrap_or("").to_owned()
-}
-
-// ---- TokenReview (authentication.k8s.io/v1) and SubjectAccessReview (authorization.k8s.io/v1) ----
-// A scriptable table: token -> user (with its groups, extra and audiences), (user, verb, resource,
-// name) -> allowed; and a switch that makes both APIs unavailable (503).
-
-/// The user a token of [`FakeApi::add_token`] belongs to.
-#[derive(Debug, Clone, Default)]
-pub struct TokenUser {
-    /// `status.user.username`.
-    pub username: String,
-    /// `status.user.groups`.
-    pub groups: Vec<String>,
-    /// `status.user.extra` (e.g. `authentication.kubernetes.io/node-name`).
-    pub extra: BTreeMap<String, Vec<String>>,
-    /// The audiences the token was issued for.
-    pub audiences: Vec<String>,
-}
-
-impl TokenUser {
-    /// A ServiceAccount's pod-bound token for `audience`, on `node` if given.
-    pub fn service_account(
-        namespace: &str,
-        name: &str,
-        node: Option<&str>,
-        audience: &str,
-    ) -> Self {
-        let mut extra = BTreeMap::new();
-        if let Some(node) = node {
-            extra.insert(
-                "authentication.kubernetes.io/node-name".to_owned(),
-                vec![node.to_owned()],
-            );
-        }
-        Self {
-            username: format!("system:serviceaccount:{namespace}:{name}"),
-            groups: vec![
-                "system:serviceaccounts".to_owned(),
-                format!("system:serviceaccounts:{namespace}"),
-                "system:authenticated".to_owned(),
-            ],
-            extra,
-            audiences: vec![audience.to_owned()],
-        }
-    }
-}
-
-#[derive(Default)]
-struct Reviews {
-    tokens: HashMap<String, TokenUser>,
-    /// (user, verb, "group/resource", name); name `*`: every name (and the empty name).
-    grants: std::collections::HashSet<(String, String, String, String)>,
-    down: bool,
-    token_reviews: usize,
-    access_reviews: usize,
-}
-
-impl FakeApi {
-    /// TokenReviews authenticate `token` as `user` (for the audiences the user lists).
-    pub fn add_token(&self, token: &str, user: TokenUser) {
-        self.lock().reviews.tokens.insert(token.to_owned(), user);
-    }
-
-    /// TokenReviews no longer authenticate `token` (it expired or was revoked).
-    pub fn revoke_token(&self, token: &str) {
-        self.lock().reviews.tokens.remove(token);
-    }
-
-    /// SubjectAccessReviews allow `user` to `verb` the `resource` (`group/resource`) named `name`
-    /// (`*`: any name), like an RBAC rule.
-    pub fn grant(&self, user: &str, verb: &str, resource: &str, name: &str) {
-        self.lock().reviews.grants.insert((
-            user.to_owned(),
-            verb.to_owned(),
-            resource.to_owned(),
-            name.to_owned(),
-        ));
-    }
-
-    /// While `down`, TokenReview and SubjectAccessReview answer 503.
-    pub fn reviews_down(&self, down: bool) {
-        self.lock().reviews.down = down;
-    }
-
-    /// TokenReviews and SubjectAccessReviews served so far.
-    pub fn review_counts(&self) -> (usize, usize) {
-        let r = &self.lock().reviews;
-        (r.token_reviews, r.access_reviews)
-    }
-}
-
-/// Answers a TokenReview or SubjectAccessReview; `None` for any other request.
-fn review(
-    inner: &Arc<Mutex<Inner>>,
-    method: &Method,
-    segs: &[&str],
-    body: &Bytes,
-) -> Option<Response> {
-    let kind = match (method, segs) {
-        (&Method::POST, ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) => "TokenReview",
-        (&Method::POST, ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]) => {
-            "SubjectAccessReview"
-        }
-        _ => return None,
-    };
-    let mut inner = inner.lock().unwrap();
-    let reviews = &mut inner.reviews;
-    if reviews.down {
-        return Some(json_response(
-            503,
-            &status_body(503, "ServiceUnavailable", "the API server is down"),
-        ));
-    }
-    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
-        return Some(json_response(
-            400,
-            &status_body(400, "BadRequest", "not JSON"),
-        ));
-    };
-    let status = if kind == "TokenReview" {
-        reviews.token_reviews += 1;
-        let token = pointer_str(&obj, "/spec/token").unwrap_or("");
-        let wanted: Vec<String> = obj
-            .pointer("/spec/audiences")
-            .and_then(|a| serde_json::from_value(a.clone()).ok())
-            .unwrap_or_default();
-        match reviews.tokens.get(token) {
-            None => json!({"authenticated": false, "error": "invalid bearer token"}),
-            Some(user) => {
-                let audiences: Vec<&String> = wanted
-                    .iter()
-                    .filter(|a| user.audiences.contains(a))
-                    .collect();
-                if !wanted.is_empty() && audiences.is_empty() {
-                    json!({
-                        "authenticated": false,
-                        "error": "token audiences are invalid for the target audiences",
-                    })
-                } else {
-                    json!({
-                        "authenticated": true,
-                        "audiences": if wanted.is_empty() { json!(user.audiences) } else { json!(audiences) },
-                        "user": {
-                            "username": user.username,
-                            "uid": format!("uid-{}", user.username),
-                            "groups": user.groups,
-                            "extra": user.extra,
-                        },
-                    })
-                }
-            }
-        }
-    } else {
-        reviews.access_reviews += 1;
-        let attr = |f: &str| {
-            pointer_str(&obj, &format!("/spec/resourceAttributes/{f}"))
-                .unwrap_or("")
-                .to_owned()
-        };
-        let user = pointer_str(&obj, "/spec/user").unwrap_or("").to_owned();
-        let resource = format!("{}/{}", attr("group"), attr("resource"));
-        let (verb, name) = (attr("verb"), attr("name"));
-        let grant = |n: &str| (user.clone(), verb.clone(), resource.clone(), n.to_owned());
-        // A rule without resourceNames (`*`) covers every name, the empty one included.
-        let allowed = reviews.grants.contains(&grant("*"))
-            || (!name.is_empty() && reviews.grants.contains(&grant(&name)));
-        json!({"allowed": allowed})
-    };
-    obj["status"] = status;
-    obj["kind"] = json!(kind);
-    Some(json_response(201, &obj))
 }

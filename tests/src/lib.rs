@@ -20,11 +20,13 @@
 
 pub mod auth_setup;
 pub mod bench;
+pub mod crd_schema;
 pub mod deploy;
 pub mod ha;
 pub mod kube_objects;
 pub mod metrics_check;
 pub mod nrp;
+pub mod rbac;
 pub mod recorder;
 pub mod regions;
 

@@ -1,6 +1,7 @@
 //! Kubernetes-native authentication and authorization (docs/security.md): the state server with
 //! `--authentication=kubernetes --authorization=kubernetes` against the fake Kubernetes API, which
-//! answers TokenReview and SubjectAccessReview from a script; clients send their token from a file.
+//! answers TokenReview from a table of tokens and SubjectAccessReview by evaluating deploy/'s RBAC
+//! (plus the bindings an operator creates); clients send their token from a file.
 //! Loopback and port 0 only; no timing assertions.
 
 use std::path::PathBuf;
@@ -14,11 +15,14 @@ use clb_proto::v1::{ClusterNode, ClusterTopology, Hello, Protocol, WorkerMessage
 use clb_state_server::auth::{Auth, AuthConfig, Mode};
 use clb_state_server::grpc::{ServeOptions, serve_with};
 use clb_state_server::state::{ServerConfig, StateServer};
+use clb_tests::deploy::Rendered;
 use clb_tests::fake_kube::{FakeApi, TokenUser};
+use clb_tests::rbac;
 use tonic::Code;
 
 const NS: &str = "clb-system";
-const GROUP_RESOURCE: &str = "clb.azure.com/gateways";
+/// The operator who reads (bound to clb-reader by the test, as an operator binds it).
+const READER: &str = "alice";
 const NODE_A: &str = "10.0.0.1";
 const NODE_B: &str = "10.0.0.2";
 const EGRESS: &str = "eg-1";
@@ -31,10 +35,6 @@ fn kube_client(api: &FakeApi) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-fn sa(name: &str) -> String {
-    format!("system:serviceaccount:{NS}:{name}")
-}
-
 struct System {
     api: FakeApi,
     state: Arc<StateServer>,
@@ -43,50 +43,28 @@ struct System {
 }
 
 impl System {
-    /// A state server checking callers against a fake API that knows the project's identities:
-    /// the watcher (`write`, its pod on node-w), node agents on node-a and node-b (`write-node`),
-    /// a sync worker (`work`), a reader (`get` on every gateway), and a user with no role.
+    /// A state server checking callers against a fake API that knows the project's identities
+    /// and evaluates deploy/'s RBAC: the watcher (`write` by deploy/'s binding, its pod on
+    /// node-w), node agents on node-a and node-b (`write-node`), a sync worker (`work`), an
+    /// operator `alice` bound to `clb-reader` as docs/operations.md tells operators to bind
+    /// themselves, and a ServiceAccount no binding names.
     async fn start() -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let api = FakeApi::start().await;
-        let tokens = [
-            (
-                "t-watcher",
-                "clb-watcher",
-                Some("node-w"),
-                "write",
-                "default",
-            ),
-            (
-                "t-agent-a",
-                "clb-node-agent",
-                Some("node-a"),
-                "write-node",
-                "*",
-            ),
-            (
-                "t-agent-b",
-                "clb-node-agent",
-                Some("node-b"),
-                "write-node",
-                "*",
-            ),
-            (
-                "t-worker",
-                "clb-sync-worker",
-                Some("node-w"),
-                "work",
-                "default",
-            ),
-            ("t-reader", "clb-reader", None, "get", "*"),
-            ("t-nobody", "someone", Some("node-a"), "", ""),
+        api.load_rbac(&Rendered::load(&[]));
+        let accounts = [
+            ("t-watcher", "clb-watcher", Some("node-w")),
+            ("t-agent-a", "clb-node-agent", Some("node-a")),
+            ("t-agent-b", "clb-node-agent", Some("node-b")),
+            ("t-worker", "clb-sync-worker", Some("node-w")),
+            ("t-nobody", "someone", Some("node-a")),
         ];
-        for (token, account, node, verb, name) in tokens {
+        for (token, account, node) in accounts {
             api.add_token(token, TokenUser::service_account(NS, account, node, "clb"));
-            if !verb.is_empty() {
-                api.grant(&sa(account), verb, GROUP_RESOURCE, name);
-            }
         }
+        // `kubectl create clusterrolebinding clb-reader-alice --clusterrole=clb-reader --user=alice`
+        api.add_token("t-reader", TokenUser::user(READER, &[], "clb"));
+        api.create_cluster_role_binding("clb-reader-alice", "clb-reader", rbac::user(READER));
         api.add_token(
             "t-other-audience",
             TokenUser::service_account(NS, "clb-watcher", None, "https://kubernetes.default.svc"),
@@ -591,4 +569,89 @@ async fn apply_streams_are_checked_per_batch() {
         .collect();
     assert_eq!(rejected, [(1, NODE_B), (2, NODE_B)]);
     assert!(location_state(&sys, NODE_B).await.is_none());
+}
+
+/// The code of a write by `token` (`Ok` when applied).
+async fn write_as(sys: &System, token: &str, service: &str) -> Code {
+    match sys
+        .client(Some(token))
+        .await
+        .writer("watcher")
+        .apply(vec![service_add(service, &[port(80, Protocol::Tcp)])])
+        .await
+    {
+        Ok(_) => Code::Ok,
+        Err(e) => e.status().map_or(Code::Unknown, |s| s.code()),
+    }
+}
+
+#[tokio::test]
+async fn deleting_deploys_binding_or_role_takes_the_verb_away() {
+    // The watcher writes through deploy/'s ClusterRoleBinding clb-writer-watcher; without it (or
+    // without the role it names) the same token is denied. Fresh servers: answers are cached.
+    for (kind, name) in [
+        ("ClusterRoleBinding", "clb-writer-watcher"),
+        ("ClusterRole", "clb-writer"),
+    ] {
+        let sys = System::start().await;
+        assert!(
+            sys.api.delete_rbac(kind, "", name),
+            "{kind} {name} is in deploy/"
+        );
+        assert_eq!(
+            write_as(&sys, "t-watcher", "svc-1").await,
+            Code::PermissionDenied
+        );
+    }
+    // The node agents' binding grants write-node, not write: they cannot write as the watcher.
+    let sys = System::start().await;
+    assert_eq!(
+        write_as(&sys, "t-agent-a", "svc-1").await,
+        Code::PermissionDenied
+    );
+    assert_eq!(write_as(&sys, "t-watcher", "svc-1").await, Code::Ok);
+}
+
+#[tokio::test]
+async fn operator_bindings_grant_as_rbac_does() {
+    let sys = System::start().await;
+    let user = |name: &str, token: &str| {
+        sys.api
+            .add_token(token, TokenUser::user(name, &["ops"], "clb"));
+    };
+    // A RoleBinding grants only in its namespace: gateways are not namespaced, so a RoleBinding
+    // of clb-writer in clb-system does not let bob write.
+    user("bob", "t-bob");
+    sys.api.create_role_binding(
+        NS,
+        "clb-writer-bob",
+        rbac::RoleKind::ClusterRole,
+        "clb-writer",
+        rbac::user("bob"),
+    );
+    assert_eq!(
+        write_as(&sys, "t-bob", "svc-b").await,
+        Code::PermissionDenied
+    );
+    // A role limited by resourceNames to another gateway does not let carol write "default".
+    user("carol", "t-carol");
+    let mut only_blue = rbac::rule(&["clb.azure.com"], &["gateways"], &["write"]);
+    only_blue.resource_names = Some(vec!["blue".to_owned()]);
+    let role = rbac::cluster_role("clb-writer-blue", vec![only_blue]);
+    sys.api
+        .apply_rbac(&serde_json::to_value(&role).expect("json"));
+    sys.api.create_cluster_role_binding(
+        "clb-writer-blue-carol",
+        "clb-writer-blue",
+        rbac::user("carol"),
+    );
+    assert_eq!(
+        write_as(&sys, "t-carol", "svc-c").await,
+        Code::PermissionDenied
+    );
+    // A binding to the operators' group lets dave (a member) write every gateway.
+    user("dave", "t-dave");
+    sys.api
+        .create_cluster_role_binding("clb-writer-ops", "clb-writer", rbac::group("ops"));
+    assert_eq!(write_as(&sys, "t-dave", "svc-d").await, Code::Ok);
 }

@@ -7,129 +7,47 @@
 //! a projected token for the server's audience, and only the project's pods reach the gRPC port.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::CommandFactory;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, PodTemplateSpec, Service, ServiceAccount,
-};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use clb_tests::deploy::{Rendered, deploy_dir, kustomization};
+use clb_tests::rbac::{Attributes, Rbac, UserInfo};
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::Deserialize;
 
-const NAMESPACE: &str = "clb-system";
+const NAMESPACE: &str = clb_tests::deploy::NAMESPACE;
 
-/// Every object of `deploy/`, typed.
-#[derive(Default)]
-struct Manifests {
-    namespaces: Vec<Namespace>,
-    deployments: Vec<Deployment>,
-    daemon_sets: Vec<DaemonSet>,
-    services: Vec<Service>,
-    service_accounts: Vec<ServiceAccount>,
-    config_maps: Vec<ConfigMap>,
-    cluster_roles: Vec<ClusterRole>,
-    cluster_role_bindings: Vec<ClusterRoleBinding>,
-    roles: Vec<Role>,
-    role_bindings: Vec<RoleBinding>,
-    pdbs: Vec<PodDisruptionBudget>,
-    network_policies: Vec<NetworkPolicy>,
-}
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
-
-fn parse<T: serde::de::DeserializeOwned>(file: &str, i: usize, doc: serde_yaml::Value) -> T {
-    serde_yaml::from_value(doc)
-        .unwrap_or_else(|e| panic!("{file} document {i}: not a valid object of its kind: {e}"))
-}
-
-fn load() -> Manifests {
-    let kustomization: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(deploy_dir().join("kustomization.yaml"))
-            .expect("deploy/kustomization.yaml"),
-    )
-    .expect("kustomization parses");
-    let files: Vec<String> = kustomization["resources"]
+/// `deploy/` as `kubectl apply -k deploy/` renders it (`clb_tests::deploy`), after checking that
+/// every YAML file of deploy/ is a resource of the kustomization (nothing is forgotten) and that
+/// the base holds only kinds these checks know.
+fn load() -> Rendered {
+    let files: BTreeSet<String> = kustomization(&deploy_dir())["resources"]
         .as_sequence()
         .expect("kustomization lists resources")
         .iter()
         .map(|v| v.as_str().expect("resource is a file name").to_owned())
         .collect();
-    // Every YAML file of deploy/ is listed: nothing is forgotten by `kubectl apply -k deploy/`.
     let on_disk: BTreeSet<String> = std::fs::read_dir(deploy_dir())
         .expect("deploy/ exists")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
         .collect();
     assert_eq!(
-        on_disk,
-        files.iter().cloned().collect::<BTreeSet<_>>(),
+        on_disk, files,
         "deploy/*.yaml and kustomization resources differ"
     );
-    let mut m = Manifests::default();
-    for file in &files {
-        let text = std::fs::read_to_string(deploy_dir().join(file)).expect("manifest readable");
-        for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let doc = serde_yaml::Value::deserialize(de)
-                .unwrap_or_else(|e| panic!("{file} document {i}: invalid YAML: {e}"));
-            if doc.is_null() {
-                continue;
-            }
-            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-            let api = doc["apiVersion"].as_str().unwrap_or_default().to_owned();
-            match (api.as_str(), kind.as_str()) {
-                ("v1", "Namespace") => m.namespaces.push(parse(file, i, doc)),
-                ("apps/v1", "Deployment") => m.deployments.push(parse(file, i, doc)),
-                ("apps/v1", "DaemonSet") => m.daemon_sets.push(parse(file, i, doc)),
-                ("v1", "Service") => m.services.push(parse(file, i, doc)),
-                ("v1", "ServiceAccount") => m.service_accounts.push(parse(file, i, doc)),
-                ("v1", "ConfigMap") => m.config_maps.push(parse(file, i, doc)),
-                ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
-                    m.cluster_roles.push(parse(file, i, doc))
-                }
-                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-                    m.cluster_role_bindings.push(parse(file, i, doc))
-                }
-                ("rbac.authorization.k8s.io/v1", "Role") => m.roles.push(parse(file, i, doc)),
-                ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
-                    m.role_bindings.push(parse(file, i, doc))
-                }
-                ("policy/v1", "PodDisruptionBudget") => m.pdbs.push(parse(file, i, doc)),
-                ("networking.k8s.io/v1", "NetworkPolicy") => {
-                    m.network_policies.push(parse(file, i, doc))
-                }
-                _ => panic!("{file} document {i}: unexpected {api} {kind}"),
-            }
-        }
+    let m = Rendered::load(&[]);
+    for d in &m.documents {
+        assert!(
+            Rendered::is_typed(d),
+            "{}: unexpected {} {}",
+            d.source,
+            d.value["apiVersion"],
+            d.kind()
+        );
     }
     m
-}
-
-impl Manifests {
-    /// `(name, pod template)` of every workload.
-    fn workloads(&self) -> Vec<(String, &PodTemplateSpec)> {
-        let d = self
-            .deployments
-            .iter()
-            .map(|d| (name(&d.metadata), &d.spec.as_ref().expect("spec").template));
-        let ds = self
-            .daemon_sets
-            .iter()
-            .map(|d| (name(&d.metadata), &d.spec.as_ref().expect("spec").template));
-        d.chain(ds).collect()
-    }
-
-    fn config_map(&self, name: &str) -> &ConfigMap {
-        self.config_maps
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name))
-            .unwrap_or_else(|| panic!("ConfigMap {name} is referred to but not defined"))
-    }
 }
 
 fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -311,55 +229,14 @@ fn every_pod_runs_as_non_root_with_requests_and_no_privilege_escalation() {
     }
 }
 
-/// The command line a container would run with: its args, then (as flags) the environment entries
-/// that the binary reads (`CLB_*`), from `env` values and from referenced ConfigMaps. Values from
-/// the downward API become a placeholder.
-fn command_line(m: &Manifests, c: &Container, cmd: &clap::Command) -> Vec<String> {
-    let mut argv = vec![cmd.get_name().to_owned()];
-    argv.extend(c.args.iter().flatten().cloned());
-    let mut env: Vec<(String, String)> = Vec::new();
-    for from in c.env_from.iter().flatten() {
-        if let Some(r) = &from.config_map_ref {
-            env.extend(m.config_map(&r.name).data.clone().unwrap_or_default());
-        }
-    }
-    for e in c.env.iter().flatten() {
-        let v = match (&e.value, &e.value_from) {
-            (Some(v), _) => v.clone(),
-            (None, Some(_)) => "from-the-downward-api".to_owned(),
-            (None, None) => String::new(),
-        };
-        env.push((e.name.clone(), v));
-    }
-    for (k, v) in env {
-        if let Some(arg) = cmd
-            .get_arguments()
-            .find(|a| a.get_env().and_then(|e| e.to_str()) == Some(k.as_str()))
-        {
-            let long = arg.get_long().expect("env-backed flags are long flags");
-            argv.push(format!("--{long}={v}"));
-        }
-    }
-    argv
-}
-
-fn container<'a>(m: &'a Manifests, workload: &str) -> &'a Container {
-    let (_, t) = m
-        .workloads()
-        .into_iter()
-        .find(|(n, _)| n == workload)
-        .unwrap_or_else(|| panic!("workload {workload} is defined"));
-    &t.spec.as_ref().expect("pod spec").containers[0]
-}
-
-fn assert_parses(m: &Manifests, workload: &str, binary: &str, cmd: clap::Command) {
-    let c = container(m, workload);
+fn assert_parses(m: &Rendered, workload: &str, binary: &str, cmd: clap::Command) {
+    let c = m.container(workload);
     assert_eq!(
         c.command.clone().unwrap_or_default(),
         vec![binary.to_owned()],
         "{workload}: runs {binary}"
     );
-    let argv = command_line(m, c, &cmd);
+    let argv = m.command_line(c, &cmd);
     if let Err(e) = cmd.try_get_matches_from(&argv) {
         panic!("{workload}: {argv:?} does not parse: {e}");
     }
@@ -398,7 +275,7 @@ fn the_watcher_and_node_agent_command_lines_parse() {
         clb_watcher::cli::Args::command(),
     );
     // The node agent learns its node from the downward API.
-    let agent = container(&m, "clb-node-agent");
+    let agent = m.container("clb-node-agent");
     let node = agent
         .env
         .iter()
@@ -410,32 +287,45 @@ fn the_watcher_and_node_agent_command_lines_parse() {
     assert_eq!(node.as_deref(), Some("spec.nodeName"));
 }
 
-fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
-    rules.iter().any(|r| {
-        r.api_groups
-            .iter()
-            .flatten()
-            .any(|g| g == group || g == "*")
-            && r.resources
-                .iter()
-                .flatten()
-                .any(|x| x == resource || x == "*")
-            && r.verbs.iter().any(|v| v == verb || v == "*")
-    })
+/// Whether deploy/'s RBAC (evaluated as the API server does) lets ServiceAccount `account` make
+/// the call `(group, resource[/subresource], verb)` as its binary makes it: list and watch
+/// cluster-wide, create in a namespace (`ns`), the other verbs on a named object in `ns`.
+fn may(rbac: &Rbac, account: &str, ns: &str, (group, resource, verb): (&str, &str, &str)) -> bool {
+    let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    let mut attrs = Attributes::new(verb, group, resource).subresource(sub);
+    if !matches!(verb, "list" | "watch") {
+        attrs = attrs.namespace(ns);
+    }
+    if !matches!(verb, "list" | "watch" | "create") {
+        attrs = attrs.name(if resource == "leases" {
+            "clb-state-server"
+        } else {
+            "x"
+        });
+    }
+    rbac.authorize(&UserInfo::service_account(NAMESPACE, account), &attrs)
+        .allowed
 }
 
-/// The rules bound to `account`.
-fn rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
-    m.cluster_role_bindings
-        .iter()
-        .filter(|b| b.subjects.iter().flatten().any(|s| s.name == account))
-        .flat_map(|b| {
-            m.cluster_roles
-                .iter()
-                .filter(|r| name(&r.metadata) == b.role_ref.name)
-                .flat_map(|r| r.rules.clone().unwrap_or_default())
-        })
-        .collect()
+/// The rules bound cluster-wide (ClusterRoleBindings) to `account`.
+fn rules_of(m: &Rendered, account: &str) -> Vec<PolicyRule> {
+    m.rbac()
+        .rules_for(&UserInfo::service_account(NAMESPACE, account), "")
+}
+
+/// `(group, resource, verb)` of every rule in `rules`.
+fn flat(rules: &[PolicyRule]) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        for g in rule.api_groups.iter().flatten() {
+            for r in rule.resources.iter().flatten() {
+                for v in &rule.verbs {
+                    out.insert((g.clone(), r.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -462,23 +352,20 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
     ];
+    let rbac = m.rbac();
     for (account, needed) in [("clb-watcher", watcher), ("clb-node-agent", agent)] {
-        let rules = kube_api_rules_of(&m, account);
-        for (g, r, v) in needed {
-            assert!(grants(&rules, g, r, v), "{account} may not {v} {g}/{r}");
+        for call in needed {
+            assert!(
+                may(&rbac, account, "default", *call),
+                "{account} may not {call:?}"
+            );
         }
         // Least privilege: nothing that is not needed (no wildcards, no writes beyond the list).
-        for rule in &rules {
-            for g in rule.api_groups.iter().flatten() {
-                for r in rule.resources.iter().flatten() {
-                    for v in &rule.verbs {
-                        assert!(
-                            needed.contains(&(g.as_str(), r.as_str(), v.as_str())),
-                            "{account} is granted {v} {g}/{r}, which it does not use"
-                        );
-                    }
-                }
-            }
+        for (g, r, v) in flat(&kube_api_rules_of(&m, account)) {
+            assert!(
+                needed.contains(&(g.as_str(), r.as_str(), v.as_str())),
+                "{account} is granted {v} {g}/{r}, which it does not use"
+            );
         }
     }
     // Workers talk to no Kubernetes API at all, the state server to nothing cluster-wide.
@@ -495,24 +382,29 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
     ];
-    let rules = namespaced_rules_of(&m, "clb-state-server");
-    for (g, r, v) in lease {
+    for call in lease {
         assert!(
-            grants(&rules, g, r, v),
-            "clb-state-server may not {v} {g}/{r}"
+            may(&rbac, "clb-state-server", NAMESPACE, *call),
+            "clb-state-server may not {call:?}"
+        );
+        assert!(
+            !may(&rbac, "clb-state-server", "default", *call),
+            "clb-state-server may {call:?} outside {NAMESPACE}"
+        );
+    }
+    let someone_elses = Attributes::new("update", "coordination.k8s.io", "leases")
+        .namespace(NAMESPACE)
+        .name("another-lease");
+    let server = UserInfo::service_account(NAMESPACE, "clb-state-server");
+    assert!(!rbac.authorize(&server, &someone_elses).allowed);
+    let rules = namespaced_rules_of(&m, "clb-state-server");
+    for (g, r, v) in flat(&rules) {
+        assert!(
+            lease.contains(&(g.as_str(), r.as_str(), v.as_str())),
+            "clb-state-server is granted {v} {g}/{r}, which it does not use"
         );
     }
     for rule in &rules {
-        for g in rule.api_groups.iter().flatten() {
-            for r in rule.resources.iter().flatten() {
-                for v in &rule.verbs {
-                    assert!(
-                        lease.contains(&(g.as_str(), r.as_str(), v.as_str())),
-                        "clb-state-server is granted {v} {g}/{r}, which it does not use"
-                    );
-                }
-            }
-        }
         // get and update only on its own Lease (create cannot be limited to a name).
         if rule.verbs.iter().any(|v| v != "create") {
             assert_eq!(
@@ -524,24 +416,18 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
     }
 }
 
-/// The rules of the Roles bound (by RoleBindings, in clb-system) to `account`.
-fn namespaced_rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
-    m.role_bindings
-        .iter()
-        .filter(|b| b.subjects.iter().flatten().any(|s| s.name == account))
-        .flat_map(|b| {
-            assert_eq!(
-                b.role_ref.kind,
-                "Role",
-                "{}: a RoleBinding of a Role",
-                name(&b.metadata)
-            );
-            m.roles
-                .iter()
-                .filter(|r| name(&r.metadata) == b.role_ref.name)
-                .flat_map(|r| r.rules.clone().unwrap_or_default())
-        })
-        .collect()
+/// The rules bound by RoleBindings in clb-system to `account` (each of a Role).
+fn namespaced_rules_of(m: &Rendered, account: &str) -> Vec<PolicyRule> {
+    for b in &m.role_bindings {
+        assert_eq!(
+            b.role_ref.kind,
+            "Role",
+            "{}: a RoleBinding of a Role",
+            name(&b.metadata)
+        );
+    }
+    m.rbac()
+        .namespaced_rules_for(&UserInfo::service_account(NAMESPACE, account), NAMESPACE)
 }
 
 #[test]
@@ -556,8 +442,8 @@ fn the_state_server_runs_two_replicas_active_standby() {
     assert_eq!(spec.replicas, Some(2));
     let strategy = spec.strategy.as_ref().expect("strategy");
     assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
-    let c = container(&m, "clb-state-server");
-    let argv = command_line(&m, c, &clb_state_server::config::Args::command());
+    let c = m.container("clb-state-server");
+    let argv = m.command_line(c, &clb_state_server::config::Args::command());
     let args = <clb_state_server::config::Args as clap::Parser>::try_parse_from(&argv).unwrap();
     args.validate().expect("valid flags");
     assert!(args.leader_elect, "{argv:?}");
@@ -618,7 +504,7 @@ const AUTH_GROUPS: [&str; 3] = [
 ];
 
 /// The rules bound to `account` that use the Kubernetes API itself (not the caller checks).
-fn kube_api_rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
+fn kube_api_rules_of(m: &Rendered, account: &str) -> Vec<PolicyRule> {
     rules_of(m, account)
         .into_iter()
         .filter(|r| {
@@ -632,7 +518,7 @@ fn kube_api_rules_of(m: &Manifests, account: &str) -> Vec<PolicyRule> {
 
 /// `(group, resource, verb, resourceNames)` of every rule of the caller-check groups bound to
 /// `account`.
-fn auth_grants_of(m: &Manifests, account: &str) -> BTreeSet<(String, String, String)> {
+fn auth_grants_of(m: &Rendered, account: &str) -> BTreeSet<(String, String, String)> {
     let mut out = BTreeSet::new();
     for rule in rules_of(m, account) {
         for g in rule.api_groups.iter().flatten() {
@@ -661,6 +547,7 @@ fn each_component_is_bound_to_exactly_the_gateway_roles_it_needs() {
             verb.as_str().to_owned(),
         )
     };
+    let gateway_of = gateway;
     // The ClusterRole of each verb grants exactly that verb on gateways.
     for verb in [Verb::Write, Verb::WriteNode, Verb::Work, Verb::Get] {
         let role = m
@@ -700,6 +587,36 @@ fn each_component_is_bound_to_exactly_the_gateway_roles_it_needs() {
     ];
     for (account, want) in &expected {
         assert_eq!(&auth_grants_of(&m, account), want, "{account}");
+    }
+    // What the state server's SubjectAccessReviews ask, evaluated against deploy/'s RBAC: each
+    // component may exactly its verb on a gateway (by any name), no other.
+    let rbac = m.rbac();
+    for (account, want) in &expected {
+        let who = UserInfo::service_account(NAMESPACE, account);
+        for verb in [Verb::Write, Verb::WriteNode, Verb::Work, Verb::Get] {
+            for gateway in ["default", "", "another"] {
+                let attrs = Attributes::new(verb.as_str(), API_GROUP, RESOURCE).name(gateway);
+                assert_eq!(
+                    rbac.authorize(&who, &attrs).allowed,
+                    want.contains(&gateway_of(verb)),
+                    "{account} {} gateway {gateway:?}",
+                    verb.as_str()
+                );
+            }
+        }
+    }
+    for review in ["tokenreviews", "subjectaccessreviews"] {
+        let group = if review == "tokenreviews" {
+            "authentication.k8s.io"
+        } else {
+            "authorization.k8s.io"
+        };
+        assert!(may(
+            &rbac,
+            "clb-state-server",
+            "",
+            (group, review, "create")
+        ));
     }
     // Nobody else is bound to a role on gateways (operators bind clb-reader themselves).
     for b in &m.cluster_role_bindings {
@@ -891,9 +808,9 @@ fn watcher_calls(
 }
 
 /// The flags `workload` runs `clb-watcher` with, parsed by the watcher's own parser.
-fn watcher_args(m: &Manifests, workload: &str) -> clb_watcher::cli::Args {
+fn watcher_args(m: &Rendered, workload: &str) -> clb_watcher::cli::Args {
     let cmd = clb_watcher::cli::Args::command();
-    let mut argv = command_line(m, container(m, workload), &cmd);
+    let mut argv = m.container_argv(workload, &cmd);
     // `--metrics-listen` is checked by every_component_is_probed_on_its_metrics_port and by
     // the_watcher_and_node_agent_command_lines_parse; it is set aside here only while the
     // watcher's parser does not know it yet, so that this test checks the RBAC alone.
@@ -1168,144 +1085,134 @@ fn the_namespace_enforces_restricted_pod_security_and_every_pod_satisfies_it() {
     }
 }
 
-fn kustomization(dir: &Path) -> serde_yaml::Value {
-    let path = dir.join("kustomization.yaml");
-    serde_yaml::from_str(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 #[test]
 fn the_kustomization_points_every_image_at_a_registry() {
+    // Rendered, every container's image is the kustomization's `images:` entry for it: an image
+    // without an entry keeps its bare name (`clb:…`), which names no registry.
     let m = load();
-    let k = kustomization(&deploy_dir());
-    let images = k["images"]
-        .as_sequence()
-        .expect("kustomization.yaml has images:");
     for (w, t) in m.workloads() {
         for c in &t.spec.as_ref().expect("pod spec").containers {
             let image = c.image.clone().unwrap_or_default();
-            // The name kustomize matches: the image without its tag or digest.
-            let name = image
-                .split('@')
-                .next()
-                .and_then(|n| n.rsplit_once(':').map(|(n, _)| n).or(Some(n)))
-                .unwrap_or_default();
-            let entry = images
-                .iter()
-                .find(|e| e["name"].as_str() == Some(name))
-                .unwrap_or_else(|| panic!("{w}/{}: no images: entry for {name}", c.name));
-            let new_name = entry["newName"].as_str().expect("images: newName");
-            let registry = new_name.split('/').next().unwrap_or_default();
+            let (name, pinned) = match image.split_once('@') {
+                Some((n, _)) => (n, true),
+                None => match image.rsplit_once(':').filter(|(_, t)| !t.contains('/')) {
+                    Some((n, t)) => (n, !t.is_empty()),
+                    None => (image.as_str(), false),
+                },
+            };
+            let registry = name.split('/').next().unwrap_or_default();
             assert!(
-                new_name.contains('/') && (registry.contains('.') || registry.contains(':')),
-                "{w}: newName {new_name} names no registry"
+                name.contains('/') && (registry.contains('.') || registry.contains(':')),
+                "{w}/{}: image {image} names no registry (no images: entry for it?)",
+                c.name
             );
             assert!(
-                entry["newTag"].as_str().is_some_and(|t| !t.is_empty())
-                    || entry["digest"].as_str().is_some(),
-                "{w}: images: entry pins no tag or digest"
+                pinned,
+                "{w}/{}: image {image} pins no tag or digest",
+                c.name
             );
         }
     }
 }
 
-/// The documents of a YAML file, as values.
-fn documents(path: &Path) -> Vec<serde_yaml::Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|de| serde_yaml::Value::deserialize(de).expect("valid YAML"))
-        .filter(|d| !d.is_null())
+/// The ClusterRoleBindings and ClusterRoles that `component` adds (bound only to the watcher),
+/// and what they grant the watcher as deploy/'s RBAC evaluates it: `(group, resource, verb)`
+/// allowed with the component and not without.
+fn component_grants(component: &str) -> BTreeSet<(String, String, String)> {
+    let with = Rendered::load(&[component]);
+    let prefix = format!("components/{component}/");
+    for d in with
+        .documents
+        .iter()
+        .filter(|d| d.source.starts_with(&prefix))
+    {
+        match d.kind() {
+            "ClusterRole" | "CustomResourceDefinition" => {}
+            "ClusterRoleBinding" => {
+                let subjects: Vec<_> = d.value["subjects"]
+                    .as_array()
+                    .expect("subjects")
+                    .iter()
+                    .map(|s| (&s["kind"], &s["name"], &s["namespace"]))
+                    .collect();
+                assert_eq!(
+                    subjects,
+                    [(
+                        &serde_json::json!("ServiceAccount"),
+                        &serde_json::json!("clb-watcher"),
+                        &serde_json::json!(NAMESPACE)
+                    )],
+                    "{}",
+                    d.source
+                );
+            }
+            other => panic!("unexpected {other} in {}", d.source),
+        }
+    }
+    let base = flat(&rules_of(&load(), "clb-watcher"));
+    let extra: BTreeSet<_> = flat(&rules_of(&with, "clb-watcher"))
+        .difference(&base)
+        .cloned()
+        .collect();
+    // Evaluated: the watcher may make each call the rules list (and could not without).
+    let (rbac, before) = (with.rbac(), load().rbac());
+    for (g, r, v) in &extra {
+        let call = (g.as_str(), r.as_str(), v.as_str());
+        assert!(may(&rbac, "clb-watcher", "default", call), "{call:?}");
+        assert!(!may(&before, "clb-watcher", "default", call), "{call:?}");
+    }
+    extra
+}
+
+/// The watcher's calls that `with` adds to the base's (write-back on), as strings.
+fn extra_calls(
+    base: Vec<(&str, &str, &str)>,
+    with: Vec<(&str, &str, &str)>,
+) -> BTreeSet<(String, String, String)> {
+    let base: BTreeSet<_> = base.into_iter().collect();
+    with.into_iter()
+        .filter(|c| !base.contains(c))
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
         .collect()
-}
-
-/// Applies the JSON patch `ops` (the `test`, `replace` and `add` operations kustomize's patches of
-/// components/ use) to `doc`.
-fn json_patch(doc: &mut serde_json::Value, ops: &serde_json::Value) {
-    for op in ops.as_array().expect("a JSON patch is a list") {
-        let path = op["path"].as_str().expect("path");
-        if op["op"] == "add" {
-            // Appending to a list that exists in the base (`/-`) is the only add used.
-            let list = path.strip_suffix("/-").expect("add appends (`/-`)");
-            doc.pointer_mut(list)
-                .and_then(serde_json::Value::as_array_mut)
-                .unwrap_or_else(|| panic!("patch path {list} is not a list in the base"))
-                .push(op["value"].clone());
-            continue;
-        }
-        let target = doc
-            .pointer_mut(path)
-            .unwrap_or_else(|| panic!("patch path {path} does not exist in the base"));
-        match op["op"].as_str() {
-            Some("test") => assert_eq!(*target, op["value"], "patch test at {path}"),
-            Some("replace") => *target = op["value"].clone(),
-            other => panic!("unexpected patch op {other:?}"),
-        }
-    }
 }
 
 #[test]
 fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
-    let m = load();
     let dir = deploy_dir().join("components/watcher-pods");
     let k = kustomization(&dir);
     assert_eq!(k["kind"].as_str(), Some("Component"));
     // Its RBAC: pods list/watch for the watcher, nothing else.
-    let docs = k["resources"]
+    assert_eq!(
+        component_grants("watcher-pods"),
+        extra_calls(
+            watcher_calls(false, true, false),
+            watcher_calls(true, true, false)
+        )
+    );
+    // Its patch of the watcher tests the value it replaces, and the watcher's --pods=false
+    // becomes --pods=true.
+    let tests_first = k["patches"]
         .as_sequence()
-        .expect("resources")
+        .expect("patches")
         .iter()
-        .flat_map(|file| documents(&dir.join(file.as_str().expect("file name"))))
-        .collect();
-    let granted = component_grants(docs, "components/watcher-pods");
-    let base: BTreeSet<_> = watcher_calls(false, true, false).into_iter().collect();
-    let with_pods: BTreeSet<_> = watcher_calls(true, true, false).into_iter().collect();
-    let extra: BTreeSet<(String, String, String)> = with_pods
-        .difference(&base)
-        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
-        .collect();
-    assert_eq!(granted, extra);
-    // Its patches: the watcher's --pods=false becomes --pods=true, and the objects it deletes
-    // (the node agents, which would report the same pods) exist in the base.
-    let mut deleted = BTreeSet::new();
-    for p in k["patches"].as_sequence().expect("patches") {
-        let text = p["patch"].as_str().expect("an inline patch");
-        let patch: serde_yaml::Value = serde_yaml::from_str(text).expect("patch parses");
-        if patch.is_sequence() {
-            assert_eq!(p["target"]["kind"].as_str(), Some("Deployment"));
-            assert_eq!(p["target"]["name"].as_str(), Some("clb-watcher"));
-            let d = m
-                .deployments
-                .iter()
-                .find(|d| name(&d.metadata) == "clb-watcher")
-                .expect("the watcher's Deployment");
-            let mut doc = serde_json::to_value(d).expect("serialises");
-            let ops = serde_json::to_value(&patch).expect("as JSON");
-            assert!(
-                ops.as_array()
-                    .expect("ops")
-                    .iter()
-                    .any(|o| o["op"] == "test"),
-                "the patch tests the value it replaces"
-            );
-            json_patch(&mut doc, &ops);
-            let patched: Deployment = serde_json::from_value(doc).expect("still a Deployment");
-            let mut patched_m = Manifests {
-                deployments: vec![patched],
-                ..Manifests::default()
-            };
-            patched_m.config_maps = m.config_maps.clone();
-            let args = watcher_args(&patched_m, "clb-watcher");
-            assert!(args.pods && !args.no_pods, "the component sets --pods=true");
-        } else {
-            assert_eq!(patch["$patch"].as_str(), Some("delete"), "{text}");
-            deleted.insert((
-                patch["kind"].as_str().expect("kind").to_owned(),
-                patch["metadata"]["name"].as_str().expect("name").to_owned(),
-            ));
-        }
-    }
+        .filter_map(|p| serde_yaml::from_str::<serde_yaml::Value>(p["patch"].as_str()?).ok())
+        .filter_map(|patch| patch.as_sequence().cloned())
+        .all(|ops| ops.iter().any(|o| o["op"].as_str() == Some("test")));
+    assert!(tests_first, "the patch tests the value it replaces");
+    let m = load();
+    let with = Rendered::load(&["watcher-pods"]);
+    assert!(!watcher_args(&m, "clb-watcher").pods);
+    let args = watcher_args(&with, "clb-watcher");
+    assert!(args.pods && !args.no_pods, "the component sets --pods=true");
+    // The objects it deletes (the node agents, which would report the same pods) exist in the
+    // base (a deletion of a missing object fails the rendering) and nothing else goes.
+    let objects = |r: &Rendered| -> BTreeSet<(String, String)> {
+        r.documents
+            .iter()
+            .map(|d| (d.kind().to_owned(), d.name().to_owned()))
+            .collect()
+    };
+    let deleted: BTreeSet<_> = objects(&m).difference(&objects(&with)).cloned().collect();
     let node_agent_objects: BTreeSet<(String, String)> = [
         ("DaemonSet", "clb-node-agent"),
         ("ServiceAccount", "clb-node-agent"),
@@ -1317,95 +1224,19 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
     .map(|(k, n)| (k.to_owned(), n.to_owned()))
     .collect();
     assert_eq!(deleted, node_agent_objects);
-    // Each deleted object exists in the base (a deletion of a missing object fails the build).
-    assert!(
-        m.daemon_sets
-            .iter()
-            .any(|d| name(&d.metadata) == "clb-node-agent")
-    );
-    assert!(
-        m.service_accounts
-            .iter()
-            .any(|s| name(&s.metadata) == "clb-node-agent")
-    );
-    for (kind, n) in &node_agent_objects {
-        match kind.as_str() {
-            "ClusterRole" => assert!(m.cluster_roles.iter().any(|r| &name(&r.metadata) == n)),
-            "ClusterRoleBinding" => assert!(
-                m.cluster_role_bindings
-                    .iter()
-                    .any(|r| &name(&r.metadata) == n)
-            ),
-            _ => {}
-        }
-    }
-}
-
-/// The RBAC rules of ClusterRoles in `docs` bound to the watcher, as (group, resource, verb).
-fn component_grants(
-    docs: Vec<serde_yaml::Value>,
-    what: &str,
-) -> BTreeSet<(String, String, String)> {
-    let mut granted = BTreeSet::new();
-    for doc in docs {
-        match doc["kind"].as_str() {
-            Some("ClusterRole") => {
-                let r: ClusterRole = serde_yaml::from_value(doc).expect("ClusterRole");
-                for rule in r.rules.unwrap_or_default() {
-                    for g in rule.api_groups.iter().flatten() {
-                        for res in rule.resources.iter().flatten() {
-                            for v in &rule.verbs {
-                                granted.insert((g.clone(), res.clone(), v.clone()));
-                            }
-                        }
-                    }
-                }
-            }
-            Some("ClusterRoleBinding") => {
-                let b: ClusterRoleBinding =
-                    serde_yaml::from_value(doc).expect("ClusterRoleBinding");
-                let subjects: Vec<_> = b
-                    .subjects
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|s| (s.kind, s.name, s.namespace))
-                    .collect();
-                assert_eq!(
-                    subjects,
-                    [(
-                        "ServiceAccount".to_owned(),
-                        "clb-watcher".to_owned(),
-                        Some(NAMESPACE.to_owned())
-                    )]
-                );
-            }
-            other => panic!("unexpected {other:?} in {what}"),
-        }
-    }
-    granted
 }
 
 #[test]
 fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_calls() {
-    let m = load();
     let dir = deploy_dir().join("components/poolservice");
     let k = kustomization(&dir);
     assert_eq!(k["kind"].as_str(), Some("Component"));
-    let mut rbac = Vec::new();
-    let mut crds = Vec::new();
-    for file in k["resources"].as_sequence().expect("resources") {
-        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
-            if doc["kind"].as_str() == Some("CustomResourceDefinition") {
-                crds.push(doc);
-            } else {
-                rbac.push(doc);
-            }
-        }
-    }
+    let with = Rendered::load(&["poolservice"]);
     // The CRD: OpenYurt's group, version, kind and plural (what the watcher's types say), with
     // the status subresource the watcher patches.
+    let crds = with.crds();
     assert_eq!(crds.len(), 1);
-    let crd = &crds[0];
+    let crd = crds[0];
     use kube::Resource;
     type Ps = clb_watcher::poolservice::PoolService;
     assert_eq!(
@@ -1417,36 +1248,33 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
     assert_eq!(crd["spec"]["scope"].as_str(), Some("Namespaced"));
     let version = &crd["spec"]["versions"][0];
     assert_eq!(version["name"].as_str(), Some(&*Ps::version(&())));
-    assert!(
-        version["subresources"]["status"].is_mapping(),
-        "{version:?}"
-    );
+    assert!(version["subresources"]["status"].is_object(), "{version:?}");
     let props = &version["schema"]["openAPIV3Schema"]["properties"];
     for field in ["loadBalancerClass", "nodepoolName"] {
         assert!(
-            props["spec"]["properties"][field].is_mapping(),
+            props["spec"]["properties"][field].is_object(),
             "spec.{field}"
         );
     }
     for field in ["loadBalancer", "conditions"] {
         assert!(
-            props["status"]["properties"][field].is_mapping(),
+            props["status"]["properties"][field].is_object(),
             "status.{field}"
         );
     }
     // Its RBAC: exactly what --pool-services adds to the watcher's calls.
-    let granted = component_grants(rbac, "components/poolservice");
-    let base: BTreeSet<_> = watcher_calls(false, true, false).into_iter().collect();
-    let with: BTreeSet<_> = watcher_calls(false, true, true).into_iter().collect();
-    let extra: BTreeSet<(String, String, String)> = with
-        .difference(&base)
-        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
-        .collect();
-    assert_eq!(granted, extra);
+    assert_eq!(
+        component_grants("poolservice"),
+        extra_calls(
+            watcher_calls(false, true, false),
+            watcher_calls(false, true, true)
+        )
+    );
     // Its patches: the watcher gets the gateways file (mounted from the clb-gateways ConfigMap)
     // and --pool-services=true, the node agents the same file; both command lines still parse.
-    let patches = k["patches"].as_sequence().expect("patches");
-    let targets: BTreeSet<(String, String)> = patches
+    let targets: BTreeSet<(String, String)> = k["patches"]
+        .as_sequence()
+        .expect("patches")
         .iter()
         .map(|p| {
             (
@@ -1463,56 +1291,22 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
         ]
         .into()
     );
-    let mut patched_m = Manifests {
-        config_maps: m.config_maps.clone(),
-        ..Manifests::default()
-    };
-    let mut pods = Vec::new();
-    for p in patches {
-        let patch: serde_yaml::Value =
-            serde_yaml::from_str(p["patch"].as_str().expect("inline")).expect("patch parses");
-        let ops = serde_json::to_value(&patch).expect("as JSON");
-        match p["target"]["kind"].as_str() {
-            Some("Deployment") => {
-                let d = m
-                    .deployments
-                    .iter()
-                    .find(|d| name(&d.metadata) == "clb-watcher")
-                    .expect("the watcher's Deployment");
-                let mut doc = serde_json::to_value(d).expect("serialises");
-                json_patch(&mut doc, &ops);
-                let patched: Deployment = serde_json::from_value(doc).expect("a Deployment");
-                pods.push(("clb-watcher", patched.spec.clone().expect("spec").template));
-                patched_m.deployments.push(patched);
-            }
-            _ => {
-                let d = m
-                    .daemon_sets
-                    .iter()
-                    .find(|d| name(&d.metadata) == "clb-node-agent")
-                    .expect("the node agents' DaemonSet");
-                let mut doc = serde_json::to_value(d).expect("serialises");
-                json_patch(&mut doc, &ops);
-                let patched: DaemonSet = serde_json::from_value(doc).expect("a DaemonSet");
-                pods.push((
-                    "clb-node-agent",
-                    patched.spec.clone().expect("spec").template,
-                ));
-                patched_m.daemon_sets.push(patched);
-            }
-        }
-    }
-    let watcher = watcher_args(&patched_m, "clb-watcher");
+    let watcher = watcher_args(&with, "clb-watcher");
     assert!(
         watcher.pool_services,
         "the component sets --pool-services=true"
     );
-    for (workload, template) in pods {
-        let args = watcher_args(&patched_m, workload);
+    for workload in ["clb-watcher", "clb-node-agent"] {
+        let args = watcher_args(&with, workload);
         let file = args
             .gateways_file
             .unwrap_or_else(|| panic!("{workload}: the component sets --gateways-file"));
-        let pod = template.spec.expect("pod spec");
+        let (_, template) = with
+            .workloads()
+            .into_iter()
+            .find(|(n, _)| n == workload)
+            .expect("rendered");
+        let pod = template.spec.as_ref().expect("pod spec");
         let mount = pod.containers[0]
             .volume_mounts
             .iter()
@@ -1534,40 +1328,78 @@ fn the_poolservice_component_installs_the_crd_and_grants_what_the_watcher_then_c
 }
 
 #[test]
+fn every_crd_under_deploy_is_a_structural_schema_the_api_server_accepts() {
+    // Every component (and the base), rendered; each CRD once.
+    let mut components: Vec<String> = std::fs::read_dir(deploy_dir().join("components"))
+        .expect("deploy/components")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    components.sort();
+    let mut checked = BTreeSet::new();
+    let renderings =
+        std::iter::once(load()).chain(components.iter().map(|c| Rendered::load(&[c.as_str()])));
+    for r in renderings {
+        for d in r.of_kind("CustomResourceDefinition") {
+            if !checked.insert(d.source.clone()) {
+                continue;
+            }
+            let errors = clb_tests::crd_schema::check_crd(&d.value);
+            assert!(
+                errors.is_empty(),
+                "{}: the API server would refuse this CRD:\n{}",
+                d.source,
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+    assert!(
+        checked.contains("components/poolservice/crd.yaml"),
+        "{checked:?}"
+    );
+}
+
+#[test]
 fn the_monitoring_component_scrapes_every_components_metrics_port() {
     let m = load();
-    let dir = deploy_dir().join("components/monitoring");
-    let k = kustomization(&dir);
+    let k = kustomization(&deploy_dir().join("components/monitoring"));
     assert_eq!(k["kind"].as_str(), Some("Component"));
+    let with = Rendered::load(&["monitoring"]);
     let mut monitors = 0;
-    for file in k["resources"].as_sequence().expect("resources") {
-        for doc in documents(&dir.join(file.as_str().expect("file name"))) {
-            assert_eq!(doc["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
-            assert_eq!(doc["kind"].as_str(), Some("PodMonitor"));
-            assert_eq!(doc["metadata"]["namespace"].as_str(), Some(NAMESPACE));
-            monitors += 1;
-            let selector: BTreeMap<String, String> =
-                serde_yaml::from_value(doc["spec"]["selector"]["matchLabels"].clone())
-                    .expect("spec.selector.matchLabels");
-            let endpoints = doc["spec"]["podMetricsEndpoints"]
-                .as_sequence()
-                .expect("podMetricsEndpoints");
-            for (w, t) in m.workloads() {
-                assert!(selects(&selector, &labels(t)), "{w} is not scraped");
-                let ports: BTreeSet<String> = t
-                    .spec
-                    .as_ref()
-                    .expect("pod spec")
-                    .containers
-                    .iter()
-                    .flat_map(|c| c.ports.iter().flatten())
-                    .filter_map(|p| p.name.clone())
-                    .collect();
-                for e in endpoints {
-                    let port = e["port"].as_str().expect("a named port");
-                    assert!(ports.contains(port), "{w} has no port {port}");
-                    assert_eq!(e["path"].as_str().unwrap_or("/metrics"), "/metrics");
-                }
+    for d in with
+        .documents
+        .iter()
+        .filter(|d| d.source.starts_with("components/monitoring/"))
+    {
+        let doc = &d.value;
+        assert_eq!(doc["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+        assert_eq!(doc["kind"].as_str(), Some("PodMonitor"));
+        assert_eq!(doc["metadata"]["namespace"].as_str(), Some(NAMESPACE));
+        monitors += 1;
+        let selector: BTreeMap<String, String> =
+            serde_json::from_value(doc["spec"]["selector"]["matchLabels"].clone())
+                .expect("spec.selector.matchLabels");
+        let endpoints = doc["spec"]["podMetricsEndpoints"]
+            .as_array()
+            .expect("podMetricsEndpoints");
+        for (w, t) in m.workloads() {
+            assert!(selects(&selector, &labels(t)), "{w} is not scraped");
+            let ports: BTreeSet<String> = t
+                .spec
+                .as_ref()
+                .expect("pod spec")
+                .containers
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .filter_map(|p| p.name.clone())
+                .collect();
+            for e in endpoints {
+                let port = e["port"].as_str().expect("a named port");
+                assert!(ports.contains(port), "{w} has no port {port}");
+                assert_eq!(e["path"].as_str().unwrap_or("/metrics"), "/metrics");
             }
         }
     }
