@@ -53,12 +53,14 @@ pub fn bin_dir() -> &'static Path {
         let mut cmd = std::process::Command::new(cargo);
         cmd.args([
             "build",
-            "--bin",
+            "--locked",
+            "-p",
             "clb-state-server",
-            "--bin",
+            "-p",
             "clb-sync-worker",
-            "--bin",
+            "-p",
             "clb-watcher",
+            "--bins",
         ])
         .arg("--target-dir")
         .arg(&target_dir)
