@@ -826,3 +826,197 @@ async fn a_moved_node_leaves_its_old_gateway_once_the_new_one_programmed_it() {
     .await;
     w.stop().await;
 }
+
+/// A pod as the kubelet reports it: with `status.hostIP` and `status.hostIPs` (its node's IP).
+fn hosted_pod(name: &str, node: &str, ip: &str, host: &str) -> Value {
+    let mut p = pod(name, node, &[ip], Some("eg1"));
+    p["status"]["hostIP"] = json!(host);
+    p["status"]["hostIPs"] = json!([{"ip": host}]);
+    p
+}
+
+/// Pods as the kubelet reports them (with `hostIPs`), written by node agents: the watcher
+/// (`--pods=false`, its move bound an hour, so that `b` keeps declaring a moved node) and one agent
+/// per node, all with the gateways file and `token` files when given (`None`: no authentication).
+struct Agents {
+    watcher: RunningWatcher,
+    agents: Vec<(String, RunningWatcher, Arc<clb_watcher::WatcherMetrics>)>,
+}
+
+impl Agents {
+    fn start(s: &Setup, tokens: Option<&std::path::Path>, agent_bound: Duration) -> Self {
+        s.fake
+            .put("pods", hosted_pod("p1", "n-a", "10.1.0.5", "10.0.0.1"));
+        s.fake
+            .put("pods", hosted_pod("p2", "n-b", "10.1.0.6", "10.0.0.2"));
+        let token = |name: &str| tokens.map(|dir| dir.join(name));
+        let mut wc = config(s, Duration::from_secs(3600));
+        wc.mode = Mode::Cluster { pods: false };
+        wc.server.token_file = token("t-watcher");
+        let watcher = RunningWatcher::start(wc, s.fake.watcher_clients());
+        let agents = ["n-a", "n-b"]
+            .into_iter()
+            .map(|n| {
+                let mut ac = config(s, agent_bound);
+                ac.mode = Mode::NodeAgent { node: n.into() };
+                ac.server.token_file = token(&format!("t-agent-{n}"));
+                let metrics = ac.metrics.clone();
+                (
+                    n.to_owned(),
+                    RunningWatcher::start(ac, s.fake.watcher_clients()),
+                    metrics,
+                )
+            })
+            .collect();
+        Self { watcher, agents }
+    }
+
+    /// Every agent reports ready (`/readyz`): each of its lanes has resynced.
+    async fn wait_ready(&self) {
+        for (n, _, metrics) in &self.agents {
+            eventually(&format!("the agent of {n} is ready"), || async {
+                if metrics.is_synced() {
+                    Ok(())
+                } else {
+                    Err("not synced".to_owned())
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Each agent's pod at its own node's gateway only (the watcher's endpoints beside it).
+    async fn wait_routed(&self, c: &Client) {
+        wait_at(
+            c,
+            "a",
+            "10.0.0.1",
+            &[
+                &format!("10.1.0.1={WEB}"),
+                "10.1.0.5=eg1",
+                &format!("10.2.0.1={BOTH}"),
+            ],
+        )
+        .await;
+        wait_at(
+            c,
+            "b",
+            "10.0.0.2",
+            &["10.1.0.6=eg1", &format!("10.2.0.2={BOTH}")],
+        )
+        .await;
+        // Every lane of every agent has resynced: what another gateway holds now stays.
+        self.wait_ready().await;
+        assert_eq!(desired_at(c, "b", "10.0.0.1").await, Vec::<String>::new());
+        assert_eq!(desired_at(c, "a", "10.0.0.2").await, Vec::<String>::new());
+    }
+
+    /// Node n-b moves from pool-b to pool-a: its agent writes its pod to `a` and empties its view
+    /// in `b` (where the watcher still holds the node, with its endpoint there).
+    async fn wait_n_b_moved(&self, s: &Setup) {
+        s.fake.put("nodes", node("n-b", "pool-a", "10.0.0.2"));
+        let c = &s.client;
+        eventually("n-b's pod and endpoints in a", || async {
+            let got = desired_at(c, "a", "10.0.0.2").await;
+            if got.contains(&"10.1.0.6=eg1".to_owned()) {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        })
+        .await;
+        wait_at(c, "b", "10.0.0.2", &[&format!("10.2.0.2={BOTH}")]).await;
+    }
+
+    async fn stop(self) {
+        for (_, a, _) in self.agents {
+            a.stop().await;
+        }
+        self.watcher.stop().await;
+    }
+}
+
+/// A node agent with the gateways file writes its pods to its node's gateway only, even though the
+/// kubelet reports the pods' `hostIPs` (they do not say the gateway), and every agent turns ready.
+/// A node that moves to another pool takes its agent along: the pod goes to the new gateway, and
+/// the agent's view in the old one is emptied (the agent's move bound is zero; the watcher keeps
+/// the node declared at `b` for an hour).
+#[tokio::test]
+async fn node_agents_write_only_their_nodes_gateway_and_turn_ready() {
+    let s = setup().await;
+    let agents = Agents::start(&s, None, Duration::ZERO);
+    agents.wait_routed(&s.client).await;
+    agents.wait_n_b_moved(&s).await;
+    agents.stop().await;
+}
+
+/// The same with authentication and authorization on (as deploy/ runs): the watcher holds `write`
+/// and `get`, each agent only `write-node` with a token bound to its node. An agent never writes to
+/// a gateway that does not serve its node (there its writes would be refused, and it would retry
+/// for ever and never turn ready).
+#[tokio::test]
+async fn with_authorization_node_agents_write_only_their_nodes_gateway_and_turn_ready() {
+    use clb_state_server::auth::{Auth, AuthConfig, Mode as AuthMode};
+    use clb_tests::fake_kube::TokenUser;
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let fake = FakeApi::start().await;
+    seed(&fake);
+    let ns = "clb-system";
+    let resource = "clb.azure.com/gateways";
+    let sa = |name: &str| format!("system:serviceaccount:{ns}:{name}");
+    let dir = std::env::temp_dir().join(format!(
+        "clb-watcher-gateways-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (token, account, node, verbs) in [
+        ("t-watcher", "clb-watcher", "n-w", &["write", "get"][..]),
+        ("t-agent-n-a", "clb-node-agent", "n-a", &["write-node"][..]),
+        ("t-agent-n-b", "clb-node-agent", "n-b", &["write-node"][..]),
+        ("t-reader", "clb-reader", "n-w", &["get"][..]),
+    ] {
+        fake.add_token(
+            token,
+            TokenUser::service_account(ns, account, Some(node), "clb"),
+        );
+        for verb in verbs {
+            fake.grant(&sa(account), verb, resource, "*");
+        }
+        std::fs::write(dir.join(token), token).expect("token file");
+    }
+    let auth = Auth::new(
+        AuthConfig {
+            authentication: AuthMode::Kubernetes,
+            authorization: AuthMode::Kubernetes,
+            ..AuthConfig::default()
+        },
+        Some(fake.kube_client()),
+    )
+    .expect("auth");
+    let server = ServerProc::start_with(
+        ServerConfig {
+            gateways: vec!["a".into(), "b".into()],
+            ..ServerConfig::default()
+        },
+        clb_state_server::grpc::ServeOptions {
+            tls: None,
+            auth: Some(auth),
+        },
+    )
+    .await;
+    let mut options = clb_client::client::ConnectOptions::new(server.url());
+    options.token_file = Some(dir.join("t-reader"));
+    let client = Client::connect(options).await.expect("connect");
+    let s = Setup {
+        fake,
+        server,
+        client,
+    };
+    let agents = Agents::start(&s, Some(&dir), Duration::ZERO);
+    agents.wait_routed(&s.client).await;
+    agents.wait_n_b_moved(&s).await;
+    agents.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

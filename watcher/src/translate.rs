@@ -269,10 +269,14 @@ impl Translator {
     }
 
     /// A pod address's location: its node's InternalIP of the family, else the pod's hostIP of
-    /// the family (kubelet's view of where the pod is).
+    /// the family (kubelet's view of where the pod is). With a [`GatewayScope`], only for a node
+    /// this gateway serves (or holds): a pod's hostIPs do not say which gateway it belongs to.
     fn pod_location(&self, pod: &PodRecord, address: IpAddr) -> Option<IpAddr> {
-        if self.config.gateway.is_some() && !self.nodes.contains_key(&pod.node) {
-            // Which gateway an unknown node belongs to is not known.
+        if self.config.gateway.is_some()
+            && (!self.nodes.contains_key(&pod.node) || self.is_foreign(&pod.node))
+        {
+            // Which gateway an unknown node belongs to is not known; a node another gateway
+            // serves is that gateway's (its pods must not reach this one through their hostIPs).
             return None;
         }
         self.node_ip(&pod.node, address).or_else(|| {

@@ -198,3 +198,47 @@ fn a_moved_node_is_held_at_its_old_gateway_until_released() {
     assert!(!b.serves_node("n-b"));
     assert!(b.nodes().is_empty());
 }
+
+/// A pod as the kubelet reports it, with `status.hostIPs` (its node's IP).
+fn hosted_pod(name: &str, node: &str, ip: &str, host: &str) -> Pod {
+    let mut p = pod(name, node, ip);
+    let status = p.status.as_mut().unwrap();
+    status.host_ip = Some(host.into());
+    status.host_ips = Some(vec![k8s_openapi::api::core::v1::HostIP { ip: host.into() }]);
+    p
+}
+
+/// A pod's `hostIPs` do not say which gateway it belongs to: a pod on a node another gateway serves
+/// is not located through them, in the cluster watcher's lanes and in a node agent's alike (the
+/// agent writes its pods to its node's gateway only); when its node moves here, it comes along.
+#[test]
+fn a_pod_on_a_node_of_another_gateway_is_not_sent_through_its_host_ips() {
+    let (mut a, mut b) = cluster();
+    assert!(
+        b.apply_pod(&hosted_pod("p1", "n-a", "10.1.0.5", "10.0.0.1"))
+            .is_empty()
+    );
+    assert!(
+        show(&a.apply_pod(&hosted_pod("p1", "n-a", "10.1.0.5", "10.0.0.1"))).is_empty(),
+        "unchanged at a"
+    );
+    // A node agent of n-a: one translator per gateway, fed its Node and its pods.
+    let agent = |gateway: &str| {
+        let mut t = Translator::new(TranslatorConfig {
+            node: Some("n-a".into()),
+            ..translator(gateway).config().clone()
+        });
+        t.apply_node(&node("n-a", "pool-a", "10.0.0.1"));
+        t.apply_pod(&hosted_pod("p1", "n-a", "10.1.0.5", "10.0.0.1"));
+        t
+    };
+    let (mut at_a, mut at_b) = (agent("a"), agent("b"));
+    assert_eq!(show(&at_a.full_view()), ["+pod 10.1.0.5@10.0.0.1"]);
+    assert!(at_b.full_view().is_empty(), "{:?}", show(&at_b.full_view()));
+    assert!(at_b.pod_locations().is_empty());
+    assert!(at_b.node_ips("n-a").is_none());
+    // n-a moves to pool-b: b takes its pod, a lets it go.
+    let moved = node("n-a", "pool-b", "10.0.0.1");
+    assert_eq!(show(&at_b.apply_node(&moved)), ["+pod 10.1.0.5@10.0.0.1"]);
+    assert_eq!(show(&at_a.apply_node(&moved)), ["-pod 10.1.0.5@10.0.0.1"]);
+}
