@@ -950,8 +950,8 @@ async fn node_agents_write_only_their_nodes_gateway_and_turn_ready() {
     agents.stop().await;
 }
 
-/// The same with authentication and authorization on (as deploy/ runs): the watcher holds `write`
-/// and `get`, each agent only `write-node` with a token bound to its node. An agent never writes to
+/// The same with authentication and authorization on (as deploy/ runs, with deploy/'s RBAC): the
+/// watcher holds `write`, each agent only `write-node` with a token bound to its node. An agent never writes to
 /// a gateway that does not serve its node (there its writes would be refused, and it would retry
 /// for ever and never turn ready).
 #[tokio::test]
@@ -963,27 +963,30 @@ async fn with_authorization_node_agents_write_only_their_nodes_gateway_and_turn_
     let fake = FakeApi::start().await;
     seed(&fake);
     let ns = "clb-system";
-    let resource = "clb.azure.com/gateways";
-    let sa = |name: &str| format!("system:serviceaccount:{ns}:{name}");
     let dir = std::env::temp_dir().join(format!(
         "clb-watcher-gateways-{}-{}",
         std::process::id(),
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    for (token, account, node, verbs) in [
-        ("t-watcher", "clb-watcher", "n-w", &["write", "get"][..]),
-        ("t-agent-n-a", "clb-node-agent", "n-a", &["write-node"][..]),
-        ("t-agent-n-b", "clb-node-agent", "n-b", &["write-node"][..]),
-        ("t-reader", "clb-reader", "n-w", &["get"][..]),
+    // deploy/'s roles and bindings (the watcher: write; node agents: write-node), and the test's
+    // reader bound to clb-reader as an operator binds one.
+    fake.load_rbac(&clb_tests::deploy::Rendered::load(&[]));
+    fake.create_cluster_role_binding(
+        "clb-reader-test",
+        "clb-reader",
+        clb_tests::rbac::service_account(ns, "clb-reader"),
+    );
+    for (token, account, node) in [
+        ("t-watcher", "clb-watcher", "n-w"),
+        ("t-agent-n-a", "clb-node-agent", "n-a"),
+        ("t-agent-n-b", "clb-node-agent", "n-b"),
+        ("t-reader", "clb-reader", "n-w"),
     ] {
         fake.add_token(
             token,
             TokenUser::service_account(ns, account, Some(node), "clb"),
         );
-        for verb in verbs {
-            fake.grant(&sa(account), verb, resource, "*");
-        }
         std::fs::write(dir.join(token), token).expect("token file");
     }
     let auth = Auth::new(
