@@ -416,7 +416,10 @@ async fn with_two_gateways_each_node_agent_writes_to_its_own_gateway_only() {
     let s = Shipped::start(options).await;
     let cluster = Cluster::of(&nodes);
     cluster.put(&s.api);
-    s.api.put("services", web());
+    // Exposed in both gateways (docs/watcher.md: `clb.azure.com/gateways`).
+    let mut svc = web();
+    svc["metadata"]["annotations"] = json!({"clb.azure.com/gateways": "east,west"});
+    s.api.put("services", svc);
     // Each gateway holds exactly its own nodes' addresses.
     let all = cluster.expected(true);
     for (arm, pool) in [("sgw-east", "pool-a"), ("sgw-west", "pool-b")] {
@@ -431,6 +434,27 @@ async fn with_two_gateways_each_node_agent_writes_to_its_own_gateway_only() {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         converge(&s, arm, &mine).await;
+    }
+    // The watcher made one PoolService per (Service, pool) and wrote their status.
+    for pool in ["pool-a", "pool-b"] {
+        let name = format!("web-{pool}");
+        until(&format!("PoolService {name} ready"), async || {
+            let p = s
+                .api
+                .get("poolservices", "default", &name)
+                .ok_or("absent")?;
+            let ready = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if ready {
+                Ok(())
+            } else {
+                Err(format!("{}", p["status"]))
+            }
+        })
+        .await;
     }
     // Every node agent is ready (it writes only where it may).
     for a in &s.agents {
