@@ -378,6 +378,16 @@ impl Options {
     }
 }
 
+/// One process to start: the workload of `deploy/` whose container it runs, its binary, its node,
+/// the Kubernetes API its kubeconfig names, and the log line that says it listens.
+struct Launch<'a> {
+    workload: &'a str,
+    bin: &'a str,
+    node: &'a str,
+    kube_server: String,
+    ready_line: &'a str,
+}
+
 /// The whole system, running.
 pub struct Shipped {
     /// The fake Kubernetes API (RBAC enforced).
@@ -552,11 +562,9 @@ impl Shipped {
             let w = s.start_worker().await;
             s.workers.push(w);
         }
-        s.watcher = s.start_watcher("clb-watcher", "node-0", None).await;
+        s.watcher = s.start_watcher("clb-watcher", "node-0").await;
         for n in options.nodes.clone() {
-            let a = s
-                .start_watcher("clb-node-agent", &n.name, Some(&n.name))
-                .await;
+            let a = s.start_watcher("clb-node-agent", &n.name).await;
             s.agents.push(a);
         }
         s
@@ -608,16 +616,17 @@ impl Shipped {
             .unwrap_or_else(|| panic!("{workload} names no ServiceAccount"))
     }
 
-    async fn spawn(
-        &mut self,
-        workload: &str,
-        bin: &str,
-        node: &str,
-        pod: &str,
-        kube_server: &str,
-        rewrites: Vec<(&str, String)>,
-        ready_line: &str,
-    ) -> Proc {
+    async fn spawn(&mut self, l: Launch<'_>, rewrites: Vec<(&str, String)>) -> Proc {
+        let Launch {
+            workload,
+            bin,
+            node,
+            kube_server,
+            ready_line,
+        } = l;
+        let pod = self.pod_name(workload);
+        let pod = pod.as_str();
+        let kube_server = kube_server.as_str();
         let account = self.account_of(workload);
         let (kubeconfig, token) = self.identity(pod, &account, node, kube_server);
         let c = self.rendered.container(workload).clone();
@@ -661,18 +670,15 @@ impl Shipped {
 
     /// Starts one more state server replica (a new pod of the Deployment); returns its index.
     pub async fn start_server(&mut self) -> usize {
-        let pod = self.pod_name("clb-state-server");
-        let gate = self.api_gate.url.clone();
+        let launch = Launch {
+            workload: "clb-state-server",
+            bin: "clb-state-server",
+            node: "node-0",
+            kube_server: self.api_gate.url.clone(),
+            ready_line: "listening",
+        };
         let p = self
-            .spawn(
-                "clb-state-server",
-                "clb-state-server",
-                "node-0",
-                &pod,
-                &gate,
-                vec![("--listen", "127.0.0.1:0".into())],
-                "listening",
-            )
+            .spawn(launch, vec![("--listen", "127.0.0.1:0".into())])
             .await;
         assert!(p.grpc.is_some(), "{}: no gRPC address", p.name);
         self.servers.push(p);
@@ -690,39 +696,31 @@ impl Shipped {
     }
 
     async fn start_worker(&mut self) -> Proc {
-        let pod = self.pod_name("clb-sync-worker");
-        let api = self.api.url.clone();
         let rewrites = vec![
             ("--server", self.service.url.clone()),
             ("--nrp-endpoint", self.nrp.base_url()),
             ("--credential", "none".to_owned()),
         ];
-        self.spawn(
-            "clb-sync-worker",
-            "clb-sync-worker",
-            "node-0",
-            &pod,
-            &api,
-            rewrites,
-            "serving /metrics",
-        )
-        .await
+        let launch = Launch {
+            workload: "clb-sync-worker",
+            bin: "clb-sync-worker",
+            node: "node-0",
+            kube_server: self.api.url.clone(),
+            ready_line: "serving /metrics",
+        };
+        self.spawn(launch, rewrites).await
     }
 
-    async fn start_watcher(&mut self, workload: &str, node: &str, _agent_of: Option<&str>) -> Proc {
-        let pod = self.pod_name(workload);
-        let api = self.api.url.clone();
-        let rewrites = vec![("--server", self.service.url.clone())];
-        self.spawn(
+    async fn start_watcher(&mut self, workload: &str, node: &str) -> Proc {
+        let launch = Launch {
             workload,
-            "clb-watcher",
+            bin: "clb-watcher",
             node,
-            &pod,
-            &api,
-            rewrites,
-            "serving /metrics",
-        )
-        .await
+            kube_server: self.api.url.clone(),
+            ready_line: "serving /metrics",
+        };
+        let rewrites = vec![("--server", self.service.url.clone())];
+        self.spawn(launch, rewrites).await
     }
 
     /// The index of the replica that leads now (its `clb_leader` gauge is 1), if any.
