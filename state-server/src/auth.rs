@@ -28,6 +28,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 use tonic::Status;
+use tracing::Instrument as _;
 
 /// The audience a token must be issued for, by default.
 pub const DEFAULT_AUDIENCE: &str = "clb";
@@ -37,15 +38,23 @@ pub const API_GROUP: &str = "clb.azure.com";
 pub const RESOURCE: &str = "gateways";
 /// The user extra a bound pod token carries: the node its pod runs on.
 pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+/// The oldest Kubernetes whose pod-bound ServiceAccount tokens carry [`NODE_NAME_EXTRA`] by default
+/// (feature gate `ServiceAccountTokenPodNodeInfo`: alpha in 1.29, beta and on by default in 1.30,
+/// GA in 1.32): node binding of node agents needs it.
+pub const MIN_NODE_BINDING_VERSION: &str = "1.30";
 /// Default TTL of a cached review.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(30);
 /// Default bound of each cache.
 pub const DEFAULT_CACHE_CAPACITY: usize = 10_000;
 /// TTL of a cached refusal (an invalid token, a denied access): short, so a fix takes effect fast.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(5);
-/// Longest wait for one review (the Kubernetes client's own retries included); then the call
-/// fails closed with `UNAVAILABLE`.
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait of a call for one review; then the call fails closed with `UNAVAILABLE`, well
+/// within the clients' 8 s deadline. The review goes on in the background for up to
+/// [`REVIEW_LIMIT`] and its answer, when it comes, is cached: a slow API server does not make
+/// every attempt fail, the caller's retry finds the answer.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Longest life of one review in the background (see [`REVIEW_TIMEOUT`]).
+pub const REVIEW_LIMIT: Duration = Duration::from_secs(10);
 
 /// `--authentication` / `--authorization`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -265,25 +274,87 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-/// The Kubernetes API failed: fail closed.
-fn unavailable(what: &str, err: &str) -> Status {
+/// A Kubernetes client for the reviews: `config`'s, without kube's retries. kube's default policy
+/// answers a `429`/`503`/`504` by retrying inside the request (up to 15 times, with growing
+/// delays), so while the API server is down (restarting, overloaded) a review would get no answer
+/// at all within the clients' deadline; without them the call fails closed at once with
+/// `UNAVAILABLE` naming the answer, and the client's retry asks again.
+pub fn review_client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    kube::Client::try_from(config)
+}
+
+/// The Kubernetes API could not answer a review (`what`): fail closed, saying how it failed.
+fn unavailable(what: &str, err: &kube::Error) -> Status {
+    let how = match err {
+        kube::Error::Api(status) => format!(
+            "answered the {what} with {} {}: {}",
+            status.code,
+            if status.reason.is_empty() {
+                "(no reason)"
+            } else {
+                status.reason.as_str()
+            },
+            quote(&status.message)
+        ),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => format!(
+            "could not be reached for the {what}: {}",
+            quote(&error_chain(err))
+        ),
+        other => format!("failed the {what}: {}", quote(&error_chain(other))),
+    };
     Status::unavailable(format!(
-        "cannot check the caller: the Kubernetes API failed the {what}: {}; nothing was changed, \
-         retry",
-        quote(err)
+        "cannot check the caller: the Kubernetes API {how}; nothing was changed, retry"
     ))
 }
 
-/// Awaits the creation of a review within `timeout`; any failure is `UNAVAILABLE` (fail closed).
-async fn bounded<K>(
-    create: impl Future<Output = Result<K, kube::Error>>,
-    timeout: Duration,
-    what: &str,
-) -> Result<K, Status> {
-    match tokio::time::timeout(timeout, create).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(e)) => Err(unavailable(what, &e.to_string())),
-        Err(_) => Err(unavailable(what, &format!("no answer within {timeout:?}"))),
+/// The review did not finish within the call's wait.
+fn no_answer(what: &str, waited: Duration) -> Status {
+    Status::unavailable(format!(
+        "cannot check the caller: the Kubernetes API has not answered the {what} within \
+         {waited:?} (an answer that comes later is cached for the next attempt); nothing was \
+         changed, retry"
+    ))
+}
+
+/// An error with its causes, `: `-separated (a connection error's cause says why: refused, …).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+/// Runs `review` in a task for at most [`REVIEW_LIMIT`] (the task caches its answer), and waits
+/// for it at most `wait`. Any failure is `UNAVAILABLE` (fail closed).
+async fn bounded<T: Send + 'static>(
+    review: impl Future<Output = Result<T, Status>> + Send + 'static,
+    wait: Duration,
+    what: &'static str,
+) -> Result<T, Status> {
+    let limit = REVIEW_LIMIT.max(wait);
+    let task = tokio::spawn(
+        async move {
+            match tokio::time::timeout(limit, review).await {
+                Ok(r) => r,
+                Err(_) => Err(no_answer(what, limit)),
+            }
+        }
+        .in_current_span(),
+    );
+    match tokio::time::timeout(wait, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(Status::unavailable(format!(
+            "cannot check the caller: the {what} was cancelled ({e}); nothing was changed, retry"
+        ))),
+        Err(_) => Err(no_answer(what, wait)),
     }
 }
 
@@ -337,7 +408,7 @@ impl Auth {
         })
     }
 
-    async fn review_token(&self, token: &str) -> Result<Arc<Identity>, Status> {
+    async fn review_token(self: &Arc<Self>, token: &str) -> Result<Arc<Identity>, Status> {
         let cached = self
             .tokens
             .lock()
@@ -346,18 +417,20 @@ impl Auth {
         let outcome = match cached {
             Some(o) => o,
             None => {
-                let o = self.token_review(token).await?;
-                let ttl = match o {
-                    TokenOutcome::Valid(_) => self.config.cache_ttl,
-                    TokenOutcome::Invalid(_) => self.config.negative_ttl,
+                let (auth, token) = (self.clone(), token.to_owned());
+                let review = async move {
+                    let o = auth.token_review(&token).await?;
+                    let ttl = match o {
+                        TokenOutcome::Valid(_) => auth.config.cache_ttl,
+                        TokenOutcome::Invalid(_) => auth.config.negative_ttl,
+                    };
+                    auth.tokens
+                        .lock()
+                        .unwrap()
+                        .insert(token, o.clone(), ttl, Instant::now());
+                    Ok(o)
                 };
-                self.tokens.lock().unwrap().insert(
-                    token.to_owned(),
-                    o.clone(),
-                    ttl,
-                    Instant::now(),
-                );
-                o
+                bounded(review, self.config.review_timeout, "TokenReview").await?
             }
         };
         match outcome {
@@ -379,9 +452,10 @@ impl Auth {
             ..Default::default()
         };
         let api = kube::Api::<TokenReview>::all(client);
-        let params = PostParams::default();
-        let create = api.create(&params, &review);
-        let answer = bounded(create, self.config.review_timeout, "TokenReview").await?;
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| unavailable("TokenReview", &e))?;
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             let why = status
@@ -419,7 +493,7 @@ impl Auth {
     }
 
     async fn allowed(
-        &self,
+        self: &Arc<Self>,
         who: &Arc<Identity>,
         verb: Verb,
         gateway: &str,
@@ -432,6 +506,14 @@ impl Auth {
         if let Some(d) = self.decisions.lock().unwrap().get(&key, Instant::now()) {
             return Ok(d);
         }
+        let auth = self.clone();
+        let review = async move { auth.access_review(key).await };
+        bounded(review, self.config.review_timeout, "SubjectAccessReview").await
+    }
+
+    /// Asks a SubjectAccessReview and caches its answer.
+    async fn access_review(&self, key: DecisionKey) -> Result<bool, Status> {
+        let (who, verb, gateway) = (&key.who, key.verb, &key.gateway);
         let client = self.client.clone().expect("checked in Auth::new");
         self.counts.access_reviews.fetch_add(1, Ordering::Relaxed);
         let review = SubjectAccessReview {
@@ -452,9 +534,10 @@ impl Auth {
             ..Default::default()
         };
         let api = kube::Api::<SubjectAccessReview>::all(client);
-        let params = PostParams::default();
-        let create = api.create(&params, &review);
-        let answer = bounded(create, self.config.review_timeout, "SubjectAccessReview").await?;
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| unavailable("SubjectAccessReview", &e))?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         let ttl = if allowed {
             self.config.cache_ttl
@@ -589,7 +672,13 @@ impl Caller {
         let Some(node) = who.node() else {
             return Err(Status::permission_denied(format!(
                 "{} may write only its own node's pods (verb {:?}), but its token names no node \
-                 (user extra {NODE_NAME_EXTRA:?}): use a projected ServiceAccount token of a pod",
+                 (the TokenReview returned no user extra {NODE_NAME_EXTRA:?}): node binding needs \
+                 a projected ServiceAccount token bound to the node agent's pod (a \
+                 `serviceAccountToken` projected volume with the server's audience, as deploy/ \
+                 mounts it), issued by Kubernetes {MIN_NODE_BINDING_VERSION} or later (feature \
+                 ServiceAccountTokenPodNodeInfo, on by default since 1.30); a token not bound to a \
+                 pod (a Secret's, or `kubectl create token` without `--bound-object-kind Pod`) \
+                 names no node",
                 quote(self.name()),
                 Verb::WriteNode.as_str()
             )));

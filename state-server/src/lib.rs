@@ -8,6 +8,7 @@ pub mod gate;
 pub mod grpc;
 pub mod leader;
 pub mod metrics;
+pub mod run;
 pub mod state;
 pub use clb_telemetry as telemetry;
 pub mod tls;

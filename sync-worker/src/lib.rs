@@ -4,4 +4,8 @@ pub mod cli;
 
 pub mod metrics;
 
+pub mod run;
+
 pub mod worker;
+
+pub use run::run;

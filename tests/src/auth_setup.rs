@@ -74,7 +74,8 @@ impl AuthOn {
                 authorization: Mode::Kubernetes,
                 ..AuthConfig::default()
             },
-            Some(api.kube_client()),
+            // As the binary makes it (`run::KubeClients`): without kube's retries.
+            Some(clb_state_server::auth::review_client(api.kube_config()).expect("kube client")),
         )
         .expect("auth config");
         let harness = HarnessAuth {

@@ -1,5 +1,7 @@
 //! Command-line flags of `clb-watcher`, each with a `CLB_*` environment fallback (in the library so
-//! that the deployment manifests can be checked against them).
+//! that the deployment manifests can be checked against them), and what the binary runs with them
+//! ([`bind`], [`run`]): a test runs exactly what `main` runs, with its own Kubernetes API and
+//! shutdown.
 
 use std::time::Duration;
 
@@ -148,6 +150,96 @@ impl Args {
         c.poll_interval = Duration::from_millis(self.poll_ms.max(1));
         c.watch_backoff_max = Duration::from_millis(self.watch_backoff_max_ms.max(1));
         Ok(c)
+    }
+}
+
+/// A watcher configured from its flags, its metrics endpoint (if any) bound; [`Bound::serve`] runs
+/// it.
+#[derive(Debug)]
+pub struct Bound {
+    config: WatcherConfig,
+    kube: crate::KubeClients,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// Binds the metrics endpoint at `metrics_listen` (`--metrics-listen`; `None`: none) of a watcher
+/// configured with `config` ([`Args::config`]: it reads the TLS and gateways files, so a bad flag or
+/// file fails before anything starts). `kube`: in the binary, from the in-cluster ServiceAccount
+/// or the kubeconfig ([`crate::KubeClients::from_config`] of `kube::Config::infer`).
+pub async fn bind(
+    config: WatcherConfig,
+    metrics_listen: Option<std::net::SocketAddr>,
+    kube: crate::KubeClients,
+) -> anyhow::Result<Bound> {
+    let (metrics_listener, metrics_addr) = match metrics_listen {
+        Some(addr) => {
+            let listener = clb_telemetry::metrics::bind(addr).await?;
+            let local = listener
+                .local_addr()
+                .context("the metrics listener's address")?;
+            (Some(listener), Some(local))
+        }
+        None => (None, None),
+    };
+    Ok(Bound {
+        config,
+        kube,
+        metrics_listener,
+        metrics_addr,
+    })
+}
+
+/// What the binary runs: [`Args::config`], [`bind`], then [`Bound::serve`] until `shutdown`
+/// completes.
+pub async fn run(
+    args: &Args,
+    kube: crate::KubeClients,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    bind(args.config()?, args.metrics_listen, kube)
+        .await?
+        .serve(shutdown)
+        .await
+}
+
+impl Bound {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (`None` without `--metrics-listen`).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The configuration the flags gave (its `metrics` are the ones served).
+    pub fn config(&self) -> &WatcherConfig {
+        &self.config
+    }
+
+    /// Serves the metrics endpoint and runs the watcher ([`crate::run`]) until `shutdown`
+    /// completes; then the metrics endpoint stops too.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let http = match (self.metrics_listener, self.metrics_addr) {
+            (Some(listener), Some(addr)) => {
+                tracing::info!(metrics = %addr, "serving /metrics, /healthz and /readyz");
+                Some(tokio::spawn(clb_telemetry::metrics::serve(
+                    listener,
+                    self.config.metrics.router(),
+                    async move {
+                        let _ = stopped.await;
+                    },
+                )))
+            }
+            _ => None,
+        };
+        let result = crate::run(self.config, self.kube, shutdown).await;
+        let _ = stop.send(());
+        if let Some(http) = http {
+            let _ = http.await;
+        }
+        Ok(result?)
     }
 }
 

@@ -158,7 +158,10 @@ impl WatcherConfig {
 
     /// One configuration per gateway written to, with its translator's: without a gateways file
     /// this one; with one, one per gateway of the file (the default first), each connecting to its
-    /// gateway and translating only its share.
+    /// gateway and translating only its share. A node agent's share is its node's pods in the lane
+    /// of the gateway that serves its node (its Node's labels) and nothing in the others: a pod on
+    /// a node another gateway serves is never located there (not even through its `hostIPs`), so
+    /// those lanes send nothing, and their first resync succeeds without a call.
     pub fn lanes(&self) -> Vec<(Self, TranslatorConfig)> {
         let Some(gateways) = &self.gateways else {
             return vec![(self.clone(), self.translator_config())];

@@ -1,6 +1,6 @@
 //! `clb-watcher`: the kube watcher (cluster mode) or, with `--node NAME`, the node agent of one
 //! node. Watches the Kubernetes API and writes the desired state to the clb state server
-//! (docs/watcher.md).
+//! (docs/watcher.md), until SIGINT or SIGTERM (what [`clb_watcher::cli::run`] runs).
 
 use anyhow::Context;
 use clap::Parser;
@@ -18,11 +18,8 @@ async fn main() -> anyhow::Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|c| Ok(watcher::KubeClients::from_config(c)?))
         .context("creating the Kubernetes client (in-cluster or kubeconfig)")?;
-    if let Some(addr) = args.metrics_listen {
-        // Stops with the process.
-        let router = config.metrics.router();
-        clb_telemetry::metrics::spawn(addr, router, std::future::pending()).await?;
-    }
-    watcher::run(config, kube, clb_telemetry::shutdown_signal()).await?;
-    Ok(())
+    watcher::cli::bind(config, args.metrics_listen, kube)
+        .await?
+        .serve(clb_telemetry::shutdown_signal())
+        .await
 }
