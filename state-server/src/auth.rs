@@ -6,7 +6,10 @@
 //! asks a `SubjectAccessReview` whether the caller may act on the gateway: API group
 //! [`API_GROUP`], resource [`RESOURCE`], resource name the gateway, verb per service ([`Verb`]).
 //! Both answers are cached for a short TTL in bounded caches ([`TtlCache`]). The Kubernetes API
-//! unreachable fails the call closed with `UNAVAILABLE` (nothing is applied).
+//! unreachable fails the call closed with `UNAVAILABLE` (nothing is applied): at once when it
+//! answers an error or refuses the connection (the reviews' client has no retries:
+//! [`review_client`]), after [`REVIEW_TIMEOUT`] when it does not answer; a cached caller keeps
+//! working.
 //!
 //! [`AuthLayer`] authenticates every call in one place (and authorizes Admin calls, which read
 //! every gateway); it hands the [`Caller`] to the services in the request's extensions, and the

@@ -71,17 +71,21 @@ impl std::fmt::Debug for KubeClients {
 /// Validated flags with the TLS files read: everything that can fail before anything starts.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The flags (validated: [`Args::parse_and_validate`], or [`Args::validate`] and
-    /// [`Args::load_gateways_file`]).
+    /// The flags, validated, with the gateways of `--gateways-file` loaded.
     pub args: Args,
     /// The gRPC port's TLS (`None`: plaintext), read from `--tls-cert`/`--tls-key`/`--tls-client-ca`.
     pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Options {
-    /// Reads and checks the TLS files: a bad file is an error naming the flag and the file (its
+    /// Checks the flags ([`Args::validate`]; the binary has done so already, and exited with
+    /// clap's status 2 on an error), reads `--gateways-file` ([`Args::load_gateways_file`]) and
+    /// reads and checks the TLS files: a bad file is an error naming the flag and the file (its
     /// message holds the cause).
-    pub fn from_args(args: Args) -> anyhow::Result<Self> {
+    pub fn from_args(mut args: Args) -> anyhow::Result<Self> {
+        args.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        args.load_gateways_file()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let tls = args.server_tls().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Self { args, tls })
     }

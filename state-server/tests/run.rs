@@ -10,7 +10,7 @@ use clb_state_server::run::{self, Bound, Options};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 fn args(flags: &[&str]) -> Args {
-    let args = Args::try_parse_from(
+    Args::try_parse_from(
         [
             "clb-state-server",
             "--listen=127.0.0.1:0",
@@ -19,9 +19,7 @@ fn args(flags: &[&str]) -> Args {
         .iter()
         .chain(flags),
     )
-    .expect("flags");
-    args.validate().expect("valid flags");
-    args
+    .expect("flags")
 }
 
 /// The status line of `GET path` on `addr`.
@@ -65,6 +63,13 @@ async fn the_binary_s_server_binds_ports_0_serves_and_stops_on_shutdown() {
 
     stop.send(()).expect("running");
     task.await.expect("joined").expect("a clean stop");
+}
+
+#[test]
+fn invalid_flags_are_refused_before_anything_starts() {
+    let e = Options::from_args(args(&["--retry-base-ms=500", "--retry-max-ms=100"]))
+        .expect_err("refused");
+    assert!(e.to_string().contains("retry"), "{e:#}");
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ async fn server(
     kube: kube::Config,
 ) -> (Arc<StateServer>, String, tokio::sync::oneshot::Sender<()>) {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let mut args = Args::try_parse_from([
+    let args = Args::try_parse_from([
         "clb-state-server",
         "--listen=127.0.0.1:0",
         "--metrics-listen=127.0.0.1:0",
@@ -36,8 +36,6 @@ async fn server(
         "--authorization=kubernetes",
     ])
     .expect("flags");
-    args.validate().expect("valid flags");
-    args.load_gateways_file().expect("no gateways file");
     let options = Options::from_args(args).expect("options");
     assert!(options.needs_kubernetes().is_some());
     let kube = KubeClients::from_config(kube).expect("kube clients");
