@@ -294,9 +294,19 @@ impl TcpGate {
                 tokio::select! {
                     accepted = listener.accept() => {
                         let Ok((mut inbound, _)) = accepted else { return };
+                        let open = open.clone();
                         tokio::spawn(async move {
                             if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
-                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                                // A server that goes down closes its connections too.
+                                let closed = async {
+                                    while open.load(Ordering::SeqCst) {
+                                        tokio::time::sleep(Duration::from_millis(10)).await;
+                                    }
+                                };
+                                tokio::select! {
+                                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
+                                    () = closed => {}
+                                }
                             }
                         });
                     }
@@ -310,7 +320,7 @@ impl TcpGate {
         });
     }
 
-    /// Refuses connections (existing ones stay) until [`TcpGate::open`].
+    /// Closes every connection and refuses new ones until [`TcpGate::open`].
     pub fn close(&self) {
         self.open.store(false, Ordering::SeqCst);
     }

@@ -24,6 +24,19 @@ use clb_tests::kube_objects::{endpoint, pod, service, slice};
 use clb_tests::shipped::{NodeSpec, Options, Shipped};
 use serde_json::{Value, json};
 
+trait UnwrapErrOr<T, E> {
+    fn unwrap_err_or(self, f: impl FnOnce(T) -> E) -> E;
+}
+
+impl<T, E> UnwrapErrOr<T, E> for Result<T, E> {
+    fn unwrap_err_or(self, f: impl FnOnce(T) -> E) -> E {
+        match self {
+            Ok(t) => f(t),
+            Err(e) => e,
+        }
+    }
+}
+
 const UID: &str = "uid-web";
 const EGRESS: &str = "eg-1";
 
@@ -328,7 +341,11 @@ async fn the_shipped_system_works_as_one() {
         } else {
             s.api.reviews_down(false);
         }
-        let status = r.expect_err("no answer without the API").status().cloned();
+        let leader = s.leader().await.map(|i| s.servers[i].name.clone());
+        let status = r
+            .unwrap_err_or(|o| panic!("an answer without the API (refused connections: {refuse}, leader {leader:?}): {o:?}"))
+            .status()
+            .cloned();
         assert_eq!(
             status.as_ref().map(|s| s.code()),
             Some(tonic::Code::Unavailable),
@@ -380,7 +397,10 @@ async fn the_shipped_system_works_as_one() {
         .patches()
         .into_iter()
         .filter(|p| {
-            p.path.ends_with("/services/web") && p.body["metadata"]["finalizers"].is_array()
+            p.path.ends_with("/services/web")
+                && p.body["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.iter().any(|x| x == "clb.azure.com/load-balancer-cleanup"))
         })
         .collect();
     assert!(
