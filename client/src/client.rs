@@ -744,6 +744,29 @@ impl Writer {
             .into_inner())
     }
 
+    /// `Writer.AddressesProgrammed`: per `(location, address, service)`, whether NRP has the
+    /// address at its location with the service (needs verb `write`).
+    pub async fn addresses_programmed(
+        &mut self,
+        addresses: Vec<clb_proto::v1::AddressQuery>,
+    ) -> Result<Vec<bool>, ClientError> {
+        const RPC: &str = "Writer.AddressesProgrammed";
+        let request = clb_proto::v1::AddressesRequest {
+            gateway: self.gateway.clone(),
+            source: self.source.clone(),
+            addresses,
+        };
+        let span = self.call_span(RPC, 0);
+        Ok(self
+            .client
+            .addresses_programmed(request)
+            .instrument(span)
+            .await
+            .map_err(ClientError::rpc(RPC))?
+            .into_inner()
+            .programmed)
+    }
+
     /// `Writer.LocationsProgrammed`: per location, whether NRP has every address desired there
     /// (needs verb `write`).
     pub async fn locations_programmed(

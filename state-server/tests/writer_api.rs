@@ -88,6 +88,13 @@ impl Writer for Observed {
     ) -> Result<Response<clb_proto::v1::LocationsResponse>, Status> {
         self.inner.locations_programmed(r).await
     }
+
+    async fn addresses_programmed(
+        &self,
+        r: Request<clb_proto::v1::AddressesRequest>,
+    ) -> Result<Response<clb_proto::v1::AddressesResponse>, Status> {
+        self.inner.addresses_programmed(r).await
+    }
 }
 
 struct Harness {

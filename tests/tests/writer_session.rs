@@ -216,6 +216,32 @@ async fn locations_programmed_follows_nrp_and_refuses_a_bad_ip_precisely() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let q = |location: &str, address: &str, service: &str| clb_proto::v1::AddressQuery {
+        location: location.into(),
+        address: address.into(),
+        service: service.into(),
+    };
+    let p = w
+        .addresses_programmed(vec![
+            q("10.0.0.1", "10.1.0.5", "svc"),
+            q("10.0.0.1", "10.1.0.5", "SVC"),
+            q("10.0.0.1", "10.1.0.5", "other"),
+            q("10.0.0.1", "10.1.0.6", "svc"),
+            q("10.0.0.9", "10.1.0.5", "svc"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(p, [true, true, false, false, false]);
+    let err = w
+        .addresses_programmed(vec![q("10.0.0.1", "10.1.0.5", "")])
+        .await
+        .unwrap_err();
+    assert!(
+        err.status()
+            .is_some_and(|s| s.code() == Code::InvalidArgument
+                && s.message().contains("addresses[0].service")),
+        "{err}"
+    );
     let err = w
         .locations_programmed(vec!["10.0.0.1".into(), "not-an-ip".into()])
         .await

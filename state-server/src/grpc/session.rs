@@ -18,7 +18,8 @@ use std::time::Duration;
 use clb_core::difftracker::identity::ServiceKind;
 use clb_core::difftracker::ip::parse_ip;
 use clb_proto::v1::{
-    LocationsRequest, LocationsResponse, ServiceState, ServiceStates, WriterSession,
+    AddressesRequest, AddressesResponse, LocationsRequest, LocationsResponse, ServiceState,
+    ServiceStates, WriterSession,
 };
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -285,6 +286,48 @@ pub fn locations_programmed(
         })
         .collect();
     Ok(LocationsResponse { programmed })
+}
+
+/// `AddressesProgrammed`: per address, whether NRP has it at its location with its service.
+pub fn addresses_programmed(
+    handle: &GatewayHandle,
+    req: &AddressesRequest,
+) -> Result<AddressesResponse, Status> {
+    let mut queries = Vec::with_capacity(req.addresses.len());
+    for (i, q) in req.addresses.iter().enumerate() {
+        let location = parse_ip(&format!("addresses[{i}].location"), &q.location)
+            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
+        let address = parse_ip(&format!("addresses[{i}].address"), &q.address)
+            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
+        if q.service.is_empty() {
+            return Err(invalid_argument(
+                &format!("addresses[{i}].service"),
+                "",
+                "must name the service the address should carry",
+            ));
+        }
+        queries.push((location, address, q.service.as_str()));
+    }
+    let g = handle.lock();
+    let mut views = HashMap::new();
+    let programmed = queries
+        .into_iter()
+        .map(|(location, address, service)| {
+            let view = views
+                .entry(location)
+                .or_insert_with(|| g.tracker.location_view(location));
+            view.as_ref().is_some_and(|v| {
+                v.addresses.iter().any(|a| {
+                    a.address == address
+                        && a.actual
+                            .iter()
+                            .flatten()
+                            .any(|s| s.eq_ignore_ascii_case(service))
+                })
+            })
+        })
+        .collect();
+    Ok(AddressesResponse { programmed })
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use clb_proto::v1::writer_server::{Writer, WriterServer};
 use clb_proto::v1::{
-    ApplyRequest, ApplyResponse, LocationsRequest, LocationsResponse, ResyncHeader, ResyncRequest,
-    ResyncResponse, SessionRequest, Update, WatchServicesRequest, resync_request::Part,
+    AddressesRequest, AddressesResponse, ApplyRequest, ApplyResponse, LocationsRequest,
+    LocationsResponse, ResyncHeader, ResyncRequest, ResyncResponse, SessionRequest, Update,
+    WatchServicesRequest, resync_request::Part,
 };
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -630,5 +631,18 @@ impl Writer for WriterService {
             .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
             .await?;
         session::locations_programmed(&handle, req).map(Response::new)
+    }
+
+    async fn addresses_programmed(
+        &self,
+        request: Request<AddressesRequest>,
+    ) -> Result<Response<AddressesResponse>, Status> {
+        self.state.metrics().update_rpc("addresses_programmed");
+        let req = request.get_ref();
+        let caller = Caller::of(request.extensions());
+        let handle = self
+            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .await?;
+        session::addresses_programmed(&handle, req).map(Response::new)
     }
 }
