@@ -758,6 +758,30 @@ impl Shipped {
         }
     }
 
+    /// Waits until the leader holds a completed resync of every writer (the watcher and each node
+    /// agent), read with `operator`'s Admin access: after a fail-over, the writers found the new
+    /// leader and its view is complete again.
+    pub async fn wait_writers_resynced(&self, operator: &Client) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Ok(status) = operator.status().await {
+                let done = status
+                    .writers
+                    .iter()
+                    .filter(|w| w.last_resync_unix_ms > 0)
+                    .count();
+                if done > self.agents.len() {
+                    return;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writers did not resync with the leader within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The sum of a metric over the live state servers.
     pub async fn server_metric(&self, prefix: &str) -> f64 {
         let mut sum = 0.0;

@@ -24,12 +24,8 @@ async fn a_node_agent_whose_token_names_no_node_is_told_what_it_needs() {
         "t-unbound",
         TokenUser::service_account("clb-system", "clb-node-agent", None, "clb"),
     );
-    api.grant(
-        "system:serviceaccount:clb-system:clb-node-agent",
-        "write-node",
-        "clb.azure.com/gateways",
-        "*",
-    );
+    // deploy/'s roles and bindings: the node agent's ServiceAccount has write-node.
+    api.load_rbac(&clb_tests::deploy::Rendered::load(&[]));
     let auth = Auth::new(
         AuthConfig {
             authentication: Mode::Kubernetes,

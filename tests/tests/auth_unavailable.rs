@@ -19,7 +19,6 @@ use clb_tests::fake_kube::{FakeApi, TokenUser};
 use tonic::Code;
 
 const NS: &str = "clb-system";
-const GROUP_RESOURCE: &str = "clb.azure.com/gateways";
 /// Well below the clients' 8 s deadline, well above what an instant answer takes.
 const FAST: Duration = Duration::from_secs(2);
 
@@ -117,21 +116,27 @@ fn review_requests(api: &FakeApi) -> usize {
         .count()
 }
 
-/// Two watchers' tokens (`write` and `get` on every gateway).
+/// Two writers' tokens: the watcher's ServiceAccount (deploy/'s own binding: `write`) and a
+/// second identity bound to clb-writer and clb-reader as an operator binds one.
 fn watcher_tokens(api: &FakeApi) {
+    api.load_rbac(&clb_tests::deploy::Rendered::load(&[]));
+    for role in ["clb-writer", "clb-reader"] {
+        api.create_cluster_role_binding(
+            &format!("{role}-watcher-2"),
+            role,
+            clb_tests::rbac::service_account(NS, "clb-watcher-2"),
+        );
+    }
+    api.create_cluster_role_binding(
+        "clb-reader-watcher",
+        "clb-reader",
+        clb_tests::rbac::service_account(NS, "clb-watcher"),
+    );
     for (token, account) in [("t-cached", "clb-watcher"), ("t-new", "clb-watcher-2")] {
         api.add_token(
             token,
             TokenUser::service_account(NS, account, Some("node-w"), "clb"),
         );
-        for verb in ["write", "get"] {
-            api.grant(
-                &format!("system:serviceaccount:{NS}:{account}"),
-                verb,
-                GROUP_RESOURCE,
-                "*",
-            );
-        }
     }
 }
 
