@@ -302,6 +302,7 @@ async fn the_shipped_system_works_as_one() {
         (noticed - took_over).as_secs_f64()
     );
     converge(&s, &arm, &expected).await;
+    s.wait_writers_resynced(&operator).await;
     let removed = live_removals(&s, from, &expected);
     assert!(
         removed.is_empty(),
@@ -321,6 +322,7 @@ async fn the_shipped_system_works_as_one() {
     .await;
     s.start_server().await;
     converge(&s, &arm, &expected).await;
+    s.wait_writers_resynced(&operator).await;
     let removed = live_removals(&s, from, &expected);
     assert!(
         removed.is_empty(),

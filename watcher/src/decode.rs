@@ -357,6 +357,8 @@ pub(crate) struct SliceEndpoint {
     pub ready: bool,
     /// Serving and terminating (the fallback when no endpoint of the Service is ready).
     pub serving_terminating: bool,
+    /// `conditions.terminating` (unset = false).
+    pub terminating: bool,
 }
 
 /// An EndpointSlice: the Service it belongs to and its valid endpoints.
@@ -622,6 +624,7 @@ pub(crate) fn slice_endpoints(key: &ObjKey, slice: &EndpointSlice) -> Vec<SliceE
             node: node.to_owned(),
             ready,
             serving_terminating: serving && terminating,
+            terminating,
         });
     }
     out

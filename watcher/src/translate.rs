@@ -156,6 +156,12 @@ pub struct Translator {
     /// Conflicts found and not taken yet, the latest per (Service, port name): bounded by the
     /// named ports of the Services that exist.
     new_conflicts: BTreeMap<(ObjKey, String), PortConflict>,
+    /// Addresses of pods whose only unmet readiness condition is clb's gate
+    /// (`clb.azure.com/programmed`, [`crate::gate`]): their endpoints are programmed as if ready,
+    /// or the gate could never turn true (the pod is not Ready, so its endpoint is not either).
+    gate_ready: HashSet<IpAddr>,
+    /// address → the slices that list it (for the gate: which Services list a pod).
+    address_slices: HashMap<IpAddr, BTreeSet<ObjKey>>,
 }
 
 impl Translator {
@@ -179,6 +185,8 @@ impl Translator {
             warn_unlocated: true,
             conflicts: HashMap::new(),
             new_conflicts: BTreeMap::new(),
+            gate_ready: HashSet::new(),
+            address_slices: HashMap::new(),
         }
     }
 
@@ -444,7 +452,8 @@ impl Translator {
                 continue;
             };
             for ep in &slice.endpoints {
-                if !ep.ready && !ep.serving_terminating {
+                let ep_ready = self.counts_ready(ep);
+                if !ep_ready && !ep.serving_terminating {
                     continue;
                 }
                 let Some(loc) = self.node_ip(&ep.node, ep.address) else {
@@ -459,7 +468,7 @@ impl Translator {
                     }
                     continue;
                 };
-                let set = if ep.ready { &mut ready } else { &mut fallback };
+                let set = if ep_ready { &mut ready } else { &mut fallback };
                 set.entry(ep.address).or_insert(loc);
             }
         }
@@ -531,7 +540,7 @@ impl Translator {
             *stated.entry(sp.port).or_default() += 1;
             for ep in &slice.endpoints {
                 let counted = if ready {
-                    ep.ready
+                    self.counts_ready(ep)
                 } else {
                     ep.serving_terminating
                 };
@@ -643,6 +652,12 @@ impl Translator {
         let mut affected = BTreeSet::new();
         if let Some(old) = self.slices.remove(key) {
             for ep in &old.endpoints {
+                if let Some(set) = self.address_slices.get_mut(&ep.address) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.address_slices.remove(&ep.address);
+                    }
+                }
                 if let Some(m) = self.services_on_node.get_mut(&ep.node) {
                     if let Some(c) = m.get_mut(&old.service) {
                         *c -= 1;
@@ -665,6 +680,10 @@ impl Translator {
         }
         if let Some(new) = new {
             for ep in &new.endpoints {
+                self.address_slices
+                    .entry(ep.address)
+                    .or_default()
+                    .insert(key.clone());
                 *self
                     .services_on_node
                     .entry(ep.node.clone())
@@ -684,6 +703,68 @@ impl Translator {
             self.sync_service(&s, &mut out);
         }
         out
+    }
+
+    // ---- The readiness gate ----
+
+    /// Whether endpoint `ep` counts as ready: the slice says so, or its pod's only unmet
+    /// readiness condition is clb's gate (and it is not terminating).
+    fn counts_ready(&self, ep: &crate::decode::SliceEndpoint) -> bool {
+        ep.ready || (!ep.terminating && self.gate_ready.contains(&ep.address))
+    }
+
+    /// The pod at `address` has every container ready and every readiness gate but clb's met
+    /// (`on`), or no longer: its endpoints are programmed as if ready. Returns the updates.
+    pub fn set_gate_ready(&mut self, address: IpAddr, on: bool) -> Vec<Update> {
+        let changed = if on {
+            self.gate_ready.insert(address)
+        } else {
+            self.gate_ready.remove(&address)
+        };
+        let mut out = Vec::new();
+        if !changed {
+            return out;
+        }
+        let services: BTreeSet<ObjKey> = self
+            .address_slices
+            .get(&address)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k).map(|s| s.service.clone()))
+            .collect();
+        for s in services {
+            self.sync_service(&s, &mut out);
+        }
+        out
+    }
+
+    /// The Services of ours (exposed in this translator's gateway) whose EndpointSlices list
+    /// `address`, each as `(UID, location)`: what the gate waits for. A Service whose endpoint
+    /// cannot be located here (its node is another gateway's) is left out.
+    pub fn gate_services(&self, address: IpAddr) -> Vec<(String, IpAddr)> {
+        let mut out = Vec::new();
+        for k in self.address_slices.get(&address).into_iter().flatten() {
+            let Some(slice) = self.slices.get(k) else {
+                continue;
+            };
+            // Sent to this gateway: ours, exposed here, with the finalizer when one is required.
+            let Some(svc) = self.sent_services.get(&slice.service) else {
+                continue;
+            };
+            for ep in slice.endpoints.iter().filter(|e| e.address == address) {
+                if let Some(loc) = self.node_ip(&ep.node, address) {
+                    out.push((svc.uid.clone(), loc));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Whether some EndpointSlice of any Service lists `address` (ours or not, in any gateway).
+    pub fn lists_address(&self, address: IpAddr) -> bool {
+        self.address_slices.contains_key(&address)
     }
 
     // ---- Nodes ----
