@@ -37,7 +37,7 @@ pub use admission::{
 pub use cli::Args;
 pub use metrics::WebhookMetrics;
 pub use serve::{TlsListener, Webhook, run, serve};
-pub use stores::Stores;
+pub use stores::{Stores, reflect_namespaces, reflect_services};
 pub use tls::{CertificateFiles, HANDSHAKE_TIMEOUT, ReloadingCertificate};
 
 /// The pod condition type of the readiness gate (`spec.readinessGates[].conditionType`), which the

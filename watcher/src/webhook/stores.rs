@@ -85,30 +85,11 @@ impl Stores {
     }
 
     /// Stores kept by watches of every Service and every Namespace of the cluster through
-    /// `client` (`list` and `watch` on `services` and `namespaces`), and the future that runs
-    /// those watches (spawn it; it never ends).
+    /// `client` (`list` and `watch` on `services` and `namespaces`: [`reflect_services`] and
+    /// [`reflect_namespaces`]), and the future that runs those watches (spawn it; it never ends).
     pub fn reflect(client: kube::Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (services, svc_writer) = reflector::store::<Service>();
-        let (namespaces, ns_writer) = reflector::store::<Namespace>();
-        let svc = keep(
-            Api::<Service>::all(client.clone()),
-            svc_writer,
-            "Service",
-            |s: &mut Service| {
-                slim(s);
-                s.status = None;
-            },
-        );
-        let ns = keep(
-            Api::<Namespace>::all(client),
-            ns_writer,
-            "Namespace",
-            |n: &mut Namespace| {
-                slim(n);
-                n.spec = None;
-                n.status = None;
-            },
-        );
+        let (services, svc) = reflect_services(client.clone());
+        let (namespaces, ns) = reflect_namespaces(client);
         let run = async move {
             futures::join!(svc, ns);
         };
@@ -142,4 +123,38 @@ impl Stores {
         self.services
             .state_filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
     }
+}
+
+/// A store of every Service of the cluster, kept by a watch through `client` (`list` and `watch`
+/// on `services`; managed fields, annotations and status are not kept), and the future that runs
+/// the watch (spawn it; it never ends).
+pub fn reflect_services(
+    client: kube::Client,
+) -> (Store<Service>, impl Future<Output = ()> + Send + 'static) {
+    let (store, writer) = reflector::store::<Service>();
+    let run = keep(Api::all(client), writer, "Service", |s: &mut Service| {
+        slim(s);
+        s.status = None;
+    });
+    (store, run)
+}
+
+/// A store of every Namespace of the cluster, kept by a watch through `client` (`list` and
+/// `watch` on `namespaces`; only the metadata without managed fields and annotations is kept),
+/// and the future that runs the watch (spawn it; it never ends).
+pub fn reflect_namespaces(
+    client: kube::Client,
+) -> (Store<Namespace>, impl Future<Output = ()> + Send + 'static) {
+    let (store, writer) = reflector::store::<Namespace>();
+    let run = keep(
+        Api::all(client),
+        writer,
+        "Namespace",
+        |n: &mut Namespace| {
+            slim(n);
+            n.spec = None;
+            n.status = None;
+        },
+    );
+    (store, run)
 }
