@@ -508,3 +508,106 @@ async fn a_renewed_certificate_is_presented_without_a_restart() {
     assert_eq!(resp.status(), 200);
     reloads.abort();
 }
+
+/// A free port on 127.0.0.1 (bound, then released for the server to bind).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_webhook_fails_open_until_it_has_listed_namespaces() {
+    // `webhook::run` as the binary runs it, against the fake API, which serves Services but no
+    // Namespaces: the webhook never completes its lists, so it is not ready and allows every pod
+    // as it is.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let pki = Pki::new("webhook-run");
+    let fake = FakeApi::start().await;
+    fake.put(
+        "services",
+        service("shop", "web", None, json!({"app": "web"})),
+    );
+    let (port, metrics_port) = (free_port(), free_port());
+    let args = <webhook::Args as clap::Parser>::try_parse_from([
+        "clb-webhook".to_owned(),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", pki.path_str("server.pem")),
+        format!("--tls-key={}", pki.path_str("server.key")),
+        format!("--metrics-listen=127.0.0.1:{metrics_port}"),
+    ])
+    .unwrap();
+    let certificate = ReloadingCertificate::load(args.certificate_files()).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(webhook::run(
+        args,
+        certificate,
+        fake.kube_client(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let https = client(&pki.ca);
+    let object = pod("shop", json!({"app": "web"}));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let answer: Value = loop {
+        let sent = https
+            .post(format!("https://localhost:{port}/mutate-pods?timeout=5s"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&review("shop", &object)).unwrap())
+            .send()
+            .await;
+        match sent {
+            Ok(resp) => break resp.json().await.unwrap(),
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(answer["response"]["uid"], UID);
+    assert_eq!(answer["response"]["allowed"], true);
+    assert!(answer["response"].get("patch").is_none(), "{answer}");
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ready = plain
+        .get(format!("http://127.0.0.1:{metrics_port}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let text = plain
+        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "clb_webhook_admissions_total{result=\"unchanged\"} 1",
+        "clb_webhook_admissions_total{result=\"patched\"} 0",
+        "clb_webhook_stores_synced 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+    // It listed Services (and tried Namespaces) cluster-wide.
+    let requests = fake.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/services?")),
+        "{requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/namespaces?")),
+        "{requests:?}"
+    );
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("it stops on shutdown")
+        .unwrap()
+        .expect("and returns Ok");
+}

@@ -304,16 +304,16 @@ pub async fn serve(
         .context("serving the webhook")
 }
 
-/// The whole of `clb-webhook`: loads the certificate (an error naming the flag and the file if it
-/// does not load), binds `--listen`, watches Services and Namespaces through `client`, serves the
-/// metrics on `--metrics-listen`, re-reads the certificate every `--tls-reload-interval-s`, and
-/// serves the webhook until `shutdown` resolves.
+/// The whole of `clb-webhook`, with `certificate` loaded from `--tls-cert` and `--tls-key`
+/// ([`ReloadingCertificate::load`]): binds `--listen`, watches Services and Namespaces through
+/// `client`, serves the metrics on `--metrics-listen`, re-reads the certificate every
+/// `--tls-reload-interval-s`, and serves the webhook until `shutdown` resolves.
 pub async fn run(
     args: Args,
+    certificate: Arc<ReloadingCertificate>,
     client: kube::Client,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let certificate = ReloadingCertificate::load(args.certificate_files())?;
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind the webhook listener", args.listen))?;
