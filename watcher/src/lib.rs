@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod poolservice;
 pub mod routing;
 pub mod translate;
+pub mod webhook;
 
 mod moves;
 mod pools;
