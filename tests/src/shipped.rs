@@ -321,8 +321,11 @@ impl TcpGate {
     }
 
     /// Closes every connection and refuses new ones until [`TcpGate::open`].
-    pub fn close(&self) {
+    pub async fn close(&self) {
         self.open.store(false, Ordering::SeqCst);
+        // The listener and every forwarder look at the flag every 10 ms: once this returns, no
+        // connection is left and none is accepted.
+        tokio::time::sleep(Duration::from_millis(60)).await;
     }
 
     /// Accepts connections again, on the same port.

@@ -336,7 +336,7 @@ async fn the_shipped_system_works_as_one() {
     for refuse in [false, true] {
         let mut fresh = s.operator().await.writer("operator");
         if refuse {
-            s.api_gate.close();
+            s.api_gate.close().await;
         } else {
             s.api.reviews_down(true);
         }

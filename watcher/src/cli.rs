@@ -37,6 +37,15 @@ pub struct Args {
     /// PoolService CRD (deploy/components/poolservice).
     #[arg(long, env = "CLB_POOL_SERVICES", default_value_t = false, action = clap::ArgAction::Set)]
     pub pool_services: bool,
+    /// Cluster mode: drive the pod readiness gate `clb.azure.com/programmed` of the pods labelled
+    /// `clb.azure.com/readiness-gate=true` (docs/readiness-gate.md; needs `patch` on
+    /// `pods/status`, granted by deploy/components/readiness-gate).
+    #[arg(long, env = "CLB_READINESS_GATE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub readiness_gate: bool,
+    /// A gated pod not programmed within this long gets its gate True anyway (reason Timeout, a
+    /// Warning Event), e.g. `10m`, `90s`.
+    #[arg(long, env = "CLB_READINESS_GATE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub readiness_gate_timeout: std::time::Duration,
     /// Run as the node agent of this node: report only the egress pods on it (source
     /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
     #[arg(long, env = "CLB_NODE")]
@@ -142,6 +151,8 @@ impl Args {
             );
         }
         c.pool_services = self.pool_services;
+        c.readiness_gate = self.readiness_gate;
+        c.readiness_gate_timeout = self.readiness_gate_timeout;
         c.class = self.class.clone();
         c.claim_unclassed = self.claim_unclassed;
         c.write_back = self.write_back;
@@ -317,4 +328,16 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// A duration such as `10m`, `90s`, `1h 30m` (jiff's friendly format) or `600` (seconds).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let d: k8s_openapi::jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 10m or 90s: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }

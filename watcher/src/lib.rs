@@ -27,6 +27,7 @@ pub mod routing;
 pub mod translate;
 pub mod webhook;
 
+mod gate;
 mod moves;
 mod pools;
 mod relist;
@@ -129,6 +130,11 @@ pub struct WatcherConfig {
     /// With `gateways`, cluster mode and write-back: create one PoolService per (Service, selected
     /// gateway), program PoolServices of our class that others created, and write their status.
     pub pool_services: bool,
+    /// Cluster mode: drive the pod readiness gate `clb.azure.com/programmed` ([`gate`]).
+    pub readiness_gate: bool,
+    /// A gated pod not programmed within this long gets its gate `True` anyway (reason
+    /// `Timeout`, a Warning Event).
+    pub readiness_gate_timeout: Duration,
 }
 
 impl WatcherConfig {
@@ -154,6 +160,8 @@ impl WatcherConfig {
             gateways: None,
             move_bound: Duration::from_secs(30),
             pool_services: false,
+            readiness_gate: false,
+            readiness_gate_timeout: Duration::from_secs(600),
         }
     }
 
@@ -423,6 +431,12 @@ pub async fn run(
         (None, None)
     };
 
+    let gate = (config.readiness_gate && matches!(config.mode, Mode::Cluster { .. })).then(|| {
+        tokio::spawn(
+            gate::Gate::new(config.clone(), lanes.clone(), kube.write.clone())
+                .run(kube.watch.clone()),
+        )
+    });
     let streams = streams(&kube.watch, &config, &kinds);
     let pool_stream: BoxStream<'static, PoolEvent> = if config.pool_services_on() {
         let api: Api<DynamicObject> =
@@ -455,6 +469,9 @@ pub async fn run(
     }
     if let Some(w) = writeback {
         w.abort();
+    }
+    if let Some(g) = gate {
+        g.abort();
     }
     tracing::info!(source = %source, "stopped");
     result

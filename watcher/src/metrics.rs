@@ -11,6 +11,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,6 +32,11 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
     operation: String,
 }
@@ -44,6 +50,8 @@ pub struct WatcherMetrics {
     resyncs: Family<ResultLabels, Counter>,
     writeback_failures: Family<OperationLabels, Counter>,
     synced: Gauge,
+    gate_seconds: Histogram,
+    gate_outcomes: Family<ReasonLabels, Counter>,
     listed: AtomicBool,
     resynced: AtomicBool,
     /// With several gateways: the gateways whose lane has not resynced yet.
@@ -66,6 +74,21 @@ impl WatcherMetrics {
         let resyncs = Family::<ResultLabels, Counter>::default();
         let writeback_failures = Family::<OperationLabels, Counter>::default();
         let synced = Gauge::default();
+        // 10 ms .. ~10 min (the gate's default bound), doubling.
+        let gate_seconds =
+            Histogram::new(std::iter::successors(Some(0.01_f64), |b| Some(b * 2.0)).take(17));
+        let gate_outcomes = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "watcher_readiness_gate_seconds",
+            "Pod readiness gate clb.azure.com/programmed: seconds from the pod's containers being \
+             ready (as the watcher saw it) to the gate set True",
+            gate_seconds.clone(),
+        );
+        registry.register(
+            "watcher_readiness_gate",
+            "Readiness gates set True, by reason: Programmed, NotSelected, Timeout (failed open)",
+            gate_outcomes.clone(),
+        );
         registry.register(
             "watcher_events",
             "Watch events processed, by resource kind and event (init, apply, delete, init_done)",
@@ -101,10 +124,22 @@ impl WatcherMetrics {
             resyncs,
             writeback_failures,
             synced,
+            gate_seconds,
+            gate_outcomes,
             listed: AtomicBool::new(false),
             resynced: AtomicBool::new(false),
             pending_lanes: std::sync::Mutex::new(std::collections::BTreeSet::new()),
         }
+    }
+
+    /// A readiness gate was set True for `reason` after `seconds` (from containers ready).
+    pub fn gate_opened(&self, reason: &str, seconds: f64) {
+        self.gate_seconds.observe(seconds);
+        self.gate_outcomes
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one watch event of `kind` (`init`, `apply`, `delete`, `init_done`).
