@@ -1080,9 +1080,10 @@ fn patch(
                 let gone = obj.pointer("/metadata/deletionTimestamp").is_some()
                     && finalizers(&obj).is_empty()
                     && workloads::grace_over(&obj);
+                // As the API server: the object as stored (its new resourceVersion, generation).
                 let answer = obj.clone();
-                inner.commit(plural, key, (!gone).then_some(obj));
-                json_response(200, &answer)
+                let stored = inner.commit(plural, key, (!gone).then_some(obj));
+                json_response(200, &stored.unwrap_or(answer))
             }
         }
     };
