@@ -577,7 +577,7 @@ async fn with_gates_never_true_the_rollout_stops_at_the_surge() {
 async fn a_deleted_pod_terminates_then_disappears() {
     let fake = cluster().await;
     let kubelet = KubeletConfig {
-        termination_grace: Duration::from_millis(500),
+        termination_grace: Duration::from_secs(2),
         ..KubeletConfig::default()
     };
     let controllers = fake.start_controllers(ControllersConfig {
@@ -600,7 +600,7 @@ async fn a_deleted_pod_terminates_then_disappears() {
     })
     .await;
 
-    // DELETE over HTTP: graceful (the pod's default grace, 30 s, capped by the kubelet's 500 ms).
+    // DELETE over HTTP: graceful (the pod's default grace, 30 s, capped by the kubelet's 2 s: long enough to be seen terminating).
     let answer = pods
         .delete("p1", &DeleteParams::default())
         .await
@@ -654,7 +654,7 @@ async fn a_deleted_pod_terminates_then_disappears() {
 async fn a_terminating_pod_can_keep_serving_until_it_goes() {
     let fake = cluster().await;
     let kubelet = KubeletConfig {
-        termination_grace: Duration::from_millis(500),
+        termination_grace: Duration::from_secs(2),
         // Longer than the grace: its readiness holds until the pod is removed.
         ready_while_terminating: Duration::from_secs(60),
         ..KubeletConfig::default()
@@ -797,4 +797,35 @@ async fn pod_status_patches_are_authorized_as_pods_status() {
         }
         other => panic!("the pod itself is not granted: {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recreate_rollout_stops_every_old_pod_before_starting_new_ones() {
+    let fake = cluster().await;
+    let _controllers = fake.start_controllers(ControllersConfig::default());
+    let mut d = deployment("web", 2, "web");
+    d["spec"]["strategy"] = json!({"type": "Recreate"});
+    fake.put("deployments", d);
+    eventually("the first rollout", || async {
+        fake.rolled_out("web")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    let new_hash = fake.rollout("web");
+    let overlap = AtomicBool::new(false);
+    eventually("the rollout completes", || async {
+        let pods = fake.deployment_pods("web");
+        let is_new = |p: &&Value| label(p, POD_TEMPLATE_HASH).as_deref() == Some(new_hash.as_str());
+        let both = pods.iter().any(|p| is_new(&p)) && pods.iter().any(|p| !is_new(&p));
+        overlap.fetch_or(both, Ordering::SeqCst);
+        let done = fake.rolled_out("web") && pods.len() == 2 && pods.iter().all(|p| is_new(&p));
+        done.then_some(())
+            .ok_or_else(|| format!("{} pods", pods.len()))
+    })
+    .await;
+    assert!(
+        !overlap.load(Ordering::SeqCst),
+        "an old pod (even terminating) and a new one at once"
+    );
 }

@@ -306,6 +306,20 @@ fn s(v: &Value, pointer: &str) -> String {
     pointer_str(v, pointer).unwrap_or("").to_owned()
 }
 
+/// A pod's identity for the kubelet: its uid (its namespace and name if it has none).
+fn pod_id(pod: &Value) -> String {
+    let uid = s(pod, "/metadata/uid");
+    if uid.is_empty() {
+        format!(
+            "{}/{}",
+            s(pod, "/metadata/namespace"),
+            s(pod, "/metadata/name")
+        )
+    } else {
+        uid
+    }
+}
+
 fn terminal(pod: &Value) -> bool {
     matches!(
         pointer_str(pod, "/status/phase"),
@@ -569,8 +583,7 @@ impl Kubelet {
         pod: &Value,
         now: Instant,
     ) -> Option<Instant> {
-        let uid = s(pod, "/metadata/uid");
-        let since = *self.deleting.entry(uid).or_insert(now);
+        let since = *self.deleting.entry(pod_id(pod)).or_insert(now);
         let grace_secs = pod
             .pointer("/metadata/deletionGracePeriodSeconds")
             .or_else(|| pod.pointer("/spec/terminationGracePeriodSeconds"))
@@ -632,7 +645,7 @@ impl Controller for Kubelet {
         let mut next = None;
         let mut live = HashSet::new();
         for (key, pod) in pods {
-            live.insert(s(&pod, "/metadata/uid"));
+            live.insert(pod_id(&pod));
             let node_name = s(&pod, "/spec/nodeName");
             if node_name.is_empty() {
                 // The scheduler: bind to the next schedulable node.
@@ -666,7 +679,7 @@ impl Controller for Kubelet {
             if terminal(&pod) {
                 continue;
             }
-            let started = *self.started.entry(s(&pod, "/metadata/uid")).or_insert(now);
+            let started = *self.started.entry(pod_id(&pod)).or_insert(now);
             let ready_at = started + self.config.containers_ready_after;
             let containers_ready = now >= ready_at;
             if !containers_ready {
@@ -1195,7 +1208,7 @@ impl Controller for Deployments {
                 .copied()
                 .filter(|(_, p)| active(p) && !is_new(p))
                 .collect();
-            let any_old_left = owned.iter().any(|(_, p)| !is_new(p));
+            let any_old_left = owned.iter().any(|(_, p)| !is_new(p) && !terminal(p));
             if Self::step(inner, &d, &hash, &new, &old, any_old_left) {
                 // The next pass (woken by these changes) writes the status.
                 continue;
@@ -1208,5 +1221,40 @@ impl Controller for Deployments {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(surge: Value, unavailable: Value) -> Value {
+        json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}}})
+    }
+
+    #[test]
+    fn fenceposts_round_as_kubernetes_does() {
+        // Surge rounds up, unavailable down.
+        assert_eq!(fenceposts(&with(json!("25%"), json!(0)), 4), (1, 0));
+        assert_eq!(fenceposts(&with(json!("25%"), json!("25%")), 5), (2, 1));
+        assert_eq!(fenceposts(&with(json!("10%"), json!("10%")), 3), (1, 0));
+        assert_eq!(fenceposts(&with(json!(2), json!(1)), 4), (2, 1));
+        // Both zero: one may be unavailable.
+        assert_eq!(fenceposts(&with(json!(0), json!("10%")), 3), (0, 1));
+        // The defaults: 25 % and 25 %.
+        assert_eq!(fenceposts(&json!({"spec": {}}), 10), (3, 2));
+        // Never more unavailable than replicas.
+        assert_eq!(fenceposts(&with(json!(1), json!(5)), 2), (1, 2));
+    }
+
+    #[test]
+    fn template_hashes_are_stable_and_safe() {
+        let t = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}});
+        let h = template_hash(&t);
+        assert_eq!(h, template_hash(&t.clone()));
+        assert!(h.bytes().all(|b| ALPHANUMS.contains(&b)), "{h}");
+        let mut u = t.clone();
+        u["metadata"]["annotations"] = json!({RESTARTED_AT: "now"});
+        assert_ne!(h, template_hash(&u));
     }
 }
