@@ -334,6 +334,17 @@ async fn a_readiness_gate_holds_a_pod_unready_until_its_condition_is_true() {
     ]
     .into();
     assert_eq!(types, want, "the kubelet keeps the gate condition");
+    let typed = pods.get_status("g1").await.expect("get pods/status");
+    let typed_ready = typed
+        .status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten();
+    assert!(
+        typed_ready
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
     assert!(
         endpoint_of(&slice_of(&fake, "web").unwrap(), "g2")
             .is_some_and(|e| conditions(&e) == (false, false, false)),

@@ -1,18 +1,20 @@
 //! The API side of workloads in the fake ([`super::FakeApi`]), as the API server serves them:
-//! - Pods: create (`generateName` honoured), get, namespaced list and watch, merge and strategic
-//!   merge PATCH of the object and of its `status` subresource (the same code path as Services:
-//!   `metadata.resourceVersion` preconditions, `409 Conflict`), pod condition validation (`422`),
-//!   and **graceful deletion** while a kubelet runs ([`FakeApi::graceful_pod_deletion`]): a pod
-//!   bound to a node gets `deletionTimestamp` and `deletionGracePeriodSeconds`, and the kubelet
-//!   (`controllers.rs`) removes it when its containers have stopped;
+//! - Pods: create (`generateName` honoured), get (and of `status`), namespaced list and watch,
+//!   merge and strategic merge PATCH of the object and of its `status` subresource (the same
+//!   code path as Services: `metadata.resourceVersion` preconditions, `409 Conflict`), pod
+//!   condition validation (`422`), and **graceful deletion** while a kubelet runs
+//!   ([`FakeApi::graceful_pod_deletion`]): a pod bound to a node gets `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds`, and the kubelet (`controllers.rs`) removes it when its
+//!   containers have stopped;
 //! - `apps/v1` Deployments: create, get, list, watch, replace (PUT, `resourceVersion`
 //!   precondition), merge and strategic merge PATCH, delete;
-//! - strategic merge patch (`application/strategic-merge-patch+json`, built-in resources only:
-//!   `415` for the PoolService CRD, as for any custom resource): maps merge as a JSON merge patch;
+//! - strategic merge patch (`application/strategic-merge-patch+json`; built-in resources only,
+//!   `415` for the PoolService CRD as for any custom resource): maps merge as a JSON merge patch;
 //!   the lists Kubernetes declares `patchStrategy: merge` merge by their key (`conditions` by
 //!   `type`, `podIPs`/`hostIPs` by `ip`, `containers` by `name`, `ownerReferences` by `uid`;
 //!   `finalizers` as a set), with the `$patch: delete|replace`, `$setElementOrder/…`,
 //!   `$deleteFromPrimitiveList/…` and `$retainKeys` directives; other lists are replaced.
+//!   Server-side apply is not served (`415`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -369,9 +371,10 @@ pub(super) fn route(
             field.push_str(&format!("metadata.namespace={ns}"));
             list_or_watch(inner, plural, q)
         }
-        (&Method::GET, ["namespaces", ns, plural, name]) if served(inner, plural, &api_version) => {
-            get(inner, plural, ns, name)
-        }
+        (
+            &Method::GET,
+            ["namespaces", ns, plural, name] | ["namespaces", ns, plural, name, "status"],
+        ) if served(inner, plural, &api_version) => get(inner, plural, ns, name),
         (&Method::GET, [plural @ "nodes", name]) if served(inner, plural, &api_version) => {
             get(inner, plural, "", name)
         }
