@@ -13,6 +13,9 @@
 //! TokenReviews, SubjectAccessReviews answered by evaluating RBAC objects (deploy/'s, and bindings
 //! a test creates as an operator would), and optionally RBAC enforced on the fake's own requests:
 //! `fake_kube/auth.rs`.
+//! Pods (status subresource, strategic merge patch, graceful deletion) and `apps/v1` Deployments:
+//! `fake_kube/workloads.rs`; simulated kubelet, EndpointSlice and Deployment controllers
+//! ([`FakeApi::start_controllers`]): `fake_kube/controllers.rs`.
 //! Binds 127.0.0.1:0.
 //!
 //! Kept in one place: every test that needs a Kubernetes API uses this one.
@@ -32,8 +35,12 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 mod auth;
+pub mod controllers;
+mod workloads;
 
 pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
+pub use controllers::{ControllersConfig, ControllersHandle, KubeletConfig};
+pub use workloads::{MERGE_PATCH, STRATEGIC_MERGE_PATCH, strategic_merge};
 
 #[derive(Debug, Clone)]
 struct Change {
@@ -95,6 +102,8 @@ struct Inner {
     /// TokenReview, SubjectAccessReview (from RBAC objects) and the enforcement of RBAC on
     /// requests (`fake_kube/auth.rs`).
     reviews: auth::Reviews,
+    /// Graceful pod deletion (`fake_kube/workloads.rs`).
+    workloads: workloads::Workloads,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -105,11 +114,12 @@ pub struct FakeApi {
     pub url: String,
 }
 
-const RESOURCES: [(&str, &str, &str); 5] = [
+const RESOURCES: [(&str, &str, &str); 6] = [
     ("services", "Service", "v1"),
     ("endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
     ("pods", "Pod", "v1"),
     ("nodes", "Node", "v1"),
+    ("deployments", "Deployment", "apps/v1"),
     // OpenYurt's CRD: list, watch, create, delete, merge patch (and of `status`).
     (
         "poolservices",
@@ -295,6 +305,24 @@ impl Inner {
         }
         new
     }
+
+    /// DELETE as the API server does it (`grace`: the request's `gracePeriodSeconds`): a pod
+    /// gracefully (`fake_kube/workloads.rs`), else with finalizers only `deletionTimestamp` is set;
+    /// the object as answered, `None` if it does not exist.
+    fn delete(&mut self, plural: &str, key: (String, String), grace: Option<i64>) -> Option<Value> {
+        if let Some(pod) = workloads::graceful_delete(self, plural, &key, grace) {
+            return Some(pod);
+        }
+        let obj = self.resources[plural].objects.get(&key).cloned()?;
+        if finalizers(&obj).is_empty() {
+            self.commit(plural, key, None);
+            Some(obj)
+        } else {
+            let mut obj = obj;
+            obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+            self.commit(plural, key, Some(obj))
+        }
+    }
 }
 
 impl FakeApi {
@@ -327,6 +355,7 @@ impl FakeApi {
             leases: BTreeMap::new(),
             events: BTreeMap::new(),
             reviews: auth::Reviews::default(),
+            workloads: workloads::Workloads::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -362,18 +391,13 @@ impl FakeApi {
         self.lock().commit(plural, key, Some(obj));
     }
 
-    /// Deletes like the API server: with finalizers, only sets `deletionTimestamp`.
+    /// Deletes like the API server: with finalizers, only sets `deletionTimestamp`; a pod bound
+    /// to a node gracefully while [`FakeApi::graceful_pod_deletion`].
     pub fn delete(&self, plural: &str, namespace: &str, name: &str) {
-        let mut inner = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        let obj = inner.resources[plural].objects.get(&key).cloned().unwrap();
-        if finalizers(&obj).is_empty() {
-            inner.commit(plural, key, None);
-        } else {
-            let mut obj = obj;
-            obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
-            inner.commit(plural, key, Some(obj));
-        }
+        self.lock()
+            .delete(plural, key, None)
+            .expect("the object to delete exists");
     }
 
     /// Removes an object whatever its finalizers (e.g. someone removed them while we were away).
@@ -589,6 +613,9 @@ async fn handle(
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if let Some(answer) = auth::review(&inner, &method, &segs, &body) {
+        return answer;
+    }
+    if let Some(answer) = workloads::route(&inner, (&method, &path, &segs), &q, &headers, &body) {
         return answer;
     }
     match (method.clone(), segs.as_slice()) {
@@ -919,28 +946,23 @@ fn create(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, body: &Bytes) -> Re
     if let Some(o) = obj.as_object_mut() {
         o.remove("status");
     }
+    if plural == "pods" {
+        // As the API server's pod strategy: a new pod is Pending.
+        obj["status"] = json!({"phase": "Pending"});
+    }
     let created = inner.commit(plural, key, Some(obj)).unwrap_or(Value::Null);
     json_response(201, &created)
 }
 
 /// DELETE of a namespaced object: with finalizers, only `deletionTimestamp` is set.
 fn delete(inner: &Arc<Mutex<Inner>>, plural: &str, ns: &str, name: &str) -> Response {
-    let mut inner = inner.lock().unwrap();
     let key = (ns.to_owned(), name.to_owned());
-    let Some(obj) = inner.resources[plural].objects.get(&key).cloned() else {
-        return json_response(
+    match inner.lock().unwrap().delete(plural, key, None) {
+        Some(answer) => json_response(200, &answer),
+        None => json_response(
             404,
             &status_body(404, "NotFound", &format!("{plural} {name:?} not found")),
-        );
-    };
-    if finalizers(&obj).is_empty() {
-        inner.commit(plural, key, None);
-        json_response(200, &obj)
-    } else {
-        let mut obj = obj;
-        obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
-        let answer = inner.commit(plural, key, Some(obj)).unwrap_or(Value::Null);
-        json_response(200, &answer)
+        ),
     }
 }
 
@@ -997,7 +1019,7 @@ fn patch(
                 &status_body(404, "NotFound", &format!("{plural} not found")),
             )
         }
-        Some(_) if content_type != "application/merge-patch+json" => {
+        Some(_) if !workloads::patch_type_allowed(plural, content_type) => {
             record.status = 415;
             json_response(415, &status_body(415, "UnsupportedMediaType", content_type))
         }
@@ -1037,9 +1059,14 @@ fn patch(
                 }
                 if status_sub {
                     if let Some(s) = p.get("status") {
-                        merge(&mut obj["status"], s);
+                        workloads::apply_patch(content_type, &mut obj["status"], s);
                     }
-                    if let Err(m) = validate_conditions(&obj) {
+                    let valid = if plural == "pods" {
+                        workloads::validate_pod_status(&obj)
+                    } else {
+                        validate_conditions(&obj)
+                    };
+                    if let Err(m) = valid {
                         record.status = 422;
                         inner.patches.push(record);
                         return json_response(422, &status_body(422, "Invalid", &m));
@@ -1048,13 +1075,15 @@ fn patch(
                     if let Some(o) = p.as_object_mut() {
                         o.remove("status");
                     }
-                    merge(&mut obj, &p);
+                    workloads::apply_patch(content_type, &mut obj, &p);
                 }
                 let gone = obj.pointer("/metadata/deletionTimestamp").is_some()
-                    && finalizers(&obj).is_empty();
+                    && finalizers(&obj).is_empty()
+                    && workloads::grace_over(&obj);
+                // As the API server: the object as stored (its new resourceVersion, generation).
                 let answer = obj.clone();
-                inner.commit(plural, key, (!gone).then_some(obj));
-                json_response(200, &answer)
+                let stored = inner.commit(plural, key, (!gone).then_some(obj));
+                json_response(200, &stored.unwrap_or(answer))
             }
         }
     };

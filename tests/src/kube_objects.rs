@@ -55,6 +55,76 @@ pub fn pod(name: &str, node: &str, ips: &[&str], egress: Option<&str>) -> Value 
     })
 }
 
+/// A Service `default/name` of type LoadBalancer selecting the pods labelled `app=APP`: port 80
+/// to their port 8080 (TCP), for the simulated EndpointSlice controller
+/// ([`crate::fake_kube::FakeApi::start_controllers`]).
+pub fn selecting_service(name: &str, uid: &str, app: &str) -> Value {
+    service(
+        name,
+        uid,
+        json!({
+            "type": "LoadBalancer",
+            "selector": {"app": app},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+        }),
+    )
+}
+
+/// A Deployment `default/name` of `replicas` pods labelled `app=APP` (one container `c`, port
+/// 8080), rolled out with `maxSurge: 25%` and `maxUnavailable: 0`, for the simulated
+/// Deployment controller.
+pub fn deployment(name: &str, replicas: i64, app: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-deploy-{name}")},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {
+                    "containers": [{
+                        "name": "c", "image": "demo:1",
+                        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// A Pod `default/name` labelled `app=APP`, not yet scheduled (the simulated scheduler binds it).
+pub fn unscheduled_pod(name: &str, app: &str) -> Value {
+    json!({
+        "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"),
+                     "labels": {"app": app}},
+        "spec": {"containers": [{"name": "c", "image": "demo:1"}]},
+        "status": {"phase": "Pending"},
+    })
+}
+
+/// `obj` (a Pod, or a Deployment: its template) with a readiness gate on `condition_type`.
+pub fn with_readiness_gate(mut obj: Value, condition_type: &str) -> Value {
+    let spec = if obj.get("kind").and_then(Value::as_str) == Some("Deployment") {
+        &mut obj["spec"]["template"]["spec"]
+    } else {
+        &mut obj["spec"]
+    };
+    if !spec["readinessGates"].is_array() {
+        spec["readinessGates"] = json!([]);
+    }
+    spec["readinessGates"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({"conditionType": condition_type}));
+    obj
+}
+
 /// A watcher or node agent (`clb_watcher::run`) in a task.
 #[derive(Debug)]
 pub struct RunningWatcher {
