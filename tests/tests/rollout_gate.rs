@@ -1,0 +1,290 @@
+//! Zero-downtime rollouts with the pod readiness gate `clb.azure.com/programmed` (issue 21):
+//! simulated Deployment controller, kubelet and EndpointSlice controller in the fake Kubernetes
+//! API (`FakeApi::start_controllers`: pods Ready = containers ready AND every readiness gate True;
+//! rolling update with maxSurge 25 % / maxUnavailable 0; old pods deleted only once new ones are
+//! Ready), the whole clb system (state server, workers, the NRP emulator at 1 s per call, the
+//! watcher with `--readiness-gate`).
+//!
+//! Every 10 ms a sampler counts the Service's backends in NRP that belong to live, non-terminating
+//! pods. With the gate the count never drops below the replica count (10 replicas, and 1); without
+//! it the same rollout shows the drop (asserted, so the test proves it can see one). A pod whose
+//! programming does not happen gets its gate True with reason `Timeout` after the bound, with a
+//! Warning Event.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clb_nrp_emulator::EmulatorConfig;
+use clb_tests::fake_kube::FakeApi;
+use clb_tests::fake_kube::controllers::{ControllersConfig, KubeletConfig};
+use clb_tests::kube_objects::{
+    RunningWatcher, deployment, eventually, node, selecting_service, test_config,
+    with_readiness_gate,
+};
+use clb_tests::{Harness, Options};
+use clb_watcher::Mode;
+use clb_watcher::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
+use serde_json::Value;
+
+const UID: &str = "uid-web";
+
+/// Pod IPs of the Deployment's live pods (not being deleted).
+fn live_ips(fake: &FakeApi) -> BTreeSet<String> {
+    fake.deployment_pods("web")
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The addresses NRP has with the Service.
+fn nrp_backends(h: &Harness) -> BTreeSet<String> {
+    let dump = h.emulator().dump();
+    dump.gateways
+        .iter()
+        .flat_map(|g| g.address_map())
+        .filter(|(_, services)| services.iter().any(|s| s.eq_ignore_ascii_case(UID)))
+        .map(|((_, address), _)| address)
+        .collect()
+}
+
+fn ready_pods(fake: &FakeApi) -> usize {
+    fake.deployment_pods("web")
+        .iter()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count()
+}
+
+struct Run {
+    /// The fewest live backends in NRP seen during the rollout.
+    min_live_backends: usize,
+    samples: usize,
+}
+
+async fn rollout(replicas: i64, gate: bool) -> Run {
+    clb_tests::init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mut options = Options::e2e();
+    options.emulator = EmulatorConfig {
+        latency_ms: 1_000,
+        ..EmulatorConfig::default()
+    };
+    let h = Harness::start(options).await;
+    let fake = FakeApi::start().await;
+    for i in 0..3 {
+        fake.put(
+            "nodes",
+            node(&format!("node-{i}"), &[&format!("10.0.0.{}", i + 1)]),
+        );
+    }
+    let controllers = fake.start_controllers(ControllersConfig {
+        kubelet: Some(KubeletConfig {
+            containers_ready_after: Duration::from_millis(100),
+            termination_grace: Duration::from_millis(300),
+            ..KubeletConfig::default()
+        }),
+        ..ControllersConfig::default()
+    });
+    fake.put("services", selecting_service("web", UID, "web"));
+    let mut d = deployment("web", replicas, "web");
+    if gate {
+        d = with_readiness_gate(d, GATE_CONDITION_TYPE);
+        d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
+    }
+    fake.put("deployments", d);
+    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
+    config.readiness_gate = gate;
+    let w = RunningWatcher::start(config, fake.watcher_clients());
+
+    let want = replicas as usize;
+    eventually("every pod Ready and in NRP", || async {
+        let (ready, live, nrp) = (ready_pods(&fake), live_ips(&fake), nrp_backends(&h));
+        if ready == want && live.len() == want && live.is_subset(&nrp) {
+            Ok(())
+        } else {
+            Err(format!("ready {ready}, live {live:?}, NRP {nrp:?}"))
+        }
+    })
+    .await;
+
+    // Sample every 10 ms through the rollout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let min = Arc::new(AtomicUsize::new(usize::MAX));
+    let samples = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (stop, min, samples) = (stop.clone(), min.clone(), samples.clone());
+        let (fake, dump) = (fake.clone(), h.emulator().clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let live = live_ips(&fake);
+                let nrp: BTreeSet<String> = dump
+                    .dump()
+                    .gateways
+                    .iter()
+                    .flat_map(|g| g.address_map())
+                    .filter(|(_, s)| s.iter().any(|s| s.eq_ignore_ascii_case(UID)))
+                    .map(|((_, a), _)| a)
+                    .collect();
+                let n = live.intersection(&nrp).count();
+                min.fetch_min(n, Ordering::SeqCst);
+                samples.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let hash = fake.rollout("web");
+    eventually(
+        "the rollout is complete and NRP holds exactly the new pods",
+        || async {
+            let live = live_ips(&fake);
+            let nrp = nrp_backends(&h);
+            let new_only = fake
+                .deployment_pods("web")
+                .iter()
+                .all(|p| p["metadata"]["labels"]["pod-template-hash"] == hash.as_str());
+            if fake.rolled_out("web") && new_only && live == nrp && live.len() == want {
+                Ok(())
+            } else {
+                Err(format!("live {live:?}, NRP {nrp:?}"))
+            }
+        },
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let _ = sampler.await;
+    w.stop().await;
+    controllers.stop().await;
+    h.shutdown().await;
+    Run {
+        min_live_backends: min.load(Ordering::SeqCst),
+        samples: samples.load(Ordering::SeqCst),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gate_a_rollout_of_10_never_has_fewer_than_10_live_backends() {
+    let r = rollout(10, true).await;
+    println!(
+        "gate on, 10 replicas: min live backends {} over {} samples",
+        r.min_live_backends, r.samples
+    );
+    assert!(r.samples > 10, "the sampler ran");
+    assert!(
+        r.min_live_backends >= 10,
+        "the Service lost capacity: {} of 10",
+        r.min_live_backends
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gate_a_rollout_of_1_never_has_no_live_backend() {
+    let r = rollout(1, true).await;
+    println!(
+        "gate on, 1 replica: min live backends {} over {} samples",
+        r.min_live_backends, r.samples
+    );
+    assert!(
+        r.min_live_backends >= 1,
+        "the Service had no live backend during the rollout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gate_the_same_rollout_loses_capacity() {
+    let r = rollout(10, false).await;
+    println!(
+        "gate off, 10 replicas: min live backends {} over {} samples",
+        r.min_live_backends, r.samples
+    );
+    assert!(
+        r.min_live_backends < 10,
+        "no drop seen without the gate: the test could not tell the difference"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_never_programmed_fails_open_after_the_bound_with_a_warning_event() {
+    clb_tests::init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    // No sync worker: nothing reaches NRP, the pod's address is never programmed.
+    let mut options = Options::e2e();
+    options.workers = 0;
+    let h = Harness::start(options).await;
+    let fake = FakeApi::start().await;
+    fake.put("nodes", node("node-0", &["10.0.0.1"]));
+    let controllers = fake.start_controllers(ControllersConfig::default());
+    fake.put("services", selecting_service("web", UID, "web"));
+    let mut d = with_readiness_gate(deployment("web", 1, "web"), GATE_CONDITION_TYPE);
+    d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
+    fake.put("deployments", d);
+    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
+    config.readiness_gate = true;
+    config.readiness_gate_timeout = Duration::from_secs(2);
+    let metrics = config.metrics.clone();
+    let w = RunningWatcher::start(config, fake.watcher_clients());
+    // First False/Pending, then True/Timeout.
+    let gate_of = |fake: &FakeApi| -> Option<(String, String)> {
+        let pods = fake.deployment_pods("web");
+        let c = pods.first()?["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == GATE_CONDITION_TYPE)?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+        ))
+    };
+    eventually("the gate False, Pending", || async {
+        match gate_of(&fake) {
+            Some((s, r)) if s == "False" && r == "Pending" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eventually("the gate True, Timeout", || async {
+        match gate_of(&fake) {
+            Some((s, r)) if s == "True" && r == "Timeout" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eventually("the pod Ready", || async {
+        if ready_pods(&fake) == 1 {
+            Ok(())
+        } else {
+            Err("not Ready".to_owned())
+        }
+    })
+    .await;
+    let events: Vec<Value> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "ReadinessGateTimeout")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let note = events[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(UID) && note.contains("failing open"),
+        "{note}"
+    );
+    assert_eq!(events[0]["type"], "Warning");
+    let text = metrics.encode();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("clb_watcher_readiness_gate_total{reason=\"Timeout\"} 1")),
+        "{text}"
+    );
+    w.stop().await;
+    controllers.stop().await;
+    h.shutdown().await;
+}
