@@ -29,6 +29,7 @@ pub mod nrp;
 pub mod rbac;
 pub mod recorder;
 pub mod regions;
+pub mod rollout;
 pub mod shipped;
 
 pub mod fake_kube;

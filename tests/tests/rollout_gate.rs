@@ -11,163 +11,29 @@
 //! programming does not happen gets its gate True with reason `Timeout` after the bound, with a
 //! Warning Event.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use clb_nrp_emulator::EmulatorConfig;
 use clb_tests::fake_kube::FakeApi;
-use clb_tests::fake_kube::controllers::{ControllersConfig, KubeletConfig};
+use clb_tests::fake_kube::controllers::ControllersConfig;
 use clb_tests::kube_objects::{
     RunningWatcher, deployment, eventually, node, selecting_service, test_config,
     with_readiness_gate,
 };
+use clb_tests::rollout::{RolloutRun, RolloutSpec, UID, ready_pods};
 use clb_tests::{Harness, Options};
 use clb_watcher::Mode;
 use clb_watcher::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
 use serde_json::Value;
 
-const UID: &str = "uid-web";
-
-/// Pod IPs of the Deployment's live pods (not being deleted).
-fn live_ips(fake: &FakeApi) -> BTreeSet<String> {
-    fake.deployment_pods("web")
-        .into_iter()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
-        .collect()
-}
-
-/// The addresses NRP has with the Service.
-fn nrp_backends(h: &Harness) -> BTreeSet<String> {
-    let dump = h.emulator().dump();
-    dump.gateways
-        .iter()
-        .flat_map(|g| g.address_map())
-        .filter(|(_, services)| services.iter().any(|s| s.eq_ignore_ascii_case(UID)))
-        .map(|((_, address), _)| address)
-        .collect()
-}
-
-fn ready_pods(fake: &FakeApi) -> usize {
-    fake.deployment_pods("web")
-        .iter()
-        .filter(|p| {
-            p["metadata"]["deletionTimestamp"].is_null()
-                && p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-        .count()
-}
-
-struct Run {
-    /// The fewest live backends in NRP seen during the rollout.
-    min_live_backends: usize,
-    samples: usize,
-}
-
-async fn rollout(replicas: i64, gate: bool) -> Run {
+async fn rollout(replicas: i64, gate: bool) -> RolloutRun {
     clb_tests::init_tracing();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let mut options = Options::e2e();
-    options.emulator = EmulatorConfig {
-        latency_ms: 1_000,
-        ..EmulatorConfig::default()
-    };
-    let h = Harness::start(options).await;
-    let fake = FakeApi::start().await;
-    for i in 0..3 {
-        fake.put(
-            "nodes",
-            node(&format!("node-{i}"), &[&format!("10.0.0.{}", i + 1)]),
-        );
-    }
-    let controllers = fake.start_controllers(ControllersConfig {
-        kubelet: Some(KubeletConfig {
-            containers_ready_after: Duration::from_millis(100),
-            termination_grace: Duration::from_millis(300),
-            ..KubeletConfig::default()
-        }),
-        ..ControllersConfig::default()
-    });
-    fake.put("services", selecting_service("web", UID, "web"));
-    let mut d = deployment("web", replicas, "web");
-    if gate {
-        d = with_readiness_gate(d, GATE_CONDITION_TYPE);
-        d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
-    }
-    fake.put("deployments", d);
-    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
-    config.readiness_gate = gate;
-    let w = RunningWatcher::start(config, fake.watcher_clients());
-
-    let want = replicas as usize;
-    eventually("every pod Ready and in NRP", || async {
-        let (ready, live, nrp) = (ready_pods(&fake), live_ips(&fake), nrp_backends(&h));
-        if ready == want && live.len() == want && live.is_subset(&nrp) {
-            Ok(())
-        } else {
-            Err(format!("ready {ready}, live {live:?}, NRP {nrp:?}"))
-        }
+    clb_tests::rollout::rollout(RolloutSpec {
+        replicas,
+        gate,
+        nrp_latency_ms: 1_000,
     })
-    .await;
-
-    // Sample every 10 ms through the rollout.
-    let stop = Arc::new(AtomicBool::new(false));
-    let min = Arc::new(AtomicUsize::new(usize::MAX));
-    let samples = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let (stop, min, samples) = (stop.clone(), min.clone(), samples.clone());
-        let (fake, dump) = (fake.clone(), h.emulator().clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                let live = live_ips(&fake);
-                let nrp: BTreeSet<String> = dump
-                    .dump()
-                    .gateways
-                    .iter()
-                    .flat_map(|g| g.address_map())
-                    .filter(|(_, s)| s.iter().any(|s| s.eq_ignore_ascii_case(UID)))
-                    .map(|((_, a), _)| a)
-                    .collect();
-                let n = live.intersection(&nrp).count();
-                min.fetch_min(n, Ordering::SeqCst);
-                samples.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-    };
-    let hash = fake.rollout("web");
-    eventually(
-        "the rollout is complete and NRP holds exactly the new pods",
-        || async {
-            let live = live_ips(&fake);
-            let nrp = nrp_backends(&h);
-            let new_only = fake
-                .deployment_pods("web")
-                .iter()
-                .all(|p| p["metadata"]["labels"]["pod-template-hash"] == hash.as_str());
-            if fake.rolled_out("web") && new_only && live == nrp && live.len() == want {
-                Ok(())
-            } else {
-                Err(format!("live {live:?}, NRP {nrp:?}"))
-            }
-        },
-    )
-    .await;
-    stop.store(true, Ordering::SeqCst);
-    let _ = sampler.await;
-    w.stop().await;
-    controllers.stop().await;
-    h.shutdown().await;
-    Run {
-        min_live_backends: min.load(Ordering::SeqCst),
-        samples: samples.load(Ordering::SeqCst),
-    }
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

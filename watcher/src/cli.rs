@@ -254,6 +254,18 @@ impl Bound {
     }
 }
 
+/// A duration such as `10m`, `90s`, `1h 30m` (jiff's friendly format) or `600` (seconds).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let d: k8s_openapi::jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 10m or 90s: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -328,16 +340,4 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// A duration such as `10m`, `90s`, `1h 30m` (jiff's friendly format) or `600` (seconds).
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    let d: k8s_openapi::jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 10m or 90s: {e}"))?;
-    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
