@@ -39,6 +39,12 @@ fn binaries() -> Vec<(&'static str, &'static str, clap::Command)> {
             clb_watcher::cli::Args::command(),
         ),
         (
+            "clb-webhook",
+            "the readiness-gate admission webhook (Deployment clb-webhook, \
+             deploy/components/readiness-gate)",
+            clb_watcher::webhook::Args::command(),
+        ),
+        (
             "nrp-emulator",
             "the NRP emulator (demo, benchmarks, end-to-end tests; not deployed)",
             clb_nrp_emulator::cli::Args::command(),
