@@ -99,11 +99,26 @@ fn the_component_renders_alone_and_with_the_others_and_changes_nothing_of_the_ba
     .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
     .collect();
     assert_eq!(kinds, want);
-    // The base's objects are untouched (the component only adds).
+    // The base's objects are untouched but for one flag: the component turns the watcher's
+    // readiness gate on (`--readiness-gate=true`, appended to its args).
     assert_eq!(m.documents.len(), base.documents.len() + want.len());
     for (b, c) in base.documents.iter().zip(&m.documents) {
-        assert_eq!(b.value, c.value, "{} {} changed", b.kind(), b.name());
+        let mut c = c.value.clone();
+        if b.kind() == "Deployment" && b.name() == "clb-watcher" {
+            let args = c["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array_mut()
+                .expect("the watcher's args");
+            assert_eq!(
+                args.pop().as_ref().and_then(|a| a.as_str()),
+                Some("--readiness-gate=true"),
+                "the component turns the watcher's gate on"
+            );
+        }
+        assert_eq!(b.value, c, "{} {} changed", b.kind(), b.name());
     }
+    let watcher = m.container_argv("clb-watcher", &clb_watcher::cli::Args::command());
+    let args = clb_watcher::cli::Args::try_parse_from(&watcher).expect("the watcher's flags");
+    assert!(args.readiness_gate, "{watcher:?}");
     for d in own(&m) {
         let cluster_scoped = matches!(
             d.kind(),

@@ -224,15 +224,7 @@ pub(crate) async fn run(
                         if lost_us(&s, session.as_ref()) || unsynced {
                             // The batch went to a server that holds no resync of ours (it
                             // restarted, or another replica leads): what it holds is incomplete.
-                            tracing::info!(
-                                source,
-                                "the state server holds no resync of ours (it restarted, or \
-                                 another replica leads); resyncing"
-                            );
-                            s.resync_due = true;
-                            s.resync_now = true;
-                            s.pending.clear();
-                            s.first_pending_at = None;
+                            resync_at_once(&mut s, &source, None);
                             continue;
                         }
                         s.ack(seq);
@@ -260,6 +252,22 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The server holds no (complete) resync of ours: resync at once, even while a stream relists;
+/// what is queued goes with it (the resync carries the whole view).
+fn resync_at_once(s: &mut super::Shared, source: &str, session: Option<&WriterSession>) {
+    tracing::info!(
+        source,
+        server_id = session.map(|s| s.server_id.as_str()),
+        epoch = session.map(|s| s.epoch),
+        "the state server holds no resync of ours (it restarted, or another replica leads); \
+         resyncing"
+    );
+    s.resync_due = true;
+    s.resync_now = true;
+    s.pending.clear();
+    s.first_pending_at = None;
 }
 
 /// Whether `session` (from an answer or the session stream) shows that the server no longer holds
@@ -291,17 +299,7 @@ async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherC
                             backoff.reset();
                             let mut s = lock(&shared);
                             if !s.in_flight && lost_us(&s, Some(&session)) {
-                                tracing::info!(
-                                    source,
-                                    server_id = %session.server_id,
-                                    epoch = session.epoch,
-                                    "the state server holds no resync of ours (it restarted, or \
-                                     another replica leads); resyncing"
-                                );
-                                s.resync_due = true;
-                                s.resync_now = true;
-                                s.pending.clear();
-                                s.first_pending_at = None;
+                                resync_at_once(&mut s, &source, Some(&session));
                                 drop(s);
                                 notify.notify_one();
                             }

@@ -122,6 +122,20 @@ async fn wait_for_change<T>(
     }
 }
 
+/// Whether the stream may go on: this replica leads in the epoch the stream began in. If not, the
+/// reader is told so ([`ended`]).
+async fn still_current<T>(
+    state: &StateServer,
+    epoch: u64,
+    tx: &mpsc::Sender<Result<T, Status>>,
+) -> bool {
+    if state.is_leader() && state.epoch() == epoch {
+        return true;
+    }
+    let _ = tx.send(Err(ended())).await;
+    false
+}
+
 /// `WatchSession`: the session now, then each change, until the epoch changes.
 pub fn watch_session(
     state: Arc<StateServer>,
@@ -137,8 +151,7 @@ pub fn watch_session(
             let notified = state.work_notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !state.is_leader() || state.epoch() != epoch {
-                let _ = tx.send(Err(ended())).await;
+            if !still_current(&state, epoch, &tx).await {
                 return;
             }
             let now = session(&state, &handle.lock(), &source);
@@ -189,8 +202,7 @@ pub fn watch_services(
             let notified = state.work_notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !state.is_leader() || state.epoch() != epoch {
-                let _ = tx.send(Err(ended())).await;
+            if !still_current(&state, epoch, &tx).await {
                 return;
             }
             let (now, observed, session) = {
