@@ -130,7 +130,7 @@ pub struct WatcherConfig {
     /// With `gateways`, cluster mode and write-back: create one PoolService per (Service, selected
     /// gateway), program PoolServices of our class that others created, and write their status.
     pub pool_services: bool,
-    /// Cluster mode: drive the pod readiness gate `clb.azure.com/programmed` ([`gate`]).
+    /// Cluster mode: drive the pod readiness gate `clb.azure.com/programmed` (docs/readiness-gate.md).
     pub readiness_gate: bool,
     /// A gated pod not programmed within this long gets its gate `True` anyway (reason
     /// `Timeout`, a Warning Event).

@@ -206,7 +206,7 @@ async fn mutate(State(webhook): State<Webhook>, body: Bytes) -> Response {
     }
 }
 
-/// A TLS listener for [`axum::serve`]: TCP connections are accepted and their handshakes run in
+/// A TLS listener for [`axum::serve()`]: TCP connections are accepted and their handshakes run in
 /// tasks of their own (each bounded by [`HANDSHAKE_TIMEOUT`]), so a slow or silent client holds
 /// up nobody; established TLS streams are handed to axum.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt as _};
 /// shared).
 ///
 /// [`Stores::reflect`] keeps them with watches of the cluster; a caller (a test) may instead
-/// create the stores with [`kube::runtime::reflector::store`] and feed their writers itself
+/// create the stores with [`kube::runtime::reflector::store()`] and feed their writers itself
 /// ([`kube::runtime::reflector::store::Writer::apply_watcher_event`]), then pass the readers to
 /// [`Stores::new`].
 #[derive(Clone)]
