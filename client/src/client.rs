@@ -750,11 +750,22 @@ impl Writer {
         &mut self,
         addresses: Vec<clb_proto::v1::AddressQuery>,
     ) -> Result<Vec<bool>, ClientError> {
+        Ok(self.addresses_state(addresses, false).await?.programmed)
+    }
+
+    /// `Writer.AddressesProgrammed` with each service's condition when `with_conditions` (why
+    /// it is not programmed).
+    pub async fn addresses_state(
+        &mut self,
+        addresses: Vec<clb_proto::v1::AddressQuery>,
+        with_conditions: bool,
+    ) -> Result<clb_proto::v1::AddressesResponse, ClientError> {
         const RPC: &str = "Writer.AddressesProgrammed";
         let request = clb_proto::v1::AddressesRequest {
             gateway: self.gateway.clone(),
             source: self.source.clone(),
             addresses,
+            with_conditions,
         };
         let span = self.call_span(RPC, 0);
         Ok(self
@@ -763,8 +774,7 @@ impl Writer {
             .instrument(span)
             .await
             .map_err(ClientError::rpc(RPC))?
-            .into_inner()
-            .programmed)
+            .into_inner())
     }
 
     /// `Writer.LocationsProgrammed`: per location, whether NRP has every address desired there

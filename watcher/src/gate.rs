@@ -295,11 +295,13 @@ impl Gate {
             // Per lane: the (service, location, address) the gate waits for.
             let mut wanted: Vec<(usize, Vec<AddressQuery>)> = Vec::new();
             let mut listed = false;
+            let mut ours_listed = false;
             for (i, lane) in self.lanes.iter().enumerate() {
                 let s = lock(&lane.shared);
                 let mut q = Vec::new();
                 for ip in &pod.ips {
                     listed |= s.translator.lists_address(*ip);
+                    ours_listed |= s.translator.ours_lists_address(*ip);
                     for (uid, loc) in s.translator.gate_services(*ip) {
                         q.push(AddressQuery {
                             location: loc.to_string(),
@@ -313,7 +315,7 @@ impl Gate {
                 }
             }
             let waited = since.elapsed();
-            let outcome = if wanted.is_empty() {
+            let outcome = if wanted.is_empty() && !ours_listed {
                 if !listed && waited < NOT_SELECTED_GRACE {
                     None
                 } else {
@@ -322,7 +324,7 @@ impl Gate {
                         "no Service of clb's class lists the pod".to_owned(),
                     ))
                 }
-            } else if self.programmed(&wanted).await {
+            } else if !wanted.is_empty() && self.programmed(&wanted).await {
                 let services: Vec<&str> = wanted
                     .iter()
                     .flat_map(|(_, q)| q.iter().map(|a| a.service.as_str()))
@@ -335,16 +337,12 @@ impl Gate {
                     ),
                 ))
             } else if waited >= self.config.readiness_gate_timeout {
-                let services: Vec<String> = wanted
-                    .iter()
-                    .flat_map(|(_, q)| q.iter().map(|a| format!("{} at {}", a.service, a.location)))
-                    .collect();
+                let services = self.why_not(&wanted).await;
                 let why = format!(
-                    "not programmed in Azure within {:?} (Services {}): failing open; see the \
-                     Services' clb.azure.com/Programmed condition (parked, gateway failing, \
-                     throttled)",
+                    "not programmed in Azure within {:?}: {}; failing open (the pod turns Ready \
+                     without Azure's confirmation)",
                     self.config.readiness_gate_timeout,
-                    services.join(", ")
+                    services.join("; ")
                 );
                 self.warn(&key, &pod, &why).await;
                 Some(("Timeout", why))
@@ -398,6 +396,45 @@ impl Gate {
             }
         }
         true
+    }
+
+    /// Per queried service, why it is not programmed: the server's condition (parked after a
+    /// terminal error, throttled, retrying, held back, pending), or what is known without it.
+    async fn why_not(&mut self, wanted: &[(usize, Vec<AddressQuery>)]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, q) in wanted {
+            let answer = match self.conns[*i].get().await {
+                Ok(client) => client
+                    .writer(crate::WATCHER_SOURCE)
+                    .addresses_state(q.clone(), true)
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
+            for (n, a) in q.iter().enumerate() {
+                let what = format!(
+                    "Service {} at {} (gateway {:?})",
+                    a.service, a.location, self.lanes[*i].gateway
+                );
+                let cond = answer.as_ref().and_then(|r| r.conditions.get(n));
+                out.push(match cond {
+                    Some(c) => {
+                        let reason = clb_proto::v1::ProgrammingReason::try_from(c.reason)
+                            .map_or("UNKNOWN", |r| r.as_str_name());
+                        let mut s = format!("{what}: {reason}");
+                        if !c.message.is_empty() {
+                            s.push_str(&format!(": {}", c.message));
+                        }
+                        if !c.error_code.is_empty() {
+                            s.push_str(&format!(" ({}: {})", c.error_code, c.error_message));
+                        }
+                        s
+                    }
+                    None => format!("{what}: the state server could not be asked"),
+                });
+            }
+        }
+        out
     }
 
     /// Sets our condition on the pod (strategic merge patch of `status`: merged by `type`).

@@ -162,6 +162,9 @@ pub struct Translator {
     gate_ready: HashSet<IpAddr>,
     /// address → the slices that list it (for the gate: which Services list a pod).
     address_slices: HashMap<IpAddr, BTreeSet<ObjKey>>,
+    /// Services of our class (whatever their finalizer or exposure): a pod one of them lists
+    /// waits for its gate even before the Service is programmed.
+    ours: HashSet<ObjKey>,
 }
 
 impl Translator {
@@ -187,6 +190,7 @@ impl Translator {
             new_conflicts: BTreeMap::new(),
             gate_ready: HashSet::new(),
             address_slices: HashMap::new(),
+            ours: HashSet::new(),
         }
     }
 
@@ -383,6 +387,11 @@ impl Translator {
             return Vec::new();
         };
         self.seen(Kind::Service, &key);
+        if classify(svc, &self.config) == ServiceClass::Ours {
+            self.ours.insert(key.clone());
+        } else {
+            self.ours.remove(&key);
+        }
         match decode::service(&key, svc, &self.config) {
             Decoded::Record(record) => match self.exposed_here(&key, svc) {
                 Ok(true) => {
@@ -437,6 +446,7 @@ impl Translator {
     /// A Service was deleted.
     pub fn delete_service(&mut self, key: &ObjKey) -> Vec<Update> {
         self.services.remove(key);
+        self.ours.remove(key);
         let mut out = Vec::new();
         self.sync_service(key, &mut out);
         out
@@ -765,6 +775,17 @@ impl Translator {
     /// Whether some EndpointSlice of any Service lists `address` (ours or not, in any gateway).
     pub fn lists_address(&self, address: IpAddr) -> bool {
         self.address_slices.contains_key(&address)
+    }
+
+    /// Whether an EndpointSlice of a Service of our class lists `address` (programmed yet or
+    /// not: its finalizer may still be coming).
+    pub fn ours_lists_address(&self, address: IpAddr) -> bool {
+        self.address_slices
+            .get(&address)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k))
+            .any(|slice| self.ours.contains(&slice.service))
     }
 
     // ---- Nodes ----

@@ -339,7 +339,26 @@ pub fn addresses_programmed(
             })
         })
         .collect();
-    Ok(AddressesResponse { programmed })
+    let conditions = if req.with_conditions {
+        req.addresses
+            .iter()
+            .map(|q| {
+                g.tracker
+                    .service_view(&q.service)
+                    .map(|view| {
+                        let st = service_state_uncounted(&g, &view);
+                        service_condition(&g, &view, &st.frontend_ip)
+                    })
+                    .unwrap_or_default()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(AddressesResponse {
+        programmed,
+        conditions,
+    })
 }
 
 #[cfg(test)]
