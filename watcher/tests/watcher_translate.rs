@@ -876,3 +876,71 @@ fn the_full_view_always_equals_the_net_effect_of_the_deltas() {
     assert_view_is_net_effect(&t, &log);
     assert!(!t.full_view().is_empty());
 }
+
+#[test]
+fn a_gated_pod_whose_only_unmet_condition_is_the_gate_is_programmed_as_ready() {
+    let mut t = Translator::new(config());
+    let mut log = Log::default();
+    log.take(t.apply_node(&node("n1", &["10.0.0.1"])));
+    log.take(t.apply_service(&lb("web", "uid-web")));
+    let gated: std::net::IpAddr = "10.1.0.2".parse().unwrap();
+    // The gated pod's endpoint is not ready (the pod is not Ready: its gate is not True yet).
+    let s = slice(
+        "web-1",
+        "web",
+        "IPv4",
+        &[
+            ("10.1.0.1", "n1", None, None, None),
+            ("10.1.0.2", "n1", Some(false), Some(false), Some(false)),
+        ],
+    );
+    assert_eq!(
+        log.take(t.apply_slice(&s)),
+        vec!["eps uid-web [10.1.0.1@10.0.0.1]"]
+    );
+    assert!(t.lists_address(gated) && t.ours_lists_address(gated));
+    assert_eq!(
+        t.gate_services(gated),
+        vec![("uid-web".to_owned(), "10.0.0.1".parse().unwrap())]
+    );
+    // Its containers are ready and only the gate is unmet: programmed as if ready.
+    assert_eq!(
+        log.take(t.set_gate_ready(gated, true)),
+        vec!["eps uid-web [10.1.0.1@10.0.0.1,10.1.0.2@10.0.0.1]"]
+    );
+    assert!(
+        t.set_gate_ready(gated, true).is_empty(),
+        "no change, no update"
+    );
+    // Terminating: no longer counted, whatever the gate.
+    let s = slice(
+        "web-1",
+        "web",
+        "IPv4",
+        &[
+            ("10.1.0.1", "n1", None, None, None),
+            ("10.1.0.2", "n1", Some(false), Some(false), Some(true)),
+        ],
+    );
+    assert_eq!(
+        log.take(t.apply_slice(&s)),
+        vec!["eps uid-web [10.1.0.1@10.0.0.1]"]
+    );
+    // No longer eligible: nothing to send (it was not counted).
+    assert!(log.take(t.set_gate_ready(gated, false)).is_empty());
+    // A Service of another class lists an address: not ours.
+    let mut other = lb("other", "uid-other");
+    other.spec.as_mut().unwrap().load_balancer_class = Some("example.com/other".into());
+    log.take(t.apply_service(&other));
+    let s = slice(
+        "other-1",
+        "other",
+        "IPv4",
+        &[("10.1.0.9", "n1", Some(false), None, None)],
+    );
+    log.take(t.apply_slice(&s));
+    let foreign: std::net::IpAddr = "10.1.0.9".parse().unwrap();
+    assert!(t.lists_address(foreign) && !t.ours_lists_address(foreign));
+    assert!(t.gate_services(foreign).is_empty());
+    assert_view_is_net_effect(&t, &log);
+}
