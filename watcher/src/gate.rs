@@ -233,6 +233,12 @@ impl Gate {
             pending_written: false,
             opened: false,
         });
+        if t.pod.uid != now.uid {
+            // Another pod of the same name (a missed deletion): start afresh.
+            t.eligible_since = None;
+            t.pending_written = false;
+            t.opened = false;
+        }
         if now.eligible() && t.eligible_since.is_none() {
             t.eligible_since = Some(Instant::now());
         }
@@ -240,9 +246,8 @@ impl Gate {
             t.eligible_since = None;
         }
         t.pending_written |= now.ours.is_some();
-        if !now.open() {
-            t.opened = false;
-        }
+        // `opened` stays once we set True: an event older than our patch may still show False,
+        // and the gate never goes back to False.
         t.pod = now.clone();
         let is = now.eligible();
         if was != is || old_ips != now.ips {
