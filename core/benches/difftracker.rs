@@ -187,6 +187,40 @@ fn mutations(c: &mut Criterion) {
             tracker.set_endpoints(&cluster.services[42], &eps).unwrap();
         });
     });
+    // 1,000 level updates over 100 services (every 50th, 20 endpoints each), the lists built before
+    // the clock: each update re-sends a service's whole set with its first backend alternating
+    // between its own pod and another pod of the cluster, so every update moves one backend.
+    const LEVEL_SERVICES: usize = 100;
+    const LEVEL_UPDATES: usize = 1_000;
+    let lists: Vec<[Vec<Endpoint<'_>>; 2]> = (0..LEVEL_SERVICES)
+        .map(|s| {
+            let service = s * (SERVICES / LEVEL_SERVICES);
+            let own = cluster.endpoints(service);
+            let mut moved = own.clone();
+            let other = PODS - 1 - service;
+            moved[0] = Endpoint {
+                address: &cluster.addresses[other],
+                location: cluster.location_of(other),
+            };
+            [own, moved]
+        })
+        .collect();
+    let mut flips = [0usize; LEVEL_SERVICES];
+    group.throughput(Throughput::Elements(LEVEL_UPDATES as u64));
+    group.bench_function("endpoints_level_updates_x1000_over_100_services", |b| {
+        b.iter(|| {
+            for k in 0..LEVEL_UPDATES {
+                let s = k % LEVEL_SERVICES;
+                flips[s] ^= 1;
+                tracker
+                    .set_endpoints(
+                        &cluster.services[s * (SERVICES / LEVEL_SERVICES)],
+                        &lists[s][flips[s]],
+                    )
+                    .unwrap();
+            }
+        });
+    });
     group.finish();
 }
 

@@ -1,15 +1,19 @@
 //! Identities (inbound = Service UID, outbound = egress name) and the table that interns them.
 //!
 //! Every identity the tracker knows gets a small `ServiceId`; the entry also holds the reverse index
-//! service → locations (with separate desired and actual reference counts) that makes the diff
-//! incremental: a service that becomes ready, or is deleted, dirties only the locations that use it.
+//! service → desired addresses (each with its location, see [`super::members`]) and the count of
+//! actual references, which make the diff incremental: a service that becomes ready, or is deleted,
+//! dirties only the locations that use it, and a level endpoints update compares the new set with
+//! the service's own addresses.
 
 use foldhash::HashMap;
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 
 use super::error::{InvalidInput, Reason};
 use super::location::LocationId;
+use super::members::ServiceAddresses;
 
 /// Longest identity accepted (Azure resource names allow 80 characters).
 pub const MAX_IDENTITY_LEN: usize = 80;
@@ -97,10 +101,9 @@ pub(crate) struct ServiceEntry {
     /// or an observe found the registration gone. Until a deletion is recorded (or a creation,
     /// which takes them over), an undesired identity is deleted again to clean them up.
     pub leftover: bool,
-    pub desired_refs: u32,
     pub actual_refs: u32,
-    /// Reverse index: locations where desired addresses refer to this service, with how many.
-    pub locations: HashMap<LocationId, u32>,
+    /// Reverse index: the desired addresses that refer to this service, with their locations.
+    pub addresses: ServiceAddresses,
 }
 
 impl ServiceEntry {
@@ -114,7 +117,7 @@ impl ServiceEntry {
             && self.egress.is_none()
             && self.actual.is_none()
             && !self.leftover
-            && self.desired_refs == 0
+            && self.addresses.is_empty()
             && self.actual_refs == 0
     }
 }
@@ -155,9 +158,8 @@ impl ServiceTable {
             actual: None,
             reprogram: false,
             leftover: false,
-            desired_refs: 0,
             actual_refs: 0,
-            locations: HashMap::default(),
+            addresses: ServiceAddresses::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -217,17 +219,21 @@ impl ServiceTable {
         })
     }
 
-    /// Adjusts the desired references of `id` at `location` by `delta`.
-    pub fn add_desired_ref(&mut self, id: ServiceId, location: LocationId, delta: i32) {
-        let entry = self.get_mut(id);
-        entry.desired_refs = entry
-            .desired_refs
-            .checked_add_signed(delta)
-            .expect("refcount");
-        let count = entry.locations.entry(location).or_default();
-        *count = count.checked_add_signed(delta).expect("refcount");
-        if *count == 0 {
-            entry.locations.remove(&location);
+    /// Adds (`delta` 1) or removes (-1) the desired reference of `address` at `location` to `id`.
+    pub fn add_desired_ref(
+        &mut self,
+        id: ServiceId,
+        location: LocationId,
+        address: IpAddr,
+        delta: i32,
+    ) {
+        let addresses = &mut self.get_mut(id).addresses;
+        if delta > 0 {
+            debug_assert!(addresses.get(&address).is_none(), "one location per address");
+            addresses.insert(address, location);
+        } else {
+            let removed = addresses.remove(&address);
+            debug_assert_eq!(removed, Some(location), "refcount");
         }
     }
 

@@ -105,9 +105,9 @@ impl DiffTracker {
             .addresses
             .iter()
             .map(|(a, s)| AddressView {
-                address: *a,
-                desired: s.desired.as_ref().map(|d| self.names(&d.refs())),
-                actual: s.actual.as_deref().map(|r| self.names(r)),
+                address: a,
+                desired: s.has_desired().then(|| self.names(&s.desired_refs())),
+                actual: s.has_actual().then(|| self.names(s.actual())),
             })
             .collect();
         Some(LocationView {
@@ -140,9 +140,9 @@ impl DiffTracker {
             desired: e.is_desired(),
             actual: e.actual.is_some(),
             egress_pods: e.egress.map_or(0, |g| g.pods),
-            desired_addresses: e.desired_refs,
+            desired_addresses: u32::try_from(e.addresses.len()).unwrap_or(u32::MAX),
             actual_addresses: e.actual_refs,
-            locations: e.locations.len(),
+            locations: e.addresses.distinct_locations(),
         }
     }
 
