@@ -2,13 +2,13 @@
 //! changes nothing when it fails.
 
 use std::cmp::Ordering;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::DiffTracker;
 use super::error::{InvalidInput, Reason};
 use super::identity::{EgressState, ServiceId, ServiceKind, normalize_identity};
 use super::ip::{check_address_at, parse_address_at};
-use super::location::{PodUid, Slot, insert_ref, remove_ref};
+use super::location::{LocationId, PodUid, Slot, insert_ref, remove_ref};
 
 /// Add or remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,6 +135,76 @@ impl Scratch {
             self.adds = Vec::new();
         }
     }
+}
+
+/// An address of one family.
+trait Family: Ord + Copy {
+    fn of(ip: IpAddr) -> Self;
+    fn ip(self) -> IpAddr;
+}
+
+impl Family for Ipv4Addr {
+    fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => unreachable!("split by family"),
+        }
+    }
+
+    fn ip(self) -> IpAddr {
+        IpAddr::V4(self)
+    }
+}
+
+impl Family for Ipv6Addr {
+    fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V6(a) => a,
+            IpAddr::V4(_) => unreachable!("split by family"),
+        }
+    }
+
+    fn ip(self) -> IpAddr {
+        IpAddr::V6(self)
+    }
+}
+
+/// Merges a service's sorted addresses of one family with the new set's (sorted, same family):
+/// what the old has and the new lacks, or has at another location, goes to `removals`; what the
+/// new has and the old lacks, or has at another location, to `adds`.
+fn merge<K: Family>(
+    old: &[(K, LocationId)],
+    new: &[(IpAddr, IpAddr, u32)],
+    ip: impl Fn(LocationId) -> IpAddr,
+    removals: &mut Vec<(IpAddr, IpAddr)>,
+    adds: &mut Vec<(IpAddr, IpAddr)>,
+) {
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() && j < new.len() {
+        let (a, lo) = old[i];
+        let (b, ln, _) = new[j];
+        match a.cmp(&K::of(b)) {
+            Ordering::Less => {
+                removals.push((a.ip(), ip(lo)));
+                i += 1;
+            }
+            Ordering::Greater => {
+                adds.push((b, ln));
+                j += 1;
+            }
+            Ordering::Equal => {
+                let lo = ip(lo);
+                if lo != ln {
+                    removals.push((b, lo));
+                    adds.push((b, ln));
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    removals.extend(old[i..].iter().map(|&(a, lo)| (a.ip(), ip(lo))));
+    adds.extend(new[j..].iter().map(|&(b, ln, _)| (b, ln)));
 }
 
 /// Checks a set of endpoints into `out`, sorted by address; an address listed twice is refused.
@@ -344,48 +414,21 @@ impl DiffTracker {
     /// is added.
     fn apply_level(&mut self, sid: ServiceId, scratch: &mut Scratch) {
         let Scratch {
-            new, removals, adds, ..
+            new,
+            removals,
+            adds,
+            ..
         } = scratch;
         removals.clear();
         adds.clear();
         let old = &self.services.get(sid).addresses;
         let locations = &self.locations;
-        if old.is_sorted() {
-            // Both sides sorted by address: one merge.
-            let mut old = old.iter().peekable();
-            let mut new = new.iter().peekable();
-            loop {
-                match (old.peek(), new.peek()) {
-                    (None, None) => break,
-                    (Some(&(a, lo)), None) => {
-                        removals.push((a, locations.ip(lo)));
-                        old.next();
-                    }
-                    (None, Some(&&(a, ln, _))) => {
-                        adds.push((a, ln));
-                        new.next();
-                    }
-                    (Some(&(a, lo)), Some(&&(b, ln, _))) => match a.cmp(&b) {
-                        Ordering::Less => {
-                            removals.push((a, locations.ip(lo)));
-                            old.next();
-                        }
-                        Ordering::Greater => {
-                            adds.push((b, ln));
-                            new.next();
-                        }
-                        Ordering::Equal => {
-                            let lo = locations.ip(lo);
-                            if lo != ln {
-                                removals.push((a, lo));
-                                adds.push((b, ln));
-                            }
-                            old.next();
-                            new.next();
-                        }
-                    },
-                }
-            }
+        if let Some((old4, old6)) = old.sorted() {
+            // Both sides sorted by address (every IPv4 first): one merge per family.
+            let split = new.partition_point(|e| e.0.is_ipv4());
+            let ip = |l| locations.ip(l);
+            merge(old4, &new[..split], ip, removals, adds);
+            merge(old6, &new[split..], ip, removals, adds);
         } else {
             for (a, lo) in old.iter() {
                 let lo = locations.ip(lo);
@@ -611,18 +654,36 @@ impl DiffTracker {
             .filter(|s| s.has_desired())
     }
 
-    /// Every desired (address, location) whose ref includes `sid`, from its address index.
-    fn desired_addresses_of(&self, sid: ServiceId) -> Vec<(IpAddr, IpAddr)> {
-        self.services
-            .get(sid)
-            .addresses
-            .iter()
-            .map(|(address, location)| (address, self.locations.ip(location)))
-            .collect()
+    /// Every desired (address, location) whose ref includes `sid`: from its address index (inbound)
+    /// or the locations its pods are at (outbound).
+    fn desired_addresses_of(&mut self, sid: ServiceId) -> Vec<(IpAddr, IpAddr)> {
+        if self.services.get(sid).kind == ServiceKind::Inbound {
+            return self
+                .services
+                .get(sid)
+                .addresses
+                .iter()
+                .map(|(address, location)| (address, self.locations.ip(location)))
+                .collect();
+        }
+        let mut out = Vec::new();
+        for location in self.locations_of(sid) {
+            let (ip, loc) = self.locations.by_id(location).expect("live location");
+            for (address, slot) in loc.addresses.iter() {
+                if slot.outbound == Some(sid) {
+                    out.push((address, ip));
+                }
+            }
+        }
+        out
     }
 
     /// An address desired at another location moves here, with everything it carries.
     fn move_if_elsewhere(&mut self, address: IpAddr, location: IpAddr) {
+        // Desired here already (the usual update): it is desired nowhere else.
+        if self.desired_slot(location, address).is_some() {
+            return;
+        }
         if let Some(from) = self
             .desired_at
             .get(&address)

@@ -13,7 +13,7 @@ use std::num::NonZeroU32;
 
 use super::error::{InvalidInput, Reason};
 use super::location::LocationId;
-use super::members::ServiceAddresses;
+use super::members::{LocationBits, ServiceAddresses};
 
 /// Longest identity accepted (Azure resource names allow 80 characters).
 pub const MAX_IDENTITY_LEN: usize = 80;
@@ -73,6 +73,11 @@ impl ServiceId {
     fn index(self) -> usize {
         self.0.get() as usize - 1
     }
+
+    #[cfg(test)]
+    pub fn from_raw(raw: u32) -> Self {
+        Self(NonZeroU32::new(raw).expect("non-zero"))
+    }
 }
 
 /// Desired state of an egress: explicitly declared and/or used by pods.
@@ -101,9 +106,14 @@ pub(crate) struct ServiceEntry {
     /// or an observe found the registration gone. Until a deletion is recorded (or a creation,
     /// which takes them over), an undesired identity is deleted again to clean them up.
     pub leftover: bool,
+    /// Desired addresses referring to it.
+    pub desired_refs: u32,
     pub actual_refs: u32,
-    /// Reverse index: the desired addresses that refer to this service, with their locations.
+    /// Reverse index of an inbound identity: its desired addresses, with their locations.
     pub addresses: ServiceAddresses,
+    /// Reverse index of an outbound identity: the locations where desired addresses may refer to
+    /// it (a superset; see [`super::members`]).
+    pub egress_locations: LocationBits,
 }
 
 impl ServiceEntry {
@@ -117,7 +127,7 @@ impl ServiceEntry {
             && self.egress.is_none()
             && self.actual.is_none()
             && !self.leftover
-            && self.addresses.is_empty()
+            && self.desired_refs == 0
             && self.actual_refs == 0
     }
 }
@@ -158,8 +168,10 @@ impl ServiceTable {
             actual: None,
             reprogram: false,
             leftover: false,
+            desired_refs: 0,
             actual_refs: 0,
             addresses: ServiceAddresses::default(),
+            egress_locations: LocationBits::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -227,14 +239,28 @@ impl ServiceTable {
         address: IpAddr,
         delta: i32,
     ) {
-        let addresses = &mut self.get_mut(id).addresses;
-        if delta > 0 {
-            debug_assert!(addresses.get(&address).is_none(), "one location per address");
-            addresses.insert(address, location);
-        } else {
-            let removed = addresses.remove(&address);
-            debug_assert_eq!(removed, Some(location), "refcount");
+        let entry = self.get_mut(id);
+        entry.desired_refs = entry
+            .desired_refs
+            .checked_add_signed(delta)
+            .expect("refcount");
+        match (entry.kind, delta > 0) {
+            (ServiceKind::Inbound, true) => {
+                debug_assert!(entry.addresses.get(&address).is_none(), "one location");
+                entry.addresses.insert(address, location);
+            }
+            (ServiceKind::Inbound, false) => {
+                let removed = entry.addresses.remove(&address);
+                debug_assert_eq!(removed, Some(location), "refcount");
+            }
+            // Cleared when a reader finds no pod of the egress there any more.
+            (ServiceKind::Outbound, true) => entry.egress_locations.insert(location),
+            (ServiceKind::Outbound, false) => {}
         }
+        debug_assert!(
+            entry.kind == ServiceKind::Outbound
+                || entry.addresses.len() == entry.desired_refs as usize
+        );
     }
 
     /// Adjusts the actual (NRP) references of `id` by `delta`.

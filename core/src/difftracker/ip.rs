@@ -8,29 +8,36 @@ use super::error::{InvalidInput, Reason};
 /// Accepts exactly what `Ipv4Addr::from_str` accepts of such strings (four decimal octets of one to
 /// three digits, no leading zero, at most 255); `None` for anything else, which the standard parser
 /// then decides.
+#[inline]
 fn parse_ipv4_fast(s: &[u8]) -> Option<Ipv4Addr> {
-    if s.len() > 15 {
+    if !(7..=15).contains(&s.len()) {
         return None;
     }
     let mut octets = [0u8; 4];
-    let mut parts = s.split(|b| *b == b'.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
-            return None;
-        }
-        let mut value = 0u16;
-        for b in part {
-            if !b.is_ascii_digit() {
+    let mut n = 0;
+    let (mut value, mut digits) = (0u32, 0u32);
+    for &b in s {
+        if b == b'.' {
+            if digits == 0 || n == 3 || value > 255 {
                 return None;
             }
-            value = value * 10 + u16::from(b - b'0');
+            octets[n] = value as u8;
+            n += 1;
+            (value, digits) = (0, 0);
+        } else {
+            let d = b.wrapping_sub(b'0');
+            // A fourth digit, or a digit after a leading zero: not what the standard parser takes.
+            if d > 9 || digits == 3 || (digits == 1 && value == 0) {
+                return None;
+            }
+            value = value * 10 + u32::from(d);
+            digits += 1;
         }
-        *octet = u8::try_from(value).ok()?;
     }
-    if parts.next().is_some() {
+    if digits == 0 || n != 3 || value > 255 {
         return None;
     }
+    octets[3] = value as u8;
     Some(Ipv4Addr::from(octets))
 }
 
@@ -52,6 +59,7 @@ pub fn parse_ip(field: &str, value: &str) -> Result<IpAddr, InvalidInput> {
     Ok(ip)
 }
 
+#[inline]
 fn is_unicast(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()),
@@ -74,6 +82,13 @@ pub fn family(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "IPv4" } else { "IPv6" }
 }
 
+/// A dotted-quad unicast IPv4 address, small enough to come back in a register (the common case
+/// of [`parse_address_at`]); `None` for anything else.
+#[inline]
+fn unicast_ipv4_fast(s: &str) -> Option<Ipv4Addr> {
+    parse_ipv4_fast(s.as_bytes()).filter(|a| is_unicast(IpAddr::V4(*a)))
+}
+
 /// Parses an address and its location (both canonical) and checks they are of one family.
 pub fn parse_address_at(
     address_field: &str,
@@ -81,6 +96,11 @@ pub fn parse_address_at(
     location_field: &str,
     location: &str,
 ) -> Result<(IpAddr, IpAddr), InvalidInput> {
+    if let Some(loc) = unicast_ipv4_fast(location)
+        && let Some(addr) = unicast_ipv4_fast(address)
+    {
+        return Ok((IpAddr::V4(addr), IpAddr::V4(loc)));
+    }
     let loc = parse_ip(location_field, location)?;
     let addr = parse_ip(address_field, address)?;
     if addr.is_ipv4() != loc.is_ipv4() {
@@ -156,10 +176,33 @@ mod tests {
     #[test]
     fn the_ipv4_fast_path_accepts_exactly_what_the_standard_parser_accepts() {
         let mut cases: Vec<String> = [
-            "", ".", "1.2.3", "1.2.3.4.", ".1.2.3.4", "1..2.3", "1.2.3.4.5", "01.2.3.4", "1.2.3.00",
-            "0.0.0.0", "255.255.255.255", "256.1.1.1", "1.2.3.999", "1234.1.1.1", "1.2.3.-4",
-            "+1.2.3.4", "1.2.3.4 ", "a.b.c.d", "10.0.0.1", "192.168.100.200", "1.2.3.4/8",
-            "000.0.0.0", "1.02.3.4", "::1", "::ffff:10.0.0.1", "1.2.3.4:80", "١.2.3.4",
+            "",
+            ".",
+            "1.2.3",
+            "1.2.3.4.",
+            ".1.2.3.4",
+            "1..2.3",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.00",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "1.2.3.999",
+            "1234.1.1.1",
+            "1.2.3.-4",
+            "+1.2.3.4",
+            "1.2.3.4 ",
+            "a.b.c.d",
+            "10.0.0.1",
+            "192.168.100.200",
+            "1.2.3.4/8",
+            "000.0.0.0",
+            "1.02.3.4",
+            "::1",
+            "::ffff:10.0.0.1",
+            "1.2.3.4:80",
+            "١.2.3.4",
         ]
         .into_iter()
         .map(String::from)
@@ -174,7 +217,9 @@ mod tests {
                 .collect();
             cases.extend(level.iter().cloned());
         }
-        for a in ["0", "9", "10", "99", "100", "199", "200", "249", "250", "255", "256", "300", "09"] {
+        for a in [
+            "0", "9", "10", "99", "100", "199", "200", "249", "250", "255", "256", "300", "09",
+        ] {
             cases.push(format!("{a}.{a}.1.{a}"));
         }
         for c in &cases {
@@ -193,10 +238,16 @@ mod tests {
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert_eq!(check_ip("a", mapped).unwrap(), v4);
         let err = check_ip("a", "224.0.0.1".parse().unwrap()).unwrap_err();
-        assert_eq!((err.value.as_str(), err.reason), ("224.0.0.1", Reason::NotUnicast));
-        let err = check_address_at("address", "fd00::5".parse().unwrap(), "location", v4)
-            .unwrap_err();
-        assert_eq!(err, parse_address_at("address", "fd00::5", "location", "10.0.0.1").unwrap_err());
+        assert_eq!(
+            (err.value.as_str(), err.reason),
+            ("224.0.0.1", Reason::NotUnicast)
+        );
+        let err =
+            check_address_at("address", "fd00::5".parse().unwrap(), "location", v4).unwrap_err();
+        assert_eq!(
+            err,
+            parse_address_at("address", "fd00::5", "location", "10.0.0.1").unwrap_err()
+        );
     }
 
     #[test]

@@ -229,6 +229,16 @@ impl LocationId {
     pub fn from_raw(raw: u32) -> Self {
         Self(raw)
     }
+
+    /// Position in the location table.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id at a position of the location table.
+    pub fn from_index(index: usize) -> Self {
+        Self(u32::try_from(index).expect("fewer than 2^32 locations"))
+    }
 }
 
 /// Every location, addressable by IP or by id; an id is freed when its location empties.
@@ -236,6 +246,8 @@ impl LocationId {
 pub(crate) struct LocationTable {
     by_ip: HashMap<IpAddr, LocationId>,
     slots: Vec<Option<(IpAddr, Location)>>,
+    /// The IP of each id, packed (the IP of a free id is stale): `ip` reads 17 bytes, not a slot.
+    ips: Vec<IpAddr>,
     free: Vec<LocationId>,
 }
 
@@ -247,10 +259,16 @@ impl LocationTable {
 
     /// The IP of a live id.
     pub fn ip(&self, id: LocationId) -> IpAddr {
-        self.slots[id.0 as usize]
+        debug_assert!(self.slots[id.0 as usize].is_some(), "live location id");
+        self.ips[id.0 as usize]
+    }
+
+    /// A live location by id, with its IP.
+    pub fn by_id(&self, id: LocationId) -> Option<(IpAddr, &Location)> {
+        self.slots
+            .get(id.0 as usize)?
             .as_ref()
-            .expect("live location id")
-            .0
+            .map(|(ip, l)| (*ip, l))
     }
 
     /// A location by IP.
@@ -274,12 +292,14 @@ impl LocationTable {
                     Some(id) => id,
                     None => {
                         self.slots.push(None);
+                        self.ips.push(ip);
                         LocationId(
                             u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 locations"),
                         )
                     }
                 };
                 self.slots[id.0 as usize] = Some((ip, Location::default()));
+                self.ips[id.0 as usize] = ip;
                 self.by_ip.insert(ip, id);
                 id
             }
@@ -344,5 +364,39 @@ impl AddressIndex {
     /// Number of desired addresses.
     pub fn len(&self) -> usize {
         self.v4.len() + self.v6.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_holds_up_to_four_refs_inline_in_40_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        let ids: Vec<ServiceId> = (1..=6).map(ServiceId::from_raw).collect();
+        let mut slot = Slot::default();
+        slot.set_desired(&Desired {
+            inbound: ids[..2].into(),
+            outbound: Some(ids[5]),
+            pod: PodUid::of("u"),
+        });
+        slot.set_actual(&ids[2..4]);
+        assert!(!slot.refs.spilled());
+        assert_eq!(slot.inbound(), &ids[..2]);
+        assert_eq!(slot.actual(), &ids[2..4]);
+        assert_eq!(&slot.desired_refs()[..], &[ids[0], ids[1], ids[5]]);
+        // A fifth ref spills to the heap, and comes back inline when one goes.
+        slot.set_actual(&ids[2..5]);
+        assert!(slot.refs.spilled());
+        assert_eq!(slot.actual(), &ids[2..5]);
+        slot.set_actual(&ids[2..3]);
+        assert!(!slot.refs.spilled());
+        assert_eq!(slot.inbound(), &ids[..2]);
+        // Emptied desired part: no pod left behind.
+        slot.set_desired(&Desired::default());
+        assert!(!slot.has_desired() && slot.pod.is_none() && slot.has_actual());
+        slot.set_actual(&[]);
+        assert!(slot.is_empty());
     }
 }

@@ -3,8 +3,12 @@
 //! locations, and lets a service that changes dirty exactly the locations that use it.
 //!
 //! A service with few addresses (the usual Service: tens of endpoints) keeps them in sorted vectors,
-//! 8 bytes an IPv4 entry; one with many (an egress used by a whole namespace) in hash maps, so that
-//! a pod joining or leaving it costs O(1), not a shift of the whole vector.
+//! 8 bytes an IPv4 entry; one with many in hash maps, so that an endpoint joining or leaving it costs
+//! O(1), not a shift of the whole vector.
+//!
+//! An egress is set per pod, never as a whole, so it needs no address index: [`LocationBits`] marks
+//! the locations where its pods may be (one bit per location, set when a pod there takes it, cleared
+//! when a reader finds no pod there any more). A pod changing egress costs a bit, not an index update.
 
 use foldhash::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -67,9 +71,7 @@ fn sorted_remove<K: Ord + Copy>(v: &mut Vec<(K, LocationId)>, key: &K) -> Option
 }
 
 fn sorted_get<K: Ord + Copy>(v: &[(K, LocationId)], key: &K) -> Option<LocationId> {
-    v.binary_search_by(|(k, _)| k.cmp(key))
-        .ok()
-        .map(|i| v[i].1)
+    v.binary_search_by(|(k, _)| k.cmp(key)).ok().map(|i| v[i].1)
 }
 
 impl ServiceAddresses {
@@ -79,11 +81,6 @@ impl ServiceAddresses {
             Self::Few { v4, v6 } => v4.len() + v6.len(),
             Self::Many(m) => m.v4.len() + m.v6.len(),
         }
-    }
-
-    /// True if the service has no desired address.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The location `address` is desired at for this service.
@@ -138,12 +135,17 @@ impl ServiceAddresses {
         removed
     }
 
-    /// Whether [`ServiceAddresses::iter`] yields the addresses in order.
-    pub fn is_sorted(&self) -> bool {
-        matches!(self, Self::Few { .. })
+    /// The sorted entries by family, if kept sorted.
+    #[allow(clippy::type_complexity)]
+    pub fn sorted(&self) -> Option<(&[(Ipv4Addr, LocationId)], &[(Ipv6Addr, LocationId)])> {
+        match self {
+            Self::Few { v4, v6 } => Some((v4, v6)),
+            Self::Many(_) => None,
+        }
     }
 
-    /// Every address with its location; in address order when [`ServiceAddresses::is_sorted`].
+    /// Every address with its location; in address order when kept sorted
+    /// ([`ServiceAddresses::sorted`]).
     pub fn iter(&self) -> impl Iterator<Item = (IpAddr, LocationId)> + '_ {
         let (few4, few6, many4, many6) = match self {
             Self::Few { v4, v6 } => (Some(v4.iter()), Some(v6.iter()), None, None),
@@ -152,7 +154,11 @@ impl ServiceAddresses {
         few4.into_iter()
             .flatten()
             .map(|(a, l)| (IpAddr::V4(*a), *l))
-            .chain(few6.into_iter().flatten().map(|(a, l)| (IpAddr::V6(*a), *l)))
+            .chain(
+                few6.into_iter()
+                    .flatten()
+                    .map(|(a, l)| (IpAddr::V6(*a), *l)),
+            )
             .chain(
                 many4
                     .into_iter()
@@ -176,6 +182,47 @@ impl ServiceAddresses {
     }
 }
 
+/// A set of locations, one bit each (location ids are dense).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LocationBits(Vec<u64>);
+
+impl LocationBits {
+    /// Adds a location.
+    pub fn insert(&mut self, location: LocationId) {
+        let i = location.index();
+        if i / 64 >= self.0.len() {
+            self.0.resize(i / 64 + 1, 0);
+        }
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    /// Removes a location.
+    pub fn remove(&mut self, location: LocationId) {
+        let i = location.index();
+        if let Some(word) = self.0.get_mut(i / 64) {
+            *word &= !(1 << (i % 64));
+        }
+        while self.0.last() == Some(&0) {
+            self.0.pop();
+        }
+    }
+
+    /// Every location in the set, by id.
+    pub fn iter(&self) -> impl Iterator<Item = LocationId> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                Some(LocationId::from_index(w * 64 + b))
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,10 +243,10 @@ mod tests {
             s.insert(v4(i), LocationId::from_raw(i % 7));
             s.insert(v6(i), LocationId::from_raw(i % 5));
             if s.len() <= MANY {
-                assert!(s.is_sorted());
+                assert!(s.sorted().is_some());
             }
         }
-        assert!(!s.is_sorted(), "many addresses: hashed");
+        assert!(s.sorted().is_none(), "many addresses: hashed");
         assert_eq!(s.len(), 2 * n as usize);
         assert_eq!(s.get(&v4(12)), Some(LocationId::from_raw(5)));
         assert_eq!(s.distinct_locations(), 7);
@@ -209,12 +256,27 @@ mod tests {
                 assert_eq!(s.remove(&v6(i)), Some(LocationId::from_raw(i % 5)));
             }
         }
-        assert!(s.is_sorted(), "few again");
+        assert!(s.sorted().is_some(), "few again");
         let listed: Vec<IpAddr> = s.iter().map(|(a, _)| a).collect();
         assert!(listed.is_sorted());
         assert_eq!(listed.len(), 2 * n.div_ceil(16) as usize);
         assert_eq!(s.get(&v6(16)), Some(LocationId::from_raw(1)));
         assert_eq!(s.get(&v6(9)), None);
         assert_eq!(s.remove(&v6(9)), None);
+    }
+
+    #[test]
+    fn location_bits_hold_a_set_of_ids() {
+        let mut b = LocationBits::default();
+        for i in [0, 3, 63, 64, 130, 3] {
+            b.insert(LocationId::from_raw(i));
+        }
+        let ids = |b: &LocationBits| b.iter().map(|l| l.index()).collect::<Vec<_>>();
+        assert_eq!(ids(&b), vec![0, 3, 63, 64, 130]);
+        b.remove(LocationId::from_raw(130));
+        b.remove(LocationId::from_raw(3));
+        b.remove(LocationId::from_raw(999));
+        assert_eq!(ids(&b), vec![0, 63, 64]);
+        assert_eq!(b.0.len(), 2, "trailing empty words dropped");
     }
 }

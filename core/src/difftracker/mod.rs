@@ -40,7 +40,7 @@ pub use withheld::{Withheld, WithheldLocations};
 
 use dirty::DirtyQueue;
 use identity::{ServiceId, ServiceTable};
-use location::{AddressIndex, Desired, LocationTable, RefBuf, for_each_change};
+use location::{AddressIndex, Desired, LocationId, LocationTable, RefBuf, for_each_change};
 
 /// Dirty work taken from the tracker: locations and services whose diff may be non-empty.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -119,11 +119,40 @@ impl DiffTracker {
     /// A service became (un)desired or appeared in / vanished from NRP: it, and every location
     /// whose filtered refs depend on it, must be re-diffed.
     fn service_changed(&mut self, id: ServiceId) {
-        let entry = self.services.get(id);
-        for (_, location) in entry.addresses.iter() {
+        for location in self.locations_of(id) {
             self.dirty_locations.push(self.locations.ip(location));
         }
         self.dirty_service(id);
+    }
+
+    /// The locations where a desired address refers to `id`, each once: from the address index of
+    /// an inbound identity, from the marks of an egress (dropping those with no pod of it left).
+    fn locations_of(&mut self, id: ServiceId) -> Vec<LocationId> {
+        let entry = self.services.get(id);
+        if entry.kind == ServiceKind::Inbound {
+            let mut out: Vec<LocationId> = entry.addresses.iter().map(|(_, l)| l).collect();
+            out.sort_unstable();
+            out.dedup();
+            return out;
+        }
+        let (used, stale): (Vec<LocationId>, Vec<LocationId>) = entry
+            .egress_locations
+            .iter()
+            .partition(|l| self.egress_is_at(id, *l));
+        let marks = &mut self.services.get_mut(id).egress_locations;
+        for l in stale {
+            marks.remove(l);
+        }
+        used
+    }
+
+    /// Whether a desired address at `location` has the egress `id`.
+    fn egress_is_at(&self, id: ServiceId, location: LocationId) -> bool {
+        self.locations.by_id(location).is_some_and(|(_, loc)| {
+            loc.addresses
+                .iter()
+                .any(|(_, slot)| slot.outbound == Some(id))
+        })
     }
 
     fn dirty_service(&mut self, id: ServiceId) {

@@ -37,7 +37,7 @@ impl DiffTracker {
         let mut out: Vec<String> = self
             .services
             .iter()
-            .filter(|(_, e)| e.kind == ServiceKind::Inbound && !e.addresses.is_empty())
+            .filter(|(_, e)| e.kind == ServiceKind::Inbound && e.desired_refs > 0)
             .map(|(_, e)| e.name.to_string())
             .collect();
         out.sort_unstable();
