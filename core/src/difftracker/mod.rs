@@ -278,4 +278,6 @@ impl DiffTracker {
 }
 
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
