@@ -248,11 +248,31 @@ impl DiffTracker {
     /// desired (the readiness filter). The second half keeps a late endpoint update of a Service
     /// being deleted from re-programming it, which would block its deletion forever.
     pub(super) fn filtered(&self, slot: &Slot) -> RefBuf {
-        let mut refs = slot.desired_refs();
-        refs.retain(|id| {
-            let e = self.services.get(*id);
+        let ready = |id: ServiceId| {
+            let e = self.services.get(id);
             e.actual.is_some() && e.is_desired()
-        });
+        };
+        let mut refs = RefBuf::new();
+        // The outbound id in its place among the inbound ones (sorted), each kept if ready.
+        let mut outbound = slot.outbound;
+        for &id in slot.inbound() {
+            if let Some(o) = outbound
+                && o <= id
+            {
+                if o < id && ready(o) {
+                    refs.push(o);
+                }
+                outbound = None;
+            }
+            if ready(id) {
+                refs.push(id);
+            }
+        }
+        if let Some(o) = outbound
+            && ready(o)
+        {
+            refs.push(o);
+        }
         refs
     }
 }

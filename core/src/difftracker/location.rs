@@ -56,11 +56,17 @@ impl Desired {
 
 /// `inbound` (sorted) with `outbound` added in its place.
 fn merged(inbound: &[ServiceId], outbound: Option<ServiceId>) -> RefBuf {
-    let mut buf: RefBuf = inbound.iter().copied().collect();
-    if let Some(o) = outbound
-        && let Err(pos) = buf.binary_search(&o)
-    {
-        buf.insert(pos, o);
+    let mut buf = RefBuf::new();
+    match outbound {
+        None => buf.extend_from_slice(inbound),
+        Some(o) => {
+            let pos = inbound.partition_point(|id| *id < o);
+            buf.extend_from_slice(&inbound[..pos]);
+            if inbound.get(pos) != Some(&o) {
+                buf.push(o);
+            }
+            buf.extend_from_slice(&inbound[pos..]);
+        }
     }
     buf
 }
