@@ -119,7 +119,7 @@ impl Slot {
     /// The desired part as a value.
     pub fn desired(&self) -> Desired {
         Desired {
-            inbound: self.inbound().into(),
+            inbound: RefBuf::from_slice(self.inbound()),
             outbound: self.outbound,
             pod: self.pod,
         }
@@ -128,7 +128,7 @@ impl Slot {
     /// Replaces the desired part (an empty one leaves no pod behind).
     pub fn set_desired(&mut self, d: &Desired) {
         if self.inbound() != &d.inbound[..] {
-            let actual: RefBuf = self.actual().into();
+            let actual = RefBuf::from_slice(self.actual());
             self.refs.clear();
             self.refs.extend_from_slice(&d.inbound);
             self.refs.extend_from_slice(&actual);

@@ -222,7 +222,7 @@ impl DiffTracker {
             return;
         }
         let (was, is) = (slot.has_actual(), !new.is_empty());
-        let before: RefBuf = slot.actual().into();
+        let before = RefBuf::from_slice(slot.actual());
         slot.set_actual(new);
         if was != is {
             if is {
