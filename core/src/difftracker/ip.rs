@@ -217,10 +217,20 @@ mod tests {
                 .collect();
             cases.extend(level.iter().cloned());
         }
-        for a in [
-            "0", "9", "10", "99", "100", "199", "200", "249", "250", "255", "256", "300", "09",
-        ] {
-            cases.push(format!("{a}.{a}.1.{a}"));
+        // Every join of 3 to 5 tricky octets.
+        let parts = [
+            "", "0", "00", "01", "7", "10", "99", "100", "199", "249", "255", "256", "300", "999",
+            "1000", "0255", "2a",
+        ];
+        let mut joins: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
+        for n in 2..=5 {
+            joins = joins
+                .iter()
+                .flat_map(|j| parts.iter().map(move |p| format!("{j}.{p}")))
+                .collect();
+            if n >= 3 {
+                cases.extend(joins.iter().cloned());
+            }
         }
         for c in &cases {
             let fast = parse_ipv4_fast(c.as_bytes());
