@@ -393,11 +393,30 @@ fn whole_cluster_diff(c: &mut Criterion) {
     group.finish();
 }
 
+/// The read API's view of every inbound service, one by one (what a WatchServices snapshot reads).
+fn service_views(c: &mut Criterion) {
+    let cluster = Cluster::new();
+    let tracker = cluster.tracker();
+    let mut group = c.benchmark_group("read");
+    group.bench_function("service_views_inbound_x5000", |b| {
+        b.iter(|| {
+            let n = cluster
+                .services
+                .iter()
+                .map(|s| tracker.service_view(s).unwrap().locations)
+                .sum::<usize>();
+            black_box(n)
+        });
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     mutations,
     one_pod_change_to_diff,
-    whole_cluster_diff
+    whole_cluster_diff,
+    service_views
 );
 
 fn main() {

@@ -10,6 +10,7 @@ use foldhash::HashMap;
 use std::borrow::Cow;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::error::{InvalidInput, Reason};
 use super::location::LocationId;
@@ -114,6 +115,45 @@ pub(crate) struct ServiceEntry {
     /// Reverse index of an outbound identity: the locations where desired addresses may refer to
     /// it (a superset; see [`super::members`]).
     pub egress_locations: LocationBits,
+    /// How many distinct locations the desired addresses are at, once a view asked (see [`Memo`]).
+    pub locations_memo: Memo,
+}
+
+/// A count computed on demand by a read and kept until the entry's references change: the read API
+/// asks for every service's view on each change, while counting a service's locations walks its
+/// index (or, for an egress, its locations). Reads through `&self` may fill it, from any thread:
+/// the value is the same whoever computes it.
+#[derive(Debug, Default)]
+pub(crate) struct Memo(AtomicU32);
+
+impl Memo {
+    /// The count, computed by `f` unless known.
+    pub fn get_or(&self, f: impl FnOnce() -> usize) -> usize {
+        match self.0.load(Ordering::Relaxed) {
+            0 => {
+                let n = f();
+                // 0 means unknown: store the count plus one (saturated, then never kept).
+                if let Ok(v) = u32::try_from(n + 1)
+                    && v < u32::MAX
+                {
+                    self.0.store(v, Ordering::Relaxed);
+                }
+                n
+            }
+            v => v as usize - 1,
+        }
+    }
+
+    /// Forgets the count.
+    pub fn clear(&mut self) {
+        *self.0.get_mut() = 0;
+    }
+}
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Self(AtomicU32::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 impl ServiceEntry {
@@ -172,6 +212,7 @@ impl ServiceTable {
             actual_refs: 0,
             addresses: ServiceAddresses::default(),
             egress_locations: LocationBits::default(),
+            locations_memo: Memo::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -244,6 +285,7 @@ impl ServiceTable {
             .desired_refs
             .checked_add_signed(delta)
             .expect("refcount");
+        entry.locations_memo.clear();
         match (entry.kind, delta > 0) {
             (ServiceKind::Inbound, true) => {
                 debug_assert!(entry.addresses.get(&address).is_none(), "one location");

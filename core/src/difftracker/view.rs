@@ -133,14 +133,14 @@ impl DiffTracker {
     }
 
     fn entry_view(&self, sid: ServiceId, e: &ServiceEntry) -> ServiceView {
-        let locations = match e.kind {
+        let locations = e.locations_memo.get_or(|| match e.kind {
             ServiceKind::Inbound => e.addresses.distinct_locations(),
             ServiceKind::Outbound => e
                 .egress_locations
                 .iter()
                 .filter(|l| self.egress_is_at(sid, *l))
                 .count(),
-        };
+        });
         ServiceView {
             name: e.name.to_string(),
             kind: e.kind,
