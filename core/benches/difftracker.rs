@@ -10,7 +10,7 @@ use std::alloc::System;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
-use clb_core::difftracker::{DiffTracker, Endpoint, Operation, PodUpdate};
+use clb_core::difftracker::{DiffTracker, Endpoint, EndpointIp, Operation, PodIpUpdate, PodUpdate};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use oracle::Oracle;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -107,6 +107,27 @@ impl Cluster {
         t
     }
 
+    /// A tracker holding the whole cluster with every service created in NRP and no location
+    /// programmed yet: every address is pending.
+    fn tracker_with_services_only(&self) -> DiffTracker {
+        let mut t = DiffTracker::new();
+        for s in &self.services {
+            t.update_service(Operation::Add, s).unwrap();
+        }
+        for (i, s) in self.services.iter().enumerate() {
+            t.set_endpoints(s, &self.endpoints(i)).unwrap();
+        }
+        for i in 0..PODS {
+            t.update_pod(Operation::Add, &self.pod(i, Self::egress_of(i)))
+                .unwrap();
+        }
+        for s in &t.pending_diff().services {
+            t.record_service_applied(s).unwrap();
+        }
+        t.take_dirty();
+        t
+    }
+
     /// The oracle holding the same cluster, converged.
     fn oracle(&self) -> Oracle {
         let mut o = Oracle::default();
@@ -187,6 +208,121 @@ fn mutations(c: &mut Criterion) {
             tracker.set_endpoints(&cluster.services[42], &eps).unwrap();
         });
     });
+    // 1,000 level updates over 100 services (every 50th, 20 endpoints each), the lists built before
+    // the clock: each update re-sends a service's whole set with its first backend alternating
+    // between its own pod and another pod of the cluster, so every update moves one backend.
+    const LEVEL_SERVICES: usize = 100;
+    const LEVEL_UPDATES: usize = 1_000;
+    let lists: Vec<[Vec<Endpoint<'_>>; 2]> = (0..LEVEL_SERVICES)
+        .map(|s| {
+            let service = s * (SERVICES / LEVEL_SERVICES);
+            let own = cluster.endpoints(service);
+            let mut moved = own.clone();
+            let other = PODS - 1 - service;
+            moved[0] = Endpoint {
+                address: &cluster.addresses[other],
+                location: cluster.location_of(other),
+            };
+            [own, moved]
+        })
+        .collect();
+    let mut flips = [0usize; LEVEL_SERVICES];
+    group.throughput(Throughput::Elements(LEVEL_UPDATES as u64));
+    group.bench_function("endpoints_level_updates_x1000_over_100_services", |b| {
+        b.iter(|| {
+            for k in 0..LEVEL_UPDATES {
+                let s = k % LEVEL_SERVICES;
+                flips[s] ^= 1;
+                tracker
+                    .set_endpoints(
+                        &cluster.services[s * (SERVICES / LEVEL_SERVICES)],
+                        &lists[s][flips[s]],
+                    )
+                    .unwrap();
+            }
+        });
+    });
+    // The same three workloads through the `_ip` methods, the IPs parsed before the clock (as the
+    // gRPC edge would): what the tracker itself costs.
+    let pods_ip: Vec<(IpAddr, IpAddr)> = (0..PODS)
+        .map(|i| {
+            (
+                cluster.addresses[i].parse().unwrap(),
+                cluster.location_of(i).parse().unwrap(),
+            )
+        })
+        .collect();
+    let endpoints_ip = |service: usize| -> Vec<EndpointIp> {
+        (service..PODS)
+            .step_by(SERVICES)
+            .map(|i| EndpointIp {
+                address: pods_ip[i].0,
+                location: pods_ip[i].1,
+            })
+            .collect()
+    };
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("ip/pod_egress_change_x10000", |b| {
+        b.iter(|| {
+            for i in 0..BATCH {
+                let p = i * 7 % PODS;
+                let pod = PodIpUpdate {
+                    address: pods_ip[p].0,
+                    location: pods_ip[p].1,
+                    outbound_identity: &cluster.egresses[(i + round) % EGRESSES],
+                    uid: "",
+                };
+                tracker.update_pod_ip(Operation::Add, &pod).unwrap();
+            }
+            round += 1;
+        });
+    });
+    let one_moved: [Vec<EndpointIp>; 2] = {
+        let own = endpoints_ip(42);
+        let mut moved = own.clone();
+        moved[0] = EndpointIp {
+            address: pods_ip[99_999].0,
+            location: pods_ip[99_999].1,
+        };
+        [own, moved]
+    };
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("ip/endpoints_level_update_one_moved", |b| {
+        b.iter(|| {
+            flip ^= 1;
+            tracker
+                .set_endpoints_ip(&cluster.services[42], &one_moved[flip])
+                .unwrap();
+        });
+    });
+    let lists_ip: Vec<[Vec<EndpointIp>; 2]> = (0..LEVEL_SERVICES)
+        .map(|s| {
+            let service = s * (SERVICES / LEVEL_SERVICES);
+            let own = endpoints_ip(service);
+            let mut moved = own.clone();
+            let other = PODS - 1 - service;
+            moved[0] = EndpointIp {
+                address: pods_ip[other].0,
+                location: pods_ip[other].1,
+            };
+            [own, moved]
+        })
+        .collect();
+    group.throughput(Throughput::Elements(LEVEL_UPDATES as u64));
+    group.bench_function("ip/endpoints_level_updates_x1000_over_100_services", |b| {
+        b.iter(|| {
+            for k in 0..LEVEL_UPDATES {
+                let s = k % LEVEL_SERVICES;
+                flips[s] ^= 1;
+                tracker
+                    .set_endpoints_ip(
+                        &cluster.services[s * (SERVICES / LEVEL_SERVICES)],
+                        &lists_ip[s][flips[s]],
+                    )
+                    .unwrap();
+            }
+        });
+    });
     group.finish();
 }
 
@@ -240,7 +376,48 @@ fn one_pod_change_to_diff(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, mutations, one_pod_change_to_diff);
+/// The whole pending diff by a full scan (`pending_diff`), services in NRP and no location yet: a
+/// diff of every address of the cluster.
+fn whole_cluster_diff(c: &mut Criterion) {
+    let cluster = Cluster::new();
+    let tracker = cluster.tracker_with_services_only();
+    let mut group = c.benchmark_group("whole_cluster_diff");
+    group.sample_size(10);
+    group.bench_function("services_in_nrp_no_locations", |b| {
+        b.iter(|| {
+            let diff = tracker.pending_diff();
+            assert_eq!(diff.locations.len(), LOCATIONS);
+            black_box(diff)
+        });
+    });
+    group.finish();
+}
+
+/// The read API's view of every inbound service, one by one (what a WatchServices snapshot reads).
+fn service_views(c: &mut Criterion) {
+    let cluster = Cluster::new();
+    let tracker = cluster.tracker();
+    let mut group = c.benchmark_group("read");
+    group.bench_function("service_views_inbound_x5000", |b| {
+        b.iter(|| {
+            let n = cluster
+                .services
+                .iter()
+                .map(|s| tracker.service_view(s).unwrap().locations)
+                .sum::<usize>();
+            black_box(n)
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    mutations,
+    one_pod_change_to_diff,
+    whole_cluster_diff,
+    service_views
+);
 
 fn main() {
     memory_per_address(&Cluster::new());

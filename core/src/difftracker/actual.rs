@@ -8,7 +8,7 @@ use super::DiffTracker;
 use super::diff::{AddressUpdateAction, LocationDiff, ServiceAction, ServiceChange};
 use super::error::{InvalidInput, quote};
 use super::identity::{ServiceId, ServiceKind, normalize_identity};
-use super::location::Refs;
+use super::location::RefBuf;
 
 /// A report that cannot be true of NRP; nothing of it was recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -233,10 +233,10 @@ impl DiffTracker {
         &self,
         location: IpAddr,
         addresses: &[(IpAddr, &[String])],
-    ) -> Result<Vec<(IpAddr, Refs)>, ReportError> {
+    ) -> Result<Vec<(IpAddr, RefBuf)>, ReportError> {
         let mut out = Vec::with_capacity(addresses.len());
         for (address, names) in addresses {
-            let mut refs = Vec::with_capacity(names.len());
+            let mut refs = RefBuf::with_capacity(names.len());
             for n in names.iter() {
                 let sid = normalize_identity("service", n)
                     .ok()
@@ -251,13 +251,13 @@ impl DiffTracker {
             }
             refs.sort_unstable();
             refs.dedup();
-            out.push((*address, refs.into_boxed_slice()));
+            out.push((*address, refs));
         }
         Ok(out)
     }
 
     /// Whether a full replacement with `resolved` would change the location's actual addresses.
-    fn actual_differs(&self, location: IpAddr, resolved: &[(IpAddr, Refs)]) -> bool {
+    fn actual_differs(&self, location: IpAddr, resolved: &[(IpAddr, RefBuf)]) -> bool {
         let Some(loc) = self.locations.get(&location) else {
             return true;
         };
@@ -265,11 +265,7 @@ impl DiffTracker {
         !loc.in_nrp
             || listed != loc.actual_addresses as usize
             || resolved.iter().any(|(a, r)| {
-                let have = loc
-                    .addresses
-                    .get(a)
-                    .and_then(|s| s.actual.as_deref())
-                    .unwrap_or(&[]);
+                let have = loc.addresses.get(a).map_or(&[][..], |s| s.actual());
                 have != &r[..]
             })
     }
@@ -279,28 +275,34 @@ impl DiffTracker {
         &mut self,
         location: IpAddr,
         action: AddressUpdateAction,
-        addresses: Vec<(IpAddr, Refs)>,
+        mut addresses: Vec<(IpAddr, RefBuf)>,
     ) {
         if action == AddressUpdateAction::Full {
-            let listed: HashSet<IpAddr> = addresses.iter().map(|(a, _)| *a).collect();
+            // Sorted by address (a diff's already is), to look the listed ones up without a set.
+            if !addresses.is_sorted_by_key(|(a, _)| *a) {
+                addresses.sort_by_key(|(a, _)| *a);
+            }
             let dropped: Vec<IpAddr> = self
                 .locations
                 .get(&location)
                 .map(|loc| {
                     loc.addresses
                         .iter()
-                        .filter(|(a, s)| s.actual.is_some() && !listed.contains(*a))
-                        .map(|(a, _)| *a)
+                        .filter(|(a, s)| {
+                            s.has_actual()
+                                && addresses.binary_search_by_key(a, |(l, _)| *l).is_err()
+                        })
+                        .map(|(a, _)| a)
                         .collect()
                 })
                 .unwrap_or_default();
             for address in dropped {
-                self.set_actual(location, address, None);
+                self.set_actual(location, address, &[]);
             }
         }
         let in_nrp = !(action == AddressUpdateAction::Full && addresses.is_empty());
-        for (address, refs) in addresses {
-            self.set_actual(location, address, Some(refs));
+        for (address, refs) in &addresses {
+            self.set_actual(location, *address, refs);
         }
         self.set_in_nrp(location, in_nrp);
     }

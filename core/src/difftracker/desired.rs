@@ -1,14 +1,14 @@
 //! Desired-state mutations (what Kubernetes wants). Each validates all of its input first and
 //! changes nothing when it fails.
 
-use foldhash::{HashMap, HashMapExt, HashSet};
-use std::net::IpAddr;
+use std::cmp::Ordering;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::DiffTracker;
 use super::error::{InvalidInput, Reason};
 use super::identity::{EgressState, ServiceId, ServiceKind, normalize_identity};
-use super::ip::parse_address_at;
-use super::location::{Desired, PodUid, with_ref, without_ref};
+use super::ip::{check_address_at, parse_address_at};
+use super::location::{LocationId, PodUid, Slot, insert_ref, remove_ref};
 
 /// Add or remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +28,17 @@ pub struct Endpoint<'a> {
     pub location: &'a str,
 }
 
+/// [`Endpoint`] with its IPs already parsed (at the gRPC edge, say): the `_ip` methods take these
+/// and parse nothing. They are checked as strings are (canonical form, unicast, one family); an
+/// error quotes the IP as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndpointIp {
+    /// The pod IP.
+    pub address: IpAddr,
+    /// The node IP the pod runs on.
+    pub location: IpAddr,
+}
+
 /// A pod: its IP at its node, with its optional egress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PodUpdate<'a> {
@@ -35,6 +46,19 @@ pub struct PodUpdate<'a> {
     pub address: &'a str,
     /// The node IP (hostIP).
     pub location: &'a str,
+    /// The egress named by the pod's label; empty for none.
+    pub outbound_identity: &'a str,
+    /// The pod's UID: a removal naming another UID than the pod at the address is a no-op.
+    pub uid: &'a str,
+}
+
+/// [`PodUpdate`] with its IPs already parsed (see [`EndpointIp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodIpUpdate<'a> {
+    /// The pod IP.
+    pub address: IpAddr,
+    /// The node IP (hostIP).
+    pub location: IpAddr,
     /// The egress named by the pod's label; empty for none.
     pub outbound_identity: &'a str,
     /// The pod's UID: a removal naming another UID than the pod at the address is a no-op.
@@ -51,29 +75,178 @@ fn conflict(field: &str, value: &str, existing: ServiceKind) -> InvalidInput {
     )
 }
 
-/// Parses a set of endpoints; an address listed twice is refused.
-fn parse_endpoints(
-    field: &str,
-    endpoints: &[Endpoint<'_>],
-) -> Result<Vec<(IpAddr, IpAddr)>, InvalidInput> {
-    let mut seen: HashMap<IpAddr, usize> = HashMap::with_capacity(endpoints.len());
-    let mut out = Vec::with_capacity(endpoints.len());
-    for (i, e) in endpoints.iter().enumerate() {
-        // Field paths are only formatted for an error: this runs for every endpoint.
-        let (addr, loc) = parse_address_at("address", e.address, "location", e.location)
-            .map_err(|err| err.within(&format!("{field}[{i}]")))?;
-        if let Some(first) = seen.insert(addr, i) {
-            return Err(InvalidInput::new(
-                format!("{field}[{i}].address"),
-                e.address,
-                Reason::Duplicate {
-                    first: format!("{field}[{first}].address"),
-                },
-            ));
-        }
-        out.push((addr, loc));
+/// An endpoint as given: strings to parse, or IPs to check.
+trait EndpointInput {
+    /// The canonical (address, location), or why they are refused (field paths relative to the
+    /// endpoint).
+    fn check(&self) -> Result<(IpAddr, IpAddr), InvalidInput>;
+    /// The address as given, for an error.
+    fn address_value(&self) -> String;
+}
+
+impl EndpointInput for Endpoint<'_> {
+    fn check(&self) -> Result<(IpAddr, IpAddr), InvalidInput> {
+        parse_address_at("address", self.address, "location", self.location)
     }
-    Ok(out)
+
+    fn address_value(&self) -> String {
+        self.address.to_owned()
+    }
+}
+
+impl EndpointInput for EndpointIp {
+    fn check(&self) -> Result<(IpAddr, IpAddr), InvalidInput> {
+        check_address_at("address", self.address, "location", self.location)
+    }
+
+    fn address_value(&self) -> String {
+        self.address.to_string()
+    }
+}
+
+/// A checked endpoint set: (address, location, position in the input), sorted by address.
+type Checked = Vec<(IpAddr, IpAddr, u32)>;
+
+/// Buffers the endpoint updates reuse (a tracker's clone starts with empty ones).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    new: Checked,
+    old: Checked,
+    removals: Vec<(IpAddr, IpAddr)>,
+    adds: Vec<(IpAddr, IpAddr)>,
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl Scratch {
+    /// Keeps the buffers for the next update, unless a huge one left them huge.
+    fn trim(&mut self) {
+        const KEEP: usize = 1024;
+        if self.new.capacity() > KEEP || self.old.capacity() > KEEP {
+            self.new = Vec::new();
+            self.old = Vec::new();
+        }
+        if self.removals.capacity() > KEEP || self.adds.capacity() > KEEP {
+            self.removals = Vec::new();
+            self.adds = Vec::new();
+        }
+    }
+}
+
+/// An address of one family.
+trait Family: Ord + Copy {
+    fn of(ip: IpAddr) -> Self;
+    fn ip(self) -> IpAddr;
+}
+
+impl Family for Ipv4Addr {
+    fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => unreachable!("split by family"),
+        }
+    }
+
+    fn ip(self) -> IpAddr {
+        IpAddr::V4(self)
+    }
+}
+
+impl Family for Ipv6Addr {
+    fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V6(a) => a,
+            IpAddr::V4(_) => unreachable!("split by family"),
+        }
+    }
+
+    fn ip(self) -> IpAddr {
+        IpAddr::V6(self)
+    }
+}
+
+/// Merges a service's sorted addresses of one family with the new set's (sorted, same family):
+/// what the old has and the new lacks, or has at another location, goes to `removals`; what the
+/// new has and the old lacks, or has at another location, to `adds`.
+fn merge<K: Family>(
+    old: &[(K, LocationId)],
+    new: &[(IpAddr, IpAddr, u32)],
+    ip: impl Fn(LocationId) -> IpAddr,
+    removals: &mut Vec<(IpAddr, IpAddr)>,
+    adds: &mut Vec<(IpAddr, IpAddr)>,
+) {
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() && j < new.len() {
+        let (a, lo) = old[i];
+        let (b, ln, _) = new[j];
+        match a.cmp(&K::of(b)) {
+            Ordering::Less => {
+                removals.push((a.ip(), ip(lo)));
+                i += 1;
+            }
+            Ordering::Greater => {
+                adds.push((b, ln));
+                j += 1;
+            }
+            Ordering::Equal => {
+                let lo = ip(lo);
+                if lo != ln {
+                    removals.push((b, lo));
+                    adds.push((b, ln));
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    removals.extend(old[i..].iter().map(|&(a, lo)| (a.ip(), ip(lo))));
+    adds.extend(new[j..].iter().map(|&(b, ln, _)| (b, ln)));
+}
+
+/// Checks a set of endpoints into `out`, sorted by address; an address listed twice is refused.
+/// The error is the one met first in input order, as if the list were checked one by one.
+fn check_endpoints<E: EndpointInput>(
+    field: &str,
+    endpoints: &[E],
+    out: &mut Checked,
+) -> Result<(), InvalidInput> {
+    out.clear();
+    let mut failed = None;
+    for (i, e) in endpoints.iter().enumerate() {
+        match e.check() {
+            Ok((address, location)) => out.push((
+                address,
+                location,
+                u32::try_from(i).expect("fewer than 2^32 endpoints"),
+            )),
+            Err(err) => {
+                // Field paths are only formatted for an error: this runs for every endpoint.
+                failed = Some(err.within(&format!("{field}[{i}]")));
+                break;
+            }
+        }
+    }
+    out.sort_unstable_by_key(|&(address, _, i)| (address, i));
+    // The first repeat in input order: the least second position among equal addresses.
+    let repeat = out
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| (w[1].2, w[0].2))
+        .min();
+    if let Some((i, first)) = repeat {
+        return Err(InvalidInput::new(
+            format!("{field}[{i}].address"),
+            endpoints[i as usize].address_value(),
+            Reason::Duplicate {
+                first: format!("{field}[{first}].address"),
+            },
+        ));
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 impl DiffTracker {
@@ -193,6 +366,7 @@ impl DiffTracker {
     }
 
     /// Level update: `endpoints` is the whole set of backends of inbound identity `service` now.
+    /// In time proportional to the old and the new set (the service's own addresses are indexed).
     pub fn set_endpoints(
         &mut self,
         service: &str,
@@ -203,32 +377,81 @@ impl DiffTracker {
         result
     }
 
-    fn set_endpoints_inner(
+    /// [`DiffTracker::set_endpoints`] with parsed IPs.
+    pub fn set_endpoints_ip(
         &mut self,
         service: &str,
-        endpoints: &[Endpoint<'_>],
+        endpoints: &[EndpointIp],
+    ) -> Result<(), InvalidInput> {
+        let result = self.set_endpoints_inner(service, endpoints);
+        self.services.collect_unused();
+        result
+    }
+
+    fn set_endpoints_inner<E: EndpointInput>(
+        &mut self,
+        service: &str,
+        endpoints: &[E],
     ) -> Result<(), InvalidInput> {
         let name = normalize_identity("service_id", service)?;
-        let new = parse_endpoints("endpoints", endpoints)?;
-        let sid = self
-            .services
-            .intern(&name, ServiceKind::Inbound)
-            .map_err(|k| conflict("service_id", service, k))?;
-        let old = self.desired_addresses_of(sid);
-        let wanted: HashMap<IpAddr, IpAddr> = new.iter().copied().collect();
-        for &(address, location) in &old {
-            if wanted.get(&address) != Some(&location) {
-                self.remove_inbound_ref(location, address, sid);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = check_endpoints("endpoints", endpoints, &mut scratch.new).and_then(|()| {
+            let sid = self
+                .services
+                .intern(&name, ServiceKind::Inbound)
+                .map_err(|k| conflict("service_id", service, k))?;
+            self.apply_level(sid, &mut scratch);
+            self.services.release_if_unused(sid);
+            Ok(())
+        });
+        scratch.trim();
+        self.scratch = scratch;
+        result
+    }
+
+    /// Makes `scratch.new` the whole set of backends of `sid`: what the service's address index
+    /// has and the new set lacks (or has at another location) is removed first, then what is new
+    /// is added.
+    fn apply_level(&mut self, sid: ServiceId, scratch: &mut Scratch) {
+        let Scratch {
+            new,
+            removals,
+            adds,
+            ..
+        } = scratch;
+        removals.clear();
+        adds.clear();
+        let old = &self.services.get(sid).addresses;
+        let locations = &self.locations;
+        if let Some((old4, old6)) = old.sorted() {
+            // Both sides sorted by address (every IPv4 first): one merge per family.
+            let split = new.partition_point(|e| e.0.is_ipv4());
+            let ip = |l| locations.ip(l);
+            merge(old4, &new[..split], ip, removals, adds);
+            merge(old6, &new[split..], ip, removals, adds);
+        } else {
+            for (a, lo) in old.iter() {
+                let lo = locations.ip(lo);
+                match new.binary_search_by_key(&a, |e| e.0) {
+                    Ok(i) if new[i].1 == lo => {}
+                    _ => removals.push((a, lo)),
+                }
+            }
+            for &(a, ln, _) in new.iter() {
+                if old.get(&a).map(|l| locations.ip(l)) != Some(ln) {
+                    adds.push((a, ln));
+                }
             }
         }
-        let had: HashSet<(IpAddr, IpAddr)> = old.into_iter().collect();
-        for (address, location) in new {
-            if !had.contains(&(address, location)) {
-                self.add_inbound_ref(location, address, sid);
-            }
+        for &(address, location) in removals.iter() {
+            // Known from the index: the address refers to `sid` there.
+            self.update_desired(location, address, |d| {
+                remove_ref(&mut d.inbound, sid);
+            });
         }
-        self.services.release_if_unused(sid);
-        Ok(())
+        for &(address, location) in adds.iter() {
+            self.add_inbound_ref(location, address, sid);
+        }
     }
 
     /// Edge update: the backends of `service` went from `old` to `new`.
@@ -243,54 +466,134 @@ impl DiffTracker {
         result
     }
 
-    fn update_endpoints_inner(
+    /// [`DiffTracker::update_endpoints`] with parsed IPs.
+    pub fn update_endpoints_ip(
         &mut self,
         service: &str,
-        old: &[Endpoint<'_>],
-        new: &[Endpoint<'_>],
+        old: &[EndpointIp],
+        new: &[EndpointIp],
+    ) -> Result<(), InvalidInput> {
+        let result = self.update_endpoints_inner(service, old, new);
+        self.services.collect_unused();
+        result
+    }
+
+    fn update_endpoints_inner<E: EndpointInput>(
+        &mut self,
+        service: &str,
+        old: &[E],
+        new: &[E],
     ) -> Result<(), InvalidInput> {
         let name = normalize_identity("service_id", service)?;
-        let old = parse_endpoints("old_endpoints", old)?;
-        let new = parse_endpoints("new_endpoints", new)?;
-        let sid = self
-            .services
-            .intern(&name, ServiceKind::Inbound)
-            .map_err(|k| conflict("service_id", service, k))?;
-        let old_set: HashSet<(IpAddr, IpAddr)> = old.iter().copied().collect();
-        let new_set: HashSet<(IpAddr, IpAddr)> = new.iter().copied().collect();
-        for &(address, location) in old.iter().filter(|p| !new_set.contains(p)) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = check_endpoints("old_endpoints", old, &mut scratch.old)
+            .and_then(|()| check_endpoints("new_endpoints", new, &mut scratch.new))
+            .and_then(|()| {
+                let sid = self
+                    .services
+                    .intern(&name, ServiceKind::Inbound)
+                    .map_err(|k| conflict("service_id", service, k))?;
+                self.apply_edge(sid, &mut scratch);
+                self.services.release_if_unused(sid);
+                Ok(())
+            });
+        scratch.trim();
+        self.scratch = scratch;
+        result
+    }
+
+    /// Removes what `scratch.old` has and `scratch.new` lacks (or has at another location), then
+    /// adds what is new.
+    fn apply_edge(&mut self, sid: ServiceId, scratch: &mut Scratch) {
+        let Scratch {
+            new,
+            old,
+            removals,
+            adds,
+        } = scratch;
+        removals.clear();
+        adds.clear();
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            match (old.get(i), new.get(j)) {
+                (Some(&(a, lo, _)), Some(&(b, ln, _))) if a == b => {
+                    if lo != ln {
+                        removals.push((a, lo));
+                        adds.push((b, ln));
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(&(a, lo, _)), Some(&(b, _, _))) if a < b => {
+                    removals.push((a, lo));
+                    i += 1;
+                }
+                (Some(&(a, lo, _)), None) => {
+                    removals.push((a, lo));
+                    i += 1;
+                }
+                (_, Some(&(b, ln, _))) => {
+                    adds.push((b, ln));
+                    j += 1;
+                }
+                (None, None) => unreachable!("loop condition"),
+            }
+        }
+        for &(address, location) in removals.iter() {
             self.remove_inbound_ref(location, address, sid);
         }
-        for &(address, location) in new.iter().filter(|p| !old_set.contains(p)) {
+        for &(address, location) in adds.iter() {
             self.add_inbound_ref(location, address, sid);
         }
-        self.services.release_if_unused(sid);
-        Ok(())
     }
 
     /// Adds/updates or removes a pod. Adding sets the address's outbound identity (moving the pod's
     /// count from its old egress to the new one); removing clears only the outbound identity, and
     /// is a no-op for an unknown pod or one whose UID differs from the pod now at the address.
     pub fn update_pod(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
-        let result = self.update_pod_inner(op, pod);
+        let result = parse_address_at("address", pod.address, "location", pod.location).and_then(
+            |(address, location)| {
+                self.update_pod_inner(op, address, location, pod.outbound_identity, pod.uid)
+            },
+        );
         self.services.collect_unused();
         result
     }
 
-    fn update_pod_inner(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
-        let (address, location) =
-            parse_address_at("address", pod.address, "location", pod.location)?;
-        let uid = PodUid::of(pod.uid);
+    /// [`DiffTracker::update_pod`] with parsed IPs.
+    pub fn update_pod_ip(
+        &mut self,
+        op: Operation,
+        pod: &PodIpUpdate<'_>,
+    ) -> Result<(), InvalidInput> {
+        let result = check_address_at("address", pod.address, "location", pod.location).and_then(
+            |(address, location)| {
+                self.update_pod_inner(op, address, location, pod.outbound_identity, pod.uid)
+            },
+        );
+        self.services.collect_unused();
+        result
+    }
+
+    fn update_pod_inner(
+        &mut self,
+        op: Operation,
+        address: IpAddr,
+        location: IpAddr,
+        outbound_identity: &str,
+        uid: &str,
+    ) -> Result<(), InvalidInput> {
+        let uid = PodUid::of(uid);
         match op {
             Operation::Add => {
-                let outbound = if pod.outbound_identity.is_empty() {
+                let outbound = if outbound_identity.is_empty() {
                     None
                 } else {
-                    let name = normalize_identity("outbound_identity", pod.outbound_identity)?;
+                    let name = normalize_identity("outbound_identity", outbound_identity)?;
                     let sid = self
                         .services
                         .intern(&name, ServiceKind::Outbound)
-                        .map_err(|k| conflict("outbound_identity", pod.outbound_identity, k))?;
+                        .map_err(|k| conflict("outbound_identity", outbound_identity, k))?;
                     Some(sid)
                 };
                 self.move_if_elsewhere(address, location);
@@ -321,7 +624,7 @@ impl DiffTracker {
                 {
                     return Ok(());
                 }
-                let Some(current) = self.desired(location, address) else {
+                let Some(current) = self.desired_slot(location, address) else {
                     return Ok(());
                 };
                 let Some(old_outbound) = current.outbound else {
@@ -342,30 +645,33 @@ impl DiffTracker {
         Ok(())
     }
 
-    /// The desired part of an address at a location.
-    fn desired(&self, location: IpAddr, address: IpAddr) -> Option<&Desired> {
+    /// The slot of an address desired at a location.
+    fn desired_slot(&self, location: IpAddr, address: IpAddr) -> Option<&Slot> {
         self.locations
             .get(&location)?
             .addresses
-            .get(&address)?
-            .desired
-            .as_ref()
+            .get(&address)
+            .filter(|s| s.has_desired())
     }
 
-    /// Every desired (address, location) whose ref includes `sid`: proportional to the locations
-    /// that use it, thanks to the reverse index.
-    fn desired_addresses_of(&self, sid: ServiceId) -> Vec<(IpAddr, IpAddr)> {
+    /// Every desired (address, location) whose ref includes `sid`: from its address index (inbound)
+    /// or the locations its pods are at (outbound).
+    fn desired_addresses_of(&mut self, sid: ServiceId) -> Vec<(IpAddr, IpAddr)> {
+        if self.services.get(sid).kind == ServiceKind::Inbound {
+            return self
+                .services
+                .get(sid)
+                .addresses
+                .iter()
+                .map(|(address, location)| (address, self.locations.ip(location)))
+                .collect();
+        }
         let mut out = Vec::new();
-        for location in self.services.get(sid).locations.keys() {
-            let location = self.locations.ip(*location);
-            let Some(loc) = self.locations.get(&location) else {
-                continue;
-            };
+        for location in self.locations_of(sid) {
+            let (ip, loc) = self.locations.by_id(location).expect("live location");
             for (address, slot) in loc.addresses.iter() {
-                if slot.desired.as_ref().is_some_and(|d| {
-                    d.inbound.binary_search(&sid).is_ok() || d.outbound == Some(sid)
-                }) {
-                    out.push((*address, location));
+                if slot.outbound == Some(sid) {
+                    out.push((address, ip));
                 }
             }
         }
@@ -374,6 +680,10 @@ impl DiffTracker {
 
     /// An address desired at another location moves here, with everything it carries.
     fn move_if_elsewhere(&mut self, address: IpAddr, location: IpAddr) {
+        // Desired here already (the usual update): it is desired nowhere else.
+        if self.desired_slot(location, address).is_some() {
+            return;
+        }
         if let Some(from) = self
             .desired_at
             .get(&address)
@@ -387,16 +697,18 @@ impl DiffTracker {
 
     fn add_inbound_ref(&mut self, location: IpAddr, address: IpAddr, sid: ServiceId) {
         self.move_if_elsewhere(address, location);
-        self.update_desired(location, address, |d| d.inbound = with_ref(&d.inbound, sid));
+        self.update_desired(location, address, |d| {
+            insert_ref(&mut d.inbound, sid);
+        });
     }
 
     fn remove_inbound_ref(&mut self, location: IpAddr, address: IpAddr, sid: ServiceId) {
         if self
-            .desired(location, address)
-            .is_some_and(|d| d.inbound.binary_search(&sid).is_ok())
+            .desired_slot(location, address)
+            .is_some_and(|s| s.inbound().binary_search(&sid).is_ok())
         {
             self.update_desired(location, address, |d| {
-                d.inbound = without_ref(&d.inbound, sid)
+                remove_ref(&mut d.inbound, sid);
             });
         }
     }

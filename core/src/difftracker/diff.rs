@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use super::DiffTracker;
 use super::identity::{ServiceId, ServiceKind};
-use super::location::{Desired, RefBuf};
+use super::location::{RefBuf, Slot};
 
 /// How NRP applies a location's address list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,12 +121,8 @@ impl DiffTracker {
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for (address, slot) in loc.addresses.iter() {
-            let mut want = slot
-                .desired
-                .as_ref()
-                .map(|d| self.filtered(d))
-                .unwrap_or_default();
-            let have = slot.actual.as_deref().unwrap_or(&[]);
+            let mut want = self.filtered(slot);
+            let have = slot.actual();
             if !allowed {
                 for id in have {
                     if let Err(pos) = want.binary_search(id) {
@@ -142,7 +138,7 @@ impl DiffTracker {
             };
             if send {
                 addresses.push(AddressUpdate {
-                    address: *address,
+                    address,
                     services: self.names(&want),
                 });
             }
@@ -251,12 +247,32 @@ impl DiffTracker {
     /// The desired ref of an address, keeping only services that NRP has **and** that are still
     /// desired (the readiness filter). The second half keeps a late endpoint update of a Service
     /// being deleted from re-programming it, which would block its deletion forever.
-    pub(super) fn filtered(&self, d: &Desired) -> RefBuf {
-        let mut refs = d.refs();
-        refs.retain(|id| {
-            let e = self.services.get(*id);
+    pub(super) fn filtered(&self, slot: &Slot) -> RefBuf {
+        let ready = |id: ServiceId| {
+            let e = self.services.get(id);
             e.actual.is_some() && e.is_desired()
-        });
+        };
+        let mut refs = RefBuf::new();
+        // The outbound id in its place among the inbound ones (sorted), each kept if ready.
+        let mut outbound = slot.outbound;
+        for &id in slot.inbound() {
+            if let Some(o) = outbound
+                && o <= id
+            {
+                if o < id && ready(o) {
+                    refs.push(o);
+                }
+                outbound = None;
+            }
+            if ready(id) {
+                refs.push(id);
+            }
+        }
+        if let Some(o) = outbound
+            && ready(o)
+        {
+            refs.push(o);
+        }
         refs
     }
 }

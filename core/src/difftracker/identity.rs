@@ -1,15 +1,20 @@
 //! Identities (inbound = Service UID, outbound = egress name) and the table that interns them.
 //!
 //! Every identity the tracker knows gets a small `ServiceId`; the entry also holds the reverse index
-//! service → locations (with separate desired and actual reference counts) that makes the diff
-//! incremental: a service that becomes ready, or is deleted, dirties only the locations that use it.
+//! service → desired addresses (each with its location, see [`super::members`]) and the count of
+//! actual references, which make the diff incremental: a service that becomes ready, or is deleted,
+//! dirties only the locations that use it, and a level endpoints update compares the new set with
+//! the service's own addresses.
 
 use foldhash::HashMap;
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::error::{InvalidInput, Reason};
 use super::location::LocationId;
+use super::members::{LocationBits, ServiceAddresses};
 
 /// Longest identity accepted (Azure resource names allow 80 characters).
 pub const MAX_IDENTITY_LEN: usize = 80;
@@ -69,6 +74,11 @@ impl ServiceId {
     fn index(self) -> usize {
         self.0.get() as usize - 1
     }
+
+    #[cfg(test)]
+    pub fn from_raw(raw: u32) -> Self {
+        Self(NonZeroU32::new(raw).expect("non-zero"))
+    }
 }
 
 /// Desired state of an egress: explicitly declared and/or used by pods.
@@ -97,10 +107,53 @@ pub(crate) struct ServiceEntry {
     /// or an observe found the registration gone. Until a deletion is recorded (or a creation,
     /// which takes them over), an undesired identity is deleted again to clean them up.
     pub leftover: bool,
+    /// Desired addresses referring to it.
     pub desired_refs: u32,
     pub actual_refs: u32,
-    /// Reverse index: locations where desired addresses refer to this service, with how many.
-    pub locations: HashMap<LocationId, u32>,
+    /// Reverse index of an inbound identity: its desired addresses, with their locations.
+    pub addresses: ServiceAddresses,
+    /// Reverse index of an outbound identity: the locations where desired addresses may refer to
+    /// it (a superset; see [`super::members`]).
+    pub egress_locations: LocationBits,
+    /// How many distinct locations the desired addresses are at, once a view asked (see [`Memo`]).
+    pub locations_memo: Memo,
+}
+
+/// A count computed on demand by a read and kept until the entry's references change: the read API
+/// asks for every service's view on each change, while counting a service's locations walks its
+/// index (or, for an egress, its locations). Reads through `&self` may fill it, from any thread:
+/// the value is the same whoever computes it.
+#[derive(Debug, Default)]
+pub(crate) struct Memo(AtomicU32);
+
+impl Memo {
+    /// The count, computed by `f` unless known.
+    pub fn get_or(&self, f: impl FnOnce() -> usize) -> usize {
+        match self.0.load(Ordering::Relaxed) {
+            0 => {
+                let n = f();
+                // 0 means unknown: store the count plus one (saturated, then never kept).
+                if let Ok(v) = u32::try_from(n + 1)
+                    && v < u32::MAX
+                {
+                    self.0.store(v, Ordering::Relaxed);
+                }
+                n
+            }
+            v => v as usize - 1,
+        }
+    }
+
+    /// Forgets the count.
+    pub fn clear(&mut self) {
+        *self.0.get_mut() = 0;
+    }
+}
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Self(AtomicU32::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 impl ServiceEntry {
@@ -157,7 +210,9 @@ impl ServiceTable {
             leftover: false,
             desired_refs: 0,
             actual_refs: 0,
-            locations: HashMap::default(),
+            addresses: ServiceAddresses::default(),
+            egress_locations: LocationBits::default(),
+            locations_memo: Memo::default(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -217,18 +272,37 @@ impl ServiceTable {
         })
     }
 
-    /// Adjusts the desired references of `id` at `location` by `delta`.
-    pub fn add_desired_ref(&mut self, id: ServiceId, location: LocationId, delta: i32) {
+    /// Adds (`delta` 1) or removes (-1) the desired reference of `address` at `location` to `id`.
+    pub fn add_desired_ref(
+        &mut self,
+        id: ServiceId,
+        location: LocationId,
+        address: IpAddr,
+        delta: i32,
+    ) {
         let entry = self.get_mut(id);
         entry.desired_refs = entry
             .desired_refs
             .checked_add_signed(delta)
             .expect("refcount");
-        let count = entry.locations.entry(location).or_default();
-        *count = count.checked_add_signed(delta).expect("refcount");
-        if *count == 0 {
-            entry.locations.remove(&location);
+        entry.locations_memo.clear();
+        match (entry.kind, delta > 0) {
+            (ServiceKind::Inbound, true) => {
+                debug_assert!(entry.addresses.get(&address).is_none(), "one location");
+                entry.addresses.insert(address, location);
+            }
+            (ServiceKind::Inbound, false) => {
+                let removed = entry.addresses.remove(&address);
+                debug_assert_eq!(removed, Some(location), "refcount");
+            }
+            // Cleared when a reader finds no pod of the egress there any more.
+            (ServiceKind::Outbound, true) => entry.egress_locations.insert(location),
+            (ServiceKind::Outbound, false) => {}
         }
+        debug_assert!(
+            entry.kind == ServiceKind::Outbound
+                || entry.addresses.len() == entry.desired_refs as usize
+        );
     }
 
     /// Adjusts the actual (NRP) references of `id` by `delta`.

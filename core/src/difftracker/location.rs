@@ -1,4 +1,5 @@
-//! Per-location storage: each address holds its desired part and its actual (NRP) part side by side.
+//! Per-location storage: each address holds its desired part and its actual (NRP) part side by side,
+//! inline (no allocation of its own while it refers to at most four services).
 
 use foldhash::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -7,13 +8,10 @@ use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
+use super::addrmap::AddrMap;
 use super::identity::ServiceId;
-use super::vecmap::VecMap;
 
-/// A sorted, duplicate-free list of services; the empty list costs no allocation.
-pub(crate) type Refs = Box<[ServiceId]>;
-
-/// Service ids on the stack, for computing refs without allocating.
+/// Service ids on the stack (or inline in a slot), for refs without allocating.
 pub(crate) type RefBuf = SmallVec<[ServiceId; 4]>;
 
 /// A 64-bit fingerprint of a pod UID: enough to tell a replacement pod from the one it replaced
@@ -33,11 +31,11 @@ impl PodUid {
     }
 }
 
-/// What Kubernetes wants for one address.
+/// What Kubernetes wants for one address, as a value taken out of a [`Slot`] to be changed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Desired {
     /// Inbound identities (Services whose endpoints include this address), sorted.
-    pub inbound: Refs,
+    pub inbound: RefBuf,
     /// The egress of the pod at this address.
     pub outbound: Option<ServiceId>,
     /// The pod that set `outbound`.
@@ -47,13 +45,7 @@ pub(crate) struct Desired {
 impl Desired {
     /// The full desired service ref: inbound identities plus the outbound one, sorted.
     pub fn refs(&self) -> RefBuf {
-        let mut buf: RefBuf = self.inbound.iter().copied().collect();
-        if let Some(o) = self.outbound
-            && let Err(pos) = buf.binary_search(&o)
-        {
-            buf.insert(pos, o);
-        }
-        buf
+        merged(&self.inbound, self.outbound)
     }
 
     /// True when the address no longer belongs to anything.
@@ -62,18 +54,107 @@ impl Desired {
     }
 }
 
-/// Both states of one address at one location.
+/// `inbound` (sorted) with `outbound` added in its place.
+fn merged(inbound: &[ServiceId], outbound: Option<ServiceId>) -> RefBuf {
+    let mut buf = RefBuf::new();
+    match outbound {
+        None => buf.extend_from_slice(inbound),
+        Some(o) => {
+            let pos = inbound.partition_point(|id| *id < o);
+            buf.extend_from_slice(&inbound[..pos]);
+            if inbound.get(pos) != Some(&o) {
+                buf.push(o);
+            }
+            buf.extend_from_slice(&inbound[pos..]);
+        }
+    }
+    buf
+}
+
+/// Both states of one address at one location, inline. The address is desired when it has an
+/// inbound or an outbound identity, and in NRP when its actual ref is not empty.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slot {
-    pub desired: Option<Desired>,
-    /// The service ref NRP has confirmed; `None` if NRP does not have this address here.
-    pub actual: Option<Refs>,
+    /// The desired inbound ids (sorted), then the ids NRP has confirmed (sorted).
+    refs: RefBuf,
+    /// How many of `refs` are desired inbound ids.
+    inbound_len: u32,
+    /// The egress of the pod at this address.
+    pub outbound: Option<ServiceId>,
+    /// The pod that set `outbound`.
+    pub pod: Option<PodUid>,
+}
+
+impl Slot {
+    /// The desired inbound ids, sorted.
+    pub fn inbound(&self) -> &[ServiceId] {
+        &self.refs[..self.inbound_len as usize]
+    }
+
+    /// The service ref NRP has confirmed, sorted; empty if NRP does not have the address here.
+    pub fn actual(&self) -> &[ServiceId] {
+        &self.refs[self.inbound_len as usize..]
+    }
+
+    /// Whether Kubernetes wants the address here.
+    pub fn has_desired(&self) -> bool {
+        self.inbound_len > 0 || self.outbound.is_some()
+    }
+
+    /// Whether NRP has the address here.
+    pub fn has_actual(&self) -> bool {
+        self.refs.len() > self.inbound_len as usize
+    }
+
+    /// True when neither side has the address.
+    pub fn is_empty(&self) -> bool {
+        self.refs.is_empty() && self.outbound.is_none()
+    }
+
+    /// The full desired ref (inbound plus outbound), sorted; empty if not desired.
+    pub fn desired_refs(&self) -> RefBuf {
+        merged(self.inbound(), self.outbound)
+    }
+
+    /// The desired part as a value.
+    pub fn desired(&self) -> Desired {
+        Desired {
+            inbound: RefBuf::from_slice(self.inbound()),
+            outbound: self.outbound,
+            pod: self.pod,
+        }
+    }
+
+    /// Replaces the desired part (an empty one leaves no pod behind).
+    pub fn set_desired(&mut self, d: &Desired) {
+        if self.inbound() != &d.inbound[..] {
+            let actual = RefBuf::from_slice(self.actual());
+            self.refs.clear();
+            self.refs.extend_from_slice(&d.inbound);
+            self.refs.extend_from_slice(&actual);
+            self.inbound_len = u32::try_from(d.inbound.len()).expect("fewer than 2^32 refs");
+        }
+        self.outbound = d.outbound;
+        self.pod = if d.is_empty() { None } else { d.pod };
+        if self.refs.spilled() && self.refs.len() <= self.refs.inline_size() {
+            self.refs.shrink_to_fit();
+        }
+    }
+
+    /// Replaces the actual ref (sorted; empty = NRP does not have the address here).
+    pub fn set_actual(&mut self, refs: &[ServiceId]) {
+        self.refs.truncate(self.inbound_len as usize);
+        self.refs.extend_from_slice(refs);
+        if self.refs.spilled() && self.refs.len() <= self.refs.inline_size() {
+            self.refs.shrink_to_fit();
+        }
+    }
 }
 
 /// One location (node IP): its addresses and whether NRP has it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Location {
-    pub addresses: VecMap<IpAddr, Slot>,
+    pub addresses: AddrMap<Slot>,
     /// NRP has this location (possibly with no addresses).
     pub in_nrp: bool,
     /// Number of addresses with a desired part.
@@ -89,23 +170,26 @@ impl Location {
     }
 }
 
-/// Inserts `id` into a sorted ref list, returning the new list (unchanged if present).
-pub(crate) fn with_ref(refs: &[ServiceId], id: ServiceId) -> Refs {
+/// Adds `id` to a sorted ref list; false if it was there.
+pub(crate) fn insert_ref(refs: &mut RefBuf, id: ServiceId) -> bool {
     match refs.binary_search(&id) {
-        Ok(_) => refs.into(),
+        Ok(_) => false,
         Err(pos) => {
-            let mut v = Vec::with_capacity(refs.len() + 1);
-            v.extend_from_slice(&refs[..pos]);
-            v.push(id);
-            v.extend_from_slice(&refs[pos..]);
-            v.into_boxed_slice()
+            refs.insert(pos, id);
+            true
         }
     }
 }
 
-/// Removes `id` from a sorted ref list.
-pub(crate) fn without_ref(refs: &[ServiceId], id: ServiceId) -> Refs {
-    refs.iter().copied().filter(|r| *r != id).collect()
+/// Removes `id` from a sorted ref list; false if it was not there.
+pub(crate) fn remove_ref(refs: &mut RefBuf, id: ServiceId) -> bool {
+    match refs.binary_search(&id) {
+        Ok(pos) => {
+            refs.remove(pos);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// Calls `f(id, delta)` for every id whose membership differs between two sorted lists.
@@ -146,11 +230,30 @@ pub(crate) fn for_each_change(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct LocationId(u32);
 
+impl LocationId {
+    #[cfg(test)]
+    pub fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// Position in the location table.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id at a position of the location table.
+    pub fn from_index(index: usize) -> Self {
+        Self(u32::try_from(index).expect("fewer than 2^32 locations"))
+    }
+}
+
 /// Every location, addressable by IP or by id; an id is freed when its location empties.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LocationTable {
     by_ip: HashMap<IpAddr, LocationId>,
     slots: Vec<Option<(IpAddr, Location)>>,
+    /// The IP of each id, packed (the IP of a free id is stale): `ip` reads 17 bytes, not a slot.
+    ips: Vec<IpAddr>,
     free: Vec<LocationId>,
 }
 
@@ -162,10 +265,16 @@ impl LocationTable {
 
     /// The IP of a live id.
     pub fn ip(&self, id: LocationId) -> IpAddr {
-        self.slots[id.0 as usize]
+        debug_assert!(self.slots[id.0 as usize].is_some(), "live location id");
+        self.ips[id.0 as usize]
+    }
+
+    /// A live location by id, with its IP.
+    pub fn by_id(&self, id: LocationId) -> Option<(IpAddr, &Location)> {
+        self.slots
+            .get(id.0 as usize)?
             .as_ref()
-            .expect("live location id")
-            .0
+            .map(|(ip, l)| (*ip, l))
     }
 
     /// A location by IP.
@@ -189,12 +298,14 @@ impl LocationTable {
                     Some(id) => id,
                     None => {
                         self.slots.push(None);
+                        self.ips.push(ip);
                         LocationId(
                             u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 locations"),
                         )
                     }
                 };
                 self.slots[id.0 as usize] = Some((ip, Location::default()));
+                self.ips[id.0 as usize] = ip;
                 self.by_ip.insert(ip, id);
                 id
             }
@@ -259,5 +370,39 @@ impl AddressIndex {
     /// Number of desired addresses.
     pub fn len(&self) -> usize {
         self.v4.len() + self.v6.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_holds_up_to_four_refs_inline_in_40_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        let ids: Vec<ServiceId> = (1..=6).map(ServiceId::from_raw).collect();
+        let mut slot = Slot::default();
+        slot.set_desired(&Desired {
+            inbound: ids[..2].into(),
+            outbound: Some(ids[5]),
+            pod: PodUid::of("u"),
+        });
+        slot.set_actual(&ids[2..4]);
+        assert!(!slot.refs.spilled());
+        assert_eq!(slot.inbound(), &ids[..2]);
+        assert_eq!(slot.actual(), &ids[2..4]);
+        assert_eq!(&slot.desired_refs()[..], &[ids[0], ids[1], ids[5]]);
+        // A fifth ref spills to the heap, and comes back inline when one goes.
+        slot.set_actual(&ids[2..5]);
+        assert!(slot.refs.spilled());
+        assert_eq!(slot.actual(), &ids[2..5]);
+        slot.set_actual(&ids[2..3]);
+        assert!(!slot.refs.spilled());
+        assert_eq!(slot.inbound(), &ids[..2]);
+        // Emptied desired part: no pod left behind.
+        slot.set_desired(&Desired::default());
+        assert!(!slot.has_desired() && slot.pod.is_none() && slot.has_actual());
+        slot.set_actual(&[]);
+        assert!(slot.is_empty());
     }
 }

@@ -10,6 +10,7 @@
 //!   that location, driven by the dirty sets kept here.
 
 pub mod actual;
+mod addrmap;
 pub mod desired;
 pub mod diff;
 pub(crate) mod dirty;
@@ -17,16 +18,16 @@ pub mod error;
 pub mod identity;
 pub mod ip;
 mod location;
+mod members;
 pub mod progress;
 pub mod scope;
-mod vecmap;
 pub mod view;
 pub mod withheld;
 
 use std::net::IpAddr;
 
 pub use actual::{ActualSnapshot, ReportError};
-pub use desired::{Endpoint, Operation, PodUpdate};
+pub use desired::{Endpoint, EndpointIp, Operation, PodIpUpdate, PodUpdate};
 pub use diff::{
     AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange,
     ServiceStatus,
@@ -39,7 +40,7 @@ pub use withheld::{Withheld, WithheldLocations};
 
 use dirty::DirtyQueue;
 use identity::{ServiceId, ServiceTable};
-use location::{AddressIndex, Desired, LocationTable, Refs, for_each_change};
+use location::{AddressIndex, Desired, LocationId, LocationTable, RefBuf, for_each_change};
 
 /// Dirty work taken from the tracker: locations and services whose diff may be non-empty.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -64,6 +65,8 @@ pub struct DiffTracker {
     revision: u64,
     actual_addresses: u64,
     actual_locations: u64,
+    /// Buffers reused by the endpoint updates, so that the hot path allocates nothing.
+    scratch: desired::Scratch,
 }
 
 impl Default for DiffTracker {
@@ -85,6 +88,7 @@ impl DiffTracker {
             revision: 0,
             actual_addresses: 0,
             actual_locations: 0,
+            scratch: desired::Scratch::default(),
         }
     }
 
@@ -115,11 +119,40 @@ impl DiffTracker {
     /// A service became (un)desired or appeared in / vanished from NRP: it, and every location
     /// whose filtered refs depend on it, must be re-diffed.
     fn service_changed(&mut self, id: ServiceId) {
-        let entry = self.services.get(id);
-        for location in entry.locations.keys() {
-            self.dirty_locations.push(self.locations.ip(*location));
+        for location in self.locations_of(id) {
+            self.dirty_locations.push(self.locations.ip(location));
         }
         self.dirty_service(id);
+    }
+
+    /// The locations where a desired address refers to `id`, each once: from the address index of
+    /// an inbound identity, from the marks of an egress (dropping those with no pod of it left).
+    fn locations_of(&mut self, id: ServiceId) -> Vec<LocationId> {
+        let entry = self.services.get(id);
+        if entry.kind == ServiceKind::Inbound {
+            let mut out: Vec<LocationId> = entry.addresses.iter().map(|(_, l)| l).collect();
+            out.sort_unstable();
+            out.dedup();
+            return out;
+        }
+        let (used, stale): (Vec<LocationId>, Vec<LocationId>) = entry
+            .egress_locations
+            .iter()
+            .partition(|l| self.egress_is_at(id, *l));
+        let marks = &mut self.services.get_mut(id).egress_locations;
+        for l in stale {
+            marks.remove(l);
+        }
+        used
+    }
+
+    /// Whether a desired address at `location` has the egress `id`.
+    fn egress_is_at(&self, id: ServiceId, location: LocationId) -> bool {
+        self.locations.by_id(location).is_some_and(|(_, loc)| {
+            loc.addresses
+                .iter()
+                .any(|(_, slot)| slot.outbound == Some(id))
+        })
     }
 
     fn dirty_service(&mut self, id: ServiceId) {
@@ -133,16 +166,16 @@ impl DiffTracker {
     fn update_desired(&mut self, location: IpAddr, address: IpAddr, f: impl FnOnce(&mut Desired)) {
         let (location_id, loc) = self.locations.get_or_create(location);
         let slot = loc.addresses.get_or_insert_default(address);
-        let was = slot.desired.is_some();
-        let mut desired = slot.desired.take().unwrap_or_default();
+        let mut desired = slot.desired();
         let (before, before_pod) = (desired.refs(), desired.pod);
+        let was = !before.is_empty();
         f(&mut desired);
         let after = desired.refs();
         let changed = before != after || before_pod != desired.pod;
-        let is = !desired.is_empty();
-        slot.desired = is.then_some(desired);
+        let is = !after.is_empty();
+        slot.set_desired(&desired);
         // Only an emptied slot needs the (three-lookup) cleanup: skip it on the hot path.
-        let emptied = !is && slot.actual.is_none();
+        let emptied = slot.is_empty();
         if !changed && was == is {
             if emptied {
                 self.cleanup(location, address);
@@ -160,7 +193,7 @@ impl DiffTracker {
         }
         let services = &mut self.services;
         for_each_change(&before, &after, |id, d| {
-            services.add_desired_ref(id, location_id, d);
+            services.add_desired_ref(id, location_id, address, d);
             if d < 0 {
                 services.release_if_unused(id);
             }
@@ -179,19 +212,18 @@ impl DiffTracker {
         taken.filter(|d| !d.is_empty())
     }
 
-    /// Replaces the actual part of `address` at `location` (NRP's confirmed ref; `None` or an
-    /// empty ref = NRP does not have the address there).
-    fn set_actual(&mut self, location: IpAddr, address: IpAddr, new: Option<Refs>) {
-        let new = new.filter(|r| !r.is_empty());
+    /// Replaces the actual part of `address` at `location` (NRP's confirmed ref, sorted; an empty
+    /// ref = NRP does not have the address there).
+    fn set_actual(&mut self, location: IpAddr, address: IpAddr, new: &[ServiceId]) {
         let (_, loc) = self.locations.get_or_create(location);
         let slot = loc.addresses.get_or_insert_default(address);
-        if slot.actual == new {
+        if slot.actual() == new {
             self.cleanup(location, address);
             return;
         }
-        let (was, is) = (slot.actual.is_some(), new.is_some());
-        let before = std::mem::replace(&mut slot.actual, new).unwrap_or_default();
-        let after = slot.actual.clone().unwrap_or_default();
+        let (was, is) = (slot.has_actual(), !new.is_empty());
+        let before = RefBuf::from_slice(slot.actual());
+        slot.set_actual(new);
         if was != is {
             if is {
                 loc.actual_addresses += 1;
@@ -202,8 +234,8 @@ impl DiffTracker {
             }
         }
         let services = &mut self.services;
-        let mut drained = Vec::new();
-        for_each_change(&before, &after, |id, d| {
+        let mut drained = RefBuf::new();
+        for_each_change(&before, new, |id, d| {
             services.add_actual_ref(id, d);
             if d < 0 && services.get(id).actual_refs == 0 {
                 drained.push(id);
@@ -238,16 +270,14 @@ impl DiffTracker {
         let Some(loc) = self.locations.get_mut(&location) else {
             return;
         };
-        if loc
-            .addresses
-            .get(&address)
-            .is_some_and(|s| s.desired.is_none() && s.actual.is_none())
-        {
+        if loc.addresses.get(&address).is_some_and(|s| s.is_empty()) {
             loc.addresses.remove(&address);
         }
         self.locations.remove_if_empty(&location);
     }
 }
 
+#[cfg(test)]
+mod index_tests;
 #[cfg(test)]
 mod tests;

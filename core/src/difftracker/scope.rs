@@ -51,8 +51,8 @@ impl DiffTracker {
         let mut out = Vec::new();
         let mut collect = |ip: IpAddr, loc: &super::location::Location| {
             for (address, slot) in loc.addresses.iter() {
-                if slot.desired.as_ref().is_some_and(|d| d.outbound.is_some()) {
-                    out.push((*address, ip));
+                if slot.outbound.is_some() {
+                    out.push((address, ip));
                 }
             }
         };
@@ -82,11 +82,9 @@ impl DiffTracker {
             .locations
             .iter()
             .filter(|(_, loc)| {
-                loc.addresses.iter().any(|(_, slot)| {
-                    slot.actual
-                        .as_deref()
-                        .is_some_and(|r| r.binary_search(&sid).is_ok())
-                })
+                loc.addresses
+                    .iter()
+                    .any(|(_, slot)| slot.actual().binary_search(&sid).is_ok())
             })
             .count();
         count as u64

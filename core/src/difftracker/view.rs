@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use super::DiffTracker;
-use super::identity::ServiceKind;
+use super::identity::{ServiceEntry, ServiceId, ServiceKind};
 
 /// Sizes of the desired and actual state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -105,9 +105,9 @@ impl DiffTracker {
             .addresses
             .iter()
             .map(|(a, s)| AddressView {
-                address: *a,
-                desired: s.desired.as_ref().map(|d| self.names(&d.refs())),
-                actual: s.actual.as_deref().map(|r| self.names(r)),
+                address: a,
+                desired: s.has_desired().then(|| self.names(&s.desired_refs())),
+                actual: s.has_actual().then(|| self.names(s.actual())),
             })
             .collect();
         Some(LocationView {
@@ -120,7 +120,7 @@ impl DiffTracker {
     /// Both sides of one service (any case).
     pub fn service_view(&self, name: &str) -> Option<ServiceView> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;
-        Some(Self::entry_view(self.services.get(sid)))
+        Some(self.entry_view(sid, self.services.get(sid)))
     }
 
     /// Both sides of every service of `kind` that either side holds (desired or in NRP), in no
@@ -128,12 +128,19 @@ impl DiffTracker {
     pub fn service_views(&self, kind: ServiceKind) -> impl Iterator<Item = ServiceView> + '_ {
         self.services
             .iter()
-            .map(|(_, e)| e)
-            .filter(move |e| e.kind == kind && (e.is_desired() || e.actual.is_some()))
-            .map(Self::entry_view)
+            .filter(move |(_, e)| e.kind == kind && (e.is_desired() || e.actual.is_some()))
+            .map(|(sid, e)| self.entry_view(sid, e))
     }
 
-    fn entry_view(e: &super::identity::ServiceEntry) -> ServiceView {
+    fn entry_view(&self, sid: ServiceId, e: &ServiceEntry) -> ServiceView {
+        let locations = e.locations_memo.get_or(|| match e.kind {
+            ServiceKind::Inbound => e.addresses.distinct_locations(),
+            ServiceKind::Outbound => e
+                .egress_locations
+                .iter()
+                .filter(|l| self.egress_is_at(sid, *l))
+                .count(),
+        });
         ServiceView {
             name: e.name.to_string(),
             kind: e.kind,
@@ -142,7 +149,7 @@ impl DiffTracker {
             egress_pods: e.egress.map_or(0, |g| g.pods),
             desired_addresses: e.desired_refs,
             actual_addresses: e.actual_refs,
-            locations: e.locations.len(),
+            locations,
         }
     }
 

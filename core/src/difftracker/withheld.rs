@@ -160,15 +160,10 @@ impl DiffTracker {
         loc.addresses
             .iter()
             .filter(|(_, slot)| {
-                let Some(have) = slot.actual.as_deref() else {
-                    return false;
-                };
-                let want = slot
-                    .desired
-                    .as_ref()
-                    .map(|d| self.filtered(d))
-                    .unwrap_or_default();
-                have.iter().any(|id| want.binary_search(id).is_err())
+                let want = self.filtered(slot);
+                slot.actual()
+                    .iter()
+                    .any(|id| want.binary_search(id).is_err())
             })
             .count()
     }
