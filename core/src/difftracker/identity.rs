@@ -1,7 +1,7 @@
 //! Identities (inbound = Service UID, outbound = egress name) and the table that interns them.
 //!
 //! Every identity the tracker knows gets a small `ServiceId`; the entry also holds the reverse index
-//! service → desired addresses (each with its location, see [`super::members`]) and the count of
+//! service → desired addresses (each with its location, see `members.rs`) and the count of
 //! actual references, which make the diff incremental: a service that becomes ready, or is deleted,
 //! dirties only the locations that use it, and a level endpoints update compares the new set with
 //! the service's own addresses.
@@ -113,7 +113,7 @@ pub(crate) struct ServiceEntry {
     /// Reverse index of an inbound identity: its desired addresses, with their locations.
     pub addresses: ServiceAddresses,
     /// Reverse index of an outbound identity: the locations where desired addresses may refer to
-    /// it (a superset; see [`super::members`]).
+    /// it (a superset; see `members.rs`).
     pub egress_locations: LocationBits,
     /// How many distinct locations the desired addresses are at, once a view asked (see [`Memo`]).
     pub locations_memo: Memo,
