@@ -116,6 +116,13 @@ pub fn check_address_at(
     location_field: &str,
     location: IpAddr,
 ) -> Result<(IpAddr, IpAddr), InvalidInput> {
+    // The common case, decided without building a (large) result per IP.
+    if let (IpAddr::V4(_), IpAddr::V4(_)) = (address, location)
+        && is_unicast(address)
+        && is_unicast(location)
+    {
+        return Ok((address, location));
+    }
     let loc = check_ip(location_field, location)?;
     let addr = check_ip(address_field, address)?;
     if addr.is_ipv4() != loc.is_ipv4() {
