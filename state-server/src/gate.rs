@@ -510,6 +510,18 @@ impl RestartGate {
         Some(cv.at.max(observed) + self.resync_wait)
     }
 
+    /// The next moment at which a bound of the gate passes (a hold's deadline, or the end of the
+    /// bounded waits): [`RestartGate::poll`] must run then. `None`: only a resync or a read-back
+    /// changes the gate. Only moments after `now` count.
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        self.holds
+            .iter()
+            .filter_map(|h| h.deadline)
+            .chain(self.deadline())
+            .filter(|t| *t > now)
+            .min()
+    }
+
     /// Recomputes the holds if something changed or a bound passed; returns what the tracker must
     /// withhold when that may have changed (`None`: nothing to do). Cheap when nothing changed.
     pub fn poll(&mut self, now: Instant) -> Option<Withheld> {

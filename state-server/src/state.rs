@@ -454,17 +454,102 @@ impl Gateway {
     }
 }
 
-/// Handle to one gateway.
+/// What the writers' streams (`WatchSession`, `WatchServices`) read of a gateway without its lock:
+/// published by the gateway's task ([`crate::grpc::push`]) after changes, at most every
+/// [`crate::grpc::push::SNAPSHOT_SPACING`], and only while someone follows it.
+#[derive(Debug, Default)]
+pub struct GatewaySnapshot {
+    /// The gateway's change counter it was built at ([`GatewayHandle::changes`]).
+    pub changes: u64,
+    /// Every inbound service with its writer-facing state (condition included, locations not
+    /// counted), by canonical name.
+    pub services: HashMap<String, clb_proto::v1::ServiceState>,
+    /// Whether NRP was read back since the state started.
+    pub nrp_observed: bool,
+    /// The writers whose resync the server holds.
+    pub resynced: BTreeSet<String>,
+}
+
+/// Handle to one gateway: its state behind a lock, the signal that wakes its task, and the
+/// snapshot the task publishes.
 #[derive(Debug)]
 pub struct GatewayHandle {
     name: String,
     inner: Mutex<Gateway>,
+    /// Wakes the gateway's task (a permit is kept when it is not waiting: no wake-up is lost).
+    wake: Notify,
+    /// Counts changes of the gateway's state that its snapshot may show.
+    changes: AtomicU64,
+    /// The task ends once this is set (the server is dropped).
+    closed: std::sync::atomic::AtomicBool,
+    snapshot: tokio::sync::watch::Sender<Arc<GatewaySnapshot>>,
 }
 
 impl GatewayHandle {
+    fn new(name: String, gateway: Gateway) -> Self {
+        Self {
+            name,
+            inner: Mutex::new(gateway),
+            wake: Notify::new(),
+            changes: AtomicU64::new(0),
+            closed: Default::default(),
+            snapshot: tokio::sync::watch::Sender::new(Arc::default()),
+        }
+    }
+
     /// The gateway's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Wakes the gateway's task: there may be work (a worker joined or freed a slot).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves when the task is woken ([`GatewayHandle::wake`], [`GatewayHandle::changed`]).
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Tells the gateway's task that its state changed (a write, a resync, a report): it cuts
+    /// what there is to cut and publishes a new snapshot.
+    pub fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// The change counter.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Whether the task is to end.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// Follows the gateway's snapshot; the first one built after this call has a change counter of
+    /// at least the returned value (wait for it: the current one may be stale or empty).
+    pub fn subscribe(&self) -> (tokio::sync::watch::Receiver<Arc<GatewaySnapshot>>, u64) {
+        let rx = self.snapshot.subscribe();
+        self.changed();
+        (rx, self.changes())
+    }
+
+    /// Whether anyone follows the snapshot.
+    pub fn followed(&self) -> bool {
+        self.snapshot.receiver_count() > 0
+    }
+
+    /// Publishes a snapshot (the gateway's task does).
+    pub fn publish(&self, snapshot: GatewaySnapshot) {
+        self.snapshot.send_replace(Arc::new(snapshot));
     }
 
     /// Locks the gateway. A poisoned lock (a panic while held) is recovered: the DiffTracker
@@ -517,13 +602,24 @@ pub const RECENT_WORKERS: usize = 256;
 #[error("gateway {} is not driven by this server", clb_core::difftracker::quote(.0))]
 pub struct UnknownGateway(pub String);
 
+impl Drop for StateServer {
+    fn drop(&mut self) {
+        for g in &self.order {
+            g.close();
+        }
+    }
+}
+
 /// Everything the gRPC services share.
 #[derive(Debug)]
 pub struct StateServer {
     config: ServerConfig,
     gateways: HashMap<String, Arc<GatewayHandle>>,
     order: Vec<Arc<GatewayHandle>>,
-    work: Notify,
+    /// The connected worker sessions the gateway tasks push units to.
+    ports: crate::grpc::push::Ports,
+    /// Whether the gateway tasks run ([`StateServer::start_tasks`]).
+    tasks: std::sync::Once,
     next_work_id: AtomicU64,
     workers: Mutex<BTreeMap<u64, WorkerInfo>>,
     /// Worker ids of sessions that ended, by session (the last [`RECENT_WORKERS`]).
@@ -546,10 +642,10 @@ impl StateServer {
             .gateways
             .iter()
             .map(|name| {
-                Arc::new(GatewayHandle {
-                    name: name.clone(),
-                    inner: Mutex::new(Gateway::new(name.clone(), &config, metrics.clone())),
-                })
+                Arc::new(GatewayHandle::new(
+                    name.clone(),
+                    Gateway::new(name.clone(), &config, metrics.clone()),
+                ))
             })
             .collect();
         let gateways = order.iter().map(|g| (g.name.clone(), g.clone())).collect();
@@ -559,7 +655,8 @@ impl StateServer {
             config,
             gateways,
             order,
-            work: Notify::new(),
+            ports: Default::default(),
+            tasks: std::sync::Once::new(),
             next_work_id: AtomicU64::new(1),
             workers: Mutex::new(BTreeMap::new()),
             recent_workers: Mutex::new(BTreeMap::new()),
@@ -600,7 +697,9 @@ impl StateServer {
             self.metrics.set_leader(true);
             self.leader.send_replace(true);
         }
-        self.notify_work();
+        for g in &self.order {
+            g.changed();
+        }
     }
 
     /// The epoch of this replica's state: it changes whenever every gateway starts afresh (a start,
@@ -637,14 +736,31 @@ impl StateServer {
         &self.order
     }
 
-    /// Wakes worker sessions: there may be work (after an update, a report or a timer).
-    pub fn notify_work(&self) {
-        self.work.notify_waiters();
+    /// Starts one task per gateway ([`crate::grpc::push`]) once, when called inside a Tokio
+    /// runtime (the gRPC services call it when they are built). The tasks end when the server is
+    /// dropped.
+    pub fn start_tasks(self: &Arc<Self>) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        self.tasks.call_once(|| {
+            for g in &self.order {
+                crate::grpc::push::spawn(self, g.clone());
+            }
+        });
     }
 
-    /// Resolves when [`StateServer::notify_work`] is next called.
-    pub fn work_notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.work.notified()
+    /// Tells every gateway's task that its state changed (after a change made through
+    /// [`GatewayHandle::lock`] outside the gRPC services, as tests do).
+    pub fn notify_work(&self) {
+        for g in &self.order {
+            g.changed();
+        }
+    }
+
+    /// The connected worker sessions.
+    pub fn ports(&self) -> &crate::grpc::push::Ports {
+        &self.ports
     }
 
     /// A fresh work id, unique for this server's lifetime.

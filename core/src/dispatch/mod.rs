@@ -251,6 +251,28 @@ impl Dispatcher {
         self.observe.observed_once
     }
 
+    /// The next moment at which time alone may change what this dispatcher does: a lease that
+    /// expires ([`Dispatcher::expire`]), a backoff that ends, a deferred or backed-off observe, the
+    /// next anti-entropy observe. `None`: nothing happens until something is written or reported.
+    /// A driver sleeps until then (or until it is told of a change) instead of polling; waking
+    /// early is harmless, waking late delays work by as much. Only moments after `now` count: one
+    /// that passed already did its part (or waits for a report, which wakes the driver anyway).
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        let leases = self.in_flight.values().map(|u| u.deadline);
+        let backoffs = self.backoff.values().map(|b| b.not_before);
+        let o = &self.observe;
+        let observe = [
+            o.deferred,
+            o.not_before,
+            o.last_at.map(|t| t + self.config.anti_entropy_interval),
+        ];
+        leases
+            .chain(backoffs)
+            .chain(observe.into_iter().flatten())
+            .filter(|t| *t > now)
+            .min()
+    }
+
     /// Asks for an observe unit as soon as possible.
     pub fn request_observe(&mut self) {
         self.observe.asap = true;

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod convert;
+pub mod push;
 pub mod resync;
 pub mod session;
 pub mod worker;
@@ -12,7 +13,6 @@ pub mod writer;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use admin::AdminService;
 use clb_proto::v1::admin_server::AdminServer;
@@ -21,7 +21,7 @@ use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ServerTlsConfig;
-use tracing::{info, warn};
+use tracing::info;
 use writer::WriterService;
 
 use crate::state::StateServer;
@@ -87,7 +87,7 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the descriptor set is generated at build time");
-    let ticker = tokio::spawn(lease_ticker(state.clone(), stop_rx.clone()));
+    state.start_tasks();
     let max = state.config().max_message_bytes;
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
@@ -116,7 +116,6 @@ pub async fn serve_with(
             let _ = stop_tx.send(true);
         })
         .await;
-    ticker.abort();
     health_task.abort();
     result
 }
@@ -156,43 +155,6 @@ async fn health_follows_leadership(
         }
         if leadership.changed().await.is_err() {
             return;
-        }
-    }
-}
-
-/// Takes back units whose lease expired and lets the restart gate's bounded waits end; wakes
-/// sessions when either freed work.
-async fn lease_ticker(state: Arc<StateServer>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let period =
-        (state.lease_duration() / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
-    let mut interval = tokio::time::interval(period);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let mut expired = Vec::new();
-        let mut released = false;
-        for g in state.gateways() {
-            let mut gw = g.lock();
-            expired.extend(gw.dispatch.expire(Instant::now()));
-            // A bounded wait of the restart gate may have passed.
-            released |= gw.update_gates();
-        }
-        for e in &expired {
-            state.update_worker(e.worker, |w| {
-                w.lease_expiries += 1;
-                w.expiries_since_report = w.expiries_since_report.saturating_add(1);
-            });
-            warn!(
-                work_id = e.work_id,
-                worker = %state.worker_id(e.worker),
-                "a unit's lease expired unreported; it goes back to the queue"
-            );
-        }
-        let expired = expired.len();
-        if expired > 0 || released {
-            state.notify_work();
         }
     }
 }

@@ -4,16 +4,15 @@
 //! services as a stream (`WatchServices`), and whether NRP has the addresses of some locations
 //! (`LocationsProgrammed`).
 //!
-//! Both streams are pushed: a task per stream waits for the server's work signal (every write,
-//! report and timer) or its leadership to change, then compares what it would send with what it
-//! sent and sends the difference. An idle server wakes them only on its slow refresh
-//! ([`REFRESH`]). A stream ends with `UNAVAILABLE` when its replica stops leading or its state
+//! Both streams are pushed: a task per stream follows its gateway's snapshot (published by the
+//! gateway's task after each change, at most every [`super::push::SNAPSHOT_SPACING`], and when a
+//! restart-gate bound passes: [`crate::state::GatewaySnapshot`]) and its replica's leadership, and
+//! sends what changed since it last sent; it takes no lock. An idle server wakes none. A stream ends with `UNAVAILABLE` when its replica stops leading or its state
 //! starts afresh (a new epoch): the writer then reconnects to the leader and resyncs.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clb_core::difftracker::identity::ServiceKind;
 use clb_core::difftracker::ip::parse_ip;
@@ -28,23 +27,58 @@ use tonic::Status;
 
 use super::admin::service_condition;
 use super::convert::{invalid_argument, service_state_uncounted};
-use crate::state::{Gateway, GatewayHandle, StateServer};
+use crate::state::{Gateway, GatewayHandle, GatewaySnapshot, StateServer};
 
 /// The stream of `WatchSession`.
 pub type SessionStream = Pin<Box<dyn Stream<Item = Result<WriterSession, Status>> + Send>>;
 /// The stream of `WatchServices`.
 pub type ServiceStatesStream = Pin<Box<dyn Stream<Item = Result<ServiceStates, Status>> + Send>>;
 
-/// A stream re-reads its state at least this often, even when nothing signalled a change (a
-/// condition can change with time alone: the restart gate's bound).
-pub const REFRESH: Duration = Duration::from_secs(1);
-
-/// After a message, a `WatchServices` stream waits this long before it reads again: a burst of
-/// writes and reports costs one read per interval, not one per change.
-pub const SERVICES_SPACING: Duration = Duration::from_millis(20);
-
 /// Most inbound services in one `ServiceStates` message; a larger snapshot or change is split.
 const MAX_SERVICES_PER_MESSAGE: usize = 1_000;
+
+/// The session of writer `source` as `snapshot` of gateway `gateway` shows it.
+fn session_in(
+    state: &StateServer,
+    gateway: &str,
+    snapshot: &GatewaySnapshot,
+    source: &str,
+) -> WriterSession {
+    WriterSession {
+        server_id: state.config().server_id.clone(),
+        epoch: state.epoch(),
+        resynced: snapshot.resynced.contains(source),
+        gateway: gateway.to_owned(),
+    }
+}
+
+/// The snapshot of `g` at change counter `changes` (its task publishes it).
+pub fn snapshot(g: &Gateway, changes: u64) -> GatewaySnapshot {
+    let (services, nrp_observed) = read_services(g);
+    GatewaySnapshot {
+        changes,
+        services,
+        nrp_observed,
+        resynced: g
+            .writers
+            .iter()
+            .filter(|(_, w)| w.last_resync_unix_ms.is_some())
+            .map(|(name, _)| name.clone())
+            .collect(),
+    }
+}
+
+/// Follows `handle`'s snapshot: the receiver and the first snapshot built after this call.
+async fn follow(
+    handle: &GatewayHandle,
+) -> Option<(
+    tokio::sync::watch::Receiver<Arc<GatewaySnapshot>>,
+    Arc<GatewaySnapshot>,
+)> {
+    let (mut rx, at) = handle.subscribe();
+    let first = rx.wait_for(|s| s.changes >= at).await.ok()?.clone();
+    Some((rx, first))
+}
 
 /// The session of writer `source` in gateway `g`.
 pub fn session(state: &StateServer, g: &Gateway, source: &str) -> WriterSession {
@@ -96,20 +130,18 @@ async fn shut_down(shutdown: &mut Shutdown) {
     }
 }
 
-/// Waits for a change worth a re-read: the work signal (armed before the caller read the
-/// state, so none is lost), the leadership, the refresh; `false` when the stream is to end: the
-/// reader is gone, or the server shuts down (the reader is told `UNAVAILABLE`, so that a graceful
-/// shutdown is not held up by open streams).
+/// Waits for a change worth a re-read: a new snapshot, the leadership; `false` when the stream is
+/// to end: the reader is gone, or the server shuts down (the reader is told `UNAVAILABLE`, so
+/// that a graceful shutdown is not held up by open streams).
 async fn wait_for_change<T>(
-    notified: Pin<&mut tokio::sync::futures::Notified<'_>>,
+    snapshots: &mut tokio::sync::watch::Receiver<Arc<GatewaySnapshot>>,
     leadership: &mut tokio::sync::watch::Receiver<bool>,
     shutdown: &mut Shutdown,
     tx: &mpsc::Sender<Result<T, Status>>,
 ) -> bool {
     tokio::select! {
-        () = notified => true,
+        r = snapshots.changed() => r.is_ok(),
         r = leadership.changed() => r.is_ok(),
-        () = tokio::time::sleep(REFRESH) => true,
         () = tx.closed() => false,
         () = shut_down(shutdown) => {
             let _ = tx
@@ -147,21 +179,22 @@ pub fn watch_session(
         let epoch = state.epoch();
         let mut leadership = state.leadership();
         let mut last: Option<WriterSession> = None;
+        let Some((mut snapshots, _)) = follow(&handle).await else {
+            return;
+        };
         loop {
-            let notified = state.work_notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             if !still_current(&state, epoch, &tx).await {
                 return;
             }
-            let now = session(&state, &handle.lock(), &source);
+            let snapshot = snapshots.borrow_and_update().clone();
+            let now = session_in(&state, handle.name(), &snapshot, &source);
             if last.as_ref() != Some(&now) {
                 if tx.send(Ok(now.clone())).await.is_err() {
                     return;
                 }
                 last = Some(now);
             }
-            if !wait_for_change(notified, &mut leadership, &mut shutdown, &tx).await {
+            if !wait_for_change(&mut snapshots, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }
         }
@@ -195,28 +228,27 @@ pub fn watch_services(
     let stream = spawn_stream(move |tx| async move {
         let epoch = state.epoch();
         let mut leadership = state.leadership();
-        let mut sent: HashMap<String, ServiceState> = HashMap::new();
+        let mut sent: Arc<GatewaySnapshot> = Arc::default();
         let mut sent_observed = false;
         let mut first = true;
+        let Some((mut snapshots, _)) = follow(&handle).await else {
+            return;
+        };
         loop {
-            let notified = state.work_notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             if !still_current(&state, epoch, &tx).await {
                 return;
             }
-            let (now, observed, session) = {
-                let g = handle.lock();
-                let (states, observed) = read_services(&g);
-                (states, observed, session(&state, &g, &source))
-            };
+            let snapshot = snapshots.borrow_and_update().clone();
+            let session = session_in(&state, handle.name(), &snapshot, &source);
+            let (now, observed) = (&snapshot.services, snapshot.nrp_observed);
             let mut changed: Vec<ServiceState> = now
                 .iter()
-                .filter(|(id, st)| first || sent.get(*id) != Some(*st))
+                .filter(|(id, st)| first || sent.services.get(*id) != Some(*st))
                 .map(|(_, st)| st.clone())
                 .collect();
             changed.sort_by(|a, b| a.id.cmp(&b.id));
             let mut gone: Vec<String> = sent
+                .services
                 .keys()
                 .filter(|id| !now.contains_key(*id))
                 .cloned()
@@ -229,12 +261,11 @@ pub fn watch_services(
                         return;
                     }
                 }
-                sent = now;
                 sent_observed = observed;
+                sent = snapshot;
                 first = false;
-                tokio::time::sleep(SERVICES_SPACING).await;
             }
-            if !wait_for_change(notified, &mut leadership, &mut shutdown, &tx).await {
+            if !wait_for_change(&mut snapshots, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }
         }

@@ -1,27 +1,23 @@
-//! The Worker service: one bidirectional `Sync` stream per sync worker. The server pushes leased
-//! work units while the worker has capacity and folds its reports back; when the stream ends, for
-//! whatever reason, the worker's units are released at once.
+//! The Worker service: one bidirectional `Sync` stream per sync worker. The gateways' tasks push
+//! leased work units while the worker has room ([`super::push`]); the session folds its reports
+//! back; when the stream ends, for whatever reason, the worker's units are released at once.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use clb_proto::v1;
 use clb_proto::v1::worker_server::Worker;
 use futures::Stream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, Span, debug, info, info_span, warn};
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto, unit_to_proto};
+use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto};
+use super::push::{Outbox, WorkerPort};
 use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
-
-/// How often an idle session looks for work whose backoff has ended.
-const IDLE_POLL: Duration = Duration::from_millis(50);
 
 /// Serves `clb.v1.Worker`.
 #[derive(Debug, Clone)]
@@ -34,6 +30,7 @@ pub struct WorkerService {
 impl WorkerService {
     /// A service over the shared state; sessions end when `shutdown` turns true.
     pub fn new(state: Arc<StateServer>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        state.start_tasks();
         Self {
             state,
             sessions: Arc::new(AtomicU64::new(1)),
@@ -92,7 +89,7 @@ impl Worker for WorkerService {
             }
         }
         let session = self.sessions.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(hello.capacity as usize + 2);
+        let (tx, rx) = mpsc::unbounded_channel();
         let welcome = v1::ServerMessage {
             kind: Some(v1::server_message::Kind::Welcome(v1::Welcome {
                 server_id: self.state.config().server_id.clone(),
@@ -100,7 +97,6 @@ impl Worker for WorkerService {
             })),
         };
         tx.send(Ok(welcome))
-            .await
             .map_err(|_| Status::cancelled("worker went away"))?;
         self.state.set_worker(
             session,
@@ -118,55 +114,46 @@ impl Worker for WorkerService {
             }),
         );
         let span = info_span!("worker_session", session, worker_id = %hello.worker_id);
+        let port = Arc::new(WorkerPort::new(
+            session,
+            hello.capacity as usize,
+            gateways,
+            tx.clone(),
+        ));
         let run = Session {
             state: self.state.clone(),
-            session,
-            capacity: hello.capacity as usize,
-            gateways,
+            port,
             tx,
             shutdown: self.shutdown.clone(),
-            next_gateway: 0,
-            outstanding: HashMap::new(),
         };
         tokio::spawn(run.run(inbound).instrument(span));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }
 
-/// One connected worker.
+/// One connected worker: the gateway tasks push its units ([`super::push`]); the session folds
+/// its reports and releases its units when it ends.
 struct Session {
     state: Arc<StateServer>,
-    session: u64,
-    capacity: usize,
-    gateways: Vec<Arc<GatewayHandle>>,
-    tx: mpsc::Sender<Result<v1::ServerMessage, Status>>,
+    port: Arc<WorkerPort>,
+    tx: Outbox,
     shutdown: tokio::sync::watch::Receiver<bool>,
-    next_gateway: usize,
-    /// Units sent and not yet answered, with their `work_unit` spans and the index of their gateway
-    /// in `gateways`. A unit whose lease expired still occupies the worker until it answers: a hung
-    /// worker is not handed more work.
-    outstanding: HashMap<u64, (Span, usize)>,
 }
 
 impl Session {
-    async fn run(mut self, mut inbound: Streaming<v1::WorkerMessage>) {
+    async fn run(self, mut inbound: Streaming<v1::WorkerMessage>) {
         info!("worker connected");
         let state = self.state.clone();
         let mut shutdown = self.shutdown.clone();
         let tx = self.tx.clone();
         let mut leadership = state.leadership();
+        state.ports().add(self.port.clone());
         loop {
             if !state.is_leader() {
                 // Stepped down: the stream ends, the worker reconnects (to the new leader).
-                let _ = tx.try_send(Err(Status::unavailable(
+                let _ = tx.send(Err(Status::unavailable(
                     "this state server replica lost the leader lease: reconnect",
                 )));
-                break;
-            }
-            let notified = state.work_notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.fill().await.is_err() {
                 break;
             }
             tokio::select! {
@@ -179,178 +166,75 @@ impl Session {
                         break;
                     }
                 },
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(IDLE_POLL) => {}
                 _ = tx.closed() => break,
                 _ = shutdown.changed() => break,
                 _ = leadership.changed() => {}
             }
         }
         // Disconnect: the worker's units go back at once, to be cut for another worker.
+        let session = self.port.session();
+        state.ports().remove(session);
         let mut released = 0;
-        for g in &self.gateways {
-            released += g
-                .lock()
-                .dispatch
-                .release_worker(self.session, Instant::now());
+        for g in self.port.gateways() {
+            released += g.lock().dispatch.release_worker(session, Instant::now());
+            g.changed();
         }
-        self.state.set_worker(self.session, None);
-        self.state.notify_work();
-        for (_, (span, _)) in self.outstanding.drain() {
-            span.record("outcome", "released");
-        }
+        state.set_worker(session, None);
+        self.port.drain();
         info!(released, "worker disconnected");
     }
 
-    /// Sends units while the worker has capacity and some gateway has work.
-    async fn fill(&mut self) -> Result<(), ()> {
-        let mut leased = false;
-        while self.outstanding.len() < self.capacity {
-            let Some((mut unit, links, gateway)) = self.cut() else {
-                break;
-            };
-            debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
-            self.state.metrics().unit_leased(unit_kind(&unit));
-            let span = unit_span(&unit);
-            clb_telemetry::add_links(&span, links);
-            unit.trace_context = clb_telemetry::inject_map(&span.context());
-            self.outstanding.insert(unit.work_id, (span, gateway));
-            let msg = v1::ServerMessage {
-                kind: Some(v1::server_message::Kind::Unit(unit)),
-            };
-            if self.tx.send(Ok(msg)).await.is_err() {
-                return Err(());
-            }
-            leased = true;
-        }
-        self.update_info(self.outstanding.len(), leased);
-        Ok(())
-    }
-
-    /// Whether the worker's next slot may go to the gateway at `index`: a gateway holds at most its
-    /// share of the worker's capacity (capacity / gateways, at least 1) unless more slots are free
-    /// than other gateways without any unit on this worker. So a region that hangs (its units held
-    /// until their leases end) never takes every slot: each other gateway keeps one.
-    fn may_take(&self, index: usize) -> bool {
-        let n = self.gateways.len();
-        if n <= 1 {
-            return true;
-        }
-        let mut held = vec![0usize; n];
-        for (_, g) in self.outstanding.values() {
-            held[*g] += 1;
-        }
-        let share = (self.capacity / n).max(1);
-        let free = self.capacity.saturating_sub(self.outstanding.len());
-        let others_without = (0..n).filter(|&i| i != index && held[i] == 0).count();
-        held[index] < share || free > others_without
-    }
-
-    /// Cuts one unit from the next gateway (round robin) that has work and may take a slot
-    /// ([`Session::may_take`]). Also returns the links to the writer spans whose changes the unit
-    /// carries, and the gateway's index.
-    fn cut(&mut self) -> Option<(v1::WorkUnit, Vec<clb_telemetry::SpanLink>, usize)> {
-        for i in 0..self.gateways.len() {
-            let index = (self.next_gateway + i) % self.gateways.len();
-            if !self.may_take(index) {
-                continue;
-            }
-            let g = &self.gateways[index];
-            let mut gw = g.lock();
-            // Checked under the gateway lock: a replica that stepped down cuts nothing more.
-            if !self.state.is_leader() {
-                return None;
-            }
-            let work_id = self.state.next_work_id();
-            let gw = &mut *gw;
-            if let Some(unit) =
-                gw.dispatch
-                    .next_unit(&mut gw.tracker, self.session, work_id, Instant::now())
-            {
-                self.next_gateway = (self.next_gateway + i + 1) % self.gateways.len();
-                let links = gw.trace_links.take(&unit.work);
-                return Some((unit_to_proto(gw, unit), links, index));
-            }
-        }
-        None
-    }
-
-    fn update_info(&self, units_in_flight: usize, leased: bool) {
-        let now = unix_ms(SystemTime::now());
-        self.state.update_worker(self.session, |info| {
-            info.units_in_flight = units_in_flight as u32;
-            if leased {
-                info.last_unit_unix_ms = now;
-            }
-        });
-    }
-
-    fn report(&mut self, report: v1::Report) {
+    fn report(&self, report: v1::Report) {
         let work_id = report.work_id;
         let now = unix_ms(SystemTime::now());
-        self.state.update_worker(self.session, |info| {
+        let session = self.port.session();
+        self.state.update_worker(session, |info| {
             info.last_report_unix_ms = now;
             info.expiries_since_report = 0;
         });
         let partial = matches!(&report.outcome, Some(v1::report::Outcome::Observed(o)) if !o.last);
-        if !partial && let Some((span, _)) = self.outstanding.remove(&work_id) {
+        let Some((gateway, span)) = self.port.answer(work_id, !partial) else {
+            warn!(
+                work_id,
+                "report for a unit this worker does not hold (late or unknown): ignored"
+            );
+            if let Some(g) = self.port.gateways().first() {
+                g.lock().dispatch.count_late_report();
+            }
+            return;
+        };
+        if let Some(span) = &span {
             span.record("outcome", report_outcome(&report));
         }
         let frontends = frontends_from_proto(&report);
         let rules = rules_from_proto(&report);
         let report = report_from_proto(report);
-        for g in &self.gateways {
-            let handled = {
-                let mut gw = g.lock();
-                let held = gw.dispatch.holds(work_id);
-                if held {
-                    gw.on_report(
-                        self.session,
-                        report.clone(),
-                        frontends.clone(),
-                        rules.clone(),
-                        Instant::now(),
-                    );
+        self.port.reported();
+        let handled = {
+            let mut gw = gateway.lock();
+            let held = gw.dispatch.holds(work_id);
+            if held {
+                gw.on_report(session, report, frontends, rules, Instant::now());
+            } else {
+                gw.dispatch.count_late_report();
+            }
+            held
+        };
+        if !handled {
+            warn!(
+                work_id,
+                "report for a unit whose lease ended (late): ignored"
+            );
+        }
+        gateway.changed();
+        if span.is_some() {
+            // A slot is free: the worker's other gateways may have work waiting for it.
+            for g in self.port.gateways() {
+                if !Arc::ptr_eq(g, &gateway) {
+                    g.wake();
                 }
-                held
-            };
-            if handled {
-                self.state.notify_work();
-                return;
             }
         }
-        warn!(
-            work_id,
-            "report for a unit this worker does not hold (late or unknown): ignored"
-        );
-        if let Some(g) = self.gateways.first() {
-            g.lock().dispatch.count_late_report();
-        }
-    }
-}
-
-/// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
-/// end of the session) and records the outcome. Its context travels in `WorkUnit.trace_context`.
-fn unit_span(unit: &v1::WorkUnit) -> Span {
-    let kind = unit_kind(unit);
-    info_span!(
-        parent: None,
-        "work_unit",
-        work_id = unit.work_id,
-        gateway = %unit.gateway,
-        kind,
-        attempt = unit.attempt,
-        outcome = tracing::field::Empty,
-    )
-}
-
-/// The kind of a unit: `observe`, `services` or `locations`.
-fn unit_kind(unit: &v1::WorkUnit) -> &'static str {
-    match &unit.work {
-        Some(v1::work_unit::Work::Observe(_)) => "observe",
-        Some(v1::work_unit::Work::Services(_)) => "services",
-        Some(v1::work_unit::Work::Locations(_)) => "locations",
-        None => "none",
     }
 }
 

@@ -37,6 +37,7 @@ pub struct WriterService {
 impl WriterService {
     /// A Writer service changing the gateways of `state`.
     pub fn new(state: Arc<StateServer>) -> Self {
+        state.start_tasks();
         Self {
             state,
             shutdown: None,
@@ -49,6 +50,7 @@ impl WriterService {
         state: Arc<StateServer>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
+        state.start_tasks();
         Self {
             state,
             shutdown: Some(shutdown),
@@ -204,7 +206,7 @@ fn apply_batch(
     span.record("applied", applied);
     span.record("rejected", rejected.len());
     if applied > 0 {
-        state.notify_work();
+        handle.changed();
     }
     if !rejected.is_empty() {
         tracing::debug!(first = ?rejected[0], "items rejected");
@@ -500,7 +502,7 @@ impl WriterService {
                 session::session(&self.state, &gateway, &source),
             )
         };
-        self.state.notify_work();
+        handle.changed();
         let span = tracing::Span::current();
         span.record("updates", view.len());
         span.record("applied", outcome.applied);

@@ -1,0 +1,385 @@
+//! Work is pushed, not polled: one task per gateway owns the gateway's timers and hands its units
+//! to the worker sessions that have room.
+//!
+//! A gateway's task sleeps until it is woken ([`GatewayHandle::changed`]: a write, a resync, a
+//! report, a worker that joins, leaves or frees a slot) or until the gateway's next deadline (a
+//! lease that expires, a backoff or a restart-gate bound that ends, the next anti-entropy
+//! observe: [`clb_core::dispatch::Dispatcher::next_deadline`],
+//! [`crate::gate::RestartGate::next_deadline`]). Then, under the gateway's lock, it takes back
+//! expired leases, lets the restart gate move, cuts units for the sessions that have room (round
+//! robin over sessions, each session's slots shared fairly between its gateways: [`WorkerPort`]),
+//! sends them, and publishes the gateway's snapshot for the writers' streams
+//! ([`crate::state::GatewaySnapshot`]). An idle server has no task awake and takes no lock.
+//!
+//! A worker session ([`super::worker`]) only registers its [`WorkerPort`], forwards each report to
+//! the gateway whose unit it answers (the port knows which), and releases its units when it ends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use clb_proto::v1;
+use tokio::sync::mpsc;
+use tonic::Status;
+use tracing::{Span, debug, info_span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::convert::unit_to_proto;
+use crate::state::{GatewayHandle, StateServer, unix_ms};
+
+/// The least time between two snapshots of a gateway: a burst of writes and reports costs one
+/// snapshot per interval, not one per change.
+pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
+
+/// What a session sends its worker.
+pub type Outbox = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
+
+/// A connected worker as the gateway tasks see it: where to send units, how many it may hold, and
+/// which it holds (by work id: its `work_unit` span and the index of its gateway in `gateways`).
+/// A unit whose lease expired still occupies a slot until the worker answers: a hung worker is
+/// not handed more work.
+#[derive(Debug)]
+pub struct WorkerPort {
+    session: u64,
+    capacity: usize,
+    gateways: Vec<Arc<GatewayHandle>>,
+    outbox: Outbox,
+    held: Mutex<HashMap<u64, (Span, usize)>>,
+    /// The number of the worker's last report ([`REPORTS`]; 0: none yet).
+    last_report: AtomicU64,
+}
+
+/// Numbers the reports of every session: which worker answered last.
+static REPORTS: AtomicU64 = AtomicU64::new(1);
+
+impl WorkerPort {
+    /// A port for session `session`.
+    pub fn new(
+        session: u64,
+        capacity: usize,
+        gateways: Vec<Arc<GatewayHandle>>,
+        outbox: Outbox,
+    ) -> Self {
+        Self {
+            session,
+            capacity,
+            gateways,
+            outbox,
+            held: Mutex::new(HashMap::new()),
+            last_report: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes that the worker reported (it is alive).
+    pub fn reported(&self) {
+        self.last_report
+            .store(REPORTS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// How a gateway task ranks the sessions with room for its next unit: the most free slots
+    /// first, then the one that reported last (a live worker before one that has been silent).
+    fn rank(&self, index: usize) -> Option<(usize, u64)> {
+        let held = self.held();
+        self.may_take(&held, index).then(|| {
+            (
+                self.capacity - held.len(),
+                self.last_report.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// The session id.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// The gateways this worker serves.
+    pub fn gateways(&self) -> &[Arc<GatewayHandle>] {
+        &self.gateways
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Span, usize)>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Units the worker holds now.
+    pub fn units_held(&self) -> usize {
+        self.held().len()
+    }
+
+    /// Whether the worker's next slot may go to the gateway at `index`: a gateway holds at most its
+    /// share of the worker's capacity (capacity / gateways, at least 1) unless more slots are free
+    /// than other gateways without any unit on this worker. So a region that hangs (its units held
+    /// until their leases end) never takes every slot: each other gateway keeps one.
+    fn may_take(&self, held: &HashMap<u64, (Span, usize)>, index: usize) -> bool {
+        if held.len() >= self.capacity {
+            return false;
+        }
+        let n = self.gateways.len();
+        if n <= 1 {
+            return true;
+        }
+        let mut per = vec![0usize; n];
+        for (_, g) in held.values() {
+            per[*g] += 1;
+        }
+        let share = (self.capacity / n).max(1);
+        let free = self.capacity.saturating_sub(held.len());
+        let others_without = (0..n).filter(|&i| i != index && per[i] == 0).count();
+        per[index] < share || free > others_without
+    }
+
+    /// Reserves a slot for unit `work_id` of the gateway at `index`, if [`WorkerPort::may_take`].
+    fn reserve(&self, index: usize, work_id: u64) -> bool {
+        let mut held = self.held();
+        if !self.may_take(&held, index) {
+            return false;
+        }
+        held.insert(work_id, (Span::none(), index));
+        true
+    }
+
+    /// Gives back a reserved slot that got no unit.
+    fn unreserve(&self, work_id: u64) {
+        self.held().remove(&work_id);
+    }
+
+    /// The gateway of a unit the worker holds, and, when `last` (the report ends the unit), its
+    /// span, the slot freed.
+    pub fn answer(&self, work_id: u64, last: bool) -> Option<(Arc<GatewayHandle>, Option<Span>)> {
+        let mut held = self.held();
+        let index = held.get(&work_id)?.1;
+        let span = if last {
+            held.remove(&work_id).map(|(span, _)| span)
+        } else {
+            None
+        };
+        Some((self.gateways[index].clone(), span))
+    }
+
+    /// Ends every span of the units still held (the session ended).
+    pub fn drain(&self) {
+        for (_, (span, _)) in self.held().drain() {
+            span.record("outcome", "released");
+        }
+    }
+
+    fn index_of(&self, gateway: &GatewayHandle) -> Option<usize> {
+        self.gateways
+            .iter()
+            .position(|g| std::ptr::eq(Arc::as_ptr(g), gateway))
+    }
+}
+
+/// The worker sessions connected, by session id.
+#[derive(Debug, Default)]
+pub struct Ports {
+    ports: Mutex<BTreeMap<u64, Arc<WorkerPort>>>,
+}
+
+impl Ports {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<WorkerPort>>> {
+        self.ports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a session's port and wakes its gateways.
+    pub fn add(&self, port: Arc<WorkerPort>) {
+        self.lock().insert(port.session, port.clone());
+        for g in port.gateways() {
+            g.wake();
+        }
+    }
+
+    /// Removes a session's port.
+    pub fn remove(&self, session: u64) -> Option<Arc<WorkerPort>> {
+        self.lock().remove(&session)
+    }
+
+    /// The ports serving `gateway` (by session id), with the gateway's index in each.
+    fn serving(&self, gateway: &GatewayHandle) -> Vec<(Arc<WorkerPort>, usize)> {
+        self.lock()
+            .values()
+            .filter_map(|p| p.index_of(gateway).map(|i| (p.clone(), i)))
+            .collect()
+    }
+}
+
+/// Starts the task of `handle` (it ends when the server is dropped or the handle closed).
+pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>) {
+    let span = info_span!("gateway_task", gateway = %handle.name());
+    let state = Arc::downgrade(state);
+    tokio::spawn(tracing::Instrument::instrument(run(state, handle), span));
+}
+
+async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
+    let mut task = Task::default();
+    loop {
+        let next = {
+            let Some(state) = state.upgrade() else { return };
+            if handle.is_closed() {
+                return;
+            }
+            task.step(&state, &handle)
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = handle.woken() => {}
+                    () = tokio::time::sleep_until(at.into()) => {}
+                }
+            }
+            None => handle.woken().await,
+        }
+    }
+}
+
+/// What a gateway's task keeps between steps.
+#[derive(Debug, Default)]
+struct Task {
+    /// The change counter the last snapshot was built at, and when.
+    published: Option<(u64, Instant)>,
+}
+
+impl Task {
+    /// One step: expiries, gates, units, snapshot. Returns when to step again at the latest.
+    fn step(&mut self, state: &StateServer, handle: &GatewayHandle) -> Option<Instant> {
+        let now = Instant::now();
+        let ports = if state.is_leader() {
+            state.ports().serving(handle)
+        } else {
+            Vec::new()
+        };
+        let mut leased: Vec<Arc<WorkerPort>> = Vec::new();
+        let (expired, next) = {
+            let mut gw = handle.lock();
+            let gw = &mut *gw;
+            let expired = gw.dispatch.expire(now);
+            // A bounded wait of the restart gate may have passed.
+            gw.update_gates();
+            // Each unit to the best-ranked session with room ([`WorkerPort::rank`]), until none
+            // has room or the dispatcher has nothing to cut now.
+            loop {
+                let best = ports
+                    .iter()
+                    .filter_map(|(port, index)| port.rank(*index).map(|r| (r, port, *index)))
+                    .max_by_key(|(r, _, _)| *r);
+                let Some((_, port, index)) = best else { break };
+                let work_id = state.next_work_id();
+                if !port.reserve(index, work_id) {
+                    continue;
+                }
+                // Checked under the gateway lock: a replica that stepped down cuts nothing.
+                if !state.is_leader() {
+                    port.unreserve(work_id);
+                    break;
+                }
+                let Some(unit) = gw
+                    .dispatch
+                    .next_unit(&mut gw.tracker, port.session, work_id, now)
+                else {
+                    port.unreserve(work_id);
+                    break;
+                };
+                let links = gw.trace_links.take(&unit.work);
+                let unit = unit_to_proto(gw, unit);
+                send_unit(state, port, unit, links);
+                leased.push(port.clone());
+            }
+            let changes = handle.changes();
+            let spacing_due = match self.published {
+                Some((at, _)) if at == changes => None,
+                Some((_, when)) if now < when + SNAPSHOT_SPACING => Some(when + SNAPSHOT_SPACING),
+                _ => {
+                    // Built only while a writer's stream follows it.
+                    if handle.followed() {
+                        handle.publish(super::session::snapshot(gw, changes));
+                    }
+                    self.published = Some((changes, now));
+                    None
+                }
+            };
+            let next = [
+                gw.dispatch.next_deadline(now),
+                gw.gate.next_deadline(now),
+                spacing_due,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            (expired, next)
+        };
+        let when = unix_ms(SystemTime::now());
+        leased.dedup_by_key(|p| p.session);
+        for port in ports.iter().map(|(p, _)| p) {
+            let units = port.units_held() as u32;
+            let got = leased.iter().any(|p| p.session == port.session);
+            state.update_worker(port.session, |info| {
+                info.units_in_flight = units;
+                if got {
+                    info.last_unit_unix_ms = when;
+                }
+            });
+        }
+        for e in &expired {
+            state.update_worker(e.worker, |w| {
+                w.lease_expiries += 1;
+                w.expiries_since_report = w.expiries_since_report.saturating_add(1);
+            });
+            warn!(
+                work_id = e.work_id,
+                worker = %state.worker_id(e.worker),
+                "a unit's lease expired unreported; it goes back to the queue"
+            );
+        }
+        next
+    }
+}
+
+/// Sends a unit to its worker, in its own `work_unit` span (linked to the writer spans whose
+/// changes it carries).
+fn send_unit(
+    state: &StateServer,
+    port: &WorkerPort,
+    mut unit: v1::WorkUnit,
+    links: Vec<clb_telemetry::SpanLink>,
+) {
+    debug!(work_id = unit.work_id, gateway = %unit.gateway, session = port.session, "unit leased");
+    state.metrics().unit_leased(unit_kind(&unit));
+    let span = unit_span(&unit);
+    clb_telemetry::add_links(&span, links);
+    unit.trace_context = clb_telemetry::inject_map(&span.context());
+    if let Some(slot) = port.held().get_mut(&unit.work_id) {
+        slot.0 = span;
+    }
+    let msg = v1::ServerMessage {
+        kind: Some(v1::server_message::Kind::Unit(unit)),
+    };
+    // A session that ended drops its receiver; its units are released by the session's end.
+    let _ = port.outbox.send(Ok(msg));
+}
+
+/// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
+/// end of the session) and records the outcome. Its context travels in `WorkUnit.trace_context`.
+fn unit_span(unit: &v1::WorkUnit) -> Span {
+    let kind = unit_kind(unit);
+    info_span!(
+        parent: None,
+        "work_unit",
+        work_id = unit.work_id,
+        gateway = %unit.gateway,
+        kind,
+        attempt = unit.attempt,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// The kind of a unit: `observe`, `services` or `locations`.
+fn unit_kind(unit: &v1::WorkUnit) -> &'static str {
+    match &unit.work {
+        Some(v1::work_unit::Work::Observe(_)) => "observe",
+        Some(v1::work_unit::Work::Services(_)) => "services",
+        Some(v1::work_unit::Work::Locations(_)) => "locations",
+        None => "none",
+    }
+}
