@@ -3,22 +3,25 @@
 //! every gateway, capacity 4) that report every unit `Applied` (observes: `Observed`, an empty
 //! snapshot) as soon as it arrives.
 //!
-//! * Phase 1, latency: N rounds (default 500) of one unary `Writer/Apply` of one pod (a new address
-//!   with the bench's egress at a location that already exists), gateways round robin; the time
-//!   from the `Apply` response to the arrival at a worker of the first location unit that carries
-//!   that address. The figure is signed: a unit pushed before the response reached the writer
-//!   counts negative (the count of those is printed).
-//! * Phase 2, idle CPU: once everything converged, the CPU time (user + sys, `/proc/self/stat`) of
-//!   the whole process over 60 s of wall time with the 4 workers connected and nothing to do.
+//! * Phase 1, latency: N rounds (default 500, 10 ms apart) of one unary `Writer/Apply` of one pod
+//!   (a new address with the bench's egress at a location that already exists: exactly one
+//!   location unit), gateways round robin; the time from the `Apply` response to the arrival at a
+//!   worker of the first location unit that carries that address. The figure is signed: a unit
+//!   that reached a worker before the response reached the writer counts negative (the count of
+//!   those is printed). The time from sending the `Apply` is printed too (always positive).
+//! * Phase 2, idle CPU: once everything converged, the CPU time (user + sys, `/proc/self/stat`;
+//!   the threads' `schedstat` beside it, ns-precise) of the whole process over 60 s of wall time
+//!   with the 4 workers connected and nothing to do. The fake workers and the bench share the
+//!   process, idle too (each waits on its stream): the figure is the server's idle cost.
 //!
 //! Only the public gRPC API (generated `clb-proto` clients) and the library's public entry points
 //! (`StateServer::new`, `ServerConfig`, `grpc::serve`) are used, so that the same file builds
 //! before and after the rewrite of the server's internals. No timing is asserted; every wait has
 //! a timeout that fails loudly.
 //!
-//! Run: `cargo bench -p clb-state-server --bench push` (rounds: `-- 1000` or `CLB_PUSH_ROUNDS`;
-//! pause between rounds: `CLB_PUSH_GAP_MS`, default 10; idle window in seconds: `CLB_PUSH_IDLE_S`). Prints a table and one JSON line (`{"bench":"push",
-//! ...}`) for scripts.
+//! Run: `cargo bench -p clb-state-server --bench push`. Rounds: `-- 1000` or `CLB_PUSH_ROUNDS`;
+//! pause between rounds: `CLB_PUSH_GAP_MS` (default 10); idle window: `CLB_PUSH_IDLE_S` (default
+//! 60). Prints a table and one JSON line (`{"bench":"push",...}`) for scripts.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
