@@ -546,12 +546,12 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
     let err = h.admin.get_service(query("svc-r")).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     assert!(
-        !h.state
+        h.state
             .gateway("gw-main")
             .unwrap()
             .lock()
             .service_ports("svc-r")
-            .is_some()
+            .is_none()
     );
     let q = h
         .admin
