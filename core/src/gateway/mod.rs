@@ -12,6 +12,7 @@
 //! what NRP has, except for a service whose creation is still in flight (its report will say).
 
 pub mod gate;
+pub mod update;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -23,6 +24,7 @@ use crate::difftracker::{
 };
 use crate::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Expired, Outcome, Report, Unit};
 use gate::{GateNote, GateView, Handover, RestartGate, Topology};
+use update::{ApplyOutcome, Item, ItemFault, ResyncOutcome, Rights, Update};
 
 /// The part of the desired state a resync covers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -166,6 +168,20 @@ pub struct ReportExtras {
     pub rules: Vec<(String, Vec<Port>)>,
 }
 
+/// What a resync did: its outcome, whether each item of the view was applied, and what changed
+/// owner (the pods that left the desired state with it).
+#[derive(Debug, Clone)]
+pub struct ResyncDone {
+    /// Applied, removed, refused.
+    pub outcome: ResyncOutcome,
+    /// Whether each item of the view was applied.
+    pub applied: Vec<bool>,
+    /// The locations whose pods changed owner, and the writers asked to resync.
+    pub handover: Handover,
+    /// The pods that left the desired state with the handover.
+    pub dropped: u32,
+}
+
 /// What an observe reports beside the DiffTracker's snapshot, merged over its parts.
 #[derive(Debug, Default)]
 struct ObservedExtras {
@@ -264,6 +280,124 @@ impl GatewayCore {
     /// Every frontend IP NRP reported, by service.
     pub fn frontends(&self) -> &HashMap<String, String> {
         &self.frontends
+    }
+
+    /// Applies a batch from `writer` in order: each item that `rights` allow and the DiffTracker
+    /// takes is applied (with the ports of an inbound service); the others are refused, and
+    /// nothing of a refused item changes anything. Counts the batch in the writer's record.
+    /// Returns, beside the outcome, whether each item was applied.
+    pub fn apply(
+        &mut self,
+        writer: &str,
+        rights: &Rights,
+        items: &[Item<'_>],
+    ) -> (ApplyOutcome, Vec<bool>) {
+        let mut out = ApplyOutcome::default();
+        let mut applied = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            match self.apply_item(rights, item) {
+                Ok(()) => {
+                    out.applied += 1;
+                    applied.push(true);
+                    if let Ok(update) = item {
+                        self.ports_of(update);
+                    }
+                }
+                Err(fault) => {
+                    out.rejected.push(ItemFault { index, fault });
+                    applied.push(false);
+                }
+            }
+        }
+        self.record_writes(writer, u64::from(out.applied), out.rejected.len() as u64);
+        (out, applied)
+    }
+
+    /// What [`GatewayCore::apply`] would answer now, changing nothing (it applies the batch to a
+    /// copy of the DiffTracker).
+    pub fn dry_run(&self, rights: &Rights, items: &[Item<'_>]) -> ApplyOutcome {
+        let mut copy = self.tracker.clone();
+        let mut out = ApplyOutcome::default();
+        for (index, item) in items.iter().enumerate() {
+            let checked = self.check_rights(rights, item).and_then(|()| match item {
+                Ok(update) => update::apply_one(&mut copy, update),
+                Err(refusal) => Err(refusal.fault.clone()),
+            });
+            match checked {
+                Ok(()) => out.applied += 1,
+                Err(fault) => out.rejected.push(ItemFault { index, fault }),
+            }
+        }
+        out
+    }
+
+    fn check_rights(&self, rights: &Rights, item: &Item<'_>) -> Result<(), update::Fault> {
+        match rights {
+            Rights::Any => Ok(()),
+            Rights::Node(node) => update::node_check(
+                |ip| self.gate.node_of(ip).map(str::to_owned),
+                node,
+                &update::named(item),
+            ),
+        }
+    }
+
+    fn apply_item(&mut self, rights: &Rights, item: &Item<'_>) -> Result<(), update::Fault> {
+        self.check_rights(rights, item)?;
+        match item {
+            Ok(update) => update::apply_one(&mut self.tracker, update),
+            Err(refusal) => Err(refusal.fault.clone()),
+        }
+    }
+
+    /// Keeps the port book in step with an applied update.
+    fn ports_of(&mut self, update: &Update<'_>) {
+        if let Update::Service {
+            operation,
+            id,
+            ports,
+            ..
+        } = update
+        {
+            let ports = (*operation == Operation::Add).then(|| ports.clone());
+            self.ports_desired(id, ports);
+        }
+    }
+
+    /// Replaces `scope` with `writer`'s view (see [`update`]): applies every valid item, removes
+    /// what the scope holds but the view does not name, keeps the port book in step, counts the
+    /// view in the writer's record, and completes the writer's resync of the scope (with the
+    /// topology its header declared; see [`GatewayCore::resync_scope_completed`]).
+    pub fn replace_scope(
+        &mut self,
+        writer: &str,
+        scope: &Scope,
+        topology: Option<&Topology>,
+        view: &[Item<'_>],
+        now: Instant,
+        now_unix_ms: i64,
+    ) -> ResyncDone {
+        let (outcome, applied) = update::replace_scope(&mut self.tracker, scope, view);
+        for (item, done) in view.iter().zip(&applied) {
+            if let (Ok(update), true) = (item, done) {
+                self.ports_of(update);
+            }
+        }
+        // The services the view no longer names were removed: so are their ports.
+        self.forget_undesired_ports();
+        self.record_writes(
+            writer,
+            u64::from(outcome.applied),
+            outcome.rejected.len() as u64,
+        );
+        let (handover, dropped) =
+            self.resync_scope_completed(writer, scope, topology, now, now_unix_ms);
+        ResyncDone {
+            outcome,
+            applied,
+            handover,
+            dropped,
+        }
     }
 
     /// Records the ports of an inbound service an applied update added (`Some`) or removed

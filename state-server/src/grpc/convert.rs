@@ -30,6 +30,9 @@ use clb_core::difftracker::{
     ServiceKind, ServiceView, excerpt, quote,
 };
 use clb_core::dispatch::{self, Outcome, Report, UnitWork};
+use clb_core::gateway::update::{
+    EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
+};
 use clb_core::gateway::{Leased, Port, Protocol};
 
 /// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value (quoted, cut when
@@ -93,53 +96,46 @@ pub fn domain_error(index: usize, prefix: &str, err: InvalidInput) -> ItemError 
     item_error(index, err.field, err.value, reason)
 }
 
-/// Converts a proto operation: `OPERATION_UNSPECIFIED` and unknown values are refused.
-pub fn operation(index: usize, field: &str, raw: i32) -> Result<Operation, ItemError> {
-    operation_lazy(index, || field.to_owned(), raw)
-}
-
-/// [`operation`] with the field path built only for an error (this runs for every update).
-pub fn operation_lazy(
-    index: usize,
-    field: impl FnOnce() -> String,
-    raw: i32,
-) -> Result<Operation, ItemError> {
+/// Converts a proto operation of the update of kind `kind`: `OPERATION_UNSPECIFIED` and unknown
+/// values are refused (the fault's field is `<kind>.operation`).
+fn operation(kind: &str, raw: i32) -> Result<Operation, Fault> {
+    let refuse = |value: String| Fault::Field {
+        field: format!("{kind}.operation"),
+        value,
+        reason: "unknown operation: must be OPERATION_ADD or OPERATION_REMOVE".into(),
+    };
     match v1::Operation::try_from(raw) {
         Ok(v1::Operation::Add) => Ok(Operation::Add),
         Ok(v1::Operation::Remove) => Ok(Operation::Remove),
-        Ok(v1::Operation::Unspecified) => Err(item_error(
-            index,
-            field(),
-            v1::Operation::Unspecified.as_str_name(),
-            "unknown operation: must be OPERATION_ADD or OPERATION_REMOVE",
-        )),
-        Err(_) => Err(item_error(
-            index,
-            field(),
-            raw.to_string(),
-            "unknown operation: must be OPERATION_ADD or OPERATION_REMOVE",
-        )),
+        Ok(v1::Operation::Unspecified) => {
+            Err(refuse(v1::Operation::Unspecified.as_str_name().to_owned()))
+        }
+        Err(_) => Err(refuse(raw.to_string())),
     }
 }
 
 /// Checks the ports of an inbound service: 1 to 65535, a target port of 0 (the same as the port) to
-/// 65535, a known protocol, no port listed twice.
-pub fn validate_ports(index: usize, prefix: &str, ports: &[ServicePort]) -> Result<(), ItemError> {
+/// 65535, a known protocol, no port listed twice. `path` is the full path of the service message
+/// (`updates[3].service`), named in the reason of a repeated port; faults' fields are relative.
+fn validate_ports(path: &str, ports: &[ServicePort]) -> Result<(), Fault> {
+    let fault = |field: String, value: String, reason: String| Fault::Field {
+        field,
+        value,
+        reason,
+    };
     for (j, p) in ports.iter().enumerate() {
         if p.port == 0 || p.port > 65_535 {
-            return Err(item_error(
-                index,
-                format!("{prefix}.ports[{j}].port"),
+            return Err(fault(
+                format!("service.ports[{j}].port"),
                 p.port.to_string(),
-                "is not a port number: must be 1 to 65535",
+                "is not a port number: must be 1 to 65535".into(),
             ));
         }
         if p.target_port > 65_535 {
-            return Err(item_error(
-                index,
-                format!("{prefix}.ports[{j}].target_port"),
+            return Err(fault(
+                format!("service.ports[{j}].target_port"),
                 p.target_port.to_string(),
-                "is not a port number: must be 1 to 65535, or 0 for the same as port",
+                "is not a port number: must be 1 to 65535, or 0 for the same as port".into(),
             ));
         }
         match v1::Protocol::try_from(p.protocol) {
@@ -149,11 +145,10 @@ pub fn validate_ports(index: usize, prefix: &str, ports: &[ServicePort]) -> Resu
                     Ok(known) => known.as_str_name().to_owned(),
                     Err(_) => p.protocol.to_string(),
                 };
-                return Err(item_error(
-                    index,
-                    format!("{prefix}.ports[{j}].protocol"),
+                return Err(fault(
+                    format!("service.ports[{j}].protocol"),
                     value,
-                    "unknown protocol: must be PROTOCOL_TCP or PROTOCOL_UDP",
+                    "unknown protocol: must be PROTOCOL_TCP or PROTOCOL_UDP".into(),
                 ));
             }
         }
@@ -161,11 +156,10 @@ pub fn validate_ports(index: usize, prefix: &str, ports: &[ServicePort]) -> Resu
             .iter()
             .position(|q| q.port == p.port && q.protocol == p.protocol)
         {
-            return Err(item_error(
-                index,
-                format!("{prefix}.ports[{j}]"),
+            return Err(fault(
+                format!("service.ports[{j}]"),
                 format!("{}/{}", p.port, protocol_name(p.protocol)),
-                format!("appears twice (first at {prefix}.ports[{first}])"),
+                format!("appears twice (first at {path}.ports[{first}])"),
             ));
         }
     }
@@ -189,80 +183,121 @@ fn endpoints(list: &[v1::Endpoint]) -> Vec<difftracker::Endpoint<'_>> {
         .collect()
 }
 
-/// Validates one update and applies it to `tracker`; `index` is its position in the batch (or
-/// across all chunks of a resync). On error nothing of the update was applied.
+/// One update from the wire as the gateway takes it (borrowing its strings), or, when it cannot be
+/// mapped (no kind, an unknown operation, ports that are not ports, endpoints without a change),
+/// the refusal with the object it names. `index` is its position in the batch (or the view).
+pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
+    let Some(kind) = &update.kind else {
+        return Err(Refusal {
+            named: Named::Nothing,
+            fault: Fault::Field {
+                field: "kind".into(),
+                value: String::new(),
+                reason: "no kind set: expected one of service, egress, endpoints, pod".into(),
+            },
+        });
+    };
+    match kind {
+        Kind::Service(s) => {
+            let refuse = |fault| Refusal {
+                named: Named::Service(&s.id),
+                fault,
+            };
+            let op = operation("service", s.operation).map_err(refuse)?;
+            let ports = if op == Operation::Add {
+                validate_ports(&format!("{}.service", update_path(index)), &s.ports)
+                    .map_err(refuse)?;
+                s.ports.iter().map(port_from_proto).collect()
+            } else {
+                Vec::new()
+            };
+            Ok(GatewayUpdate::Service {
+                operation: op,
+                id: &s.id,
+                ports,
+            })
+        }
+        Kind::Egress(e) => {
+            let operation = operation("egress", e.operation).map_err(|fault| Refusal {
+                named: Named::Egress(&e.id),
+                fault,
+            })?;
+            Ok(GatewayUpdate::Egress {
+                operation,
+                id: &e.id,
+            })
+        }
+        Kind::Endpoints(e) => {
+            let change = match &e.change {
+                None => {
+                    return Err(Refusal {
+                        named: Named::Endpoints(&e.service_id),
+                        fault: Fault::Field {
+                            field: "endpoints.change".into(),
+                            value: String::new(),
+                            reason: "neither level nor edge is set".into(),
+                        },
+                    });
+                }
+                Some(Change::Level(set)) => EndpointsChange::Level(endpoints(&set.endpoints)),
+                Some(Change::Edge(edge)) => EndpointsChange::Edge {
+                    old: endpoints(&edge.old_endpoints),
+                    new: endpoints(&edge.new_endpoints),
+                },
+            };
+            Ok(GatewayUpdate::Endpoints {
+                service: &e.service_id,
+                change,
+            })
+        }
+        Kind::Pod(p) => {
+            let operation = operation("pod", p.operation).map_err(|fault| Refusal {
+                named: Named::Pod {
+                    address: &p.address,
+                    location: &p.location,
+                },
+                fault,
+            })?;
+            Ok(GatewayUpdate::Pod {
+                operation,
+                pod: difftracker::PodUpdate {
+                    address: &p.address,
+                    location: &p.location,
+                    outbound_identity: &p.outbound_identity,
+                    uid: &p.pod_uid,
+                },
+            })
+        }
+    }
+}
+
+/// A refused item as the wire's [`ItemError`]: the item's path (`updates[3]`) in front of the
+/// fault's field.
+pub fn item_error_of(fault: ItemFault) -> ItemError {
+    let index = fault.index;
+    let base = update_path(index);
+    match fault.fault {
+        Fault::Domain { within, error } => domain_error(index, &format!("{base}.{within}"), error),
+        Fault::Field {
+            field,
+            value,
+            reason,
+        } => item_error(index, format!("{base}.{field}"), value, reason),
+    }
+}
+
+/// Validates one update and applies it to `tracker` (no rights, no port book: for tests and
+/// tools); `index` is its position in the batch. On error nothing of the update was applied.
 pub fn apply_update(
     tracker: &mut DiffTracker,
     update: &Update,
     index: usize,
 ) -> Result<(), ItemError> {
-    let base = || update_path(index);
-    let Some(kind) = &update.kind else {
-        return Err(item_error(
-            index,
-            format!("{}.kind", base()),
-            "",
-            "no kind set: expected one of service, egress, endpoints, pod",
-        ));
+    let applied = match update_from_proto(index, update) {
+        Ok(u) => clb_core::gateway::update::apply_one(tracker, &u),
+        Err(refusal) => Err(refusal.fault),
     };
-    // Field paths are only formatted for an error: this runs for every update of every batch.
-    let prefix = || format!("{}.{}", base(), kind_name(kind));
-    match kind {
-        Kind::Service(s) => {
-            let op = operation_lazy(index, || format!("{}.operation", prefix()), s.operation)?;
-            if op == Operation::Add {
-                validate_ports(index, &prefix(), &s.ports)?;
-            }
-            tracker
-                .update_service(op, &s.id)
-                .map_err(|e| domain_error(index, &prefix(), e))
-        }
-        Kind::Egress(e) => {
-            let op = operation_lazy(index, || format!("{}.operation", prefix()), e.operation)?;
-            tracker
-                .update_egress(op, &e.id)
-                .map_err(|err| domain_error(index, &prefix(), err))
-        }
-        Kind::Endpoints(e) => match &e.change {
-            None => Err(item_error(
-                index,
-                format!("{}.change", prefix()),
-                "",
-                "neither level nor edge is set",
-            )),
-            Some(Change::Level(set)) => tracker
-                .set_endpoints(&e.service_id, &endpoints(&set.endpoints))
-                .map_err(|err| endpoints_error(index, &prefix(), "level", err)),
-            Some(Change::Edge(edge)) => tracker
-                .update_endpoints(
-                    &e.service_id,
-                    &endpoints(&edge.old_endpoints),
-                    &endpoints(&edge.new_endpoints),
-                )
-                .map_err(|err| endpoints_error(index, &prefix(), "edge", err)),
-        },
-        Kind::Pod(p) => {
-            let op = operation_lazy(index, || format!("{}.operation", prefix()), p.operation)?;
-            let pod = difftracker::PodUpdate {
-                address: &p.address,
-                location: &p.location,
-                outbound_identity: &p.outbound_identity,
-                uid: &p.pod_uid,
-            };
-            tracker
-                .update_pod(op, &pod)
-                .map_err(|e| domain_error(index, &prefix(), e))
-        }
-    }
-}
-
-/// `service_id` belongs to the `EndpointsUpdate`; the endpoint lists to its `level` or `edge`.
-fn endpoints_error(index: usize, prefix: &str, change: &str, err: InvalidInput) -> ItemError {
-    if err.field == "service_id" {
-        domain_error(index, prefix, err)
-    } else {
-        domain_error(index, &format!("{prefix}.{change}"), err)
-    }
+    applied.map_err(|fault| item_error_of(ItemFault { index, fault }))
 }
 
 /// The proto service kind.
@@ -401,18 +436,6 @@ pub fn port_to_proto(p: &Port) -> ServicePort {
         port: p.port,
         protocol,
         target_port: p.target_port,
-    }
-}
-
-/// The ports an applied update makes desired for its inbound service (`Some(None)`: the service
-/// went), for [`clb_core::gateway::GatewayCore::ports_desired`]; `None` for other kinds.
-pub fn ports_of_update(update: &Update) -> Option<(&str, Option<Vec<Port>>)> {
-    match &update.kind {
-        Some(Kind::Service(s)) if s.operation == v1::Operation::Add as i32 => {
-            Some((&s.id, Some(s.ports.iter().map(port_from_proto).collect())))
-        }
-        Some(Kind::Service(s)) => Some((&s.id, None)),
-        _ => None,
     }
 }
 

@@ -2,16 +2,13 @@
 //! desired state holds in that scope. Pure (no I/O): the Writer service buffers the whole view and
 //! calls [`replace_scope`] under one lock once the stream has ended cleanly.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::net::IpAddr;
 
-use clb_proto::v1::{self, ItemError, Update, endpoints_update::Change, update::Kind};
+use clb_core::difftracker::{DiffTracker, quote};
+use clb_core::gateway::update;
+use clb_proto::v1::{ItemError, Update};
 
-use super::convert::{self, apply_update, item_error, kind_name, update_path};
-use clb_core::difftracker::identity::normalize_identity;
-use clb_core::difftracker::ip::parse_ip;
-use clb_core::difftracker::{DiffTracker, Operation, PodUpdate, quote};
+use super::convert::{item_error_of, update_from_proto};
 
 pub use clb_core::gateway::Scope;
 
@@ -39,17 +36,7 @@ impl fmt::Display for HeaderError {
     }
 }
 
-/// Whether `scope` covers updates of `kind`.
-fn covers(scope: &Scope, kind: &Kind) -> bool {
-    match kind {
-        Kind::Service(_) => scope.services,
-        Kind::Egress(_) => scope.egresses,
-        Kind::Endpoints(_) => scope.endpoints,
-        Kind::Pod(_) => scope.pods,
-    }
-}
-
-/// The outcome of a scope replacement.
+/// The outcome of a scope replacement, as the wire reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResyncOutcome {
     /// Updates of the view that were applied.
@@ -60,151 +47,37 @@ pub struct ResyncOutcome {
     pub rejected: Vec<ItemError>,
 }
 
-/// What the view names, in canonical form. An object named by an update of the scope is kept even
-/// when that update is refused: a malformed report must not delete a live backend.
-#[derive(Debug, Default)]
-struct Reported {
-    services: HashSet<String>,
-    egresses: HashSet<String>,
-    endpoints: HashSet<String>,
-    pods: HashSet<IpAddr>,
-}
-
-fn canonical_id(id: &str) -> Option<String> {
-    normalize_identity("id", id).ok().map(|c| c.into_owned())
-}
-
-/// Checks that an update of a view is inside the scope and describes what exists, noting the
-/// object it names; then applies it.
-fn apply_view_update(
-    tracker: &mut DiffTracker,
-    scope: &Scope,
-    update: &Update,
-    index: usize,
-    reported: &mut Reported,
-) -> Result<(), ItemError> {
-    let Some(kind) = &update.kind else {
-        return apply_update(tracker, update, index);
-    };
-    let prefix = format!("{}.{}", update_path(index), kind_name(kind));
-    if !covers(scope, kind) {
-        return Err(item_error(
-            index,
-            prefix,
-            "",
-            format!("is outside the resync scope ({scope})"),
-        ));
+impl From<update::ResyncOutcome> for ResyncOutcome {
+    fn from(o: update::ResyncOutcome) -> Self {
+        Self {
+            applied: o.applied,
+            removed: o.removed,
+            rejected: o.rejected.into_iter().map(item_error_of).collect(),
+        }
     }
-    let raw_operation = match kind {
-        Kind::Service(s) => {
-            reported.services.extend(canonical_id(&s.id));
-            Some(s.operation)
-        }
-        Kind::Egress(e) => {
-            reported.egresses.extend(canonical_id(&e.id));
-            Some(e.operation)
-        }
-        Kind::Endpoints(e) => {
-            reported.endpoints.extend(canonical_id(&e.service_id));
-            if let Some(Change::Edge(_)) = e.change {
-                return Err(item_error(
-                    index,
-                    format!("{prefix}.edge"),
-                    "",
-                    "a resync view must give endpoints as a level, not as an edge",
-                ));
-            }
-            None
-        }
-        Kind::Pod(p) => {
-            if let (Some(want), Ok(at)) = (scope.location, parse_ip("location", &p.location))
-                && want != at
-            {
-                return Err(item_error(
-                    index,
-                    format!("{prefix}.location"),
-                    p.location.clone(),
-                    format!("is outside the resync scope, which covers only the pods at {want}"),
-                ));
-            }
-            reported.pods.extend(parse_ip("address", &p.address).ok());
-            Some(p.operation)
-        }
-    };
-    if let Some(raw) = raw_operation
-        && convert::operation(index, &format!("{prefix}.operation"), raw)? != Operation::Add
-    {
-        return Err(item_error(
-            index,
-            format!("{prefix}.operation"),
-            v1::Operation::Remove.as_str_name(),
-            "a resync view describes what exists: only OPERATION_ADD is allowed",
-        ));
-    }
-    apply_update(tracker, update, index)
 }
 
-/// Replaces the scope's desired state with the view: applies every valid update of the view
-/// (indices count across the whole view), then removes what the scope holds but the view does not
-/// name. Objects outside the scope are left alone.
+/// Replaces the scope's desired state of `tracker` with a view from the wire (the rules are
+/// `clb_core::gateway::update`'s; the state server goes through
+/// [`clb_core::gateway::GatewayCore::replace_scope`], which also keeps the port book and the
+/// writer's record). Indices count across the whole view.
 pub fn replace_scope(tracker: &mut DiffTracker, scope: &Scope, view: &[Update]) -> ResyncOutcome {
-    let mut out = ResyncOutcome::default();
-    let mut reported = Reported::default();
-    for (index, update) in view.iter().enumerate() {
-        match apply_view_update(tracker, scope, update, index, &mut reported) {
-            Ok(()) => out.applied += 1,
-            Err(e) => out.rejected.push(e),
-        }
-    }
-    if scope.services {
-        for id in tracker.desired_inbound_identities() {
-            if !reported.services.contains(&id)
-                && tracker.update_service(Operation::Remove, &id).is_ok()
-            {
-                out.removed += 1;
-            }
-        }
-    }
-    if scope.egresses {
-        for id in tracker.declared_egresses() {
-            if !reported.egresses.contains(&id)
-                && tracker.update_egress(Operation::Remove, &id).is_ok()
-            {
-                out.removed += 1;
-            }
-        }
-    }
-    if scope.endpoints {
-        for id in tracker.services_with_endpoints() {
-            if !reported.endpoints.contains(&id) && tracker.set_endpoints(&id, &[]).is_ok() {
-                out.removed += 1;
-            }
-        }
-    }
-    if scope.pods {
-        for (address, location) in tracker.pods(scope.location) {
-            if reported.pods.contains(&address) {
-                continue;
-            }
-            let (address, location) = (address.to_string(), location.to_string());
-            let pod = PodUpdate {
-                address: &address,
-                location: &location,
-                outbound_identity: "",
-                uid: "",
-            };
-            if tracker.update_pod(Operation::Remove, &pod).is_ok() {
-                out.removed += 1;
-            }
-        }
-    }
-    out
+    let items: Vec<_> = view
+        .iter()
+        .enumerate()
+        .map(|(i, u)| update_from_proto(i, u))
+        .collect();
+    update::replace_scope(tracker, scope, &items).0.into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clb_proto::v1::{EgressUpdate, EndpointSet, EndpointsUpdate, ServiceUpdate};
+    use clb_proto::v1::{
+        self, EgressUpdate, EndpointSet, EndpointsUpdate, ServiceUpdate, endpoints_update::Change,
+        update::Kind,
+    };
+    use std::net::IpAddr;
 
     fn service(id: &str) -> Update {
         Update {

@@ -15,14 +15,15 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::convert::{
-    apply_update, invalid_argument, item_error, kind_name, ports_of_update, resync_scope,
-    resync_topology, unknown_gateway,
+    invalid_argument, item_error_of, resync_scope, resync_topology, unknown_gateway,
+    update_from_proto,
 };
-use super::resync::{Scope, replace_scope};
+use super::resync::{ResyncOutcome, Scope};
 use super::session::{self, ServiceStatesStream, SessionStream};
 use crate::auth::{Caller, Verb, WriteRights};
-use crate::gate::{RestartGate, Topology};
+use crate::gate::Topology;
 use crate::state::{GatewayHandle, StateServer};
+use clb_core::gateway::update::{Item, Rights};
 
 /// The responses of `ApplyStream`, one per request, in request order.
 pub type ApplyResponseStream = Pin<Box<dyn Stream<Item = Result<ApplyResponse, Status>> + Send>>;
@@ -103,51 +104,21 @@ async fn write_rights(
     caller.writer(handle.name(), source).await
 }
 
-/// Node binding: a writer bound to `node` writes only pods, and only at that node's locations as
-/// the cluster watcher's topology declares them. A malformed location is left to the usual
-/// validation.
-fn node_item_check(
-    gate: &RestartGate,
-    node: &str,
-    update: &Update,
-    index: usize,
-) -> Result<(), clb_proto::v1::ItemError> {
-    use clb_proto::v1::update::Kind;
-    let Some(kind) = &update.kind else {
-        return Ok(());
-    };
-    let Kind::Pod(pod) = kind else {
-        return Err(item_error(
-            index,
-            format!("updates[{index}].{}", kind_name(kind)),
-            "",
-            format!(
-                "the node agent of node {node:?} may write only pods (at its node's locations)"
-            ),
-        ));
-    };
-    let Ok(location) = clb_core::difftracker::ip::parse_ip("location", &pod.location) else {
-        return Ok(());
-    };
-    match gate.node_of(location) {
-        Some(owner) if owner == node => Ok(()),
-        owner => Err(item_error(
-            index,
-            format!("updates[{index}].pod.location"),
-            pod.location.clone(),
-            match owner {
-                Some(other) => format!(
-                    "is a location of node {other:?}: the node agent of node {node:?} may write \
-                     pods only at its own node's locations"
-                ),
-                None => format!(
-                    "is not a location of node {node:?} in the topology the cluster watcher \
-                     declared (none declared yet, or another node's): the node agent of node \
-                     {node:?} may write pods only at its own node's locations"
-                ),
-            },
-        )),
+/// The rights of the core for what the caller may write.
+fn core_rights(rights: &WriteRights) -> Rights {
+    match rights {
+        WriteRights::Any => Rights::Any,
+        WriteRights::Node(node) => Rights::Node(node.clone()),
     }
+}
+
+/// The items of a batch or a view as the gateway takes them (mapped outside the gateway's lock).
+fn items(updates: &[Update]) -> Vec<Item<'_>> {
+    updates
+        .iter()
+        .enumerate()
+        .map(|(i, u)| update_from_proto(i, u))
+        .collect()
 }
 
 /// Validates and applies one batch under one lock of its gateway.
@@ -176,35 +147,23 @@ fn apply_batch(
     if req.dry_run {
         return Ok(dry_run(state, &handle, req, rights));
     }
-    let (revision, applied, rejected, session) = {
+    let items = items(&req.updates);
+    let rights = core_rights(rights);
+    let (revision, outcome, session) = {
         let mut gateway = handle.lock();
-        let mut applied = 0u32;
-        let mut rejected = Vec::new();
-        for (index, update) in req.updates.iter().enumerate() {
-            if let WriteRights::Node(node) = rights
-                && let Err(e) = node_item_check(gateway.gate(), node, update, index)
-            {
-                rejected.push(e);
-                continue;
-            }
-            match apply_update(gateway.tracker_mut(), update, index) {
-                Ok(()) => {
-                    applied += 1;
-                    if let Some((service, ports)) = ports_of_update(update) {
-                        gateway.ports_desired(service, ports);
-                    }
-                    if let Some(link) = &link {
-                        gateway.trace_links.note(link, update);
-                    }
-                }
-                Err(e) => rejected.push(e),
+        let (outcome, applied) = gateway.apply(&req.source, &rights, &items);
+        if let Some(link) = &link {
+            for (update, _) in req.updates.iter().zip(applied).filter(|(_, a)| *a) {
+                gateway.trace_links.note(link, update);
             }
         }
-        gateway.record_writes(&req.source, u64::from(applied), rejected.len() as u64);
-        state.metrics().rejected(rejected.len() as u64);
         let session = session::session(state, &gateway, &req.source);
-        (gateway.tracker().revision(), applied, rejected, session)
+        (gateway.tracker().revision(), outcome, session)
     };
+    drop(items);
+    let applied = outcome.applied;
+    let rejected: Vec<_> = outcome.rejected.into_iter().map(item_error_of).collect();
+    state.metrics().rejected(rejected.len() as u64);
     span.record("applied", applied);
     span.record("rejected", rejected.len());
     if applied > 0 {
@@ -231,20 +190,11 @@ fn dry_run(
     req: &ApplyRequest,
     rights: &WriteRights,
 ) -> ApplyResponse {
+    let items = items(&req.updates);
     let gateway = handle.lock();
-    let mut copy = gateway.tracker().clone();
-    let mut applied = 0u32;
-    let mut rejected = Vec::new();
-    for (index, update) in req.updates.iter().enumerate() {
-        let checked = match rights {
-            WriteRights::Node(node) => node_item_check(gateway.gate(), node, update, index),
-            WriteRights::Any => Ok(()),
-        };
-        match checked.and_then(|()| apply_update(&mut copy, update, index)) {
-            Ok(()) => applied += 1,
-            Err(e) => rejected.push(e),
-        }
-    }
+    let outcome = gateway.dry_run(&core_rights(rights), &items);
+    let applied = outcome.applied;
+    let rejected: Vec<_> = outcome.rejected.into_iter().map(item_error_of).collect();
     ApplyResponse {
         batch_id: req.batch_id,
         revision: gateway.tracker().revision(),
@@ -475,54 +425,44 @@ impl WriterService {
         // A replica that stepped down meanwhile applies nothing: the writer resyncs with the leader.
         super::require_leader(&self.state)?;
         let link = clb_telemetry::current_span_link();
+        let items = items(&view);
         let (revision, outcome, session) = {
             let mut gateway = handle.lock();
-            let outcome = replace_scope(gateway.tracker_mut(), &scope, &view);
-            for (index, update) in view.iter().enumerate() {
-                if !outcome.rejected.iter().any(|e| e.index as usize == index) {
-                    if let Some((service, ports)) = ports_of_update(update) {
-                        gateway.ports_desired(service, ports);
-                    }
-                    if let Some(link) = &link {
-                        gateway.trace_links.note(link, update);
-                    }
-                }
-            }
-            // The services the view no longer names were removed: so are their ports.
-            gateway.forget_undesired_ports();
-            gateway.record_writes(
-                &source,
-                u64::from(outcome.applied),
-                outcome.rejected.len() as u64,
-            );
-            self.state.metrics().rejected(outcome.rejected.len() as u64);
-            // A resync that changed who owns the pods of some locations drops the old owner's
-            // pods there; removals wait for the new owner's resync (see `gate.rs`).
-            let (handover, handed_over) = gateway.resync_scope_completed(
+            let done = gateway.replace_scope(
                 &source,
                 &scope,
                 topology.as_ref(),
+                &items,
                 std::time::Instant::now(),
                 crate::state::unix_ms(std::time::SystemTime::now()),
             );
+            if let Some(link) = &link {
+                for (update, _) in view.iter().zip(&done.applied).filter(|(_, a)| **a) {
+                    gateway.trace_links.note(link, update);
+                }
+            }
             gateway.log_gate_notes();
-            if !handover.drop_pods_at.is_empty() {
+            // A resync that changed who owns the pods of some locations dropped the old owner's
+            // pods there; removals wait for the new owner's resync (see `gateway/gate.rs`).
+            if !done.handover.drop_pods_at.is_empty() {
                 tracing::info!(
                     gateway = %gateway.name(),
                     source,
-                    locations = handover.drop_pods_at.len(),
-                    pods = handed_over,
-                    asked = ?handover.resync_asked,
+                    locations = done.handover.drop_pods_at.len(),
+                    pods = done.dropped,
+                    asked = ?done.handover.resync_asked,
                     "pods changed owner: the old owner's pods left the desired state"
                 );
             }
-            tracing::Span::current().record("handed_over", handed_over);
+            tracing::Span::current().record("handed_over", done.dropped);
             (
                 gateway.tracker().revision(),
-                outcome,
+                ResyncOutcome::from(done.outcome),
                 session::session(&self.state, &gateway, &source),
             )
         };
+        drop(items);
+        self.state.metrics().rejected(outcome.rejected.len() as u64);
         handle.changed();
         let span = tracing::Span::current();
         span.record("updates", view.len());
