@@ -14,6 +14,14 @@
 //! leader within about 2 s. The delay keeps growing underneath: a failure that reached a server
 //! right after refusals waits the grown delay.
 //!
+//! What stays hand-written, and why: the dispatcher's retry delays of failed units
+//! (`core/src/dispatch`) are part of a pure, synchronous domain — `now` is passed in and the jitter
+//! is a seeded generator of `DispatchEnv`, so that tests and property tests replay exactly; they
+//! also combine with NRP's `Retry-After` and park keys, which is not an iterator of delays. The
+//! leader election's fixed period (`state-server/src/leader.rs`) is a poll with jitter, not a
+//! growing backoff. The write-back's poll interval (50 ms doubling to `--poll-interval`) paces the
+//! polls of a pending Service, which are not failures.
+//!
 //! (backon's own jitter adds up to the same again, `[h, 2h)`; the builder is given half of
 //! `initial` and `max`, which makes it `[d/2, d)`. Its growth is computed in `f32`: a delay may be
 //! off by a few nanoseconds from the exact power of two.)
