@@ -127,10 +127,19 @@ mod tests {
         let mut b = Backoff::new(Duration::from_millis(200), Duration::from_secs(10))
             .with_refusal_cap(RECONNECT_MAX);
         let refusals: Vec<Duration> = (0..10).map(|_| b.next_delay(true)).collect();
-        assert!(refusals[0] <= Duration::from_millis(200) + SLACK, "{refusals:?}");
-        assert!(refusals.iter().all(|d| *d <= RECONNECT_MAX + SLACK), "{refusals:?}");
+        assert!(
+            refusals[0] <= Duration::from_millis(200) + SLACK,
+            "{refusals:?}"
+        );
+        assert!(
+            refusals.iter().all(|d| *d <= RECONNECT_MAX + SLACK),
+            "{refusals:?}"
+        );
         // The jitter differs from one delay to the next.
-        assert!(refusals[5..].windows(2).any(|w| w[0] != w[1]), "{refusals:?}");
+        assert!(
+            refusals[5..].windows(2).any(|w| w[0] != w[1]),
+            "{refusals:?}"
+        );
         // A failure that reached the server waits the grown delay.
         assert!(b.next_delay(false) + SLACK >= Duration::from_secs(5));
         b.reset();

@@ -204,7 +204,8 @@ impl Client {
     pub async fn connect(options: ConnectOptions) -> Result<Self, ClientError> {
         let endpoint = options.endpoint()?;
         let attempts = options.attempts.max(1);
-        let mut backoff = crate::backoff::Backoff::new(options.initial_backoff, options.max_backoff);
+        let mut backoff =
+            crate::backoff::Backoff::new(options.initial_backoff, options.max_backoff);
         let mut attempt = 1;
         loop {
             match endpoint.connect().await {

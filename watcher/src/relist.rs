@@ -122,9 +122,15 @@ mod tests {
         let slack = Duration::from_micros(1);
         let mut b = connection_backoff(max);
         let delays: Vec<Duration> = (0..50).map(|_| b.next().expect("never gives up")).collect();
-        assert!(delays[0] <= Duration::from_millis(200) + slack, "{delays:?}");
+        assert!(
+            delays[0] <= Duration::from_millis(200) + slack,
+            "{delays:?}"
+        );
         assert!(delays.iter().all(|d| *d <= max + slack), "{delays:?}");
-        assert!(delays[40..].iter().all(|d| *d + slack >= max / 2), "{delays:?}");
+        assert!(
+            delays[40..].iter().all(|d| *d + slack >= max / 2),
+            "{delays:?}"
+        );
         b.reset();
         assert!(b.next().unwrap() <= Duration::from_millis(200) + slack);
     }

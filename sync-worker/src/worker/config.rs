@@ -317,7 +317,10 @@ mod tests {
         for attempt in 0..40 {
             let d = delays.next_delay(false);
             let base = (Duration::from_millis(100) * 2u32.pow(attempt.min(10))).min(b.max);
-            assert!(d + slack >= base / 2 && d <= base + slack, "{attempt}: {d:?}");
+            assert!(
+                d + slack >= base / 2 && d <= base + slack,
+                "{attempt}: {d:?}"
+            );
         }
         assert!(delays.next_delay(true) <= Duration::from_millis(300) + slack);
     }
