@@ -37,6 +37,12 @@
 //! `poll_initial` (50 ms), doubling to `poll_interval`; once it is settled (programmed with its
 //! ingress and condition written, or rejected) only every `recheck_interval`. A new version of the
 //! Service, or a change of its endpoints sent to the server, starts the short polls again.
+//!
+//! **Not a kube-runtime `Controller`.** Its triggers are mostly not Service events (the server's
+//! pushed states, the translator's messages), it acts only on what the server acknowledged, and its
+//! cleanup waits for NRP to drop the service (also for a Service that stopped being ours without
+//! being deleted), where `finalizer()` drops the finalizer once `Cleanup` returns: docs/watcher.md,
+//! "Why the write-back is not a kube-runtime `Controller`".
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
