@@ -115,7 +115,8 @@ pub struct ConnectOptions {
     pub endpoint: String,
     /// Connection attempts before giving up (at least 1).
     pub attempts: u32,
-    /// Delay before the second attempt; doubled after each failure up to `max_backoff`.
+    /// Delay before the second attempt; doubled after each failure up to `max_backoff`, each delay
+    /// drawn from the upper half of its step ([`crate::backoff`]).
     pub initial_backoff: Duration,
     /// The largest delay between attempts.
     pub max_backoff: Duration,
@@ -203,7 +204,8 @@ impl Client {
     pub async fn connect(options: ConnectOptions) -> Result<Self, ClientError> {
         let endpoint = options.endpoint()?;
         let attempts = options.attempts.max(1);
-        let mut backoff = options.initial_backoff;
+        let mut backoff =
+            crate::backoff::Backoff::new(options.initial_backoff, options.max_backoff);
         let mut attempt = 1;
         loop {
             match endpoint.connect().await {
@@ -224,8 +226,7 @@ impl Client {
                 }
                 Err(e) => {
                     tracing::debug!(endpoint = %options.endpoint, attempt, error = %e, "connect failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(options.max_backoff);
+                    tokio::time::sleep(backoff.next_delay(false)).await;
                     attempt += 1;
                 }
             }

@@ -230,7 +230,7 @@ impl Gateways {
     /// Parses and checks the text of a gateways file.
     pub fn parse(text: &str) -> Result<Self, GatewaysError> {
         let file: File =
-            serde_yaml::from_str(text).map_err(|e| GatewaysError::Syntax(e.to_string()))?;
+            yaml_serde::from_str(text).map_err(|e| GatewaysError::Syntax(e.to_string()))?;
         Self::from_parts(file)
     }
 

@@ -3,11 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 
 use crate::EmulatorConfig;
+use clb_telemetry::flags::parse_duration;
 
 /// Serve the NRP emulator.
 #[derive(Debug, Parser)]
@@ -25,11 +27,19 @@ pub struct Args {
     /// JSON configuration file (EmulatorConfig, snake_case fields); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Latency per call, in milliseconds.
-    #[arg(long)]
+    /// Latency per call (e.g. 20ms; whole milliseconds). Replaces --latency-ms, deprecated, which
+    /// still takes milliseconds.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub latency: Option<Duration>,
+    /// Deprecated: --latency in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "latency")]
     pub latency_ms: Option<u64>,
-    /// Latency per address carried, in microseconds.
-    #[arg(long)]
+    /// Latency per address carried (e.g. 50us; whole microseconds). Replaces
+    /// --latency-per-address-us, deprecated, which still takes microseconds.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub latency_per_address: Option<Duration>,
+    /// Deprecated: --latency-per-address in microseconds.
+    #[arg(long, hide = true, conflicts_with = "latency_per_address")]
     pub latency_per_address_us: Option<u64>,
     /// Maximum concurrent mutating calls per gateway (beyond: 429 with Retry-After).
     #[arg(long)]
@@ -74,10 +84,17 @@ impl Args {
             }
             None => EmulatorConfig::default(),
         };
-        if let Some(v) = self.latency_ms {
+        let whole = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
+        if let Some(v) = self
+            .latency_ms
+            .or(self.latency.map(|d| whole(d.as_millis())))
+        {
             c.latency_ms = v;
         }
-        if let Some(v) = self.latency_per_address_us {
+        if let Some(v) = self
+            .latency_per_address_us
+            .or(self.latency_per_address.map(|d| whole(d.as_micros())))
+        {
             c.latency_per_address_us = v;
         }
         if let Some(v) = self.max_concurrent_mutations {
@@ -105,5 +122,37 @@ impl Args {
             c.auto_create_gateways = true;
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+        let config = |argv: &[&str]| {
+            let c =
+                Args::try_parse_from(std::iter::once("nrp-emulator").chain(argv.iter().copied()))
+                    .unwrap()
+                    .config()
+                    .unwrap();
+            (c.latency_ms, c.latency_per_address_us)
+        };
+        assert_eq!(config(&[]), (0, 0));
+        assert_eq!(
+            config(&["--latency=20ms", "--latency-per-address=50us"]),
+            (20, 50)
+        );
+        assert_eq!(config(&["--latency=1s"]), (1000, 0));
+        assert_eq!(
+            config(&["--latency-ms=20", "--latency-per-address-us=50"]),
+            (20, 50)
+        );
+        let both = Args::try_parse_from(["nrp-emulator", "--latency=1ms", "--latency-ms=1"]);
+        assert_eq!(
+            both.unwrap_err().kind(),
+            clap::error::ErrorKind::ArgumentConflict
+        );
     }
 }

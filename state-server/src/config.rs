@@ -11,6 +11,7 @@ use crate::auth::{AuthConfig, Mode};
 use crate::state::ServerConfig;
 use crate::tls::{TlsError, TlsFiles};
 use clb_core::dispatch::DispatchConfig;
+use clb_telemetry::flags::format_duration;
 
 /// Server id used when neither `--server-id` nor `HOSTNAME` is set.
 pub const DEFAULT_SERVER_ID: &str = "clb-state-server";
@@ -63,17 +64,31 @@ pub struct Args {
     #[arg(long, env = "CLB_EXPECTED_WRITERS", value_delimiter = ',')]
     pub expected_writers: Vec<String>,
 
-    /// Longest wait, in seconds, for a writer after a restart: once NRP is read back and the
+    /// Longest wait for a writer after a restart (e.g. 3m, 90s): once NRP is read back and the
     /// cluster watcher resynced, removals at a node's locations wait at most this long for the
     /// resync of the node's pod writer (a node agent that never comes back), and removals wait at
     /// most this long for each --expected-writers entry. The watcher itself is waited for without
-    /// bound.
-    #[arg(long, env = "CLB_RESYNC_WAIT_S", default_value_t = 180)]
-    pub resync_wait_s: u64,
+    /// bound. Replaces --resync-wait-s (CLB_RESYNC_WAIT_S), deprecated, which still takes seconds.
+    #[arg(long, env = "CLB_RESYNC_WAIT", default_value = "3m", value_name = "DURATION", value_parser = parse_duration)]
+    pub resync_wait: Duration,
 
-    /// Lease of a work unit, in milliseconds.
-    #[arg(long, env = "CLB_LEASE_MS", default_value_t = 30_000)]
-    pub lease_ms: u64,
+    /// Deprecated: --resync-wait in seconds.
+    #[arg(
+        long,
+        env = "CLB_RESYNC_WAIT_S",
+        hide = true,
+        conflicts_with = "resync_wait"
+    )]
+    pub resync_wait_s: Option<u64>,
+
+    /// Lease of a work unit (e.g. 30s, 1500ms). Replaces --lease-ms (CLB_LEASE_MS), deprecated,
+    /// which still takes milliseconds.
+    #[arg(long, env = "CLB_LEASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Deprecated: --lease in milliseconds.
+    #[arg(long, env = "CLB_LEASE_MS", hide = true, conflicts_with = "lease")]
+    pub lease_ms: Option<u64>,
 
     /// Most locations in one work unit.
     #[arg(long, env = "CLB_MAX_LOCATIONS_PER_UNIT", default_value_t = 100)]
@@ -100,17 +115,48 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
-    /// First retry delay of a failed unit, in milliseconds (doubles per attempt, with jitter).
-    #[arg(long, env = "CLB_RETRY_BASE_MS", default_value_t = 200)]
-    pub retry_base_ms: u64,
+    /// First retry delay of a failed unit (doubles per attempt, with jitter). Replaces
+    /// --retry-base-ms (CLB_RETRY_BASE_MS), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_RETRY_BASE", default_value = "200ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_base: Duration,
 
-    /// Longest retry delay, in milliseconds.
-    #[arg(long, env = "CLB_RETRY_MAX_MS", default_value_t = 30_000)]
-    pub retry_max_ms: u64,
+    /// Deprecated: --retry-base in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_RETRY_BASE_MS",
+        hide = true,
+        conflicts_with = "retry_base"
+    )]
+    pub retry_base_ms: Option<u64>,
 
-    /// How often NRP's actual state is read back to repair drift, in seconds.
-    #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL_S", default_value_t = 300)]
-    pub anti_entropy_interval_s: u64,
+    /// Longest retry delay. Replaces --retry-max-ms (CLB_RETRY_MAX_MS), deprecated, which still
+    /// takes milliseconds.
+    #[arg(long, env = "CLB_RETRY_MAX", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_max: Duration,
+
+    /// Deprecated: --retry-max in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_RETRY_MAX_MS",
+        hide = true,
+        conflicts_with = "retry_max"
+    )]
+    pub retry_max_ms: Option<u64>,
+
+    /// How often NRP's actual state is read back to repair drift. Replaces
+    /// --anti-entropy-interval-s (CLB_ANTI_ENTROPY_INTERVAL_S), deprecated, which still takes
+    /// seconds.
+    #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub anti_entropy_interval: Duration,
+
+    /// Deprecated: --anti-entropy-interval in seconds.
+    #[arg(
+        long,
+        env = "CLB_ANTI_ENTROPY_INTERVAL_S",
+        hide = true,
+        conflicts_with = "anti_entropy_interval"
+    )]
+    pub anti_entropy_interval_s: Option<u64>,
 
     /// Run as one of several replicas, active/standby: only the holder of the Lease
     /// --leader-elect-resource-namespace/--leader-elect-resource-name leads (serves Writer, Worker
@@ -128,16 +174,16 @@ pub struct Args {
 
     /// How long a standby waits after the last renewal it saw before it takes the Lease
     /// (e.g. 15s, 1500ms).
-    #[arg(long, env = "CLB_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "CLB_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_name = "DURATION", value_parser = parse_duration)]
     pub leader_elect_lease_duration: Duration,
 
     /// How long the leader keeps leading without a successful renewal; then it stops handing out
     /// work and closes its streams (shorter than the lease duration).
-    #[arg(long, env = "CLB_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "CLB_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub leader_elect_renew_deadline: Duration,
 
     /// How often the leader renews the Lease and a standby tries to acquire it.
-    #[arg(long, env = "CLB_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "CLB_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
 
     /// Name of the Lease.
@@ -195,7 +241,7 @@ pub struct Args {
     pub token_audience: String,
 
     /// How long a TokenReview or SubjectAccessReview answer is reused (a refusal: at most 5s).
-    #[arg(long, env = "CLB_AUTH_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "CLB_AUTH_CACHE_TTL", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub auth_cache_ttl: Duration,
 
     /// Most cached answers of each kind (tokens, access decisions).
@@ -203,25 +249,8 @@ pub struct Args {
     pub auth_cache_size: usize,
 }
 
-/// Parses a duration as Kubernetes flags write it: `15s`, `1500ms`, `2m`, `1h`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 15s, 1500ms, 2m)"))?;
-    let scale = match unit {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("{s:?}: unknown unit {other:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(n * scale).map_err(|e| format!("{s:?}: {e}"))
-}
+/// Parses a duration flag: a humantime string (`15s`, `1500ms`, `2m`, `1h 30m`) or plain seconds.
+pub use clb_telemetry::flags::parse_duration;
 
 /// A flag value that parses but makes no sense.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,13 +265,31 @@ pub enum ConfigError {
         /// Value given.
         value: u64,
     },
-    /// `--retry-base-ms` exceeds `--retry-max-ms`.
-    #[error("--retry-base-ms ({base}) must not exceed --retry-max-ms ({max})")]
+    /// A duration is below its minimum.
+    #[error(
+        "--{flag} must be at least {}, got {}",
+        format_duration(*min),
+        format_duration(*value)
+    )]
+    DurationTooShort {
+        /// Flag name (without `--`).
+        flag: &'static str,
+        /// Shortest accepted value.
+        min: Duration,
+        /// Value given.
+        value: Duration,
+    },
+    /// `--retry-base` exceeds `--retry-max`.
+    #[error(
+        "--retry-base ({}) must not exceed --retry-max ({})",
+        format_duration(*base),
+        format_duration(*max)
+    )]
     RetryBaseAboveMax {
-        /// `--retry-base-ms`.
-        base: u64,
-        /// `--retry-max-ms`.
-        max: u64,
+        /// `--retry-base`.
+        base: Duration,
+        /// `--retry-max`.
+        max: Duration,
     },
     /// A list holds an empty name (e.g. `a,,b`).
     #[error("--{flag} contains an empty name")]
@@ -305,6 +352,17 @@ fn at_least(flag: &'static str, value: u64, min: u64) -> Result<(), ConfigError>
     Ok(())
 }
 
+fn at_least_duration(
+    flag: &'static str,
+    value: Duration,
+    min: Duration,
+) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(ConfigError::DurationTooShort { flag, min, value });
+    }
+    Ok(())
+}
+
 fn names(flag: &'static str, list: &[String]) -> Result<(), ConfigError> {
     let mut seen = HashSet::new();
     for name in list {
@@ -344,6 +402,35 @@ impl Args {
         Ok(())
     }
 
+    /// `--resync-wait`, or the deprecated `--resync-wait-s`.
+    pub fn resync_wait(&self) -> Duration {
+        self.resync_wait_s
+            .map_or(self.resync_wait, Duration::from_secs)
+    }
+
+    /// `--lease`, or the deprecated `--lease-ms`.
+    pub fn lease(&self) -> Duration {
+        self.lease_ms.map_or(self.lease, Duration::from_millis)
+    }
+
+    /// `--retry-base`, or the deprecated `--retry-base-ms`.
+    pub fn retry_base(&self) -> Duration {
+        self.retry_base_ms
+            .map_or(self.retry_base, Duration::from_millis)
+    }
+
+    /// `--retry-max`, or the deprecated `--retry-max-ms`.
+    pub fn retry_max(&self) -> Duration {
+        self.retry_max_ms
+            .map_or(self.retry_max, Duration::from_millis)
+    }
+
+    /// `--anti-entropy-interval`, or the deprecated `--anti-entropy-interval-s`.
+    pub fn anti_entropy_interval(&self) -> Duration {
+        self.anti_entropy_interval_s
+            .map_or(self.anti_entropy_interval, Duration::from_secs)
+    }
+
     /// Checks what clap cannot: minimums, orderings, names.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let usize_flags = [
@@ -352,21 +439,24 @@ impl Args {
             ("max-services-per-unit", self.max_services_per_unit),
             ("max-items-per-batch", self.max_items_per_batch),
         ];
-        at_least("lease-ms", self.lease_ms, 1)?;
+        let ms = Duration::from_millis(1);
+        at_least_duration("lease", self.lease(), ms)?;
         for (flag, v) in usize_flags {
             at_least(flag, v as u64, 1)?;
         }
         // Room for at least a small batch plus gRPC framing.
         at_least("max-message-bytes", self.max_message_bytes as u64, 1024)?;
-        at_least("retry-base-ms", self.retry_base_ms, 1)?;
-        at_least("retry-max-ms", self.retry_max_ms, 1)?;
-        if self.retry_base_ms > self.retry_max_ms {
-            return Err(ConfigError::RetryBaseAboveMax {
-                base: self.retry_base_ms,
-                max: self.retry_max_ms,
-            });
+        let (base, max) = (self.retry_base(), self.retry_max());
+        at_least_duration("retry-base", base, ms)?;
+        at_least_duration("retry-max", max, ms)?;
+        if base > max {
+            return Err(ConfigError::RetryBaseAboveMax { base, max });
         }
-        at_least("anti-entropy-interval-s", self.anti_entropy_interval_s, 1)?;
+        at_least_duration(
+            "anti-entropy-interval",
+            self.anti_entropy_interval(),
+            Duration::from_secs(1),
+        )?;
         if self.gateways.is_empty() {
             return Err(ConfigError::EmptyName { flag: "gateways" });
         }
@@ -494,17 +584,17 @@ impl Args {
                 .iter()
                 .map(|w| w.trim().to_owned())
                 .collect(),
-            resync_wait: Duration::from_secs(self.resync_wait_s),
+            resync_wait: self.resync_wait(),
             max_items_per_batch: self.max_items_per_batch,
             max_message_bytes: self.max_message_bytes,
             dispatch: DispatchConfig {
-                lease: Duration::from_millis(self.lease_ms),
+                lease: self.lease(),
                 max_locations_per_unit: self.max_locations_per_unit,
                 max_addresses_per_unit: self.max_addresses_per_unit,
                 max_services_per_unit: self.max_services_per_unit,
-                retry_base: Duration::from_millis(self.retry_base_ms),
-                retry_max: Duration::from_millis(self.retry_max_ms),
-                anti_entropy_interval: Duration::from_secs(self.anti_entropy_interval_s),
+                retry_base: self.retry_base(),
+                retry_max: self.retry_max(),
+                anti_entropy_interval: self.anti_entropy_interval(),
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
             },
             leader_elect: self.leader_elect,
@@ -574,15 +664,16 @@ mod tests {
             "--server-id=s1",
             "--gateways=east,west",
             "--expected-writers=watcher,node-agent/n1",
-            "--lease-ms=1500",
+            "--lease=1500ms",
             "--max-locations-per-unit=3",
             "--max-addresses-per-unit=40",
             "--max-services-per-unit=5",
             "--max-items-per-batch=60",
             "--max-message-bytes=4096",
-            "--retry-base-ms=10",
-            "--retry-max-ms=20",
-            "--anti-entropy-interval-s=7",
+            "--retry-base=10ms",
+            "--retry-max=20ms",
+            "--anti-entropy-interval=7s",
+            "--resync-wait=1m 30s",
         ]);
         a.validate().unwrap();
         assert_eq!(a.listen, "127.0.0.1:1".parse().unwrap());
@@ -600,6 +691,42 @@ mod tests {
         assert_eq!(c.dispatch.retry_base, Duration::from_millis(10));
         assert_eq!(c.dispatch.retry_max, Duration::from_millis(20));
         assert_eq!(c.dispatch.anti_entropy_interval, Duration::from_secs(7));
+        assert_eq!(c.resync_wait, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn the_deprecated_flags_take_their_old_units_and_exclude_the_new_ones() {
+        let a = parse(&[
+            "--lease-ms=1500",
+            "--retry-base-ms=10",
+            "--retry-max-ms=20",
+            "--anti-entropy-interval-s=7",
+            "--resync-wait-s=90",
+        ]);
+        let c = a.to_server_config();
+        assert_eq!(c.dispatch.lease, Duration::from_millis(1500));
+        assert_eq!(c.dispatch.retry_base, Duration::from_millis(10));
+        assert_eq!(c.dispatch.retry_max, Duration::from_millis(20));
+        assert_eq!(c.dispatch.anti_entropy_interval, Duration::from_secs(7));
+        assert_eq!(c.resync_wait, Duration::from_secs(90));
+        for (old, new) in [
+            ("--lease-ms=1", "--lease=1s"),
+            ("--retry-base-ms=1", "--retry-base=1s"),
+            ("--retry-max-ms=1", "--retry-max=1s"),
+            ("--anti-entropy-interval-s=1", "--anti-entropy-interval=1s"),
+            ("--resync-wait-s=1", "--resync-wait=1s"),
+        ] {
+            let err = Args::try_parse_from(["clb-state-server", old, new]).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{old} {new}"
+            );
+        }
+        // Hidden from the help, which names them as deprecated.
+        let help = Args::command().render_long_help().to_string();
+        assert!(!help.contains("--lease-ms <"), "{help}");
+        assert!(help.contains("Replaces --lease-ms"), "{help}");
     }
 
     #[test]
@@ -624,6 +751,8 @@ mod tests {
         let bad = [
             &["--listen=nowhere"][..],
             &["--lease-ms=-1"],
+            &["--lease=-1s"],
+            &["--lease=soon"],
             &["--max-locations-per-unit=many"],
         ];
         for args in bad {
@@ -634,8 +763,9 @@ mod tests {
 
     #[test]
     fn validation_errors_are_precise() {
-        let cases: [(&[&str], &str); 10] = [
-            (&["--lease-ms=0"], "--lease-ms must be at least 1, got 0"),
+        let cases: [(&[&str], &str); 13] = [
+            (&["--lease=0s"], "--lease must be at least 1ms, got 0s"),
+            (&["--lease-ms=0"], "--lease must be at least 1ms, got 0s"),
             (
                 &["--max-locations-per-unit=0"],
                 "--max-locations-per-unit must be at least 1, got 0",
@@ -657,12 +787,20 @@ mod tests {
                 "--max-message-bytes must be at least 1024, got 10",
             ),
             (
+                &["--retry-base=50ms", "--retry-max=10ms"],
+                "--retry-base (50ms) must not exceed --retry-max (10ms)",
+            ),
+            (
                 &["--retry-base-ms=50", "--retry-max-ms=10"],
-                "--retry-base-ms (50) must not exceed --retry-max-ms (10)",
+                "--retry-base (50ms) must not exceed --retry-max (10ms)",
+            ),
+            (
+                &["--anti-entropy-interval=500ms"],
+                "--anti-entropy-interval must be at least 1s, got 500ms",
             ),
             (
                 &["--anti-entropy-interval-s=0"],
-                "--anti-entropy-interval-s must be at least 1, got 0",
+                "--anti-entropy-interval must be at least 1s, got 0s",
             ),
             (&["--gateways=a,,b"], "--gateways contains an empty name"),
             (

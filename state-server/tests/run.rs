@@ -67,7 +67,7 @@ async fn the_binary_s_server_binds_ports_0_serves_and_stops_on_shutdown() {
 
 #[test]
 fn invalid_flags_are_refused_before_anything_starts() {
-    let e = Options::from_args(args(&["--retry-base-ms=500", "--retry-max-ms=100"]))
+    let e = Options::from_args(args(&["--retry-base=500ms", "--retry-max=100ms"]))
         .expect_err("refused");
     assert!(e.to_string().contains("retry"), "{e:#}");
 }

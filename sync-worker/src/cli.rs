@@ -16,6 +16,7 @@ use crate::worker::{
 use clb_gateways::Gateways;
 use clb_nrp::azure::{ArmClient, ArmConfig, CredentialConfig, DEFAULT_ENDPOINT};
 use clb_nrp::wire::{API_VERSION, SUPPORTED_API_VERSIONS};
+use clb_telemetry::flags::parse_duration;
 
 /// Which Entra ID credential authenticates calls to ARM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,16 +142,43 @@ pub struct Args {
     /// Upper bound of concurrent mutating NRP calls per gateway.
     #[arg(long, env = "CLB_MAX_CONCURRENT_MUTATIONS", default_value_t = Limits::default().max_concurrent_mutations_per_gateway)]
     pub max_concurrent_mutations: usize,
-    /// First reconnection delay, in milliseconds.
-    #[arg(long, env = "CLB_BACKOFF_INITIAL_MS", default_value_t = 200)]
-    pub backoff_initial_ms: u64,
-    /// Cap of the reconnection delay, in milliseconds. A session the server refused at once (no
+    /// First reconnection delay (e.g. 200ms). Replaces --backoff-initial-ms
+    /// (CLB_BACKOFF_INITIAL_MS), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_BACKOFF_INITIAL", default_value = "200ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub backoff_initial: Duration,
+    /// Deprecated: --backoff-initial in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_BACKOFF_INITIAL_MS",
+        hide = true,
+        conflicts_with = "backoff_initial"
+    )]
+    pub backoff_initial_ms: Option<u64>,
+    /// Cap of the reconnection delay (e.g. 10s). A session the server refused at once (no
     /// connection, or a standby's UNAVAILABLE during a fail-over) waits at most 2 s instead.
-    #[arg(long, env = "CLB_BACKOFF_MAX_MS", default_value_t = 10_000)]
-    pub backoff_max_ms: u64,
-    /// Time in-flight units get to finish at shutdown, in milliseconds.
-    #[arg(long, env = "CLB_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
-    pub shutdown_grace_ms: u64,
+    /// Replaces --backoff-max-ms (CLB_BACKOFF_MAX_MS), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_BACKOFF_MAX", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub backoff_max: Duration,
+    /// Deprecated: --backoff-max in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_BACKOFF_MAX_MS",
+        hide = true,
+        conflicts_with = "backoff_max"
+    )]
+    pub backoff_max_ms: Option<u64>,
+    /// Time in-flight units get to finish at shutdown (e.g. 10s). Replaces --shutdown-grace-ms
+    /// (CLB_SHUTDOWN_GRACE_MS), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_SHUTDOWN_GRACE", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Deprecated: --shutdown-grace in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_SHUTDOWN_GRACE_MS",
+        hide = true,
+        conflicts_with = "shutdown_grace"
+    )]
+    pub shutdown_grace_ms: Option<u64>,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz (ready while connected
     /// to the leading state server), e.g. 0.0.0.0:9090. Off when not given.
     #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
@@ -271,10 +299,16 @@ impl Args {
             max_concurrent_mutations_per_gateway: self.max_concurrent_mutations,
         };
         c.backoff = Backoff {
-            initial: Duration::from_millis(self.backoff_initial_ms),
-            max: Duration::from_millis(self.backoff_max_ms),
+            initial: self
+                .backoff_initial_ms
+                .map_or(self.backoff_initial, Duration::from_millis),
+            max: self
+                .backoff_max_ms
+                .map_or(self.backoff_max, Duration::from_millis),
         };
-        c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        c.shutdown_grace = self
+            .shutdown_grace_ms
+            .map_or(self.shutdown_grace, Duration::from_millis);
         c.gateway_region = self.gateway_region.clone();
         c.virtual_network_id = self.virtual_network_id.clone();
         c.create_missing_gateway = self.create_missing_gateway;
@@ -475,6 +509,48 @@ mod tests {
                 .contains("invalid value '9090' for '--metrics-listen <ADDR>'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn durations_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+        let c = parse(&[]).worker_config().unwrap();
+        assert_eq!(c.backoff, Backoff::default());
+        assert_eq!(c.shutdown_grace, Duration::from_secs(10));
+        let c = parse(&[
+            "--backoff-initial=50ms",
+            "--backoff-max=3s",
+            "--shutdown-grace=1m",
+        ])
+        .worker_config()
+        .unwrap();
+        assert_eq!(
+            (c.backoff.initial, c.backoff.max, c.shutdown_grace),
+            (
+                Duration::from_millis(50),
+                Duration::from_secs(3),
+                Duration::from_secs(60)
+            )
+        );
+        let c = parse(&[
+            "--backoff-initial-ms=50",
+            "--backoff-max-ms=3000",
+            "--shutdown-grace-ms=60000",
+        ])
+        .worker_config()
+        .unwrap();
+        assert_eq!(
+            (c.backoff.initial, c.backoff.max, c.shutdown_grace),
+            (
+                Duration::from_millis(50),
+                Duration::from_secs(3),
+                Duration::from_secs(60)
+            )
+        );
+        let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
+        let both = ["--shutdown-grace=1s", "--shutdown-grace-ms=1000"];
+        let err = Args::try_parse_from(base.iter().chain(&both)).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(Args::try_parse_from(base.iter().chain(&["--backoff-max=soon"])).is_err());
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl Bound {
     }
 
     /// Serves the metrics endpoint and works for the state server until `shutdown` completes (then
-    /// in-flight units get `--shutdown-grace-ms` to finish and the metrics endpoint stops).
+    /// in-flight units get `--shutdown-grace` to finish and the metrics endpoint stops).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
         let http = match (self.metrics_listener, self.metrics_addr) {

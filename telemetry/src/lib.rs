@@ -10,9 +10,10 @@
 //! - servers pass [`grpc_server_span`] to `tonic::transport::Server::builder().trace_fn(..)`, which
 //!   makes every incoming RPC's span a child of the incoming `traceparent` (see also [`extract_parent`]).
 //!
-//! The state server re-exports this crate as `clb_state_server::telemetry`. [`shutdown_signal`] is
-//! the other piece every binary shares.
+//! The state server re-exports this crate as `clb_state_server::telemetry`. [`shutdown_signal`] and
+//! the duration flags ([`flags`]) are the other pieces every binary shares.
 
+pub mod flags;
 pub mod metrics;
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 
 fn yaml(text: &str) -> Value {
-    serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(text).expect("YAML"))
+    serde_json::to_value(yaml_serde::from_str::<yaml_serde::Value>(text).expect("YAML"))
         .expect("JSON")
 }
 

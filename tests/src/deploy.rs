@@ -39,9 +39,9 @@ pub fn deploy_dir() -> PathBuf {
 }
 
 /// The `kustomization.yaml` of `dir`.
-pub fn kustomization(dir: &Path) -> serde_yaml::Value {
+pub fn kustomization(dir: &Path) -> yaml_serde::Value {
     let path = dir.join("kustomization.yaml");
-    serde_yaml::from_str(
+    yaml_serde::from_str(
         &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -56,8 +56,8 @@ pub fn documents(path: &Path) -> Vec<Value> {
 /// The documents of YAML `text` (empty documents left out), as JSON values.
 pub fn documents_of(text: &str) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let doc = serde_yaml::Value::deserialize(de)
+    for (i, de) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let doc = yaml_serde::Value::deserialize(de)
             .map_err(|e| format!("document {i}: invalid YAML: {e}"))?;
         if !doc.is_null() {
             out.push(serde_json::to_value(doc).map_err(|e| format!("document {i}: {e}"))?);
@@ -383,7 +383,7 @@ impl Rendered {
 }
 
 /// Applies one entry of a kustomization's `patches:` of `dir` to `docs`.
-fn apply_patch(docs: &mut Vec<Document>, dir: &Path, p: &serde_yaml::Value, where_: &str) {
+fn apply_patch(docs: &mut Vec<Document>, dir: &Path, p: &yaml_serde::Value, where_: &str) {
     let text = match (p["patch"].as_str(), p["path"].as_str()) {
         (Some(t), None) => t.to_owned(),
         (None, Some(f)) => {
@@ -391,8 +391,8 @@ fn apply_patch(docs: &mut Vec<Document>, dir: &Path, p: &serde_yaml::Value, wher
         }
         _ => panic!("{where_}: a patch has either `patch` or `path`"),
     };
-    let patch: serde_yaml::Value =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{where_}: patch: {e}"));
+    let patch: yaml_serde::Value =
+        yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{where_}: patch: {e}"));
     let patch = serde_json::to_value(patch).expect("a patch as JSON");
     let target = &p["target"];
     if let Some(ops) = patch.as_array() {
@@ -431,7 +431,7 @@ fn apply_patch(docs: &mut Vec<Document>, dir: &Path, p: &serde_yaml::Value, wher
 }
 
 /// Whether a patch `target` (group, version, kind, name, namespace) selects `d`.
-fn selects(target: &serde_yaml::Value, d: &Document) -> bool {
+fn selects(target: &yaml_serde::Value, d: &Document) -> bool {
     for key in target.as_mapping().expect("target").keys() {
         let key = key.as_str().unwrap_or_default();
         assert!(
@@ -464,7 +464,7 @@ fn split_image(image: &str) -> (&str, Option<&str>, Option<&str>) {
 
 /// kustomize's image transformer: containers whose image's name is `entry.name` get `newName`,
 /// `newTag` or `digest`.
-fn set_image(doc: &mut Value, entry: &serde_yaml::Value) {
+fn set_image(doc: &mut Value, entry: &yaml_serde::Value) {
     let Some(spec) = doc.pointer_mut("/spec/template/spec") else {
         return;
     };
@@ -648,8 +648,8 @@ mod tests {
         let mut doc = json!({"spec": {"template": {"spec": {"containers": [
             {"image": "clb:0.1.0"}, {"image": "other:1"}
         ]}}}});
-        let entry: serde_yaml::Value =
-            serde_yaml::from_str("{name: clb, newName: r.io/clb, newTag: '2.0'}").unwrap();
+        let entry: yaml_serde::Value =
+            yaml_serde::from_str("{name: clb, newName: r.io/clb, newTag: '2.0'}").unwrap();
         set_image(&mut doc, &entry);
         assert_eq!(
             doc["spec"]["template"]["spec"]["containers"],

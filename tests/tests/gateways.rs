@@ -447,7 +447,7 @@ async fn a_restart_with_two_gateways_removes_no_live_backend_in_either() {
 fn the_deployed_gateways_file_is_read_by_the_server_and_the_workers() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateways.yaml");
     let text = std::fs::read_to_string(&path).expect("deploy/gateways.yaml");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).expect("YAML");
     assert_eq!(doc["kind"].as_str(), Some("ConfigMap"));
     assert_eq!(doc["metadata"]["name"].as_str(), Some("clb-gateways"));
     let file = doc["data"]["gateways.yaml"]

@@ -1195,7 +1195,7 @@ fn the_watcher_pods_component_grants_pods_exactly_when_it_sets_pods_true() {
         .as_sequence()
         .expect("patches")
         .iter()
-        .filter_map(|p| serde_yaml::from_str::<serde_yaml::Value>(p["patch"].as_str()?).ok())
+        .filter_map(|p| yaml_serde::from_str::<yaml_serde::Value>(p["patch"].as_str()?).ok())
         .filter_map(|patch| patch.as_sequence().cloned())
         .all(|ops| ops.iter().any(|o| o["op"].as_str() == Some("test")));
     assert!(tests_first, "the patch tests the value it replaces");

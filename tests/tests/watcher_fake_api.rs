@@ -238,12 +238,12 @@ fn assert_rbac_covers(requests: &[String], files: &[&str], account: &str) {
         .join("\n---\n");
     let mut roles = Vec::new();
     let mut bound = Vec::new();
-    for de in serde_yaml::Deserializer::from_str(&text) {
-        let doc = serde_yaml::Value::deserialize(de).expect("YAML");
+    for de in yaml_serde::Deserializer::from_str(&text) {
+        let doc = yaml_serde::Value::deserialize(de).expect("YAML");
         match doc["kind"].as_str() {
-            Some("ClusterRole") => roles.push(serde_yaml::from_value::<ClusterRole>(doc).unwrap()),
+            Some("ClusterRole") => roles.push(yaml_serde::from_value::<ClusterRole>(doc).unwrap()),
             Some("ClusterRoleBinding") => {
-                let b: ClusterRoleBinding = serde_yaml::from_value(doc).unwrap();
+                let b: ClusterRoleBinding = yaml_serde::from_value(doc).unwrap();
                 if b.subjects.iter().flatten().any(|s| s.name == account) {
                     bound.push(b.role_ref.name);
                 }

@@ -1,4 +1,6 @@
-//! How a writer paces its retries after a failed call to the state server.
+//! How a writer paces its retries after a failed call to the state server: the one policy of
+//! [`clb_client::backoff`] (backon's exponential backoff, each delay drawn from the upper half of
+//! its step), with a lower cap for refusals.
 //!
 //! Two kinds of failure are paced differently. A call that reached a server and failed there (a
 //! timeout, an internal error) may have cost the server work: the delay doubles from
@@ -7,14 +9,14 @@
 //! made (the Kubernetes Service has no ready endpoint while a new leader is elected or the only
 //! replica restarts), or a standby answered `UNAVAILABLE` — so its delay stops growing at
 //! [`RECONNECT_MAX`]: a writer finds a new leader within about 2 s of its election instead of up to
-//! 12 s.
+//! 10 s.
 
 use std::time::Duration;
 
+use clb_client::backoff::Backoff;
 use clb_client::client::ClientError;
 
-/// The largest delay after a refused call (no connection, or `UNAVAILABLE`).
-pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+pub use clb_client::backoff::RECONNECT_MAX;
 
 /// Whether `e` cost the server nothing: no connection was made, the connection was closed before
 /// any answer (a server that died or stepped down, or a Service with no ready endpoint), or the
@@ -39,39 +41,24 @@ fn is_transport_failure(status: &tonic::Status) -> bool {
         .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some())
 }
 
-/// Exponential backoff with ±20 % jitter, capped lower for refusals (see the module docs).
+/// [`clb_client::backoff::Backoff`] with refusals (see [`is_refusal`]) capped at [`RECONNECT_MAX`].
 #[derive(Debug)]
-pub struct ServerBackoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-}
+pub struct ServerBackoff(Backoff);
 
 impl ServerBackoff {
     /// Starts at `initial`, doubling up to `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Self {
-            initial,
-            max,
-            next: initial,
-        }
+        Self(Backoff::new(initial, max).with_refusal_cap(RECONNECT_MAX))
     }
 
-    /// After a success: the next failure waits `initial` again.
+    /// After a success: the next failure waits about `initial` again.
     pub fn reset(&mut self) {
-        self.next = self.initial;
+        self.0.reset();
     }
 
     /// The delay before the next attempt after `e`.
     pub fn next_delay(&mut self, e: &ClientError) -> Duration {
-        let cap = if is_refusal(e) {
-            self.max.min(RECONNECT_MAX)
-        } else {
-            self.max
-        };
-        let d = self.next.min(cap);
-        self.next = (self.next * 2).min(self.max);
-        d.mul_f64(rand::random_range(0.8..1.2))
+        self.0.next_delay(is_refusal(e))
     }
 }
 
@@ -110,15 +97,20 @@ mod tests {
     async fn refusals_stop_growing_at_two_seconds_other_failures_at_the_max() {
         let mut b = ServerBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
         let refusals: Vec<Duration> = (0..10).map(|_| b.next_delay(&refused())).collect();
-        assert!(refusals[0] <= Duration::from_millis(240), "{refusals:?}");
+        // backon computes its steps in f32: a few nanoseconds of slack.
+        let slack = Duration::from_micros(1);
         assert!(
-            refusals.iter().all(|d| *d <= RECONNECT_MAX.mul_f64(1.2)),
+            refusals[0] <= Duration::from_millis(200) + slack,
             "{refusals:?}"
         );
-        // A failure that reached the server waits the grown delay.
-        assert!(b.next_delay(&failed()) >= Duration::from_secs(8));
+        assert!(
+            refusals.iter().all(|d| *d <= RECONNECT_MAX + slack),
+            "{refusals:?}"
+        );
+        // A failure that reached the server waits the grown delay (the upper half of 10 s).
+        assert!(b.next_delay(&failed()) + slack >= Duration::from_secs(5));
         b.reset();
-        assert!(b.next_delay(&failed()) <= Duration::from_millis(240));
+        assert!(b.next_delay(&failed()) <= Duration::from_millis(200) + slack);
         assert!(!is_refusal(&failed()));
         assert!(is_refusal(&closed().await));
         assert!(!is_refusal(&ClientError::Rpc {

@@ -10,6 +10,7 @@ use clap::Parser;
 
 use crate::{DEFAULT_CLASS, FINALIZER, Mode, WatcherConfig};
 use clb_client::client::{ConnectOptions, TlsOptions};
+use clb_telemetry::flags::parse_duration;
 
 /// Watch Services, EndpointSlices, Pods and Nodes; write clb's desired state.
 #[derive(Debug, Parser)]
@@ -28,9 +29,18 @@ pub struct Args {
     #[arg(long, env = "CLB_GATEWAYS_FILE", value_name = "FILE")]
     pub gateways_file: Option<std::path::PathBuf>,
     /// With `--gateways-file`: a node moved to another gateway leaves the old one once the new one
-    /// has programmed its addresses, or after this many milliseconds.
-    #[arg(long, env = "CLB_NODE_MOVE_BOUND_MS", default_value_t = 30_000)]
-    pub node_move_bound_ms: u64,
+    /// has programmed its addresses, or after this long. Replaces `--node-move-bound-ms`
+    /// (`CLB_NODE_MOVE_BOUND_MS`), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_NODE_MOVE_BOUND", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub node_move_bound: Duration,
+    /// Deprecated: `--node-move-bound` in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_NODE_MOVE_BOUND_MS",
+        hide = true,
+        conflicts_with = "node_move_bound"
+    )]
+    pub node_move_bound_ms: Option<u64>,
     /// With `--gateways-file` (cluster mode, write-back on): create one OpenYurt PoolService
     /// (`network.openyurt.io/v1alpha1`) per Service and selected pool, program PoolServices of our
     /// class that others created at their pool's gateway, and write every one's status. Needs the
@@ -44,8 +54,8 @@ pub struct Args {
     pub readiness_gate: bool,
     /// A gated pod not programmed within this long gets its gate True anyway (reason Timeout, a
     /// Warning Event), e.g. `10m`, `90s`.
-    #[arg(long, env = "CLB_READINESS_GATE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
-    pub readiness_gate_timeout: std::time::Duration,
+    #[arg(long, env = "CLB_READINESS_GATE_TIMEOUT", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub readiness_gate_timeout: Duration,
     /// Run as the node agent of this node: report only the egress pods on it (source
     /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
     #[arg(long, env = "CLB_NODE")]
@@ -68,16 +78,38 @@ pub struct Args {
     /// The finalizer put on the Services programmed.
     #[arg(long, env = "CLB_FINALIZER", default_value = FINALIZER)]
     pub finalizer: String,
-    /// How long updates are collected before one batch is sent, in milliseconds.
-    #[arg(long, env = "CLB_COALESCE_MS", default_value_t = 50)]
-    pub coalesce_ms: u64,
-    /// How often the write-back polls the state server, in milliseconds.
-    #[arg(long, env = "CLB_POLL_MS", default_value_t = 1_000)]
-    pub poll_ms: u64,
-    /// Largest delay before a failed watch is re-opened, in milliseconds: a change made as the API
-    /// server comes back after an outage is seen within about this long.
-    #[arg(long, env = "CLB_WATCH_BACKOFF_MAX_MS", default_value_t = 1_000)]
-    pub watch_backoff_max_ms: u64,
+    /// How long updates are collected before one batch is sent. Replaces `--coalesce-ms`
+    /// (`CLB_COALESCE_MS`), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_COALESCE", default_value = "50ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub coalesce: Duration,
+    /// Deprecated: `--coalesce` in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_COALESCE_MS",
+        hide = true,
+        conflicts_with = "coalesce"
+    )]
+    pub coalesce_ms: Option<u64>,
+    /// How often the write-back polls the state server while something is pending for a Service.
+    /// Replaces `--poll-ms` (`CLB_POLL_MS`), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_POLL", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub poll: Duration,
+    /// Deprecated: `--poll` in milliseconds.
+    #[arg(long, env = "CLB_POLL_MS", hide = true, conflicts_with = "poll")]
+    pub poll_ms: Option<u64>,
+    /// Largest delay before a failed watch is re-opened: a change made as the API server comes
+    /// back after an outage is seen within about this long. Replaces `--watch-backoff-max-ms`
+    /// (`CLB_WATCH_BACKOFF_MAX_MS`), deprecated, which still takes milliseconds.
+    #[arg(long, env = "CLB_WATCH_BACKOFF_MAX", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub watch_backoff_max: Duration,
+    /// Deprecated: `--watch-backoff-max` in milliseconds.
+    #[arg(
+        long,
+        env = "CLB_WATCH_BACKOFF_MAX_MS",
+        hide = true,
+        conflicts_with = "watch_backoff_max"
+    )]
+    pub watch_backoff_max_ms: Option<u64>,
     /// PEM file of the CA that signs the state server's certificate.
     #[arg(long, env = "CLB_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
@@ -144,7 +176,9 @@ impl Args {
         };
         let mut c = WatcherConfig::new(server, mode);
         c.gateways = gateways;
-        c.move_bound = Duration::from_millis(self.node_move_bound_ms);
+        c.move_bound = self
+            .node_move_bound_ms
+            .map_or(self.node_move_bound, Duration::from_millis);
         if self.pool_services && c.gateways.is_none() {
             anyhow::bail!(
                 "--pool-services = true needs --gateways-file: PoolServices name node pools"
@@ -157,9 +191,18 @@ impl Args {
         c.claim_unclassed = self.claim_unclassed;
         c.write_back = self.write_back;
         c.finalizer = self.finalizer.clone();
-        c.coalesce = Duration::from_millis(self.coalesce_ms);
-        c.poll_interval = Duration::from_millis(self.poll_ms.max(1));
-        c.watch_backoff_max = Duration::from_millis(self.watch_backoff_max_ms.max(1));
+        let ms = Duration::from_millis(1);
+        c.coalesce = self
+            .coalesce_ms
+            .map_or(self.coalesce, Duration::from_millis);
+        c.poll_interval = self
+            .poll_ms
+            .map_or(self.poll, Duration::from_millis)
+            .max(ms);
+        c.watch_backoff_max = self
+            .watch_backoff_max_ms
+            .map_or(self.watch_backoff_max, Duration::from_millis)
+            .max(ms);
         Ok(c)
     }
 }
@@ -254,18 +297,6 @@ impl Bound {
     }
 }
 
-/// A duration such as `10m`, `90s`, `1h 30m` (jiff's friendly format) or `600` (seconds).
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    let d: k8s_openapi::jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 10m or 90s: {e}"))?;
-    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -284,6 +315,61 @@ mod tests {
                 .contains("invalid value 'localhost' for '--metrics-listen <ADDR>'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn durations_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+        let config = |argv: &[&str]| Args::try_parse_from(argv).unwrap().config().unwrap();
+        let c = config(&["clb-watcher"]);
+        let d = |ms| Duration::from_millis(ms);
+        assert_eq!(
+            (
+                c.move_bound,
+                c.coalesce,
+                c.poll_interval,
+                c.watch_backoff_max
+            ),
+            (d(30_000), d(50), d(1_000), d(1_000))
+        );
+        assert_eq!(c.readiness_gate_timeout, Duration::from_secs(600));
+        let c = config(&[
+            "clb-watcher",
+            "--node-move-bound=1m",
+            "--coalesce=20ms",
+            "--poll=2s",
+            "--watch-backoff-max=500ms",
+            "--readiness-gate-timeout=90",
+        ]);
+        assert_eq!(
+            (
+                c.move_bound,
+                c.coalesce,
+                c.poll_interval,
+                c.watch_backoff_max
+            ),
+            (d(60_000), d(20), d(2_000), d(500))
+        );
+        assert_eq!(c.readiness_gate_timeout, Duration::from_secs(90));
+        let c = config(&[
+            "clb-watcher",
+            "--node-move-bound-ms=60000",
+            "--coalesce-ms=20",
+            "--poll-ms=2000",
+            "--watch-backoff-max-ms=500",
+        ]);
+        assert_eq!(
+            (
+                c.move_bound,
+                c.coalesce,
+                c.poll_interval,
+                c.watch_backoff_max
+            ),
+            (d(60_000), d(20), d(2_000), d(500))
+        );
+        let err =
+            Args::try_parse_from(["clb-watcher", "--coalesce=1ms", "--coalesce-ms=1"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(Args::try_parse_from(["clb-watcher", "--poll=often"]).is_err());
     }
 
     #[test]

@@ -329,7 +329,7 @@ pub(crate) fn lock(shared: &SharedRef) -> MutexGuard<'_, Shared> {
 /// The watcher's Kubernetes clients, both to one API server. The watches go without kube's own
 /// request retries (its default policy retries a 429/503/504 answer 3 times, waiting 0.5, 1 and 2 s:
 /// after an API-server restart that answers 503 while it starts, a watch then waited ~3.5 s longer
-/// than needed); their retries are paced by `relist::paced` (at most `--watch-backoff-max-ms`).
+/// than needed); their retries are paced by `relist::paced` (at most `--watch-backoff-max`).
 /// The writes (finalizers, status, Events) keep kube's retries.
 #[derive(Clone)]
 pub struct KubeClients {

@@ -3,7 +3,7 @@
 //! The old gateway's translator *holds* the node (it keeps its endpoints and pods there) while the
 //! new gateway's translator adds them; once the new gateway's lane has sent the move and the state
 //! server reports every address desired at the node's IPs in the new gateway as actual
-//! (`Writer.LocationsProgrammed`, authorized by the watcher's verb `write`), or after `--node-move-bound-ms`, the hold is released and the old gateway drops
+//! (`Writer.LocationsProgrammed`, authorized by the watcher's verb `write`), or after `--node-move-bound`, the hold is released and the old gateway drops
 //! them. Both lanes resync after their share changed, so that each gateway's declared topology
 //! follows the node.
 

@@ -11,20 +11,14 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
-/// The backoff between attempts to re-open a failed watch: 200 ms (or `max` if smaller), doubling
-/// up to `max`, with jitter. [`paced`] resets it on any event or `410 Gone`.
+/// The backoff between attempts to re-open a failed watch: the policy of
+/// [`clb_client::backoff`] from 200 ms (or `max` if smaller), doubling up to `max`, each delay
+/// drawn from the upper half of its step (with a seed of its own per stream and process, so that
+/// the watchers of a cluster do not retry in lockstep). [`paced`] resets it on any event or
+/// `410 Gone`.
 pub fn connection_backoff(max: Duration) -> watcher::ExponentialBackoff {
     let max = max.max(Duration::from_millis(1));
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200).min(max))
-        .with_max_delay(max)
-        .with_factor(2.0)
-        .with_jitter()
-        // A seed of its own per stream and process: without one (backon without `std`) every
-        // watcher of the cluster would retry in lockstep.
-        .with_jitter_seed(rand::random())
-        .without_max_times()
-        .into()
+    clb_client::backoff::policy(Duration::from_millis(200), max).into()
 }
 
 /// Whether `e` is an expired watch (`410 Gone`): the next poll of the watcher relists.
@@ -118,17 +112,26 @@ mod tests {
         assert_eq!(waits, vec![0, 1, 2, 4, 0, 0, 1]);
     }
 
-    /// During a long outage the delay between attempts stops growing at the cap (plus at most the
-    /// same again of jitter), so the first attempt after the API server is back comes within about
-    /// 2 s of it with the default cap of 1 s — kube's default grew to 30 s.
+    /// During a long outage the delay between attempts stops growing at the cap (jitter included),
+    /// so the first attempt after the API server is back comes within about 1 s of it with the
+    /// default cap of 1 s — kube's default grew to 30 s.
     #[test]
     fn the_connection_backoff_stops_growing_at_its_cap() {
         let max = Duration::from_secs(1);
+        // backon computes its steps in f32: a few nanoseconds of slack.
+        let slack = Duration::from_micros(1);
         let mut b = connection_backoff(max);
         let delays: Vec<Duration> = (0..50).map(|_| b.next().expect("never gives up")).collect();
-        assert!(delays[0] < Duration::from_millis(401), "{delays:?}");
-        assert!(delays.iter().all(|d| *d <= 2 * max), "{delays:?}");
+        assert!(
+            delays[0] <= Duration::from_millis(200) + slack,
+            "{delays:?}"
+        );
+        assert!(delays.iter().all(|d| *d <= max + slack), "{delays:?}");
+        assert!(
+            delays[40..].iter().all(|d| *d + slack >= max / 2),
+            "{delays:?}"
+        );
         b.reset();
-        assert!(b.next().unwrap() < Duration::from_millis(401));
+        assert!(b.next().unwrap() <= Duration::from_millis(200) + slack);
     }
 }

@@ -37,6 +37,12 @@
 //! `poll_initial` (50 ms), doubling to `poll_interval`; once it is settled (programmed with its
 //! ingress and condition written, or rejected) only every `recheck_interval`. A new version of the
 //! Service, or a change of its endpoints sent to the server, starts the short polls again.
+//!
+//! **Not a kube-runtime `Controller`.** Its triggers are mostly not Service events (the server's
+//! pushed states, the translator's messages), it acts only on what the server acknowledged, and its
+//! cleanup waits for NRP to drop the service (also for a Service that stopped being ours without
+//! being deleted), where `finalizer()` drops the finalizer once `Cleanup` returns: docs/watcher.md,
+//! "Why the write-back is not a kube-runtime `Controller`".
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -54,6 +60,7 @@ use super::WatcherConfig;
 use super::poolservice::{self, PoolService, PoolServiceFacts};
 use super::routing;
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
+use clb_client::backoff::Backoff;
 use clb_client::client::ConnectOptions;
 use clb_gateways::Gateways;
 
@@ -232,8 +239,9 @@ struct Record {
     facts: ServiceFacts,
     seq: u64,
     next_at: Instant,
-    /// Errors in a row (for the backoff of this record).
-    failures: u32,
+    /// The backoff of this record while its actions fail in a row ([`clb_client::backoff`]:
+    /// from `max(backoff_initial, poll)` up to `backoff_max`); `None` once one succeeds.
+    retry: Option<Backoff>,
     /// The resource version at which our last patch succeeded: the same patch is not sent again
     /// before the watch shows the result.
     patched_at_rv: Option<String>,
@@ -403,7 +411,7 @@ impl WriteBack {
                     if uids.contains(&r.facts.uid) {
                         r.seq = r.seq.max(seq);
                         r.delay = initial;
-                        if r.failures == 0 {
+                        if r.retry.is_none() {
                             r.next_at = r.next_at.min(now + initial);
                         }
                     }
@@ -430,7 +438,7 @@ impl WriteBack {
                         }
                         if r.facts.resource_version != facts.resource_version {
                             r.next_at = now;
-                            r.failures = 0;
+                            r.retry = None;
                             r.delay = self.config.poll_initial;
                         }
                         r.facts = facts;
@@ -444,7 +452,7 @@ impl WriteBack {
                                 facts,
                                 seq,
                                 next_at: now,
-                                failures: 0,
+                                retry: None,
                                 patched_at_rv: None,
                                 seen_in_relist: true,
                                 delay: self.config.poll_initial,
@@ -508,17 +516,19 @@ impl WriteBack {
             };
             match result {
                 Ok(Some(after)) => {
-                    r.failures = 0;
+                    r.retry = None;
                     r.next_at = Instant::now() + after;
                 }
                 Ok(None) => {
                     self.records.remove(&key);
                 }
                 Err(()) => {
-                    r.failures += 1;
                     let base = self.config.backoff_initial.max(self.config.poll);
-                    let d = (base * 2u32.pow(r.failures.min(10) - 1))
-                        .min(self.config.backoff_max.max(base));
+                    let max = self.config.backoff_max.max(base);
+                    let d = r
+                        .retry
+                        .get_or_insert_with(|| Backoff::new(base, max))
+                        .next_delay(false);
                     r.next_at = Instant::now() + d;
                 }
             }

@@ -426,7 +426,7 @@ pub fn parse(text: &str, format: Format) -> Result<Vec<Item>, String> {
                 .map_err(|e| e.to_string())
         }
         Format::Yaml => seed
-            .deserialize(serde_yaml::Deserializer::from_str(text))
+            .deserialize(yaml_serde::Deserializer::from_str(text))
             .map_err(|e| e.to_string()),
     };
     result.map_err(|e| match current.get() {
@@ -435,7 +435,7 @@ pub fn parse(text: &str, format: Format) -> Result<Vec<Item>, String> {
     })
 }
 
-/// serde_yaml starts its messages with the path of the value (`.[3].op: …`); the item's index is
+/// yaml_serde starts its messages with the path of the value (`.[3].op: …`); the item's index is
 /// already said, so `.[3]` is dropped and the rest named as a field (`field op: …`).
 fn without_item_path(message: &str, index: usize) -> String {
     let prefix = format!(".[{index}]");

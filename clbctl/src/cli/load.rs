@@ -76,7 +76,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1000.0)]
     pub churn_per_sec: f64,
     /// How long to churn (e.g. 30, 30s, 2m).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Duration,
     /// Load an external state server at this URL instead of the embedded system (the global
     /// `--server`, when given, names it too).
@@ -86,17 +86,25 @@ pub struct LoadArgs {
     #[arg(long, default_value = "clbctl-load")]
     pub source: String,
     /// How often the due churn events are sent as one batch.
-    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "10ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_window: Duration,
     /// Sync workers of the embedded system.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Embedded NRP emulator: latency per call, in milliseconds.
-    #[arg(long, default_value_t = 100)]
-    pub nrp_latency_ms: u64,
-    /// Embedded NRP emulator: latency per address carried, in microseconds.
-    #[arg(long, default_value_t = 50)]
-    pub nrp_latency_per_address_us: u64,
+    /// Embedded NRP emulator: latency per call (whole milliseconds). Replaces --nrp-latency-ms,
+    /// deprecated, which still takes milliseconds.
+    #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub nrp_latency: Duration,
+    /// Deprecated: --nrp-latency in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "nrp_latency")]
+    pub nrp_latency_ms: Option<u64>,
+    /// Embedded NRP emulator: latency per address carried (whole microseconds). Replaces
+    /// --nrp-latency-per-address-us, deprecated, which still takes microseconds.
+    #[arg(long, default_value = "50us", value_name = "DURATION", value_parser = parse_duration)]
+    pub nrp_latency_per_address: Duration,
+    /// Deprecated: --nrp-latency-per-address in microseconds.
+    #[arg(long, hide = true, conflicts_with = "nrp_latency_per_address")]
+    pub nrp_latency_per_address_us: Option<u64>,
     /// Embedded NRP emulator: concurrent mutating calls per gateway (more get 429).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub nrp_concurrency: u64,
@@ -107,11 +115,11 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 16)]
     pub max_samples_in_flight: usize,
     /// How often a followed event's location is read back.
-    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "20ms", value_name = "DURATION", value_parser = parse_duration)]
     pub sample_poll: Duration,
     /// The longest wait for the system to converge (after the initial population, after the
     /// churn).
-    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub patience: Duration,
     /// Seed of the placement of pods on nodes.
     #[arg(long, default_value_t = 42)]
@@ -122,6 +130,20 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// `--nrp-latency` (or the deprecated `--nrp-latency-ms`), in whole milliseconds.
+    pub fn emulator_latency_ms(&self) -> u64 {
+        self.nrp_latency_ms
+            .unwrap_or_else(|| u64::try_from(self.nrp_latency.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// `--nrp-latency-per-address` (or the deprecated `--nrp-latency-per-address-us`), in whole
+    /// microseconds.
+    pub fn emulator_latency_per_address_us(&self) -> u64 {
+        self.nrp_latency_per_address_us.unwrap_or_else(|| {
+            u64::try_from(self.nrp_latency_per_address.as_micros()).unwrap_or(u64::MAX)
+        })
+    }
+
     fn check(&self) -> anyhow::Result<()> {
         if !self.churn_per_sec.is_finite() || self.churn_per_sec < 0.0 {
             bail!(
@@ -453,8 +475,8 @@ pub fn embedded_options(args: &LoadArgs) -> Options {
 /// The emulator's cost model `args` ask for.
 pub fn costly(args: &LoadArgs) -> EmulatorConfig {
     EmulatorConfig {
-        latency_ms: args.nrp_latency_ms,
-        latency_per_address_us: args.nrp_latency_per_address_us,
+        latency_ms: args.emulator_latency_ms(),
+        latency_per_address_us: args.emulator_latency_per_address_us(),
         max_concurrent_mutations: Some(args.nrp_concurrency as usize),
         ..EmulatorConfig::default()
     }
@@ -519,8 +541,8 @@ async fn drive(
         if embedded {
             format!(
                 " (NRP: {} ms per call + {} ms per address, {} concurrent mutating calls)",
-                args.nrp_latency_ms,
-                args.nrp_latency_per_address_us as f64 / 1000.0,
+                args.emulator_latency_ms(),
+                args.emulator_latency_per_address_us() as f64 / 1000.0,
                 args.nrp_concurrency
             )
         } else {
@@ -661,8 +683,8 @@ async fn drive(
             batch_window_ms: args.batch_window.as_secs_f64() * 1000.0,
             embedded: embedded.then(|| EmbeddedView {
                 workers: args.workers.max(1),
-                nrp_latency_ms: args.nrp_latency_ms,
-                nrp_latency_per_address_us: args.nrp_latency_per_address_us,
+                nrp_latency_ms: args.emulator_latency_ms(),
+                nrp_latency_per_address_us: args.emulator_latency_per_address_us(),
                 nrp_concurrency: args.nrp_concurrency,
                 locations_per_call: args.locations_per_call.max(1),
             }),

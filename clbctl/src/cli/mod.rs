@@ -437,29 +437,9 @@ pub fn out(text: &str) {
         .and_then(|()| stdout.flush());
 }
 
-/// Parses a duration: `30` (seconds), `1.5`, `500ms`, `30s`, `2m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let n: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 30, 30s, 500ms, 2m)"))?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "s" | "sec" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => return Err(format!("unknown unit {u:?} in {s:?} (use ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("{s:?} is not a non-negative duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+/// Parses a duration: a humantime string (`500ms`, `30s`, `2m`, `1h 30m`) or plain seconds (`30`,
+/// `1.5`).
+pub use clb_telemetry::flags::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -24,7 +24,7 @@ pub struct StatusArgs {
     #[arg(long, short = 'w')]
     pub watch: bool,
     /// The refresh interval of `--watch` (e.g. 2, 500ms, 5s).
-    #[arg(long, short = 'n', default_value = "2s", value_parser = parse_duration, requires = "watch")]
+    #[arg(long, short = 'n', default_value = "2s", value_name = "DURATION", value_parser = parse_duration, requires = "watch")]
     pub interval: Duration,
 }
 

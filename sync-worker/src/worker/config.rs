@@ -272,7 +272,9 @@ impl Limits {
     }
 }
 
-/// Capped exponential backoff with jitter between reconnection attempts.
+/// Capped exponential backoff with jitter between reconnection attempts: the policy of
+/// [`clb_client::backoff`] (backon's exponential backoff, each delay drawn from the upper half of
+/// its step, so that many workers do not reconnect in lockstep).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Delay before the first retry.
@@ -291,21 +293,11 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The delay before retry number `attempt` (0-based): `min(max, initial * 2^attempt)`, drawn
-    /// uniformly from its upper half so that many workers do not reconnect in lockstep.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let base = self
-            .initial
-            .saturating_mul(1u32 << attempt.min(20))
-            .min(self.max);
-        let half = base / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let extra = if jitter_ns == 0 {
-            0
-        } else {
-            rand::random_range(0..=jitter_ns)
-        };
-        half + Duration::from_nanos(extra)
+    /// The delays of a sequence of reconnections: retry number `n` (0-based) waits between half of
+    /// `min(max, initial * 2^n)` and all of it; a refused session (see
+    /// [`clb_client::backoff::Backoff::with_refusal_cap`]) at most `refusal_cap`.
+    pub fn delays(&self, refusal_cap: Duration) -> clb_client::backoff::Backoff {
+        clb_client::backoff::Backoff::new(self.initial, self.max).with_refusal_cap(refusal_cap)
     }
 }
 
@@ -319,11 +311,18 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_secs(1),
         };
+        let mut delays = b.delays(Duration::from_millis(300));
+        // backon computes its steps in f32: a few nanoseconds of slack.
+        let slack = Duration::from_micros(1);
         for attempt in 0..40 {
-            let d = b.delay(attempt);
+            let d = delays.next_delay(false);
             let base = (Duration::from_millis(100) * 2u32.pow(attempt.min(10))).min(b.max);
-            assert!(d >= base / 2 && d <= base, "{attempt}: {d:?}");
+            assert!(
+                d + slack >= base / 2 && d <= base + slack,
+                "{attempt}: {d:?}"
+            );
         }
+        assert!(delays.next_delay(true) <= Duration::from_millis(300) + slack);
     }
 
     #[test]

@@ -31,7 +31,7 @@ enum SessionEnd {
 /// The largest reconnect delay after a session that cost the server nothing (no connection, or a
 /// standby's `UNAVAILABLE`): a worker finds a new leader within about 2 s of its election instead of
 /// up to `backoff.max` (10 s by default), as the writers do.
-pub(crate) const RECONNECT_MAX: Duration = Duration::from_secs(2);
+pub(crate) use clb_client::backoff::RECONNECT_MAX;
 
 /// Why a session ended early; the supervisor reconnects after a backoff.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,7 @@ pub(crate) async fn supervise(
             .max_concurrent_mutations_per_gateway,
     ));
     metrics.watch_limiters(Arc::clone(&limiters));
+    let mut backoff = config.backoff.delays(RECONNECT_MAX);
     let mut attempt = 0u32;
     let mut sessions = 0u64;
     while !stop.is_cancelled() {
@@ -146,12 +147,11 @@ pub(crate) async fn supervise(
             }
         };
         if started.elapsed() >= config.backoff.max {
+            // A session that lasted was a success: start over.
             attempt = 0;
+            backoff.reset();
         }
-        let mut delay = config.backoff.delay(attempt);
-        if refused {
-            delay = delay.min(RECONNECT_MAX);
-        }
+        let delay = backoff.next_delay(refused);
         attempt = attempt.saturating_add(1);
         tracing::debug!(?delay, attempt, "backing off");
         tokio::select! {

@@ -25,11 +25,17 @@ pub struct Args {
     /// PEM file of the serving certificate's private key, re-read when it changes.
     #[arg(long, env = "CLB_WEBHOOK_TLS_KEY")]
     pub tls_key: PathBuf,
-    /// How often the certificate files are re-read, in seconds: a renewed certificate is
-    /// presented within about this long.
-    #[arg(long, env = "CLB_WEBHOOK_TLS_RELOAD_INTERVAL_S", default_value_t = 10,
+    /// How often the certificate files are re-read (at least 1s): a renewed certificate is
+    /// presented within about this long. Replaces `--tls-reload-interval-s`
+    /// (`CLB_WEBHOOK_TLS_RELOAD_INTERVAL_S`), deprecated, which still takes seconds.
+    #[arg(long, env = "CLB_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "10s",
+          value_name = "DURATION", value_parser = parse_reload_interval)]
+    pub tls_reload_interval: Duration,
+    /// Deprecated: `--tls-reload-interval` in seconds.
+    #[arg(long, env = "CLB_WEBHOOK_TLS_RELOAD_INTERVAL_S", hide = true,
+          conflicts_with = "tls_reload_interval",
           value_parser = clap::value_parser!(u64).range(1..))]
-    pub tls_reload_interval_s: u64,
+    pub tls_reload_interval_s: Option<u64>,
     /// Serve `/metrics`, `/healthz` and `/readyz` (plain HTTP) on this address.
     #[arg(long, env = "CLB_WEBHOOK_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -61,10 +67,20 @@ impl Args {
         }
     }
 
-    /// `--tls-reload-interval-s`.
+    /// `--tls-reload-interval`, or the deprecated `--tls-reload-interval-s`.
     pub fn tls_reload_interval(&self) -> Duration {
-        Duration::from_secs(self.tls_reload_interval_s)
+        self.tls_reload_interval_s
+            .map_or(self.tls_reload_interval, Duration::from_secs)
     }
+}
+
+/// A duration of at least 1 s.
+fn parse_reload_interval(s: &str) -> Result<Duration, String> {
+    let d = clb_telemetry::flags::parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?} is shorter than 1s"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -89,6 +105,20 @@ mod tests {
             ])
             .is_err()
         );
+        let interval = |flag: &str| {
+            Args::try_parse_from(["clb-webhook", "--tls-cert=c.pem", "--tls-key=k.pem", flag])
+                .map(|a| a.tls_reload_interval())
+        };
+        assert_eq!(
+            interval("--tls-reload-interval=1m").unwrap(),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            interval("--tls-reload-interval-s=60").unwrap(),
+            Duration::from_secs(60)
+        );
+        assert!(interval("--tls-reload-interval=500ms").is_err());
+        assert!(interval("--tls-reload-interval=0s").is_err());
         let a = Args::try_parse_from([
             "clb-webhook",
             "--tls-cert=c.pem",

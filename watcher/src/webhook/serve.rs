@@ -307,7 +307,7 @@ pub async fn serve(
 /// The whole of `clb-webhook`, with `certificate` loaded from `--tls-cert` and `--tls-key`
 /// ([`ReloadingCertificate::load`]): binds `--listen`, watches Services and Namespaces through
 /// `client`, serves the metrics on `--metrics-listen`, re-reads the certificate every
-/// `--tls-reload-interval-s`, and serves the webhook until `shutdown` resolves.
+/// `--tls-reload-interval`, and serves the webhook until `shutdown` resolves.
 pub async fn run(
     args: Args,
     certificate: Arc<ReloadingCertificate>,

@@ -3,7 +3,7 @@
 //!
 //! cert-manager renews the certificate before it expires and rewrites the Secret; the kubelet then
 //! swaps the mounted files (both at once). [`ReloadingCertificate::run_reloads`] reads the two
-//! files every `--tls-reload-interval-s` (default 10 s) and, when their content differs from what
+//! files every `--tls-reload-interval` (default 10 s) and, when their content differs from what
 //! was last read, loads the new pair; every handshake after that presents the new certificate
 //! (open connections keep theirs). A new pair that does not load (a key that is not the
 //! certificate's, a half-written file) is logged once and the previous one stays in use.

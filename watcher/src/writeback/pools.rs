@@ -11,7 +11,7 @@ impl WriteBack {
         for (k, r) in &mut self.records {
             if key == Some(k) || uid.is_some_and(|u| u == r.facts.uid) {
                 r.delay = initial;
-                if r.failures == 0 {
+                if r.retry.is_none() {
                     r.next_at = r.next_at.min(now);
                 }
             }
