@@ -185,8 +185,8 @@ pub enum Fault {
     Domain {
         /// The path of the message the field belongs to.
         within: String,
-        /// The tracker's error.
-        error: InvalidInput,
+        /// The tracker's error (boxed: a fault travels in every `Result` of the hot path).
+        error: Box<InvalidInput>,
     },
     /// A rule of the gateway refused it.
     Field {
@@ -256,7 +256,7 @@ pub fn apply_one(tracker: &mut DiffTracker, update: &Update<'_>) -> Result<(), F
     let kind = update.kind().name();
     let domain = |within: &str, error| Fault::Domain {
         within: within.to_owned(),
-        error,
+        error: Box::new(error),
     };
     match update {
         Update::Service { operation, id, .. } => tracker

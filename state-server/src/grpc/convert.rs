@@ -277,7 +277,7 @@ pub fn item_error_of(fault: ItemFault) -> ItemError {
     let index = fault.index;
     let base = update_path(index);
     match fault.fault {
-        Fault::Domain { within, error } => domain_error(index, &format!("{base}.{within}"), error),
+        Fault::Domain { within, error } => domain_error(index, &format!("{base}.{within}"), *error),
         Fault::Field {
             field,
             value,
