@@ -5,13 +5,13 @@
 //! `lease_expired`, `late_report`); the desired → programmed latency is observed through the
 //! dispatcher's [`DispatchObserver`] of each gateway ([`gateway_observer`]). Per-gateway gauges are
 //! set from a [`GatewaySnapshot`], usually by the `refresh` callback of [`serve_metrics`] right
-//! before each scrape (see [`Metrics::refresh_from`]). Every name starts with `clb_`; the list is
+//! before each scrape (see `Metrics::refresh_from`, in `state.rs`). Every name starts with `clb_`; the list is
 //! in docs/metrics.md.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use clb_core::dispatch::DispatchObserver;
@@ -21,8 +21,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-
-use crate::state::StateServer;
 
 /// Content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str = clb_telemetry::metrics::OPENMETRICS_CONTENT_TYPE;
@@ -486,13 +484,6 @@ impl Metrics {
         }
     }
 
-    /// Sets every gateway's gauges from the server's current state.
-    pub fn refresh_from(&self, state: &StateServer) {
-        for s in gateway_snapshots(state, Instant::now()) {
-            self.set_gateway(&s);
-        }
-    }
-
     /// All metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         clb_telemetry::metrics::encode(&self.registry)
@@ -502,52 +493,6 @@ impl Metrics {
     pub fn encode_prometheus(&self) -> String {
         clb_telemetry::metrics::openmetrics_to_prometheus(&self.encode())
     }
-}
-
-/// One [`GatewaySnapshot`] per gateway of `state` (default first), each taken under its gateway lock.
-pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapshot> {
-    let workers = state.workers();
-    state
-        .gateways()
-        .iter()
-        .map(|handle| {
-            let name = handle.name().to_owned();
-            let gw = handle.lock();
-            let c = gw.tracker().counts();
-            let serving = workers
-                .iter()
-                .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
-                .count();
-            let held_back = gw
-                .gate_view(std::time::Instant::now())
-                .holds
-                .into_iter()
-                .map(|h| {
-                    let held = HeldBack {
-                        removals: h.addresses + h.services,
-                        locations: h.locations,
-                    };
-                    (h.reason.label(), held)
-                })
-                .collect();
-            GatewaySnapshot {
-                revision: gw.tracker().revision(),
-                desired_addresses: c.desired_addresses,
-                actual_addresses: c.actual_addresses,
-                desired_locations: c.desired_locations,
-                actual_locations: c.actual_locations,
-                desired_services: c.desired_services + c.desired_egresses,
-                actual_services: c.actual_load_balancers + c.actual_nat_gateways,
-                dirty_locations: c.dirty_locations,
-                units_in_flight: gw.dispatch().units_in_flight() as u64,
-                parked_units: gw.dispatch().parked_units() as u64,
-                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
-                workers: serving as u64,
-                held_back,
-                gateway: name,
-            }
-        })
-        .collect()
 }
 
 /// The metrics HTTP routes: `GET /metrics` (calls `refresh` first, so gauges are current),
@@ -642,7 +587,7 @@ impl DispatchObserver for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::ServerConfig;
+    use crate::state::{ServerConfig, StateServer, gateway_snapshots};
 
     #[test]
     fn counters_are_encoded_with_labels() {
@@ -744,7 +689,7 @@ mod tests {
             gateways: vec!["a".into(), "b".into()],
             ..ServerConfig::default()
         });
-        let snaps = gateway_snapshots(&state, Instant::now());
+        let snaps = gateway_snapshots(&state, std::time::Instant::now());
         let names: Vec<_> = snaps.iter().map(|s| s.gateway.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(

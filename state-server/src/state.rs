@@ -1,5 +1,5 @@
 //! The server's shared state: one [`Gateway`] (its rules: [`GatewayCore`]) per gateway name, each
-//! behind its own mutex and driven by its own task ([`crate::grpc::push`]): gRPC handlers lock a
+//! behind its own mutex and driven by its own task ([`crate::state::push`]): gRPC handlers lock a
 //! gateway briefly, change it, and wake its task.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -9,7 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::metrics::Metrics;
+pub mod push;
+
+use crate::metrics::{self, Metrics};
 use clb_core::dispatch::{DispatchConfig, DispatchEnv};
 use clb_core::gateway::{GatewayConfig, GatewayCore};
 pub use clb_proto::unix_ms;
@@ -106,8 +108,8 @@ impl Gateway {
 }
 
 /// What the writers' streams (`WatchSession`, `WatchServices`) read of a gateway without its lock:
-/// published by the gateway's task ([`crate::grpc::push`]) after changes, at most every
-/// [`crate::grpc::push::SNAPSHOT_SPACING`], and only while someone follows it.
+/// published by the gateway's task ([`crate::state::push`]) after changes, at most every
+/// [`crate::state::push::SNAPSHOT_SPACING`], and only while someone follows it.
 #[derive(Debug, Default)]
 pub struct GatewaySnapshot {
     /// The gateway's change counter it was built at ([`GatewayHandle::changes`]).
@@ -268,7 +270,7 @@ pub struct StateServer {
     gateways: HashMap<String, Arc<GatewayHandle>>,
     order: Vec<Arc<GatewayHandle>>,
     /// The connected worker sessions the gateway tasks push units to.
-    ports: crate::grpc::push::Ports,
+    ports: crate::state::push::Ports,
     /// Whether the gateway tasks run ([`StateServer::start_tasks`]).
     tasks: std::sync::Once,
     next_work_id: AtomicU64,
@@ -387,16 +389,16 @@ impl StateServer {
         &self.order
     }
 
-    /// Starts one task per gateway ([`crate::grpc::push`]) once, when called inside a Tokio
+    /// Starts one task per gateway ([`crate::state::push`]) once, when called inside a Tokio
     /// runtime (the gRPC services call it when they are built). The tasks end when the server is
     /// dropped.
-    pub fn start_tasks(self: &Arc<Self>) {
+    pub fn start_tasks(self: &Arc<Self>, snapshot: crate::state::push::SnapshotFn) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         self.tasks.call_once(|| {
             for g in &self.order {
-                crate::grpc::push::spawn(self, g.clone());
+                crate::state::push::spawn(self, g.clone(), snapshot);
             }
         });
     }
@@ -410,7 +412,7 @@ impl StateServer {
     }
 
     /// The connected worker sessions.
-    pub fn ports(&self) -> &crate::grpc::push::Ports {
+    pub fn ports(&self) -> &crate::state::push::Ports {
         &self.ports
     }
 
@@ -482,4 +484,61 @@ impl StateServer {
     pub fn lease_duration(&self) -> Duration {
         self.config.dispatch.lease
     }
+}
+
+/// The metrics read from the state at each scrape (here, not in `metrics.rs`: the metrics know
+/// nothing of the state).
+impl Metrics {
+    /// Sets every gateway's gauges from the server's current state.
+    pub fn refresh_from(&self, state: &StateServer) {
+        for s in gateway_snapshots(state, Instant::now()) {
+            self.set_gateway(&s);
+        }
+    }
+}
+
+/// One [`metrics::GatewaySnapshot`] per gateway of `state` (default first), each taken under its gateway lock.
+pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::GatewaySnapshot> {
+    let workers = state.workers();
+    state
+        .gateways()
+        .iter()
+        .map(|handle| {
+            let name = handle.name().to_owned();
+            let gw = handle.lock();
+            let c = gw.tracker().counts();
+            let serving = workers
+                .iter()
+                .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
+                .count();
+            let held_back = gw
+                .gate_view(now)
+                .holds
+                .into_iter()
+                .map(|h| {
+                    let held = metrics::HeldBack {
+                        removals: h.addresses + h.services,
+                        locations: h.locations,
+                    };
+                    (h.reason.label(), held)
+                })
+                .collect();
+            metrics::GatewaySnapshot {
+                revision: gw.tracker().revision(),
+                desired_addresses: c.desired_addresses,
+                actual_addresses: c.actual_addresses,
+                desired_locations: c.desired_locations,
+                actual_locations: c.actual_locations,
+                desired_services: c.desired_services + c.desired_egresses,
+                actual_services: c.actual_load_balancers + c.actual_nat_gateways,
+                dirty_locations: c.dirty_locations,
+                units_in_flight: gw.dispatch().units_in_flight() as u64,
+                parked_units: gw.dispatch().parked_units() as u64,
+                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
+                workers: serving as u64,
+                held_back,
+                gateway: name,
+            }
+        })
+        .collect()
 }

@@ -180,3 +180,150 @@ fn no_crate_depends_on_the_test_crate() {
         );
     }
 }
+
+/// The modules of the state server and what each names of the others, from its source without its
+/// test module: a module is a top-level file or directory of `state-server/src` (`state` with
+/// `state/push.rs`), except `grpc/`, whose files are modules of their own (`grpc::writer`); a
+/// child naming its parent (`super::require_leader` in `grpc/`) is not counted.
+fn state_server_modules() -> BTreeMap<String, BTreeSet<String>> {
+    let src = root().join("state-server/src");
+    let mut files = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("state-server/src is readable") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let grpc_files: BTreeSet<String> = files
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("grpc")))
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    let module_of = |path: &Path| -> String {
+        let rel = path.strip_prefix(&src).expect("inside src");
+        let parts: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .collect();
+        match parts.as_slice() {
+            [grpc, file] if grpc == "grpc" => format!("grpc::{file}"),
+            [first, ..] => first.clone(),
+            [] => unreachable!("a file has a name"),
+        }
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in &files {
+        let module = module_of(path);
+        if module == "lib" || module == "bin" || module == "grpc::mod" {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("source is readable");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let deps = graph.entry(module.clone()).or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (prefix, in_grpc) in [("crate::", false), ("super::", true)] {
+                for (at, _) in line.match_indices(prefix) {
+                    let rest = &line[at + prefix.len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    let target = if in_grpc {
+                        if !module.starts_with("grpc::") || !grpc_files.contains(&name) {
+                            continue;
+                        }
+                        format!("grpc::{name}")
+                    } else if name == "grpc" {
+                        let sub: String = rest["grpc::".len().min(rest.len())..]
+                            .chars()
+                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                            .collect();
+                        if grpc_files.contains(&sub) {
+                            format!("grpc::{sub}")
+                        } else {
+                            "grpc".to_owned()
+                        }
+                    } else {
+                        name
+                    };
+                    if target != module && !target.is_empty() {
+                        deps.insert(target);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_state_server_s_modules_import_no_circle_and_only_the_composition_root_imports_grpc() {
+    let graph = state_server_modules();
+    assert!(
+        graph.contains_key("state") && graph.contains_key("grpc::writer"),
+        "{graph:?}"
+    );
+    // Only `run` (what the binary runs: it serves the gRPC services) names `crate::grpc`.
+    for (module, deps) in &graph {
+        if module.starts_with("grpc::") || module == "run" {
+            continue;
+        }
+        let into_grpc: Vec<_> = deps.iter().filter(|d| d.starts_with("grpc")).collect();
+        assert!(
+            into_grpc.is_empty(),
+            "{module} imports {into_grpc:?}: the gRPC layer is an edge, nothing beneath it names it"
+        );
+    }
+    // No circle: a depth-first search finds no back edge.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if done.contains(node) {
+            return;
+        }
+        if let Some(at) = path.iter().position(|n| n == node) {
+            panic!("import circle: {} -> {node}", path[at..].join(" -> "));
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            visit(next, graph, path, done);
+        }
+        path.pop();
+        done.insert(node.to_owned());
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        visit(node, &graph, &mut Vec::new(), &mut done);
+    }
+}
+
+#[test]
+fn the_grpc_layer_changes_gateways_only_through_the_core() {
+    let dir = root().join("state-server/src/grpc");
+    for entry in std::fs::read_dir(&dir).expect("grpc/ is readable") {
+        let path = entry.expect("directory entry").path();
+        let text = std::fs::read_to_string(&path).expect("source is readable");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for forbidden in [
+            "tracker_mut(",
+            "dispatch_mut(",
+            ".next_unit(",
+            ".on_report(",
+        ] {
+            assert!(
+                !code.contains(forbidden),
+                "{} calls {forbidden}: the gRPC layer maps proto to the gateway's API \
+                 (clb_core::gateway::GatewayCore) and never changes its tracker or dispatcher",
+                path.display()
+            );
+        }
+    }
+}

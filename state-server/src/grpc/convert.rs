@@ -20,7 +20,6 @@ use clb_proto::v1::{
 };
 use tracing::warn;
 
-use super::resync::{HeaderError, Scope};
 use crate::gate::{GateView, NodeDecl, Topology};
 use crate::state::{Gateway, UnknownGateway, WorkerInfo};
 use clb_core::difftracker::identity::normalize_identity;
@@ -30,10 +29,35 @@ use clb_core::difftracker::{
     ServiceKind, ServiceView, excerpt, quote,
 };
 use clb_core::dispatch::{self, Outcome, Report, UnitWork};
+use clb_core::gateway::Scope;
 use clb_core::gateway::update::{
     EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
 };
 use clb_core::gateway::{Leased, Port, Protocol};
+
+/// A problem with the resync header as a whole (see [`resync_scope`]): the call fails
+/// with `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderError {
+    /// The path of the field at fault, such as `header.scope`.
+    pub field: String,
+    /// The value received.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl std::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} = {}: {}",
+            self.field,
+            quote(&self.value),
+            self.reason
+        )
+    }
+}
 
 /// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value (quoted, cut when
 /// long) and the reason.

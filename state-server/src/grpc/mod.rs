@@ -5,7 +5,6 @@
 
 pub mod admin;
 pub mod convert;
-pub mod push;
 pub mod resync;
 pub mod session;
 pub mod worker;
@@ -87,7 +86,7 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the descriptor set is generated at build time");
-    state.start_tasks();
+    state.start_tasks(session::snapshot);
     let max = state.config().max_message_bytes;
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)

@@ -2,39 +2,14 @@
 //! desired state holds in that scope. Pure (no I/O): the Writer service buffers the whole view and
 //! calls [`replace_scope`] under one lock once the stream has ended cleanly.
 
-use std::fmt;
-
-use clb_core::difftracker::{DiffTracker, quote};
+use clb_core::difftracker::DiffTracker;
 use clb_core::gateway::update;
 use clb_proto::v1::{ItemError, Update};
 
 use super::convert::{item_error_of, update_from_proto};
 
+pub use super::convert::HeaderError;
 pub use clb_core::gateway::Scope;
-
-/// A problem with the resync header as a whole (see [`convert::resync_scope`]): the call fails
-/// with `INVALID_ARGUMENT`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderError {
-    /// The path of the field at fault, such as `header.scope`.
-    pub field: String,
-    /// The value received.
-    pub value: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl fmt::Display for HeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} = {}: {}",
-            self.field,
-            quote(&self.value),
-            self.reason
-        )
-    }
-}
 
 /// The outcome of a scope replacement, as the wire reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

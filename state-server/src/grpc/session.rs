@@ -5,7 +5,7 @@
 //! (`LocationsProgrammed`).
 //!
 //! Both streams are pushed: a task per stream follows its gateway's snapshot (published by the
-//! gateway's task after each change, at most every [`super::push::SNAPSHOT_SPACING`], and when a
+//! gateway's task after each change, at most every [`crate::state::push::SNAPSHOT_SPACING`], and when a
 //! restart-gate bound passes: [`crate::state::GatewaySnapshot`]) and its replica's leadership, and
 //! sends what changed since it last sent; it takes no lock. An idle server wakes none. A stream ends with `UNAVAILABLE` when its replica stops leading or its state
 //! starts afresh (a new epoch): the writer then reconnects to the leader and resyncs.

@@ -1,5 +1,5 @@
 //! The Worker service: one bidirectional `Sync` stream per sync worker. The gateways' tasks push
-//! leased work units while the worker has room ([`super::push`]); the session folds its reports
+//! leased work units while the worker has room ([`crate::state::push`]); the session folds its reports
 //! back; when the stream ends, for whatever reason, the worker's units are released at once.
 
 use std::pin::Pin;
@@ -7,16 +7,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
+use clb_core::gateway::Leased;
 use clb_proto::v1;
 use clb_proto::v1::worker_server::Worker;
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, Span, debug, info, info_span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use super::convert::unit_to_proto;
 use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto};
-use super::push::{Outbox, WorkerPort};
+use crate::state::push::{UnitSink, WorkerPort};
 use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
 use clb_core::gateway::ReportExtras;
 
@@ -31,7 +34,7 @@ pub struct WorkerService {
 impl WorkerService {
     /// A service over the shared state; sessions end when `shutdown` turns true.
     pub fn new(state: Arc<StateServer>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
-        state.start_tasks();
+        state.start_tasks(super::session::snapshot);
         Self {
             state,
             sessions: Arc::new(AtomicU64::new(1)),
@@ -119,7 +122,10 @@ impl Worker for WorkerService {
             session,
             hello.capacity as usize,
             gateways,
-            tx.clone(),
+            Box::new(StreamSink {
+                outbox: tx.clone(),
+                metrics: self.state.metrics().clone(),
+            }),
         ));
         let run = Session {
             state: self.state.clone(),
@@ -132,7 +138,61 @@ impl Worker for WorkerService {
     }
 }
 
-/// One connected worker: the gateway tasks push its units ([`super::push`]); the session folds
+/// What a session sends its worker.
+type Outbox = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
+
+/// The `Sync` stream as the gateway tasks' sink: a unit goes out as `ServerMessage::Unit`, in its
+/// own `work_unit` span (linked to the writer spans whose changes it carries, its context in
+/// `WorkUnit.trace_context`).
+#[derive(Debug)]
+struct StreamSink {
+    outbox: Outbox,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl UnitSink for StreamSink {
+    fn send(&self, gateway: &str, leased: Leased, links: Vec<clb_telemetry::SpanLink>) -> Span {
+        let mut unit = unit_to_proto(gateway, leased);
+        debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
+        self.metrics.unit_leased(unit_kind(&unit));
+        let span = unit_span(&unit);
+        clb_telemetry::add_links(&span, links);
+        unit.trace_context = clb_telemetry::inject_map(&span.context());
+        let msg = v1::ServerMessage {
+            kind: Some(v1::server_message::Kind::Unit(unit)),
+        };
+        // A session that ended dropped its receiver; its units are released by the session's end.
+        let _ = self.outbox.send(Ok(msg));
+        span
+    }
+}
+
+/// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
+/// end of the session) and records the outcome.
+fn unit_span(unit: &v1::WorkUnit) -> Span {
+    let kind = unit_kind(unit);
+    info_span!(
+        parent: None,
+        "work_unit",
+        work_id = unit.work_id,
+        gateway = %unit.gateway,
+        kind,
+        attempt = unit.attempt,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// The kind of a unit: `observe`, `services` or `locations`.
+fn unit_kind(unit: &v1::WorkUnit) -> &'static str {
+    match &unit.work {
+        Some(v1::work_unit::Work::Observe(_)) => "observe",
+        Some(v1::work_unit::Work::Services(_)) => "services",
+        Some(v1::work_unit::Work::Locations(_)) => "locations",
+        None => "none",
+    }
+}
+
+/// One connected worker: the gateway tasks push its units ([`crate::state::push`]); the session folds
 /// its reports and releases its units when it ends.
 struct Session {
     state: Arc<StateServer>,

@@ -38,7 +38,7 @@ pub struct WriterService {
 impl WriterService {
     /// A Writer service changing the gateways of `state`.
     pub fn new(state: Arc<StateServer>) -> Self {
-        state.start_tasks();
+        state.start_tasks(super::session::snapshot);
         Self {
             state,
             shutdown: None,
@@ -51,7 +51,7 @@ impl WriterService {
         state: Arc<StateServer>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
-        state.start_tasks();
+        state.start_tasks(super::session::snapshot);
         Self {
             state,
             shutdown: Some(shutdown),

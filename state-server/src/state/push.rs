@@ -11,7 +11,7 @@
 //! sends them, and publishes the gateway's snapshot for the writers' streams
 //! ([`crate::state::GatewaySnapshot`]). An idle server has no task awake and takes no lock.
 //!
-//! A worker session ([`super::worker`]) only registers its [`WorkerPort`], forwards each report to
+//! A worker session (`grpc/worker.rs`) only registers its [`WorkerPort`], forwards each report to
 //! the gateway whose unit it answers (the port knows which), and releases its units when it ends.
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,21 +19,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use clb_proto::v1;
-use tokio::sync::mpsc;
-use tonic::Status;
-use tracing::{Span, debug, info_span, warn};
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use clb_core::gateway::Leased;
+use tracing::{Span, info_span, warn};
 
-use super::convert::unit_to_proto;
-use crate::state::{GatewayHandle, StateServer, unix_ms};
+use super::{Gateway, GatewayHandle, GatewaySnapshot, StateServer, unix_ms};
 
 /// The least time between two snapshots of a gateway: a burst of writes and reports costs one
 /// snapshot per interval, not one per change.
 pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
 
-/// What a session sends its worker.
-pub type Outbox = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
+/// Where a session's units go: the transport (the Worker service's stream) behind a port.
+pub trait UnitSink: Send + Sync + std::fmt::Debug {
+    /// Sends a unit of `gateway` leased to the worker, with the writer spans its changes came
+    /// from; returns the unit's span, kept until the unit's final report (or the session's end).
+    /// A worker that went away drops it: its units are released when its session ends.
+    fn send(&self, gateway: &str, leased: Leased, links: Vec<clb_telemetry::SpanLink>) -> Span;
+}
+
+/// Builds the snapshot of a gateway at a change counter (the Writer service's view of it).
+pub type SnapshotFn = fn(&Gateway, u64) -> GatewaySnapshot;
 
 /// A connected worker as the gateway tasks see it: where to send units, how many it may hold, and
 /// which it holds (by work id: its `work_unit` span and the index of its gateway in `gateways`).
@@ -44,7 +48,7 @@ pub struct WorkerPort {
     session: u64,
     capacity: usize,
     gateways: Vec<Arc<GatewayHandle>>,
-    outbox: Outbox,
+    sink: Box<dyn UnitSink>,
     held: Mutex<HashMap<u64, (Span, usize)>>,
     /// The number of the worker's last report ([`REPORTS`]; 0: none yet).
     last_report: AtomicU64,
@@ -59,13 +63,13 @@ impl WorkerPort {
         session: u64,
         capacity: usize,
         gateways: Vec<Arc<GatewayHandle>>,
-        outbox: Outbox,
+        sink: Box<dyn UnitSink>,
     ) -> Self {
         Self {
             session,
             capacity,
             gateways,
-            outbox,
+            sink,
             held: Mutex::new(HashMap::new()),
             last_report: AtomicU64::new(0),
         }
@@ -205,15 +209,22 @@ impl Ports {
     }
 }
 
-/// Starts the task of `handle` (it ends when the server is dropped or the handle closed).
-pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>) {
+/// Starts the task of `handle` (it ends when the server is dropped or the handle closed);
+/// `snapshot` builds what the writers' streams read.
+pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>, snapshot: SnapshotFn) {
     let span = info_span!("gateway_task", gateway = %handle.name());
     let state = Arc::downgrade(state);
-    tokio::spawn(tracing::Instrument::instrument(run(state, handle), span));
+    tokio::spawn(tracing::Instrument::instrument(
+        run(state, handle, snapshot),
+        span,
+    ));
 }
 
-async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
-    let mut task = Task::default();
+async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>, snapshot: SnapshotFn) {
+    let mut task = Task {
+        published: None,
+        snapshot,
+    };
     loop {
         let next = {
             let Some(state) = state.upgrade() else { return };
@@ -235,10 +246,11 @@ async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
 }
 
 /// What a gateway's task keeps between steps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Task {
     /// The change counter the last snapshot was built at, and when.
     published: Option<(u64, Instant)>,
+    snapshot: SnapshotFn,
 }
 
 impl Task {
@@ -279,8 +291,11 @@ impl Task {
                     break;
                 };
                 let links = gw.trace_links.take(&leased.unit.work);
-                let unit = unit_to_proto(handle.name(), leased);
-                send_unit(state, port, unit, links);
+                let work_id = leased.unit.work_id;
+                let span = port.sink.send(handle.name(), leased, links);
+                if let Some(slot) = port.held().get_mut(&work_id) {
+                    slot.0 = span;
+                }
                 served.push(port.clone());
             }
             let changes = handle.changes();
@@ -290,7 +305,7 @@ impl Task {
                 _ => {
                     // Built only while a writer's stream follows it.
                     if handle.followed() {
-                        handle.publish(super::session::snapshot(gw, changes));
+                        handle.publish((self.snapshot)(gw, changes));
                     }
                     self.published = Some((changes, now));
                     None
@@ -326,53 +341,5 @@ impl Task {
             );
         }
         next
-    }
-}
-
-/// Sends a unit to its worker, in its own `work_unit` span (linked to the writer spans whose
-/// changes it carries).
-fn send_unit(
-    state: &StateServer,
-    port: &WorkerPort,
-    mut unit: v1::WorkUnit,
-    links: Vec<clb_telemetry::SpanLink>,
-) {
-    debug!(work_id = unit.work_id, gateway = %unit.gateway, session = port.session, "unit leased");
-    state.metrics().unit_leased(unit_kind(&unit));
-    let span = unit_span(&unit);
-    clb_telemetry::add_links(&span, links);
-    unit.trace_context = clb_telemetry::inject_map(&span.context());
-    if let Some(slot) = port.held().get_mut(&unit.work_id) {
-        slot.0 = span;
-    }
-    let msg = v1::ServerMessage {
-        kind: Some(v1::server_message::Kind::Unit(unit)),
-    };
-    // A session that ended drops its receiver; its units are released by the session's end.
-    let _ = port.outbox.send(Ok(msg));
-}
-
-/// The server-side span of one unit, a trace root: it lasts until the unit's final report (or the
-/// end of the session) and records the outcome. Its context travels in `WorkUnit.trace_context`.
-fn unit_span(unit: &v1::WorkUnit) -> Span {
-    let kind = unit_kind(unit);
-    info_span!(
-        parent: None,
-        "work_unit",
-        work_id = unit.work_id,
-        gateway = %unit.gateway,
-        kind,
-        attempt = unit.attempt,
-        outcome = tracing::field::Empty,
-    )
-}
-
-/// The kind of a unit: `observe`, `services` or `locations`.
-fn unit_kind(unit: &v1::WorkUnit) -> &'static str {
-    match &unit.work {
-        Some(v1::work_unit::Work::Observe(_)) => "observe",
-        Some(v1::work_unit::Work::Services(_)) => "services",
-        Some(v1::work_unit::Work::Locations(_)) => "locations",
-        None => "none",
     }
 }
