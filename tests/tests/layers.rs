@@ -327,3 +327,51 @@ fn the_grpc_layer_changes_gateways_only_through_the_core() {
         }
     }
 }
+
+/// The short name docs/architecture.md uses for a clb crate: `clb-core` is `core`, `clbctl` stays.
+fn short(name: &str) -> String {
+    name.strip_prefix("clb-").unwrap_or(name).to_owned()
+}
+
+#[test]
+fn the_crate_table_of_the_architecture_matches_the_manifests() {
+    let crates = workspace();
+    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).expect("architecture");
+    let mut rows = BTreeMap::new();
+    for line in doc.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let Some(name) = cells[0]
+            .strip_prefix("| `")
+            .and_then(|c| c.strip_suffix('`'))
+        else {
+            continue;
+        };
+        // The crate table's rows give the crate's directory second (`core/`); other tables that
+        // start with a crate name do not.
+        let is_path = cells[1].starts_with('`') && cells[1].ends_with("/`");
+        if !crates.contains_key(name) || cells.len() < 4 || !is_path {
+            continue;
+        }
+        let listed: BTreeSet<String> = match cells[2].trim() {
+            "—" => BTreeSet::new(),
+            deps => deps.split(", ").map(str::to_owned).collect(),
+        };
+        rows.insert(name.to_owned(), listed);
+    }
+    for (name, manifest) in &crates {
+        let direct: BTreeSet<String> = manifest
+            .normal
+            .iter()
+            .filter(|d| crates.contains_key(*d))
+            .map(|d| short(d))
+            .collect();
+        let listed = rows
+            .get(name)
+            .unwrap_or_else(|| panic!("docs/architecture.md has no row for {name}"));
+        assert_eq!(
+            listed, &direct,
+            "docs/architecture.md lists {name} as depending on {listed:?}; its manifest says \
+             {direct:?}"
+        );
+    }
+}
