@@ -135,6 +135,8 @@ pub struct GatewayHandle {
     changes: AtomicU64,
     /// The task ends once this is set (the server is dropped).
     closed: std::sync::atomic::AtomicBool,
+    /// Worker sessions serving the gateway ([`push::Ports`] keeps it).
+    serving: std::sync::atomic::AtomicUsize,
     snapshot: tokio::sync::watch::Sender<Arc<GatewaySnapshot>>,
 }
 
@@ -146,6 +148,7 @@ impl GatewayHandle {
             wake: Notify::new(),
             changes: AtomicU64::new(0),
             closed: Default::default(),
+            serving: Default::default(),
             snapshot: tokio::sync::watch::Sender::new(Arc::default()),
         }
     }
@@ -166,9 +169,24 @@ impl GatewayHandle {
     }
 
     /// Tells the gateway's task that its state changed (a write, a resync, a report): it cuts
-    /// what there is to cut and publishes a new snapshot.
+    /// what there is to cut and publishes a new snapshot. A task with no worker to push to and no
+    /// stream to publish for is not woken (a write to a server without workers costs no wake-up);
+    /// the worker or the stream that comes wakes it.
     pub fn changed(&self) {
         self.changes.fetch_add(1, Ordering::Relaxed);
+        if self.serving.load(Ordering::Relaxed) > 0 || self.followed() {
+            self.wake();
+        }
+    }
+
+    /// Counts a worker session that serves the gateway (`true`) or left (`false`), and wakes the
+    /// task.
+    pub fn served(&self, joined: bool) {
+        if joined {
+            self.serving.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.serving.fetch_sub(1, Ordering::Relaxed);
+        }
         self.wake();
     }
 
@@ -191,7 +209,8 @@ impl GatewayHandle {
     /// at least the returned value (wait for it: the current one may be stale or empty).
     pub fn subscribe(&self) -> (tokio::sync::watch::Receiver<Arc<GatewaySnapshot>>, u64) {
         let rx = self.snapshot.subscribe();
-        self.changed();
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.wake();
         (rx, self.changes())
     }
 
@@ -351,7 +370,8 @@ impl StateServer {
             self.leader.send_replace(true);
         }
         for g in &self.order {
-            g.changed();
+            g.changes.fetch_add(1, Ordering::Relaxed);
+            g.wake();
         }
     }
 
@@ -407,7 +427,8 @@ impl StateServer {
     /// [`GatewayHandle::lock`] outside the gRPC services, as tests do).
     pub fn notify_work(&self) {
         for g in &self.order {
-            g.changed();
+            g.changes.fetch_add(1, Ordering::Relaxed);
+            g.wake();
         }
     }
 

@@ -191,13 +191,17 @@ impl Ports {
     pub fn add(&self, port: Arc<WorkerPort>) {
         self.lock().insert(port.session, port.clone());
         for g in port.gateways() {
-            g.wake();
+            g.served(true);
         }
     }
 
     /// Removes a session's port.
     pub fn remove(&self, session: u64) -> Option<Arc<WorkerPort>> {
-        self.lock().remove(&session)
+        let port = self.lock().remove(&session)?;
+        for g in port.gateways() {
+            g.served(false);
+        }
+        Some(port)
     }
 
     /// The ports serving `gateway` (by session id), with the gateway's index in each.
