@@ -63,12 +63,12 @@ impl WriterService {
     }
 }
 
-/// Checks a writer's source name.
-fn check_source(field: &str, source: &str) -> Result<(), Status> {
-    if source.is_empty() {
+/// Checks the name of a writer.
+fn check_writer(field: &str, writer: &str) -> Result<(), Status> {
+    if writer.is_empty() {
         return Err(invalid_argument(
             field,
-            source,
+            writer,
             "must not be empty: name the writer, such as `watcher` or `node-agent/<node>`",
         ));
     }
@@ -88,19 +88,19 @@ fn check_batch_size(state: &StateServer, field: &str, len: usize) -> Result<(), 
     Ok(())
 }
 
-/// What `caller` may write to the gateway `gateway` names as `source` (everything without
+/// What `caller` may write to the gateway `gateway` names as `writer` (everything without
 /// authorization). An unknown gateway is `NOT_FOUND`.
 async fn write_rights(
     state: &StateServer,
     caller: Option<&Caller>,
     gateway: &str,
-    source: &str,
+    writer: &str,
 ) -> Result<WriteRights, Status> {
     let Some(caller) = caller else {
         return Ok(WriteRights::Any);
     };
     let handle = state.gateway(gateway).map_err(|e| unknown_gateway(&e))?;
-    caller.writer(handle.name(), source).await
+    caller.writer(handle.name(), writer).await
 }
 
 /// Node binding: a writer bound to `node` writes only pods, and only at that node's locations as
@@ -159,7 +159,7 @@ fn apply_batch(
     let span = tracing::info_span!(
         "apply_batch",
         gateway = %req.gateway,
-        source = %req.source,
+        writer = %req.writer,
         batch_id = req.batch_id,
         updates = req.updates.len(),
         applied = tracing::field::Empty,
@@ -167,7 +167,7 @@ fn apply_batch(
     );
     let _entered = span.enter();
     super::require_leader(state)?;
-    check_source("source", &req.source)?;
+    check_writer("writer", &req.writer)?;
     check_batch_size(state, "updates", req.updates.len())?;
     let handle = state
         .gateway(&req.gateway)
@@ -198,9 +198,9 @@ fn apply_batch(
                 Err(e) => rejected.push(e),
             }
         }
-        gateway.record_writes(&req.source, u64::from(applied), rejected.len() as u64);
+        gateway.record_writes(&req.writer, u64::from(applied), rejected.len() as u64);
         state.metrics().rejected(rejected.len() as u64);
-        let session = session::session(state, &gateway, &req.source);
+        let session = session::session(state, &gateway, &req.writer);
         (gateway.tracker.revision(), applied, rejected, session)
     };
     span.record("applied", applied);
@@ -248,7 +248,7 @@ fn dry_run(
         revision: gateway.tracker.revision(),
         applied,
         rejected,
-        session: Some(session::session(state, &gateway, &req.source)),
+        session: Some(session::session(state, &gateway, &req.writer)),
     }
 }
 
@@ -303,13 +303,13 @@ fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result
 /// A resync read to its clean end.
 struct ResyncRead {
     handle: Arc<GatewayHandle>,
-    source: String,
+    writer: String,
     scope: Scope,
     topology: Option<Topology>,
     view: Vec<Update>,
 }
 
-/// Reads a resync stream to its clean end and returns the header's gateway, source, scope and
+/// Reads a resync stream to its clean end and returns the header's gateway, writer, scope and
 /// topology, and the whole view. Any error (a broken stream included) means nothing is applied.
 async fn read_resync(
     state: &StateServer,
@@ -338,8 +338,8 @@ async fn read_resync(
     };
     let span = tracing::Span::current();
     span.record("gateway", header.gateway.as_str());
-    span.record("source", header.source.as_str());
-    check_source("header.source", &header.source)?;
+    span.record("writer", header.writer.as_str());
+    check_writer("header.writer", &header.writer)?;
     let scope = resync_scope(header.scope.as_ref())
         .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
     let topology = resync_topology(header.topology.as_ref(), &scope)
@@ -348,7 +348,7 @@ async fn read_resync(
         .gateway(&header.gateway)
         .map_err(|e| unknown_gateway(&e))?;
     if let Some(caller) = caller
-        && let WriteRights::Node(node) = caller.writer(handle.name(), &header.source).await?
+        && let WriteRights::Node(node) = caller.writer(handle.name(), &header.writer).await?
     {
         check_node_scope(&handle, &node, &scope)?;
     }
@@ -383,7 +383,7 @@ async fn read_resync(
     }
     Ok(ResyncRead {
         handle,
-        source: header.source,
+        writer: header.writer,
         scope,
         topology,
         view,
@@ -397,7 +397,7 @@ impl WriterService {
         caller: Option<&Caller>,
         req: &ApplyRequest,
     ) -> Result<ApplyResponse, Status> {
-        let rights = write_rights(&self.state, caller, &req.gateway, &req.source).await?;
+        let rights = write_rights(&self.state, caller, &req.gateway, &req.writer).await?;
         apply_batch(&self.state, req, &rights)
     }
 
@@ -421,7 +421,7 @@ impl WriterService {
                     Ok(Some(req)) => {
                         // Reviews are cached: a stream of batches costs one review per TTL.
                         let rights =
-                            write_rights(&state, caller.as_ref(), &req.gateway, &req.source)
+                            write_rights(&state, caller.as_ref(), &req.gateway, &req.writer)
                                 .instrument(span.clone())
                                 .await;
                         let result = rights.and_then(|rights| {
@@ -444,7 +444,7 @@ impl WriterService {
     #[tracing::instrument(
         name = "Writer.Resync",
         skip_all,
-        fields(gateway, source, updates, applied, removed, rejected, handed_over)
+        fields(gateway, writer, updates, applied, removed, rejected, handed_over)
     )]
     async fn resync(
         &self,
@@ -453,7 +453,7 @@ impl WriterService {
     ) -> Result<ResyncResponse, Status> {
         let ResyncRead {
             handle,
-            source,
+            writer,
             scope,
             topology,
             view,
@@ -487,19 +487,19 @@ impl WriterService {
             // The services the view no longer names were removed: so are their ports.
             gateway.forget_undesired_ports();
             gateway.record_writes(
-                &source,
+                &writer,
                 u64::from(outcome.applied),
                 outcome.rejected.len() as u64,
             );
             self.state.metrics().rejected(outcome.rejected.len() as u64);
             // A resync that changed who owns the pods of some locations drops the old owner's
             // pods there; removals wait for the new owner's resync (see `gate.rs`).
-            let handed_over = gateway.resync_scope_completed(&source, &scope, topology.as_ref());
+            let handed_over = gateway.resync_scope_completed(&writer, &scope, topology.as_ref());
             tracing::Span::current().record("handed_over", handed_over);
             (
                 gateway.tracker.revision(),
                 outcome,
-                session::session(&self.state, &gateway, &source),
+                session::session(&self.state, &gateway, &writer),
             )
         };
         handle.changed();
@@ -524,11 +524,11 @@ impl WriterService {
         &self,
         caller: Option<&Caller>,
         gateway: &str,
-        source: &str,
+        writer: &str,
         verb: Option<Verb>,
     ) -> Result<Arc<GatewayHandle>, Status> {
         super::require_leader(&self.state)?;
-        check_source("source", source)?;
+        check_writer("writer", writer)?;
         let handle = self
             .state
             .gateway(gateway)
@@ -537,7 +537,7 @@ impl WriterService {
             match verb {
                 Some(verb) => caller.require(verb, handle.name()).await?,
                 None => {
-                    caller.writer(handle.name(), source).await?;
+                    caller.writer(handle.name(), writer).await?;
                 }
             }
         }
@@ -593,11 +593,11 @@ impl Writer for WriterService {
         self.state.metrics().update_rpc("watch_session");
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
-        let handle = self.follow(caller, &req.gateway, &req.source, None).await?;
+        let handle = self.follow(caller, &req.gateway, &req.writer, None).await?;
         Ok(Response::new(session::watch_session(
             self.state.clone(),
             handle,
-            req.source.clone(),
+            req.writer.clone(),
             self.shutdown.clone(),
         )))
     }
@@ -612,12 +612,12 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         Ok(Response::new(session::watch_services(
             self.state.clone(),
             handle,
-            req.source.clone(),
+            req.writer.clone(),
             self.shutdown.clone(),
         )))
     }
@@ -630,7 +630,7 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         session::locations_programmed(&handle, req).map(Response::new)
     }
@@ -643,7 +643,7 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         session::addresses_programmed(&handle, req).map(Response::new)
     }
