@@ -312,7 +312,8 @@ impl Client {
             .into_inner())
     }
 
-    /// `Admin.GetService`: desired and actual state of one service (inbound UID or egress name).
+    /// `Admin.GetService`: desired and actual state of one service (an inbound service's `id`, its
+    /// Service UID, or an egress's).
     pub async fn service(&self, id: &str) -> Result<ServiceState, ClientError> {
         Ok(self
             .admin()
