@@ -258,7 +258,9 @@ async fn server_and_worker_metrics_parse_and_the_latency_histogram_records_units
         .expect("applied location units are counted");
     assert!(applied >= 1.0);
     assert_eq!(
-        server.family("clb_server_units_total").map(|f| f.kind.as_str()),
+        server
+            .family("clb_server_units_total")
+            .map(|f| f.kind.as_str()),
         Some("counter")
     );
 

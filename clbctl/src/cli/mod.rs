@@ -527,7 +527,10 @@ mod tests {
             .expect("apply")
             .render_long_help()
             .to_string();
-        assert!(help.contains("--writer") && !help.contains("--source"), "{help}");
+        assert!(
+            help.contains("--writer") && !help.contains("--source"),
+            "{help}"
+        );
     }
 
     #[test]
