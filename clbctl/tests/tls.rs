@@ -125,7 +125,7 @@ async fn the_typed_client_needs_the_ca_and_then_writes_over_tls() {
             .gateway("")
             .unwrap()
             .lock()
-            .tracker
+            .tracker()
             .counts()
             .desired_services,
         1
@@ -326,9 +326,9 @@ async fn a_sync_worker_gets_its_work_over_mutual_tls() {
         let done = {
             let g = server.state.gateway("").unwrap();
             let gw = g.lock();
-            gw.tracker.removals_allowed()
-                && gw.tracker.pending_diff().is_empty()
-                && gw.dispatch.units_in_flight() == 0
+            gw.tracker().removals_allowed()
+                && gw.tracker().pending_diff().is_empty()
+                && gw.dispatch().units_in_flight() == 0
         };
         if done {
             break;

@@ -4,7 +4,7 @@
 
 pub mod auth;
 pub mod config;
-pub mod gate;
+pub use clb_core::gateway::gate;
 pub mod grpc;
 pub mod leader;
 pub mod metrics;

@@ -516,13 +516,13 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
         .map(|handle| {
             let name = handle.name().to_owned();
             let gw = handle.lock();
-            let c = gw.tracker.counts();
+            let c = gw.tracker().counts();
             let serving = workers
                 .iter()
                 .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
                 .count();
             let held_back = gw
-                .gate_view()
+                .gate_view(std::time::Instant::now())
                 .holds
                 .into_iter()
                 .map(|h| {
@@ -534,7 +534,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
                 })
                 .collect();
             GatewaySnapshot {
-                revision: gw.tracker.revision(),
+                revision: gw.tracker().revision(),
                 desired_addresses: c.desired_addresses,
                 actual_addresses: c.actual_addresses,
                 desired_locations: c.desired_locations,
@@ -542,9 +542,9 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<GatewaySnapsh
                 desired_services: c.desired_services + c.desired_egresses,
                 actual_services: c.actual_load_balancers + c.actual_nat_gateways,
                 dirty_locations: c.dirty_locations,
-                units_in_flight: gw.dispatch.units_in_flight() as u64,
-                parked_units: gw.dispatch.parked_units() as u64,
-                staleness: gw.dispatch.oldest_pending_age(now).unwrap_or_default(),
+                units_in_flight: gw.dispatch().units_in_flight() as u64,
+                parked_units: gw.dispatch().parked_units() as u64,
+                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
                 workers: serving as u64,
                 held_back,
                 gateway: name,

@@ -229,20 +229,14 @@ async fn get_service_shows_the_frontend_of_the_creation_then_of_each_observe_unt
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        let known: BTreeSet<&str> = gw.frontends.keys().map(String::as_str).collect();
+        let known: BTreeSet<&str> = gw.frontends().keys().map(String::as_str).collect();
         assert_eq!(known, BTreeSet::from(["svc-f", "svc-g"]));
     }
 
     // An observe in two parts: their union replaces the frontends at the last part (svc-f's,
     // reported in the first part, moved; svc-g has none any more). That nothing changes before
     // the last part is checked by the unit tests of `state`.
-    server
-        .state
-        .gateway("")
-        .unwrap()
-        .lock()
-        .dispatch
-        .request_observe();
+    server.state.gateway("").unwrap().lock().request_observe();
     server.state.notify_work();
     let u = expect_unit(&mut w).await;
     assert!(matches!(u.work, Some(Work::Observe(_))), "{u:?}");
@@ -274,7 +268,11 @@ async fn get_service_shows_the_frontend_of_the_creation_then_of_each_observe_unt
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert!(!gw.frontends.contains_key("svc-f"), "{:?}", gw.frontends);
+        assert!(
+            !gw.frontends().contains_key("svc-f"),
+            "{:?}",
+            gw.frontends()
+        );
     }
     server.stop().await;
 }
@@ -293,7 +291,13 @@ async fn a_ports_change_creates_the_service_again_with_the_new_rules() {
     assert_eq!(c.frontend_ip("svc-p").await, ip);
 
     // New ports: the service is created again, with them; it stays in NRP meanwhile.
-    let before = server.state.gateway("").unwrap().lock().tracker.revision();
+    let before = server
+        .state
+        .gateway("")
+        .unwrap()
+        .lock()
+        .tracker()
+        .revision();
     let revision = c
         .service(v1::Operation::Add, "svc-p", &[(TCP, 80), (TCP, 443)])
         .await;
@@ -357,13 +361,7 @@ async fn a_ports_change_creates_the_service_again_with_the_new_rules() {
 
 /// Asks the server for an observe and returns its unit.
 async fn observe_unit(server: &TestServer, w: &mut TestWorker) -> v1::WorkUnit {
-    server
-        .state
-        .gateway("")
-        .unwrap()
-        .lock()
-        .dispatch
-        .request_observe();
+    server.state.gateway("").unwrap().lock().request_observe();
     server.state.notify_work();
     let u = expect_unit(w).await;
     assert!(matches!(u.work, Some(Work::Observe(_))), "{u:?}");
@@ -520,7 +518,13 @@ async fn an_observe_with_other_rules_than_the_desired_ports_creates_the_service_
         .unwrap()
         .rules
         .insert("svc-r".into(), BTreeSet::from([(TCP, 8080)]));
-    let before = server.state.gateway("").unwrap().lock().tracker.revision();
+    let before = server
+        .state
+        .gateway("")
+        .unwrap()
+        .lock()
+        .tracker()
+        .revision();
     let u = observe_unit(&server, &mut w).await;
     let report = nrp.lock().unwrap().apply_report(&u);
     w.send_report(report).await;
@@ -533,7 +537,16 @@ async fn an_observe_with_other_rules_than_the_desired_ports_creates_the_service_
             vec![(TCP, 80), (UDP, 53)]
         )]
     );
-    assert!(server.state.gateway("").unwrap().lock().tracker.revision() > before);
+    assert!(
+        server
+            .state
+            .gateway("")
+            .unwrap()
+            .lock()
+            .tracker()
+            .revision()
+            > before
+    );
     let report = nrp.lock().unwrap().apply_report(&u);
     w.send_report(report).await;
     assert_eq!(w.run_until_idle(&nrp, IDLE).await, 0, "nothing else to do");

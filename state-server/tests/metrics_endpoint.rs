@@ -167,7 +167,7 @@ async fn units_a_worker_reports_are_counted_by_kind_and_result_on_the_endpoint()
     {
         let g = server.state.gateway("").unwrap();
         g.lock()
-            .tracker
+            .tracker_mut()
             .update_service(Operation::Add, "svc-a")
             .unwrap();
     }
@@ -206,7 +206,7 @@ async fn units_a_worker_reports_are_counted_by_kind_and_result_on_the_endpoint()
         loop {
             let g = server.state.gateway("").unwrap();
             if g.lock()
-                .tracker
+                .tracker()
                 .service_view("svc-a")
                 .is_some_and(|v| v.actual)
             {

@@ -32,7 +32,7 @@ fn config() -> ServerConfig {
 fn seed(state: &StateServer) {
     let g = state.gateway("").unwrap();
     let mut gw = g.lock();
-    let t = &mut gw.tracker;
+    let t = gw.tracker_mut();
     for (s, a) in [("svc-a", "10.1.0.1"), ("svc-b", "10.1.0.2")] {
         t.update_service(Operation::Add, s).unwrap();
         t.set_endpoints(
@@ -88,9 +88,9 @@ async fn a_repair_is_read_back_then_retried_and_never_parked() {
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert_eq!(gw.dispatch.parked_units(), 0);
-        assert_eq!(gw.dispatch.awaiting_read_back(), 1);
-        let errors = gw.dispatch.last_errors();
+        assert_eq!(gw.dispatch().parked_units(), 0);
+        assert_eq!(gw.dispatch().awaiting_read_back(), 1);
+        let errors = gw.dispatch().last_errors();
         let last = errors.last().expect("recorded");
         assert_eq!(last.code, "ServiceNotRegistered");
         assert!(!last.terminal);
@@ -105,8 +105,8 @@ async fn a_repair_is_read_back_then_retried_and_never_parked() {
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert!(gw.tracker.pending_diff().is_empty());
-        assert_eq!(gw.dispatch.awaiting_read_back(), 0);
+        assert!(gw.tracker().pending_diff().is_empty());
+        assert_eq!(gw.dispatch().awaiting_read_back(), 0);
     }
     server.stop().await;
 }
@@ -126,7 +126,7 @@ async fn a_deletion_that_unregistered_before_it_failed_takes_the_service_out_of_
     {
         let g = server.state.gateway("").unwrap();
         g.lock()
-            .tracker
+            .tracker_mut()
             .update_service(Operation::Remove, "svc-b")
             .unwrap();
     }
@@ -165,7 +165,7 @@ async fn a_deletion_that_unregistered_before_it_failed_takes_the_service_out_of_
         let g = server.state.gateway("").unwrap();
         if !g
             .lock()
-            .tracker
+            .tracker()
             .service_view("svc-b")
             .expect("known")
             .actual
@@ -179,8 +179,10 @@ async fn a_deletion_that_unregistered_before_it_failed_takes_the_service_out_of_
     {
         let g = server.state.gateway("").unwrap();
         let mut gw = g.lock();
-        gw.tracker.update_service(Operation::Add, "svc-b").unwrap();
-        gw.tracker
+        gw.tracker_mut()
+            .update_service(Operation::Add, "svc-b")
+            .unwrap();
+        gw.tracker_mut()
             .set_endpoints(
                 "svc-b",
                 &[Endpoint {
@@ -203,8 +205,8 @@ async fn a_deletion_that_unregistered_before_it_failed_takes_the_service_out_of_
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert!(gw.tracker.pending_diff().is_empty());
-        assert_eq!(gw.dispatch.parked_units(), 0);
+        assert!(gw.tracker().pending_diff().is_empty());
+        assert_eq!(gw.dispatch().parked_units(), 0);
         let nrp = nrp.lock().unwrap();
         assert!(nrp.services.contains_key("svc-b"));
         assert_eq!(nrp.locations["10.0.0.1"].len(), 2);

@@ -33,7 +33,7 @@ fn config(lease: Duration) -> ServerConfig {
 fn seed(state: &StateServer, locations: u8) {
     let g = state.gateway("").unwrap();
     let mut gw = g.lock();
-    let t = &mut gw.tracker;
+    let t = gw.tracker_mut();
     t.update_service(Operation::Add, "svc-a").unwrap();
     t.update_service(Operation::Add, "svc-b").unwrap();
     let pods: Vec<(String, String)> = (1..=locations)
@@ -67,7 +67,7 @@ fn seed(state: &StateServer, locations: u8) {
 fn converged(state: &StateServer) -> bool {
     let g = state.gateway("").unwrap();
     let gw = g.lock();
-    gw.tracker.pending_diff().is_empty() && gw.dispatch.units_in_flight() == 0
+    gw.tracker().pending_diff().is_empty() && gw.dispatch().units_in_flight() == 0
 }
 
 fn nrp_address_count(nrp: &Arc<Mutex<FakeNrp>>) -> usize {
@@ -94,7 +94,7 @@ async fn updates_become_units_and_reports_converge_the_actual_state() {
             .gateway("")
             .unwrap()
             .lock()
-            .tracker
+            .tracker()
             .pending_diff()
     );
     assert_eq!(nrp_address_count(&nrp), 12);
@@ -104,14 +104,14 @@ async fn updates_become_units_and_reports_converge_the_actual_state() {
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert_eq!(gw.tracker.counts().actual_addresses, 12);
+        assert_eq!(gw.tracker().counts().actual_addresses, 12);
         assert!(
-            gw.tracker.removals_allowed(),
+            gw.tracker().removals_allowed(),
             "gate opens after the observe with no expected writers"
         );
         // The creation reports told the server each inbound service's frontend.
         let frontends: BTreeMap<String, String> = gw
-            .frontends
+            .frontends()
             .iter()
             .map(|(s, ip)| (s.clone(), ip.clone()))
             .collect();
@@ -179,7 +179,7 @@ async fn a_unit_re_sent_after_its_worker_disconnected_carries_the_next_attempt()
     {
         let g = server.state.gateway("").unwrap();
         g.lock()
-            .tracker
+            .tracker_mut()
             .update_pod(
                 Operation::Add,
                 &PodUpdate {
@@ -261,10 +261,10 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert!(gw.dispatch.stats().late_reports >= 1);
-        assert!(gw.dispatch.stats().lease_expiries >= 1);
+        assert!(gw.dispatch().stats().late_reports >= 1);
+        assert!(gw.dispatch().stats().lease_expiries >= 1);
         assert_eq!(
-            gw.tracker.counts().actual_addresses,
+            gw.tracker().counts().actual_addresses,
             0,
             "the late report recorded nothing"
         );
@@ -317,7 +317,7 @@ async fn under_many_concurrent_workers_no_location_is_held_by_two_at_once() {
         // Keep changing the desired state while workers run, so locations are re-cut.
         let g = server.state.gateway("").unwrap();
         g.lock()
-            .tracker
+            .tracker_mut()
             .update_pod(
                 Operation::Add,
                 &PodUpdate {
@@ -360,8 +360,10 @@ async fn after_a_restart_no_still_desired_address_is_ever_in_a_removal() {
     {
         let g = second.state.gateway("").unwrap();
         let mut gw = g.lock();
-        gw.tracker.update_service(Operation::Add, "svc-a").unwrap();
-        gw.tracker
+        gw.tracker_mut()
+            .update_service(Operation::Add, "svc-a")
+            .unwrap();
+        gw.tracker_mut()
             .set_endpoints(
                 "svc-a",
                 &[Endpoint {
@@ -383,7 +385,8 @@ async fn after_a_restart_no_still_desired_address_is_ever_in_a_removal() {
     seed(&second.state, 4);
     {
         let g = second.state.gateway("").unwrap();
-        g.lock().resync_completed("watcher");
+        g.lock()
+            .resync_completed("watcher", std::time::Instant::now(), 1);
     }
     second.state.notify_work();
     w.run_until_idle(&nrp, IDLE).await;
@@ -391,7 +394,8 @@ async fn after_a_restart_no_still_desired_address_is_ever_in_a_removal() {
     // The new server learnt the frontends from its observe of NRP.
     {
         let g = second.state.gateway("").unwrap();
-        let frontends: BTreeMap<String, String> = g.lock().frontends.clone().into_iter().collect();
+        let frontends: BTreeMap<String, String> =
+            g.lock().frontends().clone().into_iter().collect();
         let nrp = nrp.lock().unwrap();
         assert_eq!(frontends, nrp.frontends);
         assert_eq!(frontends.len(), 2);
@@ -447,8 +451,8 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
     {
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
-        assert_eq!(gw.dispatch.parked_units(), 1);
-        let errors = gw.dispatch.last_errors();
+        assert_eq!(gw.dispatch().parked_units(), 1);
+        let errors = gw.dispatch().last_errors();
         assert_eq!(errors.len(), 2);
         assert!(!errors[0].terminal && errors[0].code == "TooManyRequests");
         assert!(errors[1].terminal && errors[1].code == "InvalidResourceReference");
@@ -457,7 +461,7 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
     {
         let g = server.state.gateway("").unwrap();
         g.lock()
-            .tracker
+            .tracker_mut()
             .update_pod(
                 Operation::Add,
                 &PodUpdate {
@@ -478,7 +482,7 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
             .gateway("")
             .unwrap()
             .lock()
-            .dispatch
+            .dispatch()
             .parked_units(),
         0
     );

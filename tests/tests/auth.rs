@@ -125,7 +125,7 @@ impl System {
             .gateway("default")
             .expect("default gateway")
             .lock()
-            .tracker
+            .tracker()
             .revision()
     }
 
@@ -387,8 +387,8 @@ async fn a_node_agent_writes_only_pods_at_its_own_node() {
     {
         let handle = sys.state.gateway("default").expect("gw");
         let gw = handle.lock();
-        assert!(gw.tracker.revision() > before);
-        let ids = gw.tracker.desired_inbound_identities();
+        assert!(gw.tracker().revision() > before);
+        let ids = gw.tracker().desired_inbound_identities();
         assert!(!ids.iter().any(|i| i == "svc-evil"), "{ids:?}");
     }
     let b = location_state(&sys, NODE_B).await;

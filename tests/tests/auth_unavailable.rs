@@ -87,7 +87,7 @@ fn revision(state: &StateServer) -> u64 {
         .gateway("default")
         .expect("default gateway")
         .lock()
-        .tracker
+        .tracker()
         .revision()
 }
 

@@ -204,7 +204,7 @@ async fn a_leader_cut_off_from_the_api_stops_dispatching_before_the_new_one_star
     })
     .await;
     for g in a.state.gateways() {
-        assert_eq!(g.lock().dispatch.units_in_flight(), 0);
+        assert_eq!(g.lock().dispatch().units_in_flight(), 0);
     }
 
     // The cluster goes on with the new leader.

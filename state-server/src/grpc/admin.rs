@@ -58,7 +58,7 @@ fn merge_writers(g: &Gateway, writers: &mut BTreeMap<String, WriterStatus>) {
                 ..WriterStatus::default()
             });
     }
-    for (writer, record) in &g.writers {
+    for (writer, record) in g.writers() {
         let w = writers
             .entry(writer.clone())
             .or_insert_with(|| WriterStatus {
@@ -109,13 +109,13 @@ impl AdminService {
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let view = g.tracker.location_view(ip).ok_or_else(|| {
+        let view = g.tracker().location_view(ip).ok_or_else(|| {
             Status::not_found(format!(
                 "location {ip} is neither desired nor in NRP in gateway {}",
-                quote(&g.name)
+                quote(g.name())
             ))
         })?;
-        Ok(location_state(&g.name, &view))
+        Ok(location_state(g.name(), &view))
     }
 
     #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.id))]
@@ -127,11 +127,11 @@ impl AdminService {
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let view = g.tracker.service_view(&q.id).ok_or_else(|| {
+        let view = g.tracker().service_view(&q.id).ok_or_else(|| {
             Status::not_found(format!(
                 "service {} is unknown in gateway {}",
                 quote(&q.id),
-                quote(&g.name)
+                quote(g.name())
             ))
         })?;
         let mut state = service_state(&g, &view);
@@ -150,11 +150,11 @@ impl AdminService {
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let diff = g.tracker.pending_diff();
+        let diff = g.tracker().pending_diff();
         let truncated = diff.services.len() > limit || diff.locations.len() > limit;
         Ok(PendingDiffResponse {
-            gateway: g.name.clone(),
-            revision: g.tracker.revision(),
+            gateway: g.name().to_owned(),
+            revision: g.tracker().revision(),
             services: diff
                 .services
                 .iter()
@@ -326,7 +326,7 @@ fn derive_condition(f: &ConditionFacts<'_>) -> ServiceCondition {
 
 /// Whether an address of `location` refers to `name` on either side.
 fn carries(g: &Gateway, location: IpAddr, name: &str) -> bool {
-    g.tracker.location_view(location).is_some_and(|v| {
+    g.tracker().location_view(location).is_some_and(|v| {
         v.addresses.iter().any(|a| {
             a.desired.iter().flatten().any(|s| s == name)
                 || a.actual.iter().flatten().any(|s| s == name)
@@ -337,10 +337,10 @@ fn carries(g: &Gateway, location: IpAddr, name: &str) -> bool {
 /// Whether `location` holds, only because removals are withheld there, an address NRP has with
 /// `name` that is not desired with it.
 fn held_at(g: &Gateway, location: IpAddr, name: &str) -> bool {
-    if !g.tracker.location_removals_withheld(location) {
+    if !g.tracker().location_removals_withheld(location) {
         return false;
     }
-    g.tracker.location_view(location).is_some_and(|v| {
+    g.tracker().location_view(location).is_some_and(|v| {
         v.addresses.iter().any(|a| {
             a.actual.iter().flatten().any(|s| s == name)
                 && !a.desired.iter().flatten().any(|s| s == name)
@@ -350,7 +350,7 @@ fn held_at(g: &Gateway, location: IpAddr, name: &str) -> bool {
 
 /// The hold of the restart gate that covers `location` (`None`: every location).
 fn hold_for(g: &Gateway, location: Option<IpAddr>) -> Option<HeldBack> {
-    g.gate
+    g.gate()
         .holds()
         .iter()
         .find(|h| match (&h.locations, location) {
@@ -383,26 +383,26 @@ fn condition_facts<'a>(
             error,
         })
     };
-    let parked = match g.dispatch.parked_service(name) {
+    let parked = match g.dispatch().parked_service(name) {
         Some(error) => Some(Failure {
             location: None,
             error,
         }),
-        None => first_location(&mut g.dispatch.parked_locations()),
+        None => first_location(&mut g.dispatch().parked_locations()),
     };
-    let failing = match g.dispatch.failing_service(name) {
+    let failing = match g.dispatch().failing_service(name) {
         Some(error) => Some(Failure {
             location: None,
             error,
         }),
-        None => first_location(&mut g.dispatch.failing_locations()),
+        None => first_location(&mut g.dispatch().failing_locations()),
     };
-    let held = if g.tracker.withheld().is_nothing() {
+    let held = if g.tracker().withheld().is_nothing() {
         None
-    } else if !view.desired && view.actual && g.tracker.withheld().deletions_of(view.kind) {
+    } else if !view.desired && view.actual && g.tracker().withheld().deletions_of(view.kind) {
         hold_for(g, None)
     } else {
-        g.tracker
+        g.tracker()
             .withheld_removals()
             .into_iter()
             .map(|(l, _)| l)
@@ -416,7 +416,7 @@ fn condition_facts<'a>(
         frontend_ip,
         desired_addresses: view.desired_addresses,
         actual_addresses: view.actual_addresses,
-        pending: g.tracker.is_service_dirty(name) || g.dispatch.service_pending(name),
+        pending: g.tracker().is_service_dirty(name) || g.dispatch().service_pending(name),
         parked,
         failing,
         held,
@@ -618,8 +618,8 @@ mod tests {
         let mut guard = handle.lock();
         let g = &mut *guard;
         let svc = "3b0c0d4e-0000-4000-8000-00000000000a";
-        g.tracker.update_service(Operation::Add, svc).unwrap();
-        g.tracker
+        g.tracker_mut().update_service(Operation::Add, svc).unwrap();
+        g.tracker_mut()
             .set_endpoints(
                 svc,
                 &[Endpoint {
@@ -629,7 +629,7 @@ mod tests {
             )
             .unwrap();
         let condition = |g: &Gateway| {
-            let view = g.tracker.service_view(svc).unwrap();
+            let view = g.tracker().service_view(svc).unwrap();
             service_condition(g, &view, "")
         };
         // Nothing read back, nothing sent yet.
@@ -640,10 +640,9 @@ mod tests {
         let mut snapshot = clb_core::difftracker::ActualSnapshot::default();
         snapshot.load_balancers.push(old.into());
         let mut now = Instant::now();
-        let observe = g.dispatch.next_unit(&mut g.tracker, 1, 1, now).unwrap();
+        let observe = g.lease(1, 1, now).unwrap().unit;
         assert_eq!(observe.work, UnitWork::Observe);
-        g.dispatch.on_report(
-            &mut g.tracker,
+        g.take_report(
             1,
             Report {
                 work_id: 1,
@@ -654,18 +653,18 @@ mod tests {
                     last: true,
                 },
             },
+            Default::default(),
             now,
         );
-        g.update_gates();
+        g.update_gates(now);
         let fail = |g: &mut Gateway, id: u64, now: Instant, outcome: Outcome| {
-            let unit = g.dispatch.next_unit(&mut g.tracker, 1, id, now).unwrap();
+            let unit = g.lease(1, id, now).unwrap().unit;
             assert!(
                 matches!(unit.work, UnitWork::Services(_)),
                 "{:?}",
                 unit.work
             );
-            g.dispatch.on_report(
-                &mut g.tracker,
+            g.take_report(
                 1,
                 Report {
                     work_id: id,
@@ -673,6 +672,7 @@ mod tests {
                     progress: vec![],
                     outcome,
                 },
+                Default::default(),
                 now,
             );
         };
@@ -707,7 +707,7 @@ mod tests {
         assert!(c.location.is_empty());
 
         // While the gate waits for the cluster view, the deletion of the unwanted one is held back.
-        let view = g.tracker.service_view(old).unwrap();
+        let view = g.tracker().service_view(old).unwrap();
         let c = service_condition(g, &view, "");
         assert_eq!(reason(&c), ProgrammingReason::HeldBack, "{c:?}");
         assert_eq!(c.held_for, "cluster_view");

@@ -29,7 +29,8 @@ use clb_core::difftracker::{
     self, ActualSnapshot, DiffTracker, InvalidInput, LocationDiff, LocationView, Operation, Reason,
     ServiceKind, ServiceView, excerpt, quote,
 };
-use clb_core::dispatch::{self, Outcome, Report, Unit, UnitWork};
+use clb_core::dispatch::{self, Outcome, Report, UnitWork};
+use clb_core::gateway::{Leased, Port, Protocol};
 
 /// A request-level refusal: `INVALID_ARGUMENT` naming the field, the value (quoted, cut when
 /// long) and the reason.
@@ -341,16 +342,21 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
     }
 }
 
-/// A unit the dispatcher cut as the proto sent to a worker. A creation of an inbound service
-/// carries the service's desired ports ([`Gateway::ports_for`] remembers them as in flight);
-/// `trace_context` is left for the session to fill.
-pub fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
+/// A unit leased to a worker as the proto sent to it: a creation of an inbound service carries the
+/// service's desired ports ([`clb_core::gateway::GatewayCore::lease`] remembers them as in flight); `trace_context`
+/// is left for the session to fill.
+pub fn unit_to_proto(gateway: &str, leased: Leased) -> v1::WorkUnit {
+    let Leased { unit, ports } = leased;
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
         UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
             changes: changes
                 .iter()
-                .map(|c| service_change(c, gateway.ports_for(c)))
+                .enumerate()
+                .map(|(i, c)| {
+                    let ports = ports.get(i).map_or(&[][..], Vec::as_slice);
+                    service_change(c, ports.iter().map(port_to_proto).collect())
+                })
                 .collect(),
         }),
         UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
@@ -359,13 +365,54 @@ pub fn unit_to_proto(gateway: &mut Gateway, unit: Unit) -> v1::WorkUnit {
     };
     v1::WorkUnit {
         work_id: unit.work_id,
-        gateway: gateway.name.clone(),
+        gateway: gateway.to_owned(),
         revision: unit.revision,
         lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
         lease_duration_ms: unit.lease.as_millis() as u64,
         attempt: unit.attempt,
         work: Some(work),
         trace_context: Default::default(),
+    }
+}
+
+/// A port from the wire; a protocol this server does not know is kept as its wire value (no rule
+/// can be made of it).
+pub fn port_from_proto(p: &ServicePort) -> Port {
+    let protocol = match v1::Protocol::try_from(p.protocol) {
+        Ok(v1::Protocol::Tcp) => Protocol::Tcp,
+        Ok(v1::Protocol::Udp) => Protocol::Udp,
+        _ => Protocol::Other(p.protocol),
+    };
+    Port {
+        protocol,
+        port: p.port,
+        target_port: p.target_port,
+    }
+}
+
+/// A port as the wire has it.
+pub fn port_to_proto(p: &Port) -> ServicePort {
+    let protocol = match p.protocol {
+        Protocol::Tcp => v1::Protocol::Tcp as i32,
+        Protocol::Udp => v1::Protocol::Udp as i32,
+        Protocol::Other(raw) => raw,
+    };
+    ServicePort {
+        port: p.port,
+        protocol,
+        target_port: p.target_port,
+    }
+}
+
+/// The ports an applied update makes desired for its inbound service (`Some(None)`: the service
+/// went), for [`clb_core::gateway::GatewayCore::ports_desired`]; `None` for other kinds.
+pub fn ports_of_update(update: &Update) -> Option<(&str, Option<Vec<Port>>)> {
+    match &update.kind {
+        Some(Kind::Service(s)) if s.operation == v1::Operation::Add as i32 => {
+            Some((&s.id, Some(s.ports.iter().map(port_from_proto).collect())))
+        }
+        Some(Kind::Service(s)) => Some((&s.id, None)),
+        _ => None,
     }
 }
 
@@ -400,16 +447,19 @@ pub fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
 
 /// The load balancer rules an observe's part carries, as (canonical service, ports) pairs. An
 /// entry with a malformed service name is left out (so that service's rules are not compared).
-pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<v1::ServicePort>)> {
+pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<Port>)> {
     let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
         return Vec::new();
     };
     let listed = o.snapshot.as_ref().map_or(&[][..], |s| s.rules.as_slice());
-    let rules: Vec<(String, Vec<v1::ServicePort>)> = listed
+    let rules: Vec<(String, Vec<Port>)> = listed
         .iter()
         .filter_map(|s| {
             let service = normalize_identity("service", &s.service).ok()?;
-            Some((service.into_owned(), s.ports.clone()))
+            Some((
+                service.into_owned(),
+                s.ports.iter().map(port_from_proto).collect(),
+            ))
         })
         .collect();
     if rules.len() < listed.len() {
@@ -661,9 +711,9 @@ pub fn gateway_status(
     now: Instant,
     worker_id: &dyn Fn(u64) -> String,
 ) -> v1::GatewayStatus {
-    let c = g.tracker.counts();
+    let c = g.tracker().counts();
     let mut last_errors: Vec<v1::ErrorRecord> = g
-        .dispatch
+        .dispatch()
         .last_errors()
         .into_iter()
         .map(|e| {
@@ -672,10 +722,10 @@ pub fn gateway_status(
         })
         .collect();
     last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
-    let oldest = g.dispatch.oldest_pending_age(now).unwrap_or_default();
+    let oldest = g.dispatch().oldest_pending_age(now).unwrap_or_default();
     v1::GatewayStatus {
-        name: g.name.clone(),
-        revision: g.tracker.revision(),
+        name: g.name().to_owned(),
+        revision: g.tracker().revision(),
         desired_addresses: c.desired_addresses,
         actual_addresses: c.actual_addresses,
         desired_locations: c.desired_locations,
@@ -685,9 +735,9 @@ pub fn gateway_status(
         desired_egresses: c.desired_egresses,
         actual_nat_gateways: c.actual_nat_gateways,
         dirty_locations: c.dirty_locations,
-        units_in_flight: g.dispatch.units_in_flight() as u64,
-        parked_units: g.dispatch.parked_units() as u64,
-        init: Some(init_gates(g.gate_view())),
+        units_in_flight: g.dispatch().units_in_flight() as u64,
+        parked_units: g.dispatch().parked_units() as u64,
+        init: Some(init_gates(g.gate_view(now))),
         last_errors,
         oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
     }
@@ -697,7 +747,7 @@ pub fn gateway_status(
 /// the frontend IP of an inbound service (the frontend only while NRP has the service).
 pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
     v1::ServiceState {
-        actual_locations: g.tracker.actual_locations_of(&view.name),
+        actual_locations: g.tracker().actual_locations_of(&view.name),
         ..service_state_uncounted(g, view)
     }
 }
@@ -706,16 +756,16 @@ pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
 /// the writers' stream of service states sends (`grpc/session.rs`).
 pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
     let inbound = view.kind == ServiceKind::Inbound;
-    let ports = match g.service_ports.get(&view.name) {
-        Some(ports) if inbound => ports.clone(),
+    let ports = match g.service_ports(&view.name) {
+        Some(ports) if inbound => ports.iter().map(port_to_proto).collect(),
         _ => Vec::new(),
     };
-    let frontend_ip = match g.frontends.get(&view.name) {
-        Some(ip) if inbound && view.actual => ip.clone(),
+    let frontend_ip = match g.frontend(&view.name) {
+        Some(ip) if inbound && view.actual => ip.to_owned(),
         _ => String::new(),
     };
     v1::ServiceState {
-        gateway: g.name.clone(),
+        gateway: g.name().to_owned(),
         id: view.name.clone(),
         kind: service_kind(view.kind) as i32,
         desired: view.desired,
@@ -1122,9 +1172,9 @@ mod tests {
             rules_from_proto(&observed),
             vec![(
                 "svc-a".to_string(),
-                vec![ServicePort {
+                vec![Port {
                     port: 80,
-                    protocol: 1,
+                    protocol: Protocol::Tcp,
                     target_port: 0,
                 }]
             )]

@@ -250,13 +250,13 @@ impl Task {
         } else {
             Vec::new()
         };
-        let mut leased: Vec<Arc<WorkerPort>> = Vec::new();
+        let mut served: Vec<Arc<WorkerPort>> = Vec::new();
         let (expired, next) = {
             let mut gw = handle.lock();
             let gw = &mut *gw;
-            let expired = gw.dispatch.expire(now);
-            // A bounded wait of the restart gate may have passed.
-            gw.update_gates();
+            // Leases that expired, restart-gate bounds that passed.
+            let expired = gw.tick(now);
+            gw.log_gate_notes();
             // Each unit to the best-ranked session with room ([`WorkerPort::rank`]), until none
             // has room or the dispatcher has nothing to cut now.
             loop {
@@ -274,17 +274,14 @@ impl Task {
                     port.unreserve(work_id);
                     break;
                 }
-                let Some(unit) = gw
-                    .dispatch
-                    .next_unit(&mut gw.tracker, port.session, work_id, now)
-                else {
+                let Some(leased) = gw.lease(port.session, work_id, now) else {
                     port.unreserve(work_id);
                     break;
                 };
-                let links = gw.trace_links.take(&unit.work);
-                let unit = unit_to_proto(gw, unit);
+                let links = gw.trace_links.take(&leased.unit.work);
+                let unit = unit_to_proto(handle.name(), leased);
                 send_unit(state, port, unit, links);
-                leased.push(port.clone());
+                served.push(port.clone());
             }
             let changes = handle.changes();
             let spacing_due = match self.published {
@@ -299,21 +296,17 @@ impl Task {
                     None
                 }
             };
-            let next = [
-                gw.dispatch.next_deadline(now),
-                gw.gate.next_deadline(now),
-                spacing_due,
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let next = [gw.next_deadline(now), spacing_due]
+                .into_iter()
+                .flatten()
+                .min();
             (expired, next)
         };
         let when = unix_ms(SystemTime::now());
-        leased.dedup_by_key(|p| p.session);
+        served.dedup_by_key(|p| p.session);
         for port in ports.iter().map(|(p, _)| p) {
             let units = port.units_held() as u32;
-            let got = leased.iter().any(|p| p.session == port.session);
+            let got = served.iter().any(|p| p.session == port.session);
             state.update_worker(port.session, |info| {
                 info.units_in_flight = units;
                 if got {

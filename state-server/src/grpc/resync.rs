@@ -13,20 +13,7 @@ use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{DiffTracker, Operation, PodUpdate, quote};
 
-/// The part of the desired state a resync covers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Scope {
-    /// Every inbound identity.
-    pub services: bool,
-    /// Every declared outbound identity.
-    pub egresses: bool,
-    /// The endpoints of every inbound identity.
-    pub endpoints: bool,
-    /// Every pod, or with `location` only the pods at that location.
-    pub pods: bool,
-    /// Restricts `pods` to one location (a node agent's view of its node).
-    pub location: Option<IpAddr>,
-}
+pub use clb_core::gateway::Scope;
 
 /// A problem with the resync header as a whole (see [`convert::resync_scope`]): the call fails
 /// with `INVALID_ARGUMENT`.
@@ -52,36 +39,13 @@ impl fmt::Display for HeaderError {
     }
 }
 
-impl Scope {
-    fn covers(&self, kind: &Kind) -> bool {
-        match kind {
-            Kind::Service(_) => self.services,
-            Kind::Egress(_) => self.egresses,
-            Kind::Endpoints(_) => self.endpoints,
-            Kind::Pod(_) => self.pods,
-        }
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        for (on, name) in [
-            (self.services, "services"),
-            (self.egresses, "egresses"),
-            (self.endpoints, "endpoints"),
-        ] {
-            if on {
-                parts.push(name.to_owned());
-            }
-        }
-        if self.pods {
-            parts.push(match self.location {
-                Some(l) => format!("pods at {l}"),
-                None => "pods".to_owned(),
-            });
-        }
-        f.write_str(&parts.join(", "))
+/// Whether `scope` covers updates of `kind`.
+fn covers(scope: &Scope, kind: &Kind) -> bool {
+    match kind {
+        Kind::Service(_) => scope.services,
+        Kind::Egress(_) => scope.egresses,
+        Kind::Endpoints(_) => scope.endpoints,
+        Kind::Pod(_) => scope.pods,
     }
 }
 
@@ -123,7 +87,7 @@ fn apply_view_update(
         return apply_update(tracker, update, index);
     };
     let prefix = format!("{}.{}", update_path(index), kind_name(kind));
-    if !scope.covers(kind) {
+    if !covers(scope, kind) {
         return Err(item_error(
             index,
             prefix,

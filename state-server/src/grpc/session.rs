@@ -60,7 +60,7 @@ pub fn snapshot(g: &Gateway, changes: u64) -> GatewaySnapshot {
         services,
         nrp_observed,
         resynced: g
-            .writers
+            .writers()
             .iter()
             .filter(|(_, w)| w.last_resync_unix_ms.is_some())
             .map(|(name, _)| name.clone())
@@ -86,10 +86,10 @@ pub fn session(state: &StateServer, g: &Gateway, source: &str) -> WriterSession 
         server_id: state.config().server_id.clone(),
         epoch: state.epoch(),
         resynced: g
-            .writers
+            .writers()
             .get(source)
             .is_some_and(|w| w.last_resync_unix_ms.is_some()),
-        gateway: g.name.clone(),
+        gateway: g.name().to_owned(),
     }
 }
 
@@ -206,7 +206,7 @@ pub fn watch_session(
 /// counted), and whether NRP was read back.
 fn read_services(g: &Gateway) -> (HashMap<String, ServiceState>, bool) {
     let states = g
-        .tracker
+        .tracker()
         .service_views(ServiceKind::Inbound)
         .map(|view| {
             let mut st = service_state_uncounted(g, &view);
@@ -214,7 +214,7 @@ fn read_services(g: &Gateway) -> (HashMap<String, ServiceState>, bool) {
             (view.name, st)
         })
         .collect();
-    (states, g.gate.nrp_observed())
+    (states, g.gate().nrp_observed())
 }
 
 /// `WatchServices`: a snapshot of the gateway's inbound services, then their changes, until the
@@ -321,7 +321,7 @@ pub fn locations_programmed(
     let programmed = ips
         .into_iter()
         .map(|ip| {
-            g.tracker.location_view(ip).is_none_or(|v| {
+            g.tracker().location_view(ip).is_none_or(|v| {
                 v.addresses
                     .iter()
                     .all(|a| a.desired.is_none() || a.actual.is_some())
@@ -358,7 +358,7 @@ pub fn addresses_programmed(
         .map(|(location, address, service)| {
             let view = views
                 .entry(location)
-                .or_insert_with(|| g.tracker.location_view(location));
+                .or_insert_with(|| g.tracker().location_view(location));
             view.as_ref().is_some_and(|v| {
                 v.addresses.iter().any(|a| {
                     a.address == address
@@ -374,7 +374,7 @@ pub fn addresses_programmed(
         req.addresses
             .iter()
             .map(|q| {
-                g.tracker
+                g.tracker()
                     .service_view(&q.service)
                     .map(|view| {
                         let st = service_state_uncounted(&g, &view);

@@ -18,6 +18,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto};
 use super::push::{Outbox, WorkerPort};
 use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
+use clb_core::gateway::ReportExtras;
 
 /// Serves `clb.v1.Worker`.
 #[derive(Debug, Clone)]
@@ -176,7 +177,7 @@ impl Session {
         state.ports().remove(session);
         let mut released = 0;
         for g in self.port.gateways() {
-            released += g.lock().dispatch.release_worker(session, Instant::now());
+            released += g.lock().release_worker(session, Instant::now());
             g.changed();
         }
         state.set_worker(session, None);
@@ -199,7 +200,7 @@ impl Session {
                 "report for a unit this worker does not hold (late or unknown): ignored"
             );
             if let Some(g) = self.port.gateways().first() {
-                g.lock().dispatch.count_late_report();
+                g.lock().count_late_report();
             }
             return;
         };
@@ -212,11 +213,13 @@ impl Session {
         self.port.reported();
         let handled = {
             let mut gw = gateway.lock();
-            let held = gw.dispatch.holds(work_id);
+            let held = gw.holds(work_id);
             if held {
-                gw.on_report(session, report, frontends, rules, Instant::now());
+                let extras = ReportExtras { frontends, rules };
+                gw.take_report(session, report, extras, Instant::now());
+                gw.log_gate_notes();
             } else {
-                gw.dispatch.count_late_report();
+                gw.count_late_report();
             }
             held
         };

@@ -15,8 +15,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::convert::{
-    apply_update, invalid_argument, item_error, kind_name, resync_scope, resync_topology,
-    unknown_gateway,
+    apply_update, invalid_argument, item_error, kind_name, ports_of_update, resync_scope,
+    resync_topology, unknown_gateway,
 };
 use super::resync::{Scope, replace_scope};
 use super::session::{self, ServiceStatesStream, SessionStream};
@@ -182,15 +182,17 @@ fn apply_batch(
         let mut rejected = Vec::new();
         for (index, update) in req.updates.iter().enumerate() {
             if let WriteRights::Node(node) = rights
-                && let Err(e) = node_item_check(&gateway.gate, node, update, index)
+                && let Err(e) = node_item_check(gateway.gate(), node, update, index)
             {
                 rejected.push(e);
                 continue;
             }
-            match apply_update(&mut gateway.tracker, update, index) {
+            match apply_update(gateway.tracker_mut(), update, index) {
                 Ok(()) => {
                     applied += 1;
-                    gateway.remember_ports(update);
+                    if let Some((service, ports)) = ports_of_update(update) {
+                        gateway.ports_desired(service, ports);
+                    }
                     if let Some(link) = &link {
                         gateway.trace_links.note(link, update);
                     }
@@ -201,7 +203,7 @@ fn apply_batch(
         gateway.record_writes(&req.writer, u64::from(applied), rejected.len() as u64);
         state.metrics().rejected(rejected.len() as u64);
         let session = session::session(state, &gateway, &req.writer);
-        (gateway.tracker.revision(), applied, rejected, session)
+        (gateway.tracker().revision(), applied, rejected, session)
     };
     span.record("applied", applied);
     span.record("rejected", rejected.len());
@@ -230,12 +232,12 @@ fn dry_run(
     rights: &WriteRights,
 ) -> ApplyResponse {
     let gateway = handle.lock();
-    let mut copy = gateway.tracker.clone();
+    let mut copy = gateway.tracker().clone();
     let mut applied = 0u32;
     let mut rejected = Vec::new();
     for (index, update) in req.updates.iter().enumerate() {
         let checked = match rights {
-            WriteRights::Node(node) => node_item_check(&gateway.gate, node, update, index),
+            WriteRights::Node(node) => node_item_check(gateway.gate(), node, update, index),
             WriteRights::Any => Ok(()),
         };
         match checked.and_then(|()| apply_update(&mut copy, update, index)) {
@@ -245,7 +247,7 @@ fn dry_run(
     }
     ApplyResponse {
         batch_id: req.batch_id,
-        revision: gateway.tracker.revision(),
+        revision: gateway.tracker().revision(),
         applied,
         rejected,
         session: Some(session::session(state, &gateway, &req.writer)),
@@ -272,7 +274,7 @@ fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result
         ));
     };
     let gateway = handle.lock();
-    if !gateway.gate.topology_declared() {
+    if !gateway.gate().topology_declared() {
         // Transient, not a refusal: right after a (re)start the watcher's resync (which declares
         // the nodes) may come after the agents'; UNAVAILABLE makes them retry within 2 s.
         return Err(Status::unavailable(format!(
@@ -280,7 +282,7 @@ fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result
              watcher has declared the node topology since this server started: retry shortly"
         )));
     }
-    match gateway.gate.node_of(location) {
+    match gateway.gate().node_of(location) {
         Some(owner) if owner == node => Ok(()),
         owner => Err(denied(
             "header.scope.location",
@@ -475,10 +477,12 @@ impl WriterService {
         let link = clb_telemetry::current_span_link();
         let (revision, outcome, session) = {
             let mut gateway = handle.lock();
-            let outcome = replace_scope(&mut gateway.tracker, &scope, &view);
+            let outcome = replace_scope(gateway.tracker_mut(), &scope, &view);
             for (index, update) in view.iter().enumerate() {
                 if !outcome.rejected.iter().any(|e| e.index as usize == index) {
-                    gateway.remember_ports(update);
+                    if let Some((service, ports)) = ports_of_update(update) {
+                        gateway.ports_desired(service, ports);
+                    }
                     if let Some(link) = &link {
                         gateway.trace_links.note(link, update);
                     }
@@ -494,10 +498,27 @@ impl WriterService {
             self.state.metrics().rejected(outcome.rejected.len() as u64);
             // A resync that changed who owns the pods of some locations drops the old owner's
             // pods there; removals wait for the new owner's resync (see `gate.rs`).
-            let handed_over = gateway.resync_scope_completed(&writer, &scope, topology.as_ref());
+            let (handover, handed_over) = gateway.resync_scope_completed(
+                &writer,
+                &scope,
+                topology.as_ref(),
+                std::time::Instant::now(),
+                crate::state::unix_ms(std::time::SystemTime::now()),
+            );
+            gateway.log_gate_notes();
+            if !handover.drop_pods_at.is_empty() {
+                tracing::info!(
+                    gateway = %gateway.name(),
+                    writer,
+                    locations = handover.drop_pods_at.len(),
+                    pods = handed_over,
+                    asked = ?handover.resync_asked,
+                    "pods changed owner: the old owner's pods left the desired state"
+                );
+            }
             tracing::Span::current().record("handed_over", handed_over);
             (
-                gateway.tracker.revision(),
+                gateway.tracker().revision(),
                 outcome,
                 session::session(&self.state, &gateway, &writer),
             )

@@ -30,17 +30,18 @@
 //! exactly as after a restart. A declared node that goes is released at once (its pods are gone);
 //! a location nobody owns any more with no topology waits for any writer's pods resync of it.
 //!
-//! Pure (no I/O, time passed in): the [`Gateway`](crate::state::Gateway) feeds it and applies what
-//! it decides to its DiffTracker with [`DiffTracker::set_withheld`].
+//! Pure (no I/O, no logging, time passed in): the [`GatewayCore`](super::GatewayCore) feeds it and
+//! applies what it decides to its DiffTracker with [`DiffTracker::set_withheld`]; what it would log
+//! it keeps as [`GateNote`]s for the caller ([`RestartGate::take_notes`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use clb_core::difftracker::{DiffTracker, Withheld, WithheldLocations};
+use crate::difftracker::{DiffTracker, Withheld, WithheldLocations};
 
-use crate::grpc::resync::Scope;
-use crate::state::unix_ms;
+use super::Scope;
+use crate::unix_ms;
 
 /// Default bound of the wait for a pod writer or an expected writer.
 pub const DEFAULT_RESYNC_WAIT: Duration = Duration::from_secs(180);
@@ -192,6 +193,15 @@ struct ClusterView {
     topology: Option<HashMap<IpAddr, (String, String)>>,
 }
 
+/// Something the gate decided that an operator should read in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateNote {
+    /// A warning (a writer given up on), not information.
+    pub warning: bool,
+    /// What happened, with the writer, locations and bounds involved.
+    pub message: String,
+}
+
 /// The restart gate of one gateway (see the module documentation).
 #[derive(Debug)]
 pub struct RestartGate {
@@ -212,9 +222,20 @@ pub struct RestartGate {
     nothing_to_protect: bool,
     /// Locations whose pods were handed over and whose new owner has not resynced them yet.
     handoffs: BTreeMap<IpAddr, Handoff>,
+    /// What the gate would log, until the caller takes it.
+    notes: Vec<GateNote>,
 }
 
 impl RestartGate {
+    fn note(&mut self, warning: bool, message: String) {
+        self.notes.push(GateNote { warning, message });
+    }
+
+    /// What the gate decided since the last call that an operator should read in the log.
+    pub fn take_notes(&mut self) -> Vec<GateNote> {
+        std::mem::take(&mut self.notes)
+    }
+
     /// A closed gate: everything withheld until NRP is read back and the cluster view comes.
     pub fn new(expected_writers: Vec<String>, resync_wait: Duration) -> Self {
         let mut gate = Self {
@@ -230,6 +251,7 @@ impl RestartGate {
             open: false,
             nothing_to_protect: false,
             handoffs: BTreeMap::new(),
+            notes: Vec::new(),
         };
         gate.holds = gate.compute(Instant::now());
         gate
@@ -255,9 +277,11 @@ impl RestartGate {
         self.observed_at = Some(now);
         self.dirty = true;
         if nothing_to_protect {
-            tracing::info!(
+            self.note(
+                false,
                 "NRP read back with nothing but desired state in it: removals wait for no writer \
                  but the expected ones"
+                    .to_owned(),
             );
             self.nothing_to_protect = true;
         }
@@ -365,13 +389,14 @@ impl RestartGate {
             {
                 out.resync_asked.push(to.clone());
             }
-            tracing::info!(
-                location = %location,
-                from = old.as_deref().unwrap_or("-"),
-                to = new.as_deref().unwrap_or("any pods writer"),
-                bound = ?self.resync_wait,
-                "pods handed over: removals at the location wait for the new owner's resync"
+            let message = format!(
+                "pods handed over: removals at the location wait for the new owner's resync \
+                 (location {location}, from {}, to {}, bound {:?})",
+                old.as_deref().unwrap_or("-"),
+                new.as_deref().unwrap_or("any pods writer"),
+                self.resync_wait
             );
+            self.note(false, message);
             self.handoffs.insert(
                 location,
                 Handoff {
@@ -417,14 +442,13 @@ impl RestartGate {
                 .map(|(_, owner)| owner.as_str())
                 .filter(|o| !self.covers_any(o))
                 .collect();
-            tracing::info!(
-                source,
-                nodes = topology.as_ref().map(|t| t.len()),
-                ?waiting,
-                bound = ?self.resync_wait,
+            let message = format!(
                 "cluster view resynced; removals at each node's locations wait for its pod \
-                 writer's resync"
+                 writer's resync (writer {source}, nodes {:?}, waiting {waiting:?}, bound {:?})",
+                topology.as_ref().map(|t| t.len()),
+                self.resync_wait
             );
+            self.note(false, message);
         }
         let at = self.cluster_view.as_ref().map_or(now, |cv| cv.at);
         self.cluster_view = Some(ClusterView {
@@ -540,7 +564,10 @@ impl RestartGate {
             self.compute(now)
         };
         if holds.is_empty() && !self.open {
-            tracing::info!("restart gate open: every writer resynced, removals are sent");
+            self.note(
+                false,
+                "restart gate open: every writer resynced, removals are sent".to_owned(),
+            );
             self.open = true;
         }
         holds.extend(self.handoff_holds(now));
@@ -567,14 +594,15 @@ impl RestartGate {
             }
         }
         for (to, locations) in gave_up {
-            tracing::warn!(
-                writer = to.as_deref().unwrap_or("any pods writer"),
-                locations = locations.len(),
-                first = ?locations.first(),
-                waited = ?self.resync_wait,
+            let message = format!(
                 "no resync of handed-over pods from their new owner: the old owner's pods there \
-                 are removed"
+                 are removed (writer {}, locations {}, first {:?}, waited {:?})",
+                to.as_deref().unwrap_or("any pods writer"),
+                locations.len(),
+                locations.first(),
+                self.resync_wait
             );
+            self.note(true, message);
         }
         let mut grouped: BTreeMap<(Option<String>, Instant), Vec<IpAddr>> = BTreeMap::new();
         for (l, h) in &self.handoffs {
@@ -658,20 +686,21 @@ impl RestartGate {
 
     fn give_up(&mut self, writer: &str, locations: Option<&[IpAddr]>) {
         if self.given_up.insert(writer.to_owned()) {
-            match locations {
-                Some(l) => tracing::warn!(
-                    writer,
-                    locations = l.len(),
-                    first = ?l.first(),
-                    waited = ?self.resync_wait,
-                    "no resync from this pod writer: removals at its locations proceed without it"
+            let message = match locations {
+                Some(l) => format!(
+                    "no resync from this pod writer: removals at its locations proceed without it \
+                     (writer {writer}, locations {}, first {:?}, waited {:?})",
+                    l.len(),
+                    l.first(),
+                    self.resync_wait
                 ),
-                None => tracing::warn!(
-                    writer,
-                    waited = ?self.resync_wait,
-                    "no resync from this expected writer: removals proceed without it"
+                None => format!(
+                    "no resync from this expected writer: removals proceed without it (writer \
+                     {writer}, waited {:?})",
+                    self.resync_wait
                 ),
-            }
+            };
+            self.note(true, message);
         }
     }
 

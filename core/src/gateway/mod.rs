@@ -1,0 +1,580 @@
+//! One gateway's rules, in one place: the [`GatewayCore`] owns the gateway's DiffTracker, its
+//! dispatcher, its restart gate ([`gate`]), its writers, and what is kept beside the tracker for
+//! inbound services (the port book and the frontend IPs NRP reported). The state server drives it
+//! (one task per gateway) and maps its types to and from the wire; nothing here knows of gRPC,
+//! tokio or Kubernetes, and time is passed in.
+//!
+//! The port book ties three things together: the ports each inbound service is **desired** with
+//! (from the writers), the ports its load balancer rules were **programmed** with (as far as
+//! reports and read-backs showed), and the ports the creation **in flight** carries. A difference
+//! between desired and programmed creates the service again (its saga re-programs the rules); a
+//! creation's report moves its in-flight ports to programmed; a read-back replaces programmed with
+//! what NRP has, except for a service whose creation is still in flight (its report will say).
+
+pub mod gate;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::difftracker::{
+    DiffTracker, Operation, PodUpdate, ServiceAction, ServiceChange, ServiceKind,
+};
+use crate::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Expired, Outcome, Report, Unit};
+use gate::{GateNote, GateView, Handover, RestartGate, Topology};
+
+/// The part of the desired state a resync covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Every inbound identity.
+    pub services: bool,
+    /// Every declared outbound identity.
+    pub egresses: bool,
+    /// The endpoints of every inbound identity.
+    pub endpoints: bool,
+    /// Every pod, or with `location` only the pods at that location.
+    pub pods: bool,
+    /// Restricts `pods` to one location (a node agent's view of its node).
+    pub location: Option<IpAddr>,
+}
+
+impl Scope {
+    /// Every scope: services, egresses, endpoints, all pods.
+    pub const ALL: Scope = Scope {
+        services: true,
+        egresses: true,
+        endpoints: true,
+        pods: true,
+        location: None,
+    };
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        for (on, name) in [
+            (self.services, "services"),
+            (self.egresses, "egresses"),
+            (self.endpoints, "endpoints"),
+        ] {
+            if on {
+                parts.push(name.to_owned());
+            }
+        }
+        if self.pods {
+            parts.push(match self.location {
+                Some(l) => format!("pods at {l}"),
+                None => "pods".to_owned(),
+            });
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// The transport protocol of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// Anything else a writer sent (no load balancing rule can be made of it); the wire value.
+    Other(i32),
+}
+
+/// One port of an inbound service: a load balancing rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// The transport protocol.
+    pub protocol: Protocol,
+    /// The frontend port.
+    pub port: u32,
+    /// The port the pods listen on; 0 means `port`.
+    pub target_port: u32,
+}
+
+impl Port {
+    /// The backend port of the rule: the target port, or the port when the target port is 0.
+    pub fn backend_port(&self) -> u32 {
+        if self.target_port == 0 {
+            self.port
+        } else {
+            self.target_port
+        }
+    }
+
+    /// Whether a worker can make a load balancing rule of it (TCP or UDP, port and target port 1
+    /// to 65535, the target port 0 meaning the port).
+    pub fn programmable(&self) -> bool {
+        matches!(self.protocol, Protocol::Tcp | Protocol::Udp)
+            && (1..=65535).contains(&self.port)
+            && self.target_port <= 65535
+    }
+}
+
+/// Ports as a set of (protocol, port, backend port): the order and repetition of a list do not
+/// change the rules, and a target port of 0 is the port itself, so a change of the target port
+/// re-creates the rules as a port change does.
+fn port_set(ports: &[Port]) -> BTreeSet<(Protocol, u32, u32)> {
+    ports
+        .iter()
+        .map(|p| (p.protocol, p.port, p.backend_port()))
+        .collect()
+}
+
+/// What the server knows of one writer of a gateway.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterRecord {
+    /// Unix ms of the last completed resync, if any.
+    pub last_resync_unix_ms: Option<i64>,
+    /// Updates applied from this writer.
+    pub updates_applied: u64,
+    /// Items rejected from this writer.
+    pub items_rejected: u64,
+}
+
+/// Settings of a gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Writers whose first resync must complete before removals are allowed (see [`gate`]).
+    pub expected_writers: Vec<String>,
+    /// Longest wait for a pod writer or an expected writer that has not resynced.
+    pub resync_wait: Duration,
+    /// Dispatcher settings.
+    pub dispatch: DispatchConfig,
+}
+
+/// A unit leased to a worker, with the ports each of its service changes carries (empty but for
+/// the creation of an inbound service).
+#[derive(Debug, Clone)]
+pub struct Leased {
+    /// The unit.
+    pub unit: Unit,
+    /// For a services unit, one entry per change, in order; empty otherwise.
+    pub ports: Vec<Vec<Port>>,
+}
+
+/// What a report carries beside the dispatcher's [`Report`]: the frontends it names (for a
+/// service unit, those of its creations; for an observe, those of this part), as canonical
+/// (service, IP) pairs, and the load balancer rules of an observe's part.
+#[derive(Debug, Clone, Default)]
+pub struct ReportExtras {
+    /// (service, frontend IP) pairs.
+    pub frontends: Vec<(String, String)>,
+    /// (service, rule ports) pairs of an observe's part.
+    pub rules: Vec<(String, Vec<Port>)>,
+}
+
+/// What an observe reports beside the DiffTracker's snapshot, merged over its parts.
+#[derive(Debug, Default)]
+struct ObservedExtras {
+    frontends: HashMap<String, String>,
+    rules: HashMap<String, Vec<Port>>,
+}
+
+/// One gateway: its DiffTracker, dispatcher, restart gate, writers and port book.
+#[derive(Debug)]
+pub struct GatewayCore {
+    name: String,
+    tracker: DiffTracker,
+    dispatch: Dispatcher,
+    writers: BTreeMap<String, WriterRecord>,
+    /// Desired ports of inbound identities (canonical name).
+    service_ports: HashMap<String, Vec<Port>>,
+    /// Frontend IPs of inbound identities as NRP last reported them: set by the report of a
+    /// service's creation, replaced by each completed observe, dropped with its deletion.
+    frontends: HashMap<String, String>,
+    /// The ports each inbound identity's rules were last created with in NRP, as far as seen.
+    programmed_ports: HashMap<String, Vec<Port>>,
+    /// The ports the creation unit in flight for a service carries. An entry may outlive its unit
+    /// (a creation that failed or was not confirmed): the dispatcher says what is in flight.
+    ports_in_flight: HashMap<String, Vec<Port>>,
+    /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
+    observing: Option<(u64, ObservedExtras)>,
+    gate: RestartGate,
+}
+
+impl GatewayCore {
+    /// A gateway that starts afresh: empty desired state, removals withheld until NRP is read back
+    /// and the writers resynced, an observe first.
+    pub fn new(name: String, config: &GatewayConfig, env: DispatchEnv) -> Self {
+        let mut tracker = DiffTracker::new();
+        tracker.set_removals_allowed(false);
+        Self {
+            name,
+            tracker,
+            dispatch: Dispatcher::new(config.dispatch.clone(), env),
+            writers: BTreeMap::new(),
+            service_ports: HashMap::new(),
+            frontends: HashMap::new(),
+            programmed_ports: HashMap::new(),
+            ports_in_flight: HashMap::new(),
+            observing: None,
+            gate: RestartGate::new(config.expected_writers.clone(), config.resync_wait),
+        }
+    }
+
+    /// The gateway's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The desired and actual state (read only).
+    pub fn tracker(&self) -> &DiffTracker {
+        &self.tracker
+    }
+
+    /// The desired state, to apply writers' updates to (the writer edge validates and applies
+    /// them one by one; see [`GatewayCore::ports_desired`] for what goes beside).
+    pub fn tracker_mut(&mut self) -> &mut DiffTracker {
+        &mut self.tracker
+    }
+
+    /// The dispatcher (read only: leases, reports and expiries go through the core).
+    pub fn dispatch(&self) -> &Dispatcher {
+        &self.dispatch
+    }
+
+    /// Asks for a read-back of NRP as soon as possible.
+    pub fn request_observe(&mut self) {
+        self.dispatch.request_observe();
+    }
+
+    /// The restart gate.
+    pub fn gate(&self) -> &RestartGate {
+        &self.gate
+    }
+
+    /// The writers seen, by name.
+    pub fn writers(&self) -> &BTreeMap<String, WriterRecord> {
+        &self.writers
+    }
+
+    /// The desired ports of an inbound service.
+    pub fn service_ports(&self, name: &str) -> Option<&[Port]> {
+        self.service_ports.get(name).map(Vec::as_slice)
+    }
+
+    /// The frontend IP NRP reported for an inbound service.
+    pub fn frontend(&self, name: &str) -> Option<&str> {
+        self.frontends.get(name).map(String::as_str)
+    }
+
+    /// Every frontend IP NRP reported, by service.
+    pub fn frontends(&self) -> &HashMap<String, String> {
+        &self.frontends
+    }
+
+    /// Records the ports of an inbound service an applied update added (`Some`) or removed
+    /// (`None`). When the ports of a service NRP has differ from those it was created with, the
+    /// service is created again.
+    pub fn ports_desired(&mut self, service: &str, ports: Option<Vec<Port>>) {
+        let id = service.to_ascii_lowercase();
+        match ports {
+            Some(ports) => {
+                self.reprogram_if_changed(&id, &ports);
+                self.service_ports.insert(id, ports);
+            }
+            None => {
+                self.service_ports.remove(&id);
+            }
+        }
+    }
+
+    /// Forgets the ports of every service that is no longer desired (a resync that replaced the
+    /// services scope removes services without naming them).
+    pub fn forget_undesired_ports(&mut self) {
+        let desired: HashSet<String> = self
+            .tracker
+            .desired_inbound_identities()
+            .into_iter()
+            .collect();
+        self.service_ports.retain(|name, _| desired.contains(name));
+    }
+
+    fn reprogram_if_changed(&mut self, id: &str, desired: &[Port]) {
+        let changed = self
+            .programmed_ports
+            .get(id)
+            .is_some_and(|have| port_set(have) != port_set(desired));
+        if changed {
+            let _ = self.tracker.reprogram_service(id);
+        }
+    }
+
+    /// Leases the next unit to `worker`, if there is work; the creation of an inbound service
+    /// carries its desired ports (remembered as in flight, so that its report tells which rules
+    /// NRP got).
+    pub fn lease(&mut self, worker: u64, work_id: u64, now: Instant) -> Option<Leased> {
+        let unit = self
+            .dispatch
+            .next_unit(&mut self.tracker, worker, work_id, now)?;
+        let ports = match &unit.work {
+            crate::dispatch::UnitWork::Services(changes) => {
+                changes.iter().map(|c| self.ports_for(c)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Some(Leased { unit, ports })
+    }
+
+    fn ports_for(&mut self, change: &ServiceChange) -> Vec<Port> {
+        if change.kind != ServiceKind::Inbound || change.action != ServiceAction::Create {
+            return Vec::new();
+        }
+        let ports = self
+            .service_ports
+            .get(&change.name)
+            .cloned()
+            .unwrap_or_default();
+        self.ports_in_flight
+            .insert(change.name.clone(), ports.clone());
+        ports
+    }
+
+    /// Whether `work_id` is leased out.
+    pub fn holds(&self, work_id: u64) -> bool {
+        self.dispatch.holds(work_id)
+    }
+
+    /// Counts a report for a unit nobody holds (late or unknown).
+    pub fn count_late_report(&mut self) {
+        self.dispatch.count_late_report();
+    }
+
+    /// Takes back every unit whose lease expired at `now`, and lets the restart gate's bounds
+    /// pass.
+    pub fn tick(&mut self, now: Instant) -> Vec<Expired> {
+        let expired = self.dispatch.expire(now);
+        self.update_gates(now);
+        expired
+    }
+
+    /// Releases every unit of a worker that went away.
+    pub fn release_worker(&mut self, worker: u64, now: Instant) -> usize {
+        self.dispatch.release_worker(worker, now)
+    }
+
+    /// The next moment at which time alone changes something here (see
+    /// [`Dispatcher::next_deadline`], [`RestartGate::next_deadline`]).
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        [
+            self.dispatch.next_deadline(now),
+            self.gate.next_deadline(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
+    /// the tracker follows. When an observe completes, each desired inbound service that NRP has
+    /// and whose rules were read back with other ports than the desired ones is created again.
+    /// Returns false when the report was ignored (not a unit leased to `worker`).
+    pub fn take_report(
+        &mut self,
+        worker: u64,
+        report: Report,
+        extras: ReportExtras,
+        now: Instant,
+    ) -> bool {
+        let work_id = report.work_id;
+        let observe_part = match &report.outcome {
+            Outcome::Observed { last, .. } => Some(*last),
+            _ => None,
+        };
+        let Some(folded) = self
+            .dispatch
+            .on_report(&mut self.tracker, worker, report, now)
+        else {
+            return false;
+        };
+        match observe_part {
+            Some(last) => {
+                // Only the union of the parts is complete: replace the frontends at the end.
+                let parts = match &mut self.observing {
+                    Some((id, parts)) if *id == work_id => parts,
+                    slot => &mut slot.insert((work_id, ObservedExtras::default())).1,
+                };
+                parts.frontends.extend(extras.frontends);
+                parts.rules.extend(extras.rules);
+                if last
+                    && let Some((_, observed)) = self.observing.take()
+                    && folded.observed
+                {
+                    self.frontends = observed.frontends;
+                    let tracker = &self.tracker;
+                    self.programmed_ports
+                        .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
+                    self.rules_observed(observed.rules);
+                }
+            }
+            None => {
+                let mut reported: HashMap<String, String> = extras.frontends.into_iter().collect();
+                for change in folded.services {
+                    self.service_recorded(&change, &mut reported);
+                }
+            }
+        }
+        self.update_gates(now);
+        true
+    }
+
+    fn rules_observed(&mut self, rules: HashMap<String, Vec<Port>>) {
+        for (name, ports) in rules {
+            let in_nrp = self
+                .tracker
+                .service_view(&name)
+                .is_some_and(|v| v.kind == ServiceKind::Inbound && v.actual);
+            if !in_nrp {
+                continue;
+            }
+            // The ports of a creation that ended without a report of it tell nothing: what NRP
+            // has is what was read.
+            if self.dispatch.service_creation_in_flight(&name) {
+                continue;
+            }
+            self.ports_in_flight.remove(&name);
+            self.programmed_ports.insert(name.clone(), ports);
+            // Ports no worker can program would fail the creation again after every observe.
+            if let Some(desired) = self.service_ports.get(&name).cloned()
+                && desired.iter().all(Port::programmable)
+            {
+                self.reprogram_if_changed(&name, &desired);
+            }
+        }
+    }
+
+    fn service_recorded(&mut self, change: &ServiceChange, reported: &mut HashMap<String, String>) {
+        if change.kind != ServiceKind::Inbound {
+            return;
+        }
+        let name = &change.name;
+        match change.action {
+            ServiceAction::Create => {
+                if let Some(ip) = reported.remove(name) {
+                    self.frontends.insert(name.clone(), ip);
+                }
+                if let Some(sent) = self.ports_in_flight.remove(name) {
+                    self.programmed_ports.insert(name.clone(), sent);
+                    // Changed while the creation was under way: send the new ports too.
+                    if let Some(desired) = self.service_ports.get(name).cloned() {
+                        self.reprogram_if_changed(name, &desired);
+                    }
+                }
+            }
+            ServiceAction::Delete => {
+                self.frontends.remove(name);
+                self.programmed_ports.remove(name);
+                self.ports_in_flight.remove(name);
+            }
+        }
+    }
+
+    /// Counts a batch from `writer`.
+    pub fn record_writes(&mut self, writer: &str, applied: u64, rejected: u64) {
+        let w = self.writers.entry(writer.to_owned()).or_default();
+        w.updates_applied += applied;
+        w.items_rejected += rejected;
+    }
+
+    /// Marks `writer`'s resync of every scope complete (see
+    /// [`GatewayCore::resync_scope_completed`]).
+    pub fn resync_completed(&mut self, writer: &str, now: Instant, now_unix_ms: i64) {
+        self.resync_scope_completed(writer, &Scope::ALL, None, now, now_unix_ms);
+    }
+
+    /// Marks `writer`'s resync of `scope` complete (with the topology its header declared) and
+    /// opens what the restart gate no longer holds back. When the resync changed who owns the pods
+    /// of some locations (see [`RestartGate::resync_completed`]), the pods the old owner wrote
+    /// there leave the desired state, removals there wait for the new owner's resync, and the new
+    /// owner's last resync is forgotten so that a live writer resyncs. Returns the handover and the
+    /// pods removed.
+    pub fn resync_scope_completed(
+        &mut self,
+        writer: &str,
+        scope: &Scope,
+        topology: Option<&Topology>,
+        now: Instant,
+        now_unix_ms: i64,
+    ) -> (Handover, u32) {
+        self.writers
+            .entry(writer.to_owned())
+            .or_default()
+            .last_resync_unix_ms = Some(now_unix_ms);
+        let handover = self
+            .gate
+            .resync_completed(writer, scope, topology, &self.tracker, now);
+        let mut dropped = 0;
+        for location in &handover.drop_pods_at {
+            dropped += self.drop_pods_at(*location);
+        }
+        for w in &handover.resync_asked {
+            if let Some(w) = self.writers.get_mut(w) {
+                w.last_resync_unix_ms = None;
+            }
+        }
+        self.update_gates(now);
+        (handover, dropped)
+    }
+
+    /// Removes every pod at `location` from the desired state (an address stays while an inbound
+    /// identity uses it). Returns how many went.
+    fn drop_pods_at(&mut self, location: IpAddr) -> u32 {
+        let mut dropped = 0;
+        for (address, at) in self.tracker.pods(Some(location)) {
+            let (address, at) = (address.to_string(), at.to_string());
+            let pod = PodUpdate {
+                address: &address,
+                location: &at,
+                outbound_identity: "",
+                uid: "",
+            };
+            if self.tracker.update_pod(Operation::Remove, &pod).is_ok() {
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// The writers the restart gate waits for now.
+    pub fn pending_writers(&self) -> Vec<String> {
+        self.gate.pending_writers()
+    }
+
+    /// Brings the tracker's removal gate in step with the restart gate (after an observe, a
+    /// resync, or when a bounded wait may have passed). Returns true when it changed what is
+    /// withheld. Cheap when nothing changed.
+    pub fn update_gates(&mut self, now: Instant) -> bool {
+        if self.dispatch.nrp_observed() && !self.gate.nrp_observed() {
+            // At the first read-back the tracker withholds everything, so these are every location
+            // and every service NRP has that is not desired.
+            let nothing_to_protect = self.tracker.counts().actual_locations == 0
+                && self.tracker.withheld_deletions().is_empty();
+            self.gate.observed(now, nothing_to_protect);
+        }
+        match self.gate.poll(now) {
+            Some(withheld) if &withheld != self.tracker.withheld() => {
+                self.tracker.set_withheld(withheld);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What the restart gate decided that an operator should read (see [`RestartGate::take_notes`]).
+    pub fn take_gate_notes(&mut self) -> Vec<GateNote> {
+        self.gate.take_notes()
+    }
+
+    /// The restart gate as the Admin API shows it.
+    pub fn gate_view(&self, now: Instant) -> GateView {
+        self.gate.view(&self.tracker, now)
+    }
+}
+
+#[cfg(test)]
+mod book_tests;
+#[cfg(test)]
+mod tests;

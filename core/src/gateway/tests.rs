@@ -1,0 +1,214 @@
+//! The gateway's rules without a runtime, as a driver uses them: apply → lease → report →
+//! converged; the port book; deadlines.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::difftracker::{ActualSnapshot, Endpoint, Operation};
+use crate::dispatch::UnitWork;
+
+fn config() -> GatewayConfig {
+    GatewayConfig {
+        expected_writers: Vec::new(),
+        resync_wait: Duration::from_secs(180),
+        dispatch: DispatchConfig {
+            lease: Duration::from_secs(30),
+            ..DispatchConfig::default()
+        },
+    }
+}
+
+fn gateway(t0: Instant) -> GatewayCore {
+    GatewayCore::new(
+        "gw".into(),
+        &config(),
+        DispatchEnv::new(t0, 1_700_000_000_000, 7),
+    )
+}
+
+fn tcp(port: u32) -> Port {
+    Port {
+        protocol: Protocol::Tcp,
+        port,
+        target_port: 0,
+    }
+}
+
+fn report(work_id: u64, outcome: Outcome) -> Report {
+    Report {
+        work_id,
+        applied: vec![],
+        progress: vec![],
+        outcome,
+    }
+}
+
+/// The watcher's view: one inbound service with two endpoints at one location, port 80.
+fn apply_view(g: &mut GatewayCore) {
+    g.tracker_mut()
+        .update_service(Operation::Add, "svc")
+        .unwrap();
+    g.ports_desired("svc", Some(vec![tcp(80)]));
+    g.tracker_mut()
+        .set_endpoints(
+            "svc",
+            &[
+                Endpoint {
+                    address: "10.1.0.1",
+                    location: "10.0.0.1",
+                },
+                Endpoint {
+                    address: "10.1.0.2",
+                    location: "10.0.0.1",
+                },
+            ],
+        )
+        .unwrap();
+    g.record_writes("watcher", 3, 0);
+}
+
+/// Leases units to worker 1 and answers each as NRP accepting it, until nothing is left.
+fn drain(g: &mut GatewayCore, now: Instant, next_id: &mut u64) -> Vec<UnitWork> {
+    let mut seen = Vec::new();
+    while let Some(leased) = g.lease(1, *next_id, now) {
+        *next_id += 1;
+        let outcome = match leased.unit.work {
+            UnitWork::Observe => Outcome::Observed {
+                snapshot: ActualSnapshot::default(),
+                last: true,
+            },
+            _ => Outcome::Applied,
+        };
+        let extras = match &leased.unit.work {
+            UnitWork::Services(_) => ReportExtras {
+                frontends: vec![("svc".into(), "20.0.0.1".into())],
+                rules: vec![],
+            },
+            _ => ReportExtras::default(),
+        };
+        assert!(g.take_report(1, report(leased.unit.work_id, outcome), extras, now));
+        seen.push(leased.unit.work);
+    }
+    seen
+}
+
+fn converged(g: &GatewayCore) -> bool {
+    let diff = g.tracker().pending_diff();
+    diff.locations.is_empty() && diff.services.is_empty() && g.dispatch().units_in_flight() == 0
+}
+
+#[test]
+fn apply_lease_report_converges_and_the_creation_carries_the_desired_ports() {
+    let t0 = Instant::now();
+    let mut g = gateway(t0);
+    apply_view(&mut g);
+    let (_, dropped) = g.resync_scope_completed("watcher", &Scope::ALL, None, t0, 1);
+    assert_eq!(dropped, 0);
+    assert!(g.writers()["watcher"].last_resync_unix_ms.is_some());
+
+    // The observe first, then the creation with its ports.
+    let observe = g.lease(1, 1, t0).expect("an observe first");
+    assert_eq!(observe.unit.work, UnitWork::Observe);
+    assert!(g.take_report(
+        1,
+        report(
+            1,
+            Outcome::Observed {
+                snapshot: ActualSnapshot::default(),
+                last: true
+            }
+        ),
+        ReportExtras::default(),
+        t0,
+    ));
+    let create = g.lease(1, 2, t0).expect("the service's creation");
+    assert!(matches!(create.unit.work, UnitWork::Services(_)));
+    assert_eq!(create.ports, vec![vec![tcp(80)]]);
+    assert!(g.take_report(
+        1,
+        report(2, Outcome::Applied),
+        ReportExtras {
+            frontends: vec![("svc".into(), "20.0.0.1".into())],
+            rules: vec![],
+        },
+        t0,
+    ));
+    assert_eq!(g.frontend("svc"), Some("20.0.0.1"));
+
+    let mut next = 3;
+    let rest = drain(&mut g, t0, &mut next);
+    assert!(
+        rest.iter().all(|w| matches!(w, UnitWork::Locations(_))),
+        "{rest:?}"
+    );
+    assert!(converged(&g));
+    // A report for a unit nobody holds is refused.
+    assert!(!g.take_report(
+        1,
+        report(999, Outcome::Applied),
+        ReportExtras::default(),
+        t0
+    ));
+}
+
+#[test]
+fn a_port_change_creates_the_service_again_with_the_new_ports() {
+    let t0 = Instant::now();
+    let mut g = gateway(t0);
+    apply_view(&mut g);
+    g.resync_completed("watcher", t0, 1);
+    let mut next = 1;
+    drain(&mut g, t0, &mut next);
+    assert!(converged(&g));
+
+    g.ports_desired("svc", Some(vec![tcp(80), tcp(443)]));
+    let again = g.lease(1, next, t0).expect("the service is created again");
+    match &again.unit.work {
+        UnitWork::Services(changes) => {
+            assert_eq!(changes.len(), 1);
+            assert_eq!(changes[0].name, "svc");
+        }
+        other => panic!("expected a services unit, got {other:?}"),
+    }
+    assert_eq!(again.ports, vec![vec![tcp(80), tcp(443)]]);
+    // The same ports in another order, or a target port equal to the port, change nothing.
+    assert!(g.take_report(
+        1,
+        report(next, Outcome::Applied),
+        ReportExtras::default(),
+        t0
+    ));
+    g.ports_desired(
+        "svc",
+        Some(vec![
+            Port {
+                target_port: 443,
+                ..tcp(443)
+            },
+            tcp(80),
+        ]),
+    );
+    assert!(g.lease(1, next + 1, t0).is_none(), "nothing to do");
+}
+
+#[test]
+fn the_next_deadline_is_the_lease_and_a_tick_then_takes_the_unit_back() {
+    let t0 = Instant::now();
+    let mut g = gateway(t0);
+    apply_view(&mut g);
+    g.resync_completed("watcher", t0, 1);
+    // Nothing leased: time alone changes nothing (the restart gate's bound is not running: the
+    // cluster view came, NRP was not read back yet).
+    assert_eq!(g.next_deadline(t0), None);
+    let observe = g.lease(1, 1, t0).unwrap();
+    let lease = config().dispatch.lease;
+    assert_eq!(g.next_deadline(t0), Some(t0 + lease));
+    assert!(g.tick(t0 + lease / 2).is_empty(), "not yet");
+    let expired = g.tick(t0 + lease);
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].work_id, observe.unit.work_id);
+    assert!(!g.holds(observe.unit.work_id));
+    // The observe is leased again, to another worker.
+    let again = g.lease(2, 2, t0 + lease).unwrap();
+    assert_eq!(again.unit.work, UnitWork::Observe);
+}
