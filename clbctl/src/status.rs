@@ -271,7 +271,7 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
     let mut r = table(vec!["writer", "last resync", "updates applied", "rejected"]);
     for s in &status.writers {
         r.add_row(vec![
-            Cell::new(&s.source),
+            Cell::new(&s.writer),
             Cell::new(time::ago(s.last_resync_unix_ms, now_unix_ms)),
             right(s.updates_applied),
             right(s.items_rejected),

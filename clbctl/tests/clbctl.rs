@@ -128,7 +128,7 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
     let o = clbctl(
         &[
             &server[..],
-            &["-o", "json", "apply", "-f", path, "--source", "ci"],
+            &["-o", "json", "apply", "-f", path, "--writer", "ci"],
         ]
         .concat(),
     )
@@ -136,7 +136,7 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(v["applied"], 3);
-    assert_eq!(v["source"], "ci");
+    assert_eq!(v["writer"], "ci");
     assert_eq!(v["rejected"][0]["index"], 2);
     assert_eq!(v["rejected"][0]["field"], "address");
     assert_eq!(v["rejected"][0]["server_field"], "updates[2].pod.address");
@@ -245,7 +245,7 @@ async fn apply_reports_bad_items_and_the_read_commands_print_json() {
         .as_array()
         .expect("writers")
         .iter()
-        .filter_map(|w| w["source"].as_str())
+        .filter_map(|w| w["writer"].as_str())
         .collect();
     assert!(
         writers.contains(&"clbctl") && writers.contains(&"ci"),

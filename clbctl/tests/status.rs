@@ -88,7 +88,7 @@ fn sample_status() -> StatusResponse {
             expiries_since_report: 3,
         }],
         writers: vec![WriterStatus {
-            source: "node-agent/n1".into(),
+            writer: "node-agent/n1".into(),
             last_resync_unix_ms: 0,
             updates_applied: 5,
             items_rejected: 1,

@@ -1,5 +1,5 @@
 //! The typed async client of the state server: one [`Client`] per server (a shared HTTP/2 channel,
-//! cheap to clone), a [`Writer`] per source of desired state (single updates, bulk streaming,
+//! cheap to clone), a [`Writer`] per writer of desired state (single updates, bulk streaming,
 //! resync), and the Admin reads.
 //!
 //! ```no_run
@@ -275,12 +275,12 @@ impl Client {
         }
     }
 
-    /// A writer of desired state named `source` (e.g. `watcher`, `node-agent/<node>`).
-    pub fn writer(&self, source: impl Into<String>) -> Writer {
+    /// A writer of desired state named `writer` (e.g. `watcher`, `node-agent/<node>`).
+    pub fn writer(&self, writer: impl Into<String>) -> Writer {
         Writer {
             client: WriterClient::with_interceptor(self.channel.clone(), self.calls.clone()),
             gateway: self.gateway.clone(),
-            source: source.into(),
+            name: writer.into(),
             next_batch: 1,
             chunk: CHUNK,
         }
@@ -313,7 +313,8 @@ impl Client {
             .into_inner())
     }
 
-    /// `Admin.GetService`: desired and actual state of one service (inbound UID or egress name).
+    /// `Admin.GetService`: desired and actual state of one service (an inbound service's `id`, its
+    /// Service UID, or an egress's).
     pub async fn service(&self, id: &str) -> Result<ServiceState, ClientError> {
         Ok(self
             .admin()
@@ -457,7 +458,7 @@ pub mod scope {
         }
     }
 
-    /// The pods this source wrote, at every location.
+    /// The pods this writer wrote, at every location.
     pub fn pods() -> ResyncScope {
         ResyncScope {
             pods: true,
@@ -466,20 +467,20 @@ pub mod scope {
     }
 }
 
-/// A writer of desired state: one source, one gateway.
+/// A writer of desired state (`watcher`, `node-agent/<node>`, …) in one gateway.
 #[derive(Debug, Clone)]
 pub struct Writer {
     client: WriterClient<Traced>,
     gateway: String,
-    source: String,
+    name: String,
     next_batch: u64,
     chunk: usize,
 }
 
 impl Writer {
-    /// The source name.
-    pub fn source(&self) -> &str {
-        &self.source
+    /// The writer's name (the `writer` of its requests).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Sets the number of updates per batch and per resync chunk (at least 1).
@@ -493,7 +494,7 @@ impl Writer {
         self.next_batch += 1;
         ApplyRequest {
             gateway: self.gateway.clone(),
-            source: self.source.clone(),
+            writer: self.name.clone(),
             batch_id,
             updates,
             dry_run: false,
@@ -508,7 +509,7 @@ impl Writer {
             otel.name = rpc,
             otel.kind = "client",
             rpc.system = "grpc",
-            source = %self.source,
+            writer = %self.name,
             gateway = %self.gateway,
             updates,
         )
@@ -578,7 +579,7 @@ impl Writer {
         let (tx, rx) = mpsc::channel::<ApplyRequest>(16);
         let (offsets_tx, mut offsets_rx) = mpsc::unbounded_channel::<(u64, usize)>();
         let gateway = self.gateway.clone();
-        let source = self.source.clone();
+        let writer = self.name.clone();
         let first_batch = self.next_batch;
         let chunk = self.chunk;
         let (count_tx, count_rx) = tokio::sync::oneshot::channel::<u64>();
@@ -593,7 +594,7 @@ impl Writer {
                     let _ = offsets_tx.send((batch_id, offset));
                     let request = ApplyRequest {
                         gateway: gateway.clone(),
-                        source: source.clone(),
+                        writer: writer.clone(),
                         batch_id,
                         dry_run: false,
                         updates,
@@ -666,7 +667,7 @@ impl Writer {
         let header = ResyncRequest {
             part: Some(Part::Header(ResyncHeader {
                 gateway: self.gateway.clone(),
-                source: self.source.clone(),
+                writer: self.name.clone(),
                 scope: Some(scope),
                 topology,
             })),
@@ -715,7 +716,7 @@ impl Writer {
         const RPC: &str = "Writer.WatchSession";
         let request = SessionRequest {
             gateway: self.gateway.clone(),
-            source: self.source.clone(),
+            writer: self.name.clone(),
         };
         let span = self.call_span(RPC, 0);
         Ok(self
@@ -733,7 +734,7 @@ impl Writer {
         const RPC: &str = "Writer.WatchServices";
         let request = WatchServicesRequest {
             gateway: self.gateway.clone(),
-            source: self.source.clone(),
+            writer: self.name.clone(),
         };
         let span = self.call_span(RPC, 0);
         Ok(self
@@ -764,7 +765,7 @@ impl Writer {
         const RPC: &str = "Writer.AddressesProgrammed";
         let request = clb_proto::v1::AddressesRequest {
             gateway: self.gateway.clone(),
-            source: self.source.clone(),
+            writer: self.name.clone(),
             addresses,
             with_conditions,
         };
@@ -787,7 +788,7 @@ impl Writer {
         const RPC: &str = "Writer.LocationsProgrammed";
         let request = LocationsRequest {
             gateway: self.gateway.clone(),
-            source: self.source.clone(),
+            writer: self.name.clone(),
             locations,
         };
         let span = self.call_span(RPC, 0);

@@ -46,7 +46,7 @@ fn service(op: Operation, id: &str, ports: Vec<ServicePort>) -> Update {
     }
 }
 
-/// Declares the egress (outbound service) `id`.
+/// Declares the egress (outbound identity) `id`.
 pub fn egress_add(id: &str) -> Update {
     egress(Operation::Add, id)
 }
@@ -73,7 +73,7 @@ pub fn endpoint(address: &str, location: &str) -> Endpoint {
     }
 }
 
-/// The complete set of ready endpoints of service `id` (level-triggered).
+/// The complete set of ready endpoints of inbound service `id` (level-triggered).
 pub fn endpoints_level(id: &str, endpoints: Vec<Endpoint>) -> Update {
     Update {
         kind: Some(Kind::Endpoints(EndpointsUpdate {
@@ -83,7 +83,7 @@ pub fn endpoints_level(id: &str, endpoints: Vec<Endpoint>) -> Update {
     }
 }
 
-/// A change of the endpoints of service `id` from `old` to `new` (edge-triggered).
+/// A change of the endpoints of inbound service `id` from `old` to `new` (edge-triggered).
 pub fn endpoints_edge(id: &str, old: Vec<Endpoint>, new: Vec<Endpoint>) -> Update {
     Update {
         kind: Some(Kind::Endpoints(EndpointsUpdate {

@@ -155,7 +155,7 @@ pub fn node_name(i: usize) -> String {
     format!("node-{i}")
 }
 
-/// Source name of the node agent of node `i`.
+/// Writer name of the node agent of node `i`.
 pub fn node_agent(i: usize) -> String {
     format!("node-agent/{}", node_name(i))
 }
@@ -404,7 +404,7 @@ impl Cluster {
                 .map(|i| v1::ClusterNode {
                     name: node_name(i),
                     locations: vec![location_ip(i)],
-                    pods_source: match pods {
+                    pods_writer: match pods {
                         PodWriters::Watcher => "watcher".to_owned(),
                         PodWriters::NodeAgents => node_agent(i),
                     },

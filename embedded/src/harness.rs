@@ -60,7 +60,7 @@ pub struct HarnessAuth {
     pub worker_token: std::path::PathBuf,
 }
 
-/// Source name of the cluster-wide watcher.
+/// Writer name of the cluster-wide watcher.
 pub const WATCHER: &str = "watcher";
 
 /// The gateway the state server drives by default (and the Service Gateway's name in NRP).

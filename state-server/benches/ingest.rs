@@ -29,7 +29,7 @@ fn pod(i: usize, egress: usize) -> v1::Update {
 fn batch(n: usize, round: usize) -> v1::ApplyRequest {
     v1::ApplyRequest {
         gateway: String::new(),
-        source: "bench".into(),
+        writer: "bench".into(),
         batch_id: n as u64,
         dry_run: false,
         updates: (0..BATCH)
@@ -84,7 +84,7 @@ async fn main() {
     for i in 0..UNARY_CALLS {
         let req = v1::ApplyRequest {
             gateway: String::new(),
-            source: "bench".into(),
+            writer: "bench".into(),
             batch_id: i as u64,
             dry_run: false,
             updates: vec![pod(i * 17 % 100_000, i + 7)],

@@ -42,7 +42,7 @@ const CAPACITY: u32 = 4;
 /// Locations (nodes) per gateway that exist before phase 1; rounds add pods to them in turn.
 const NODES: usize = 50;
 const EGRESS: &str = "bench-egress";
-const SOURCE: &str = "pushbench";
+const WRITER: &str = "pushbench";
 const DEFAULT_ROUNDS: usize = 500;
 const DEFAULT_IDLE_S: u64 = 60;
 /// Pause between rounds, so that each write finds the server idle (its threads parked), as a
@@ -247,7 +247,7 @@ async fn apply(
     let n = updates.len() as u32;
     let req = v1::ApplyRequest {
         gateway: gateway.into(),
-        source: SOURCE.into(),
+        writer: WRITER.into(),
         batch_id,
         dry_run: false,
         updates,

@@ -72,10 +72,10 @@ pub enum Mode {
 /// The RBAC verbs on `gateways.clb.azure.com`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verb {
-    /// Writer service, any update and any source name (the cluster watcher, `clbctl apply/load`):
+    /// Writer service, any update under any writer name (the cluster watcher, `clbctl apply/load`):
     /// ClusterRole `clb-writer`.
     Write,
-    /// Writer service, only pods at the caller's own node (a node-bound token), as source
+    /// Writer service, only pods at the caller's own node (a node-bound token), as writer
     /// `node-agent/<node>`: ClusterRole `clb-node-writer`.
     WriteNode,
     /// Worker service (`Worker.Sync`): ClusterRole `clb-worker`.
@@ -231,10 +231,10 @@ impl Identity {
 /// What a writer may write, decided per call ([`Caller::writer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteRights {
-    /// Anything, under any source name.
+    /// Anything, under any writer name.
     Any,
     /// Only pods at the locations of this node (as the cluster watcher's topology declares them),
-    /// as source `node-agent/<node>`.
+    /// as writer `node-agent/<node>`.
     Node(String),
 }
 
@@ -651,10 +651,10 @@ impl Caller {
         Err(self.denied(&action, verb, gateway))
     }
 
-    /// What the caller may write to `gateway` as writer `source`: verb `write` allows anything;
-    /// else verb `write-node` allows pods at the node of the caller's bound token, as source
+    /// What the caller may write to `gateway` as writer `writer`: verb `write` allows anything;
+    /// else verb `write-node` allows pods at the node of the caller's bound token, as writer
     /// `node-agent/<node>` only. `PERMISSION_DENIED` names what is missing.
-    pub async fn writer(&self, gateway: &str, source: &str) -> Result<WriteRights, Status> {
+    pub async fn writer(&self, gateway: &str, writer: &str) -> Result<WriteRights, Status> {
         let Some(who) = self.checks() else {
             return Ok(WriteRights::Any);
         };
@@ -687,11 +687,11 @@ impl Caller {
             )));
         };
         let allowed = format!("node-agent/{node}");
-        if source != allowed {
+        if writer != allowed {
             return Err(Status::permission_denied(format!(
-                "source = {}: {} is the node agent of node {node:?} and may write only as source \
+                "writer = {}: {} is the node agent of node {node:?} and may write only as writer \
                  {allowed:?}",
-                quote(source),
+                quote(writer),
                 quote(self.name()),
             )));
         }

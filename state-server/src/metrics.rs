@@ -5,8 +5,9 @@
 //! `lease_expired`, `late_report`); the desired → programmed latency is observed through the
 //! dispatcher's [`DispatchObserver`] of each gateway ([`gateway_observer`]). Per-gateway gauges are
 //! set from a [`GatewaySnapshot`], usually by the `refresh` callback of [`serve_metrics`] right
-//! before each scrape (see `Metrics::refresh_from`, in `state.rs`). Every name starts with `clb_`; the list is
-//! in docs/metrics.md.
+//! before each scrape (see `Metrics::refresh_from`, in `state.rs`). Every name starts with
+//! `clb_server_` (`clb_build_info` aside: every binary has it under that name); the list is in
+//! docs/metrics.md.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.01, 2.0, 16)
 }
 
-/// Final result of a work unit, the `result` label of `clb_units_total`.
+/// Final result of a work unit, the `result` label of `clb_server_units_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnitResult {
     /// NRP accepted every change.
@@ -209,45 +210,48 @@ impl Metrics {
             Family::new_with_constructor(|| Histogram::new(latency_buckets()));
         let gw = GatewayGauges::default();
         clb_telemetry::metrics::register_build_info(&mut registry);
+        // The state server's own metrics are `clb_server_…`, as the sync worker's are
+        // `clb_worker_…` and the watcher's `clb_watcher_…`; `clb_build_info` is every binary's.
+        let server = registry.sub_registry_with_prefix("server");
 
-        registry.register(
+        server.register(
             "update_rpcs",
             "Writer RPCs received, by rpc",
             update_rpcs.clone(),
         );
-        registry.register(
+        server.register(
             "calls_refused",
             "Calls refused by the caller checks (docs/security.md), by service and code: \
              Unauthenticated, PermissionDenied, or Unavailable when the Kubernetes API could not \
              tell",
             calls_refused.clone(),
         );
-        registry.register(
+        server.register(
             "rejected_items",
             "Updates rejected as invalid",
             rejected_items.clone(),
         );
-        registry.register(
+        server.register(
             "units",
             "Work unit outcomes, by unit kind, result and error code",
             units.clone(),
         );
-        registry.register(
+        server.register(
             "units_leased",
             "Work units handed out to workers, by unit kind",
             units_leased.clone(),
         );
-        registry.register(
+        server.register(
             "leader",
             "1 while this replica leads (serves writers and workers), 0 while it stands by",
             leader.clone(),
         );
-        registry.register(
+        server.register(
             "lease_expiries",
             "Work unit leases that expired",
             lease_expiries.clone(),
         );
-        registry.register(
+        server.register(
             "late_reports",
             "Reports for units no longer leased to their sender (ignored)",
             late_reports.clone(),
@@ -303,27 +307,27 @@ impl Metrics {
             ),
         ];
         for (name, help, gauge) in gauges {
-            registry.register(name, help, gauge.clone());
+            server.register(name, help, gauge.clone());
         }
-        registry.register(
+        server.register(
             "removals_held_back",
             "Removals the restart gate holds back (addresses keeping a ref or staying, services kept \
              from deletion), by reason: nrp_not_observed, cluster_view, expected_writer, pod_writer",
             gw.removals_held_back.clone(),
         );
-        registry.register(
+        server.register(
             "locations_held_back",
             "Locations whose removals the restart gate holds back, by reason",
             gw.locations_held_back.clone(),
         );
-        registry.register_with_unit(
+        server.register_with_unit(
             "desired_to_programmed",
             "Time from the update that changed a location or service (as the dispatcher took it up) \
              to the worker's report that NRP accepted it, by gateway and kind (locations, services)",
             Unit::Seconds,
             programmed_latency.clone(),
         );
-        registry.register_with_unit(
+        server.register_with_unit(
             "staleness",
             "Age of the oldest change not yet applied in NRP",
             Unit::Seconds,
@@ -411,7 +415,7 @@ impl Metrics {
             .get()
     }
 
-    /// Sets the `clb_leader` gauge.
+    /// Sets the `clb_server_leader` gauge.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
@@ -602,13 +606,13 @@ mod tests {
         m.late_report();
         let text = m.encode();
         for line in [
-            "clb_update_rpcs_total{rpc=\"apply\"} 2",
-            "clb_update_rpcs_total{rpc=\"resync\"} 1",
-            "clb_rejected_items_total 3",
-            "clb_units_total{kind=\"locations\",result=\"retryable\",code=\"TooManyRequests\"} 1",
-            "clb_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
-            "clb_lease_expiries_total 2",
-            "clb_late_reports_total 1",
+            "clb_server_update_rpcs_total{rpc=\"apply\"} 2",
+            "clb_server_update_rpcs_total{rpc=\"resync\"} 1",
+            "clb_server_rejected_items_total 3",
+            "clb_server_units_total{kind=\"locations\",result=\"retryable\",code=\"TooManyRequests\"} 1",
+            "clb_server_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
+            "clb_server_lease_expiries_total 2",
+            "clb_server_late_reports_total 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -658,23 +662,23 @@ mod tests {
         m.set_gateway(&s);
         let text = m.encode();
         for line in [
-            "clb_revision{gateway=\"east\"} 7",
-            "clb_revision{gateway=\"west\"} 1",
-            "clb_desired_addresses{gateway=\"east\"} 10",
-            "clb_actual_addresses{gateway=\"east\"} 9",
-            "clb_desired_locations{gateway=\"east\"} 2",
-            "clb_actual_locations{gateway=\"east\"} 1",
-            "clb_desired_services{gateway=\"east\"} 3",
-            "clb_actual_services{gateway=\"east\"} 3",
-            "clb_dirty_locations{gateway=\"east\"} 1",
-            "clb_units_in_flight{gateway=\"east\"} 1",
-            "clb_parked_units{gateway=\"east\"} 0",
-            "clb_staleness_seconds{gateway=\"east\"} 1.5",
-            "clb_workers{gateway=\"east\"} 2",
-            "clb_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
-            "clb_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
-            "clb_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",
-            "# UNIT clb_staleness_seconds seconds",
+            "clb_server_revision{gateway=\"east\"} 7",
+            "clb_server_revision{gateway=\"west\"} 1",
+            "clb_server_desired_addresses{gateway=\"east\"} 10",
+            "clb_server_actual_addresses{gateway=\"east\"} 9",
+            "clb_server_desired_locations{gateway=\"east\"} 2",
+            "clb_server_actual_locations{gateway=\"east\"} 1",
+            "clb_server_desired_services{gateway=\"east\"} 3",
+            "clb_server_actual_services{gateway=\"east\"} 3",
+            "clb_server_dirty_locations{gateway=\"east\"} 1",
+            "clb_server_units_in_flight{gateway=\"east\"} 1",
+            "clb_server_parked_units{gateway=\"east\"} 0",
+            "clb_server_staleness_seconds{gateway=\"east\"} 1.5",
+            "clb_server_workers{gateway=\"east\"} 2",
+            "clb_server_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
+            "clb_server_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
+            "clb_server_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",
+            "# UNIT clb_server_staleness_seconds seconds",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -699,7 +703,7 @@ mod tests {
         );
         let m = Metrics::new();
         m.refresh_from(&state);
-        assert!(m.encode().contains("clb_revision{gateway=\"b\"}"));
+        assert!(m.encode().contains("clb_server_revision{gateway=\"b\"}"));
     }
 
     #[test]
@@ -710,10 +714,10 @@ mod tests {
         east.unit_outcome("locations", "applied", "");
         let text = m.encode();
         for line in [
-            "clb_desired_to_programmed_seconds_count{gateway=\"east\",kind=\"locations\"} 1",
-            "clb_desired_to_programmed_seconds_bucket{le=\"0.02\",gateway=\"east\",kind=\"locations\"} 0",
-            "clb_desired_to_programmed_seconds_bucket{le=\"0.04\",gateway=\"east\",kind=\"locations\"} 1",
-            "clb_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
+            "clb_server_desired_to_programmed_seconds_count{gateway=\"east\",kind=\"locations\"} 1",
+            "clb_server_desired_to_programmed_seconds_bucket{le=\"0.02\",gateway=\"east\",kind=\"locations\"} 0",
+            "clb_server_desired_to_programmed_seconds_bucket{le=\"0.04\",gateway=\"east\",kind=\"locations\"} 1",
+            "clb_server_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -723,7 +727,7 @@ mod tests {
         let prom = m.encode_prometheus();
         assert!(
             prom.lines()
-                .any(|l| l.starts_with("# HELP clb_units_total ")),
+                .any(|l| l.starts_with("# HELP clb_server_units_total ")),
             "{prom}"
         );
         assert!(prom.contains("clb_build_info{"), "{prom}");

@@ -99,7 +99,7 @@ async fn seed(h: &mut Harness) -> u64 {
         .writer
         .apply(ApplyRequest {
             gateway: "gw-main".into(),
-            source: "watcher".into(),
+            writer: "watcher".into(),
             batch_id: 1,
             dry_run: false,
             updates: vec![
@@ -171,7 +171,7 @@ async fn status_reflects_applied_updates_gates_and_writers() {
         .iter()
         .map(|w| {
             (
-                w.source.as_str(),
+                w.writer.as_str(),
                 w.updates_applied,
                 w.items_rejected,
                 w.last_resync_unix_ms > 0,
@@ -188,7 +188,7 @@ async fn status_reflects_applied_updates_gates_and_writers() {
         ResyncRequest {
             part: Some(Part::Header(ResyncHeader {
                 gateway: "gw-main".into(),
-                source: "node-agent/n1".into(),
+                writer: "node-agent/n1".into(),
                 topology: None,
                 scope: Some(ResyncScope {
                     pods: true,
@@ -218,7 +218,7 @@ async fn status_reflects_applied_updates_gates_and_writers() {
     let agent = status
         .writers
         .iter()
-        .find(|w| w.source == "node-agent/n1")
+        .find(|w| w.writer == "node-agent/n1")
         .unwrap();
     assert!(agent.last_resync_unix_ms > 0);
 }
@@ -472,7 +472,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
         .writer
         .apply(ApplyRequest {
             gateway: "gw-main".into(),
-            source: "watcher".into(),
+            writer: "watcher".into(),
             batch_id: 1,
             dry_run: false,
             updates: vec![
@@ -512,7 +512,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
         ResyncRequest {
             part: Some(Part::Header(ResyncHeader {
                 gateway: "gw-main".into(),
-                source: "watcher".into(),
+                writer: "watcher".into(),
                 topology: None,
                 scope: Some(ResyncScope {
                     services: true,
@@ -567,7 +567,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
         .writer
         .apply(ApplyRequest {
             gateway: "gw-main".into(),
-            source: "watcher".into(),
+            writer: "watcher".into(),
             batch_id: 2,
             dry_run: false,
             updates: vec![Update {

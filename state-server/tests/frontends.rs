@@ -78,7 +78,7 @@ impl Clients {
             .writer
             .apply(ApplyRequest {
                 gateway: String::new(),
-                source: "watcher".into(),
+                writer: "watcher".into(),
                 batch_id: 1,
                 dry_run: false,
                 updates: vec![update],

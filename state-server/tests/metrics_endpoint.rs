@@ -84,9 +84,9 @@ async fn metrics_and_healthz_are_served() {
         "{headers}"
     );
     for line in [
-        "# HELP clb_update_rpcs_total Writer RPCs received, by rpc.",
-        "# TYPE clb_update_rpcs_total counter",
-        "clb_update_rpcs_total{rpc=\"apply\"} 2",
+        "# HELP clb_server_update_rpcs_total Writer RPCs received, by rpc.",
+        "# TYPE clb_server_update_rpcs_total counter",
+        "clb_server_update_rpcs_total{rpc=\"apply\"} 2",
     ] {
         assert!(
             body.lines().any(|l| l == line),
@@ -111,18 +111,18 @@ async fn metrics_and_healthz_are_served() {
         "{headers}"
     );
     for line in [
-        "clb_update_rpcs_total{rpc=\"apply\"} 2",
-        "clb_update_rpcs_total{rpc=\"resync\"} 1",
-        "clb_rejected_items_total 4",
-        "clb_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
-        "clb_units_total{kind=\"locations\",result=\"lease_expired\",code=\"LeaseExpired\"} 1",
-        "clb_lease_expiries_total 1",
-        "clb_late_reports_total 1",
+        "clb_server_update_rpcs_total{rpc=\"apply\"} 2",
+        "clb_server_update_rpcs_total{rpc=\"resync\"} 1",
+        "clb_server_rejected_items_total 4",
+        "clb_server_units_total{kind=\"locations\",result=\"applied\",code=\"\"} 1",
+        "clb_server_units_total{kind=\"locations\",result=\"lease_expired\",code=\"LeaseExpired\"} 1",
+        "clb_server_lease_expiries_total 1",
+        "clb_server_late_reports_total 1",
         // Set by `refresh`, which runs before each scrape (this is the second).
-        "clb_revision{gateway=\"default\"} 42",
-        "clb_desired_addresses{gateway=\"default\"} 12",
-        "clb_staleness_seconds{gateway=\"default\"} 3.0",
-        "clb_workers{gateway=\"default\"} 2",
+        "clb_server_revision{gateway=\"default\"} 42",
+        "clb_server_desired_addresses{gateway=\"default\"} 12",
+        "clb_server_staleness_seconds{gateway=\"default\"} 3.0",
+        "clb_server_workers{gateway=\"default\"} 2",
     ] {
         assert!(
             body.lines().any(|l| l == line),
@@ -134,8 +134,8 @@ async fn metrics_and_healthz_are_served() {
     // A second scrape refreshes again and sees new counts.
     metrics.update_rpc("apply");
     let (_, _, body) = get(addr, "/metrics").await;
-    assert!(body.contains("clb_update_rpcs_total{rpc=\"apply\"} 3\n"));
-    assert!(body.contains("clb_revision{gateway=\"default\"} 43\n"));
+    assert!(body.contains("clb_server_update_rpcs_total{rpc=\"apply\"} 3\n"));
+    assert!(body.contains("clb_server_revision{gateway=\"default\"} 43\n"));
     assert_eq!(refreshes.load(Ordering::SeqCst), 3);
 
     let (status, _, body) = get(addr, "/healthz").await;
@@ -234,10 +234,10 @@ async fn units_a_worker_reports_are_counted_by_kind_and_result_on_the_endpoint()
     let (status, _, body) = get(addr, "/metrics").await;
     assert_eq!(status, "HTTP/1.1 200 OK");
     for line in [
-        "clb_units_total{kind=\"observe\",result=\"observed\",code=\"\"} 1",
-        "clb_units_total{kind=\"services\",result=\"retryable\",code=\"TooManyRequests\"} 1",
-        "clb_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
-        "clb_actual_services{gateway=\"default\"} 1",
+        "clb_server_units_total{kind=\"observe\",result=\"observed\",code=\"\"} 1",
+        "clb_server_units_total{kind=\"services\",result=\"retryable\",code=\"TooManyRequests\"} 1",
+        "clb_server_units_total{kind=\"services\",result=\"applied\",code=\"\"} 1",
+        "clb_server_actual_services{gateway=\"default\"} 1",
     ] {
         assert!(
             body.lines().any(|l| l == line),

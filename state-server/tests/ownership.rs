@@ -90,7 +90,7 @@ fn topology(agents: bool) -> ClusterTopology {
             .map(|(name, l)| ClusterNode {
                 name: (*name).into(),
                 locations: vec![(*l).into()],
-                pods_source: if agents {
+                pods_writer: if agents {
                     format!("node-agent/{name}")
                 } else {
                     "watcher".into()
@@ -102,7 +102,7 @@ fn topology(agents: bool) -> ClusterTopology {
 
 async fn resync(
     w: &mut WriterClient<Channel>,
-    source: &str,
+    writer: &str,
     scope: ResyncScope,
     topology: Option<ClusterTopology>,
     updates: Vec<Update>,
@@ -111,7 +111,7 @@ async fn resync(
         ResyncRequest {
             part: Some(Part::Header(ResyncHeader {
                 gateway: String::new(),
-                source: source.into(),
+                writer: writer.into(),
                 scope: Some(scope),
                 topology,
             })),
@@ -425,7 +425,7 @@ async fn a_live_agent_whose_pods_come_back_is_asked_to_resync_and_loses_nothing(
         .unwrap()
         .into_inner();
     for agent in ["node-agent/n1", "node-agent/n2"] {
-        let w = s.writers.iter().find(|w| w.source == agent).unwrap();
+        let w = s.writers.iter().find(|w| w.writer == agent).unwrap();
         assert_eq!(w.last_resync_unix_ms, 0, "{w:?}");
     }
     worker.run_until_idle(&nrp, IDLE).await;

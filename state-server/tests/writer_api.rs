@@ -194,10 +194,10 @@ fn pod(op: i32, address: &str, location: &str, egress: &str) -> Update {
 
 const ADD: i32 = v1::Operation::Add as i32;
 
-fn batch(source: &str, batch_id: u64, updates: Vec<Update>) -> ApplyRequest {
+fn batch(writer: &str, batch_id: u64, updates: Vec<Update>) -> ApplyRequest {
     ApplyRequest {
         gateway: String::new(),
-        source: source.into(),
+        writer: writer.into(),
         batch_id,
         dry_run: false,
         updates,
@@ -401,7 +401,7 @@ async fn request_level_problems_fail_the_call_and_change_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(
-        err.message().starts_with("source = \"\""),
+        err.message().starts_with("writer = \"\""),
         "{}",
         err.message()
     );
@@ -458,7 +458,7 @@ async fn a_mixed_batch_applies_exactly_its_valid_updates() {
     let w = status
         .writers
         .iter()
-        .find(|w| w.source == "watcher")
+        .find(|w| w.writer == "watcher")
         .unwrap();
     assert_eq!((w.updates_applied, w.items_rejected), (4, 2));
 }
@@ -546,11 +546,11 @@ async fn apply_stream_answers_every_batch_in_order_and_stops_at_a_request_error(
     assert!(!service_desired(&mut h, "svc-never").await);
 }
 
-fn header(source: &str, scope: ResyncScope) -> ResyncRequest {
+fn header(writer: &str, scope: ResyncScope) -> ResyncRequest {
     ResyncRequest {
         part: Some(Part::Header(ResyncHeader {
             gateway: String::new(),
-            source: source.into(),
+            writer: writer.into(),
             topology: None,
             scope: Some(scope),
         })),
@@ -643,7 +643,7 @@ async fn a_resync_removes_exactly_what_the_source_no_longer_reports() {
     let agent = status
         .writers
         .iter()
-        .find(|w| w.source == "node-agent/n1")
+        .find(|w| w.writer == "node-agent/n1")
         .unwrap();
     assert!(agent.last_resync_unix_ms > 0);
     assert_eq!(agent.updates_applied, 1);
@@ -677,7 +677,7 @@ async fn a_resync_that_fails_or_breaks_changes_nothing() {
         ("no header", vec![], invalid, "header = "),
         ("chunk first", vec![chunk(vec![service(ADD, "svc-a")])], invalid, "header = "),
         ("empty scope", vec![header("watcher", ResyncScope::default())], invalid, "header.scope = "),
-        ("empty source", vec![header("", everything.clone())], invalid, "header.source = "),
+        ("empty writer", vec![header("", everything.clone())], invalid, "header.writer = "),
         ("second header", vec![header("watcher", everything.clone()), chunk(vec![service(ADD, "svc-a")]),
                                header("watcher", everything.clone())], invalid, "header = "),
         ("oversized chunk", vec![header("watcher", everything.clone()), chunk(oversized)],

@@ -50,7 +50,7 @@ struct Round {
 
 /// What a writer resyncs with the new leader.
 struct Resync {
-    source: String,
+    writer: String,
     scope: ResyncScope,
     topology: Option<ClusterTopology>,
     view: Vec<Update>,
@@ -58,14 +58,14 @@ struct Resync {
 
 fn resyncs(cluster: &Cluster, writers: &Writers) -> Vec<Resync> {
     let mut all = vec![Resync {
-        source: WATCHER.into(),
+        writer: WATCHER.into(),
         scope: watcher_scope(),
         topology: Some(cluster.topology(PodWriters::NodeAgents)),
         view: cluster.watcher_view(),
     }];
     for (l, w) in &writers.agents {
         all.push(Resync {
-            source: w.source().to_owned(),
+            writer: w.name().to_owned(),
             scope: scope::pods_at(l),
             topology: None,
             view: cluster.pods_view_at(l),
@@ -90,13 +90,13 @@ async fn writer_after_loss(
         options.attempts = 1;
         let error = match Client::connect(options).await {
             Ok(client) => {
-                let mut w = client.writer(r.source.clone());
+                let mut w = client.writer(r.writer.clone());
                 match w
                     .resync_with_topology(r.scope.clone(), r.topology.clone(), r.view.clone())
                     .await
                 {
                     Ok(o) if o.rejected.is_empty() => return (Instant::now(), errors),
-                    Ok(o) => panic!("{}: resync rejected: {}", r.source, o.describe_rejected()),
+                    Ok(o) => panic!("{}: resync rejected: {}", r.writer, o.describe_rejected()),
                     Err(e) => e,
                 }
             }

@@ -22,7 +22,7 @@ pub enum Format {
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    /// Sample name (e.g. `clb_units_total`, `clb_x_bucket`).
+    /// Sample name (e.g. `clb_server_units_total`, `clb_x_bucket`).
     pub name: String,
     /// Labels in order.
     pub labels: Vec<(String, String)>,

@@ -419,10 +419,10 @@ impl Shipped {
         self.spawn(launch, rewrites).await
     }
 
-    /// The index of the replica that leads now (its `clb_leader` gauge is 1), if any.
+    /// The index of the replica that leads now (its `clb_server_leader` gauge is 1), if any.
     pub async fn leader(&self) -> Option<usize> {
         for (i, s) in self.servers.iter().enumerate() {
-            if s.metric("clb_leader ").await == 1.0 {
+            if s.metric("clb_server_leader ").await == 1.0 {
                 return Some(i);
             }
         }

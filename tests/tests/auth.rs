@@ -138,7 +138,7 @@ impl System {
                 .map(|(n, ip)| ClusterNode {
                     name: format!("node-{n}"),
                     locations: vec![ip.to_owned()],
-                    pods_source: format!("node-agent/node-{n}"),
+                    pods_writer: format!("node-agent/node-{n}"),
                 })
                 .collect(),
         };
@@ -440,22 +440,22 @@ async fn location_state(sys: &System, location: &str) -> Option<clb_proto::v1::L
 }
 
 #[tokio::test]
-async fn a_node_agent_may_use_only_its_own_source_name() {
+async fn a_node_agent_may_use_only_its_own_writer_name() {
     let sys = System::start().await;
     sys.watcher_declares_the_nodes().await;
     let before = sys.revision();
     let agent_a = sys.client(Some("t-agent-a")).await;
-    for source in ["watcher", "node-agent/node-b", "node-agent/node-a-2"] {
-        let (code_, msg) = code(agent_a.writer(source).apply(vec![a_pod(NODE_A, 1)]).await);
-        assert_eq!(code_, Code::PermissionDenied, "{source}: {msg}");
+    for writer in ["watcher", "node-agent/node-b", "node-agent/node-a-2"] {
+        let (code_, msg) = code(agent_a.writer(writer).apply(vec![a_pod(NODE_A, 1)]).await);
+        assert_eq!(code_, Code::PermissionDenied, "{writer}: {msg}");
         assert!(msg.contains("node-agent/node-a"), "{msg}");
         let (code_, _) = code(
             agent_a
-                .writer(source)
+                .writer(writer)
                 .resync(scope::pods_at(NODE_A), vec![])
                 .await,
         );
-        assert_eq!(code_, Code::PermissionDenied, "{source} resync");
+        assert_eq!(code_, Code::PermissionDenied, "{writer} resync");
     }
     assert_eq!(sys.revision(), before);
 }

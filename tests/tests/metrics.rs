@@ -220,7 +220,7 @@ async fn server_and_worker_metrics_parse_and_the_latency_histogram_records_units
     let before = scrape(server_addr, "state server").await;
     assert_eq!(
         before.value(
-            "clb_desired_to_programmed_seconds_count",
+            "clb_server_desired_to_programmed_seconds_count",
             &[("gateway", GATEWAY)]
         ),
         None,
@@ -235,16 +235,16 @@ async fn server_and_worker_metrics_parse_and_the_latency_histogram_records_units
     for kind in ["locations", "services"] {
         let labels = [("gateway", GATEWAY), ("kind", kind)];
         let count = server
-            .value("clb_desired_to_programmed_seconds_count", &labels)
+            .value("clb_server_desired_to_programmed_seconds_count", &labels)
             .unwrap_or_else(|| panic!("no {kind} latency"));
         assert!(count >= 1.0, "{kind}: {count}");
         let sum = server
-            .value("clb_desired_to_programmed_seconds_sum", &labels)
+            .value("clb_server_desired_to_programmed_seconds_sum", &labels)
             .unwrap();
         assert!(sum > 0.0, "{kind}: a latency of 0");
         let inf = server
             .value(
-                "clb_desired_to_programmed_seconds_bucket",
+                "clb_server_desired_to_programmed_seconds_bucket",
                 &[("gateway", GATEWAY), ("kind", kind), ("le", "+Inf")],
             )
             .unwrap();
@@ -252,13 +252,15 @@ async fn server_and_worker_metrics_parse_and_the_latency_histogram_records_units
     }
     let applied = server
         .value(
-            "clb_units_total",
+            "clb_server_units_total",
             &[("kind", "locations"), ("result", "applied")],
         )
         .expect("applied location units are counted");
     assert!(applied >= 1.0);
     assert_eq!(
-        server.family("clb_units_total").map(|f| f.kind.as_str()),
+        server
+            .family("clb_server_units_total")
+            .map(|f| f.kind.as_str()),
         Some("counter")
     );
 

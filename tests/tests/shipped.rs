@@ -168,7 +168,7 @@ fn last_removal(s: &Shipped) -> u64 {
     s.nrp.emulator().removals().last().map_or(0, |r| r.seq)
 }
 
-/// Nothing refused anywhere: no component's log, no state server's `clb_calls_refused_total`,
+/// Nothing refused anywhere: no component's log, no state server's `clb_server_calls_refused_total`,
 /// no 403 of the Kubernetes API.
 async fn assert_nothing_refused(s: &Shipped) {
     let logs = s.refusals_in_logs();
@@ -176,9 +176,9 @@ async fn assert_nothing_refused(s: &Shipped) {
     // UNAVAILABLE (a review slower than its bound on a loaded machine) is transient and retried;
     // a refusal of rights is not.
     for code in ["PermissionDenied", "Unauthenticated"] {
-        let prefix = format!("clb_calls_refused_total{{code=\"{code}\"");
+        let prefix = format!("clb_server_calls_refused_total{{code=\"{code}\"");
         let refused = s.server_metric(&prefix).await;
-        assert_eq!(refused, 0.0, "clb_calls_refused_total, code {code}");
+        assert_eq!(refused, 0.0, "clb_server_calls_refused_total, code {code}");
     }
     let denials = s.api.denials();
     assert!(
@@ -256,7 +256,7 @@ async fn the_shipped_system_works_as_one() {
     // Steady state: no writer resyncs, nothing refused, no Admin call by anyone.
     let resyncs_before = s.writer_resyncs().await;
     let server_resyncs = s
-        .server_metric("clb_update_rpcs_total{rpc=\"resync\"}")
+        .server_metric("clb_server_update_rpcs_total{rpc=\"resync\"}")
         .await;
     tokio::time::sleep(steady_window()).await;
     assert_eq!(
@@ -265,7 +265,7 @@ async fn the_shipped_system_works_as_one() {
         "writers resynced in steady state"
     );
     assert_eq!(
-        s.server_metric("clb_update_rpcs_total{rpc=\"resync\"}")
+        s.server_metric("clb_server_update_rpcs_total{rpc=\"resync\"}")
             .await,
         server_resyncs,
         "the server received resyncs in steady state"
@@ -286,7 +286,7 @@ async fn the_shipped_system_works_as_one() {
     let took_over = killed.elapsed();
     let noticed = until("a writer resyncs with the new leader", async || {
         let n = s.servers[new]
-            .metric("clb_update_rpcs_total{rpc=\"resync\"}")
+            .metric("clb_server_update_rpcs_total{rpc=\"resync\"}")
             .await;
         if n > 0.0 {
             Ok(killed.elapsed())

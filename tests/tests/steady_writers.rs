@@ -69,7 +69,7 @@ fn resyncs(state: &StateServer) -> u64 {
         .metrics()
         .encode()
         .lines()
-        .find(|l| l.starts_with("clb_update_rpcs_total{rpc=\"resync\"}"))
+        .find(|l| l.starts_with("clb_server_update_rpcs_total{rpc=\"resync\"}"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)

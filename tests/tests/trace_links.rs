@@ -69,7 +69,7 @@ async fn a_units_span_links_to_the_writers_apply_span_whose_change_it_carries() 
         let spans = exporter.get_finished_spans().unwrap();
         let clients: Vec<TraceId> = spans
             .iter()
-            .filter(|s| s.name == "Writer.Apply" && attr(s, "source").is_some())
+            .filter(|s| s.name == "Writer.Apply" && attr(s, "writer").is_some())
             .map(|s| s.span_context.trace_id())
             .collect();
         // Server work_unit spans (the worker's own have a `revision` attribute) and their links

@@ -294,7 +294,7 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
     let writer = status
         .writers
         .iter()
-        .find(|w| w.source == "watcher")
+        .find(|w| w.writer == "watcher")
         .unwrap();
     assert!(writer.last_resync_unix_ms > 0);
     assert!(
@@ -480,7 +480,7 @@ async fn after_410_gone_the_relist_resyncs_and_removes_exactly_what_vanished() {
     let resynced_at = |s: &clb_proto::v1::StatusResponse| {
         s.writers
             .iter()
-            .find(|w| w.source == "watcher")
+            .find(|w| w.writer == "watcher")
             .map_or(0, |w| w.last_resync_unix_ms)
     };
     let before = resynced_at(&client.status().await.unwrap());
@@ -608,7 +608,7 @@ async fn a_node_agent_reports_only_the_pods_on_its_node() {
     let agent = status
         .writers
         .iter()
-        .find(|w| w.source == "node-agent/node-b")
+        .find(|w| w.writer == "node-agent/node-b")
         .unwrap();
     assert!(agent.last_resync_unix_ms > 0);
     // It watched only its node's pods and its node; it patched nothing.
@@ -802,7 +802,7 @@ async fn a_new_services_finalizer_is_added_on_its_first_event_without_waiting_fo
         let s = client.status().await.map_err(|e| e.to_string())?;
         s.writers
             .iter()
-            .any(|w| w.source == "watcher" && w.last_resync_unix_ms > 0)
+            .any(|w| w.writer == "watcher" && w.last_resync_unix_ms > 0)
             .then_some(())
             .ok_or_else(|| "no resync yet".to_owned())
     })

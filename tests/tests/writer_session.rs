@@ -11,7 +11,7 @@ use clb_proto::v1::{ProgrammingReason, ServiceStates, WriterSession};
 use clb_tests::{Harness, Options, PATIENCE};
 use tonic::Code;
 
-const SOURCE: &str = "watcher";
+const WRITER: &str = "watcher";
 
 /// Reads `stream` until `done` holds for a message (at most [`PATIENCE`]).
 async fn until<T>(
@@ -49,7 +49,7 @@ async fn every_answer_and_the_session_stream_say_whether_the_server_holds_the_wr
     clb_tests::init_tracing();
     let mut h = Harness::start(Options::e2e()).await;
     let c = client(&h).await;
-    let mut w = c.writer(SOURCE);
+    let mut w = c.writer(WRITER);
 
     // Before any resync: an apply is taken, and its answer says the server holds no resync.
     let a = w
@@ -102,7 +102,7 @@ async fn every_answer_and_the_session_stream_say_whether_the_server_holds_the_wr
     .await;
     assert!(ended.is_ok(), "the session stream outlived the server");
     let c = client(&h).await;
-    let mut w = c.writer(SOURCE);
+    let mut w = c.writer(WRITER);
     let mut session = w.watch_session().await.unwrap();
     let s2 = until(&mut session, "the new server's session", |_| true).await;
     assert!(!s2.resynced && s2.epoch != s1.epoch, "{s2:?} after {s1:?}");
@@ -120,7 +120,7 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
     clb_tests::init_tracing();
     let h = Harness::start(Options::e2e()).await;
     let c = client(&h).await;
-    let mut w = c.writer(SOURCE);
+    let mut w = c.writer(WRITER);
     w.resync(
         clb_client::client::scope::all(),
         vec![updates::service_add("svc-old", &[])],
@@ -188,7 +188,7 @@ async fn locations_programmed_follows_nrp_and_refuses_a_bad_ip_precisely() {
     clb_tests::init_tracing();
     let h = Harness::start(Options::e2e()).await;
     let c = client(&h).await;
-    let mut w = c.writer(SOURCE);
+    let mut w = c.writer(WRITER);
     w.resync(clb_client::client::scope::all(), Vec::new())
         .await
         .unwrap();

@@ -56,7 +56,7 @@ pub struct Args {
     /// Warning Event), e.g. `10m`, `90s`.
     #[arg(long, env = "CLB_READINESS_GATE_TIMEOUT", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub readiness_gate_timeout: Duration,
-    /// Run as the node agent of this node: report only the egress pods on it (source
+    /// Run as the node agent of this node: report only the egress pods on it (writer
     /// `node-agent/NAME`). In a DaemonSet: `--node=$(NODE_NAME)` from the downward API.
     #[arg(long, env = "CLB_NODE")]
     pub node: Option<String>,

@@ -387,7 +387,7 @@ impl Gate {
                 }
             };
             match client
-                .writer(crate::WATCHER_SOURCE)
+                .writer(crate::WATCHER_WRITER)
                 .addresses_programmed(q.clone())
                 .await
             {
@@ -410,7 +410,7 @@ impl Gate {
         for (i, q) in wanted {
             let answer = match self.conns[*i].get().await {
                 Ok(client) => client
-                    .writer(crate::WATCHER_SOURCE)
+                    .writer(crate::WATCHER_WRITER)
                     .addresses_state(q.clone(), true)
                     .await
                     .ok(),

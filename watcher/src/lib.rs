@@ -1,10 +1,10 @@
 //! The kube watcher and the node agent: Kubernetes → desired state of the clb state server.
 //!
 //! One process, two modes (binary `clb-watcher`, docs/watcher.md):
-//! - **cluster** (source `watcher`): watches Services, EndpointSlices, Nodes and (unless pods are
+//! - **cluster** (writer `watcher`): watches Services, EndpointSlices, Nodes and (unless pods are
 //!   left to node agents) egress-labelled Pods; writes inbound identities, their endpoints and pods;
 //!   writes back `status.loadBalancer.ingress` and owns a finalizer on the Services it programs;
-//! - **node agent** (`--node NAME`, source `node-agent/NAME`): watches only the egress-labelled
+//! - **node agent** (`--node NAME`, writer `node-agent/NAME`): watches only the egress-labelled
 //!   Pods on that node and the Node itself; writes those pods.
 //!
 //! Three tasks share one [`translate::Translator`]:
@@ -57,23 +57,23 @@ pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
 
-/// Source name of the cluster-wide watcher.
-pub const WATCHER_SOURCE: &str = "watcher";
+/// Writer name of the cluster-wide watcher.
+pub const WATCHER_WRITER: &str = "watcher";
 
-/// Source name of the node agent of node `node`: `node-agent/<node>`.
-pub fn node_agent_source(node: &str) -> String {
+/// Writer name of the node agent of node `node`: `node-agent/<node>`.
+pub fn node_agent_writer(node: &str) -> String {
     format!("node-agent/{node}")
 }
 
 /// What the process watches and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
-    /// The cluster-wide watcher (source `watcher`).
+    /// The cluster-wide watcher (writer `watcher`).
     Cluster {
         /// Whether it also reports egress-labelled pods (false when node agents do).
         pods: bool,
     },
-    /// A node agent (source `node-agent/<node>`): only the pods on this node.
+    /// A node agent (writer `node-agent/<node>`): only the pods on this node.
     NodeAgent {
         /// The node's name.
         node: String,
@@ -191,11 +191,11 @@ impl WatcherConfig {
             .collect()
     }
 
-    /// The writer's source name: `watcher` or `node-agent/<node>`.
-    pub fn source(&self) -> String {
+    /// The writer's name: `watcher` or `node-agent/<node>`.
+    pub fn writer(&self) -> String {
         match &self.mode {
-            Mode::Cluster { .. } => WATCHER_SOURCE.to_owned(),
-            Mode::NodeAgent { node } => node_agent_source(node),
+            Mode::Cluster { .. } => WATCHER_WRITER.to_owned(),
+            Mode::NodeAgent { node } => node_agent_writer(node),
         }
     }
 
@@ -378,10 +378,10 @@ pub async fn run(
     kube: KubeClients,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ClientError> {
-    let source = config.source();
+    let writer = config.writer();
     let kinds = config.kinds();
     tracing::info!(
-        source = %source,
+        writer = %writer,
         mode = ?config.mode,
         class = %config.class,
         claim_unclassed = config.claim_unclassed,
@@ -473,7 +473,7 @@ pub async fn run(
     if let Some(g) = gate {
         g.abort();
     }
-    tracing::info!(source = %source, "stopped");
+    tracing::info!(writer = %writer, "stopped");
     result
 }
 

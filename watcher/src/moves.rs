@@ -131,7 +131,7 @@ async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
     };
     let locations = ips.iter().map(ToString::to_string).collect();
     match client
-        .writer(crate::WATCHER_SOURCE)
+        .writer(crate::WATCHER_WRITER)
         .locations_programmed(locations)
         .await
     {

@@ -62,10 +62,10 @@ fn topology(translator: &super::translate::Translator, pods: bool) -> ClusterTop
         .filter(|(_, ips)| ips.all().next().is_some())
         .map(|(name, ips)| ClusterNode {
             locations: ips.all().map(|ip| ip.to_string()).collect(),
-            pods_source: if pods {
-                super::WATCHER_SOURCE.to_owned()
+            pods_writer: if pods {
+                super::WATCHER_WRITER.to_owned()
             } else {
-                super::node_agent_source(&name)
+                super::node_agent_writer(&name)
             },
             name,
         })
@@ -159,7 +159,7 @@ pub(crate) async fn run(
     notify: Arc<Notify>,
     config: WatcherConfig,
 ) -> Result<(), ClientError> {
-    let source = config.source();
+    let writer = config.writer();
     let session = tokio::spawn(follow_session(
         shared.clone(),
         notify.clone(),
@@ -186,7 +186,7 @@ pub(crate) async fn run(
                 seq,
             } => {
                 let sends = !views.is_empty();
-                let r = resync(&mut conn, &source, views).await;
+                let r = resync(&mut conn, &writer, views).await;
                 let mut s = lock(&shared);
                 s.in_flight = false;
                 config.metrics.resync_of(&config.server.gateway, r.is_ok());
@@ -209,7 +209,7 @@ pub(crate) async fn run(
                 }
             }
             Job::Apply { batch, seq } => {
-                let r = apply(&mut conn, &source, batch).await;
+                let r = apply(&mut conn, &writer, batch).await;
                 let mut s = lock(&shared);
                 s.in_flight = false;
                 match r {
@@ -224,7 +224,7 @@ pub(crate) async fn run(
                         if lost_us(&s, session.as_ref()) || unsynced {
                             // The batch went to a server that holds no resync of ours (it
                             // restarted, or another replica leads): what it holds is incomplete.
-                            resync_at_once(&mut s, &source, None);
+                            resync_at_once(&mut s, &writer, None);
                             continue;
                         }
                         s.ack(seq);
@@ -256,9 +256,9 @@ impl Drop for AbortOnDrop {
 
 /// The server holds no (complete) resync of ours: resync at once, even while a stream relists;
 /// what is queued goes with it (the resync carries the whole view).
-fn resync_at_once(s: &mut super::Shared, source: &str, session: Option<&WriterSession>) {
+fn resync_at_once(s: &mut super::Shared, writer: &str, session: Option<&WriterSession>) {
     tracing::info!(
-        source,
+        writer,
         server_id = session.map(|s| s.server_id.as_str()),
         epoch = session.map(|s| s.epoch),
         "the state server holds no resync of ours (it restarted, or another replica leads); \
@@ -285,13 +285,13 @@ fn lost_us(s: &super::Shared, session: Option<&WriterSession>) -> bool {
 /// trip of the new leader's first answer, without polling. A failed stream changes nothing by
 /// itself: the next answer of the new server says what it holds.
 async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherConfig) {
-    let source = config.source();
+    let writer = config.writer();
     let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, crate::backoff::RECONNECT_MAX);
     loop {
         let failure = match conn.get().await {
             Err(e) => e,
-            Ok(client) => match client.writer(&source).watch_session().await {
+            Ok(client) => match client.writer(&writer).watch_session().await {
                 Err(e) => e,
                 Ok(mut stream) => loop {
                     match stream.message().await {
@@ -299,7 +299,7 @@ async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherC
                             backoff.reset();
                             let mut s = lock(&shared);
                             if !s.in_flight && lost_us(&s, Some(&session)) {
-                                resync_at_once(&mut s, &source, Some(&session));
+                                resync_at_once(&mut s, &writer, Some(&session));
                                 drop(s);
                                 notify.notify_one();
                             }
@@ -348,22 +348,22 @@ fn fail_or_return(
 /// Sends each view; returns the server's epoch as the last resync's answer states it.
 async fn resync(
     conn: &mut Conn,
-    source: &str,
+    writer: &str,
     views: Vec<View>,
 ) -> Result<Option<u64>, ClientError> {
     let client = conn.get().await?;
-    let mut writer = client.writer(source);
+    let mut w = client.writer(writer);
     let mut epoch = None;
     for (scope, topology, view) in views {
         let what = scope_name(&scope);
         let n = view.len();
         let nodes = topology.as_ref().map(|t| t.nodes.len());
-        let r = writer.resync_with_topology(scope, topology, view).await?;
+        let r = w.resync_with_topology(scope, topology, view).await?;
         for rejected in &r.rejected {
-            tracing::warn!(source, "resync item rejected: {rejected}");
+            tracing::warn!(writer, "resync item rejected: {rejected}");
         }
         tracing::info!(
-            source,
+            writer,
             scope = %what,
             updates = n,
             nodes,
@@ -381,18 +381,18 @@ async fn resync(
 /// Sends one batch; returns the writer's session as the answer states it.
 async fn apply(
     conn: &mut Conn,
-    source: &str,
+    writer: &str,
     batch: Vec<Update>,
 ) -> Result<Option<WriterSession>, ClientError> {
     let client = conn.get().await?;
-    let mut writer = client.writer(source);
+    let mut w = client.writer(writer);
     let n = batch.len();
-    let r = writer.apply(batch).await?;
+    let r = w.apply(batch).await?;
     for rejected in &r.rejected {
-        tracing::warn!(source, "update rejected: {rejected}");
+        tracing::warn!(writer, "update rejected: {rejected}");
     }
     tracing::debug!(
-        source,
+        writer,
         updates = n,
         applied = r.applied,
         rejected = r.rejected.len(),

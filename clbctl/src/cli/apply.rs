@@ -39,9 +39,9 @@ pub struct ApplyArgs {
     /// The file of updates (YAML or JSON, by extension or sniffed); `-` reads stdin.
     #[arg(long, short = 'f', value_name = "FILE")]
     pub file: String,
-    /// The writer's source name, shown in the server's status and traces.
-    #[arg(long, default_value = "clbctl")]
-    pub source: String,
+    /// The writer's name, shown in the server's status and traces.
+    #[arg(long, alias = "source", default_value = "clbctl")]
+    pub writer: String,
     /// Ask the state server to validate the updates without applying them: each is checked in
     /// order against a copy of the gateway's desired state, and the rejections are reported as a
     /// real apply would report them. Nothing changes.
@@ -501,8 +501,8 @@ pub struct RejectedView {
 pub struct ApplyView {
     /// The file (`-` for stdin).
     pub file: String,
-    /// The writer's source name.
-    pub source: String,
+    /// The writer's name.
+    pub writer: String,
     /// The gateway (empty: the server's default).
     pub gateway: String,
     /// Whether the server only validated the items (`--dry-run`): `applied` then counts the items
@@ -561,7 +561,7 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
             global.server()
         )
     })?;
-    let mut writer = client.writer(args.source.clone());
+    let mut writer = client.writer(args.writer.clone());
     let outcome = if args.dry_run {
         writer.validate(batch).await
     } else {
@@ -570,7 +570,7 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
     .with_context(|| format!("apply {name}"))?;
     let view = ApplyView {
         file: args.file.clone(),
-        source: args.source.clone(),
+        writer: args.writer.clone(),
         gateway: global.gateway.clone(),
         dry_run: args.dry_run,
         updates: items.len(),
@@ -587,11 +587,11 @@ pub async fn run(global: &Global, args: &ApplyArgs) -> anyhow::Result<ExitCode> 
         Output::Table if view.dry_run => out(&format!(
             "{} of {} updates from {name} as {:?} would be applied; nothing changed (--dry-run, \
              revision {})\n",
-            view.applied, view.updates, view.source, view.revision
+            view.applied, view.updates, view.writer, view.revision
         )),
         Output::Table => out(&format!(
             "applied {} of {} updates from {name} as {:?} (revision {})\n",
-            view.applied, view.updates, view.source, view.revision
+            view.applied, view.updates, view.writer, view.revision
         )),
     }
     if view.rejected.is_empty() {

@@ -24,7 +24,7 @@
 //! By default the whole system runs in this process (NRP emulator at a realistic cost — 100 ms per
 //! call + 0.05 ms per address, 4 concurrent mutating calls — state server, 2 workers); the initial
 //! population is programmed with a free NRP, the cost model applies to the churn. With
-//! `--state-server URL` the load goes to that server instead (as source `--source`, with `Apply`:
+//! `--state-server URL` the load goes to that server instead (as writer `--writer`, with `Apply`:
 //! nothing else of its desired state is touched), and the load's services and pods are removed
 //! again at the end unless `--keep`.
 
@@ -82,9 +82,9 @@ pub struct LoadArgs {
     /// `--server`, when given, names it too).
     #[arg(long, value_name = "URL")]
     pub state_server: Option<String>,
-    /// The writer's source name.
-    #[arg(long, default_value = "clbctl-load")]
-    pub source: String,
+    /// The writer's name.
+    #[arg(long, alias = "source", default_value = "clbctl-load")]
+    pub writer: String,
     /// How often the due churn events are sent as one batch.
     #[arg(long, default_value = "10ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_window: Duration,
@@ -505,7 +505,7 @@ async fn drive(
     client: &Client,
 ) -> anyhow::Result<LoadReport> {
     let embedded = system.is_embedded();
-    let mut writer = client.writer(args.source.clone());
+    let mut writer = client.writer(args.writer.clone());
 
     // 1. The initial population.
     note(&format!(

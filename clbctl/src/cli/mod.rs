@@ -488,6 +488,32 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_flag_keeps_source_as_a_hidden_alias() {
+        let writer = |args: &[&str]| {
+            let mut argv = vec!["clbctl"];
+            argv.extend_from_slice(args);
+            match Cli::try_parse_from(argv).expect("valid").command {
+                Command::Apply(a) => a.writer,
+                Command::Load(l) => l.writer,
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        assert_eq!(writer(&["apply", "-f", "-"]), "clbctl");
+        assert_eq!(writer(&["apply", "-f", "-", "--writer", "ops/a"]), "ops/a");
+        assert_eq!(writer(&["apply", "-f", "-", "--source", "ops/b"]), "ops/b");
+        assert_eq!(writer(&["load", "--source", "l"]), "l");
+        let help = <Cli as clap::CommandFactory>::command()
+            .find_subcommand_mut("apply")
+            .expect("apply")
+            .render_long_help()
+            .to_string();
+        assert!(
+            help.contains("--writer") && !help.contains("--source"),
+            "{help}"
+        );
+    }
+
+    #[test]
     fn tls_follows_the_url_scheme_and_the_ca_file() {
         let cli = Cli::try_parse_from([
             "clbctl",

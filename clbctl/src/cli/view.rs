@@ -114,8 +114,8 @@ pub struct InitView {
     pub pending_writers: Vec<String>,
     /// Removals are sent.
     pub removals_allowed: bool,
-    /// The source of the cluster view (the watcher's resync of services), once it came.
-    pub cluster_view_source: Option<String>,
+    /// The writer of the cluster view (the watcher's resync of services), once it came.
+    pub cluster_view_writer: Option<String>,
     /// Whether that resync declared the cluster's nodes.
     pub topology_declared: bool,
     /// What holds removals back, by reason.
@@ -184,8 +184,8 @@ pub struct WorkerView {
 /// One writer.
 #[derive(Debug, Clone, Serialize)]
 pub struct WriterView {
-    /// Its source name.
-    pub source: String,
+    /// Its name.
+    pub writer: String,
     /// Its last completed resync, in ms since the Unix epoch (0: never).
     pub last_resync_unix_ms: i64,
     /// Updates accepted.
@@ -200,9 +200,9 @@ impl From<&InitGates> for InitView {
             nrp_observed: i.nrp_observed,
             pending_writers: i.pending_writers.clone(),
             removals_allowed: i.removals_allowed,
-            cluster_view_source: i
+            cluster_view_writer: i
                 .cluster_view_resynced
-                .then(|| i.cluster_view_source.clone()),
+                .then(|| i.cluster_view_writer.clone()),
             topology_declared: i.topology_declared,
             held: i
                 .held
@@ -277,7 +277,7 @@ impl From<&WorkerStatus> for WorkerView {
 impl From<&WriterStatus> for WriterView {
     fn from(w: &WriterStatus) -> Self {
         Self {
-            source: w.source.clone(),
+            writer: w.writer.clone(),
             last_resync_unix_ms: w.last_resync_unix_ms,
             updates_applied: w.updates_applied,
             items_rejected: w.items_rejected,

@@ -53,8 +53,8 @@ pub struct NodeDecl {
     pub name: String,
     /// Its IPs: the locations of its pods.
     pub locations: Vec<IpAddr>,
-    /// The source that reports its pods.
-    pub pods_source: String,
+    /// The writer that reports its pods.
+    pub pods_writer: String,
 }
 
 /// The cluster's nodes and who reports the pods of each, as declared by the cluster view.
@@ -146,15 +146,15 @@ pub struct GateView {
     pub pending_writers: Vec<String>,
     /// Nothing is withheld any more.
     pub open: bool,
-    /// The source of the cluster view, once it came.
-    pub cluster_view_source: Option<String>,
+    /// The writer of the cluster view, once it came.
+    pub cluster_view_writer: Option<String>,
     /// Whether the cluster view declared a topology.
     pub topology_declared: bool,
     /// What holds removals back.
     pub holds: Vec<HoldView>,
 }
 
-/// What the pods resyncs of one source covered since the start, less the locations whose pods
+/// What the pods resyncs of one writer covered since the start, less the locations whose pods
 /// were handed over since (a resync before a handover does not speak for the location after it).
 #[derive(Debug, Clone)]
 enum PodsCover {
@@ -187,9 +187,9 @@ pub struct Handover {
 
 #[derive(Debug, Clone)]
 struct ClusterView {
-    source: String,
+    writer: String,
     at: Instant,
-    /// Location → (node, pods source), when a topology was declared.
+    /// Location → (node, pods writer), when a topology was declared.
     topology: Option<HashMap<IpAddr, (String, String)>>,
 }
 
@@ -292,27 +292,27 @@ impl RestartGate {
         self.observed_at.is_some()
     }
 
-    /// A resync of `source` covering `scope` completed; `topology` is what its header declared;
+    /// A resync of `writer` covering `scope` completed; `topology` is what its header declared;
     /// `tracker` is the desired state after the resync was applied. Returns what changed hands.
     ///
     /// The pods at a location are owned by the writer its node declares in the cluster view's
     /// topology; at a location of no declared node (or with no topology), by a writer whose pods
     /// resync covers every location, else by one that resynced that location. A cluster view
-    /// without `pods` ends its source's claim on pods. When this resync changes the owner of a
+    /// without `pods` ends its writer's claim on pods. When this resync changes the owner of a
     /// location that holds pods (or that waits for a handover), the old owner's resync no longer
-    /// speaks for it: unless the new owner is this very resync's source and the resync covered
+    /// speaks for it: unless the new owner is this very resync's writer and the resync covered
     /// the location, its pods leave the desired state and removals there wait for the new owner's
     /// resync, for at most `resync_wait` (a declared node that went is released at once).
     pub fn resync_completed(
         &mut self,
-        source: &str,
+        writer: &str,
         scope: &Scope,
         topology: Option<&Topology>,
         tracker: &DiffTracker,
         now: Instant,
     ) -> Handover {
         self.dirty = true;
-        self.resynced.insert(source.to_owned());
+        self.resynced.insert(writer.to_owned());
         // Only a cluster view or a resync of every pod can change a location's owner: a resync of
         // the pods at one location only adds coverage. (Both cost O(cluster) anyway.)
         let may_change_owners = scope.services || (scope.pods && scope.location.is_none());
@@ -332,10 +332,10 @@ impl RestartGate {
             Vec::new()
         };
         if scope.pods {
-            match (scope.location, self.pods.get_mut(source)) {
+            match (scope.location, self.pods.get_mut(writer)) {
                 (None, _) => {
                     self.pods
-                        .insert(source.to_owned(), PodsCover::All(HashSet::new()));
+                        .insert(writer.to_owned(), PodsCover::All(HashSet::new()));
                 }
                 (Some(l), Some(PodsCover::All(except))) => {
                     except.remove(&l);
@@ -345,15 +345,15 @@ impl RestartGate {
                 }
                 (Some(l), None) => {
                     self.pods
-                        .insert(source.to_owned(), PodsCover::At(HashSet::from([l])));
+                        .insert(writer.to_owned(), PodsCover::At(HashSet::from([l])));
                 }
             }
         } else if scope.services {
             // The writer's whole view no longer reports pods: it owns none any more.
-            self.pods.remove(source);
+            self.pods.remove(writer);
         }
         if scope.services {
-            self.cluster_view_resynced(source, topology, now);
+            self.cluster_view_resynced(writer, topology, now);
         }
         let mut out = Handover::default();
         for (location, old, was_covered) in before {
@@ -371,8 +371,8 @@ impl RestartGate {
             }
             let by_this_resync = scope.pods
                 && scope.location.is_none_or(|l| l == location)
-                && new.as_deref() == Some(source);
-            self.forget_coverage(location, by_this_resync.then_some(source));
+                && new.as_deref() == Some(writer);
+            self.forget_coverage(location, by_this_resync.then_some(writer));
             if by_this_resync {
                 // The new owner's view of the location is in this very resync.
                 self.handoffs.remove(&location);
@@ -412,7 +412,7 @@ impl RestartGate {
                 .handoffs
                 .iter()
                 .filter(|(l, h)| {
-                    h.to.as_deref().is_none_or(|to| to == source) && self.covers(source, **l)
+                    h.to.as_deref().is_none_or(|to| to == writer) && self.covers(writer, **l)
                 })
                 .map(|(l, _)| *l)
                 .collect();
@@ -423,12 +423,12 @@ impl RestartGate {
         out
     }
 
-    fn cluster_view_resynced(&mut self, source: &str, topology: Option<&Topology>, now: Instant) {
+    fn cluster_view_resynced(&mut self, writer: &str, topology: Option<&Topology>, now: Instant) {
         let topology = topology.map(|t| {
             let mut map = HashMap::new();
             for n in &t.nodes {
                 for l in &n.locations {
-                    map.insert(*l, (n.name.clone(), n.pods_source.clone()));
+                    map.insert(*l, (n.name.clone(), n.pods_writer.clone()));
                 }
             }
             map
@@ -444,7 +444,7 @@ impl RestartGate {
                 .collect();
             let message = format!(
                 "cluster view resynced; removals at each node's locations wait for its pod \
-                 writer's resync (writer {source}, nodes {:?}, waiting {waiting:?}, bound {:?})",
+                 writer's resync (writer {writer}, nodes {:?}, waiting {waiting:?}, bound {:?})",
                 topology.as_ref().map(|t| t.len()),
                 self.resync_wait
             );
@@ -452,13 +452,13 @@ impl RestartGate {
         }
         let at = self.cluster_view.as_ref().map_or(now, |cv| cv.at);
         self.cluster_view = Some(ClusterView {
-            source: source.to_owned(),
+            writer: writer.to_owned(),
             at,
             topology,
         });
     }
 
-    /// The declared topology (location → (node, pods source)), if the cluster view declared one.
+    /// The declared topology (location → (node, pods writer)), if the cluster view declared one.
     fn topology(&self) -> Option<&HashMap<IpAddr, (String, String)>> {
         self.cluster_view
             .as_ref()
@@ -515,12 +515,12 @@ impl RestartGate {
             .is_some_and(|v| v.topology.is_some())
     }
 
-    fn covers_any(&self, source: &str) -> bool {
-        self.pods.contains_key(source)
+    fn covers_any(&self, writer: &str) -> bool {
+        self.pods.contains_key(writer)
     }
 
-    fn covers(&self, source: &str, location: IpAddr) -> bool {
-        match self.pods.get(source) {
+    fn covers(&self, writer: &str, location: IpAddr) -> bool {
+        match self.pods.get(writer) {
             Some(PodsCover::All(except)) => !except.contains(&location),
             Some(PodsCover::At(set)) => set.contains(&location),
             None => false,
@@ -771,7 +771,7 @@ impl RestartGate {
             nrp_observed: self.nrp_observed(),
             pending_writers: self.pending_writers(),
             open: self.open && self.holds.is_empty(),
-            cluster_view_source: self.cluster_view.as_ref().map(|cv| cv.source.clone()),
+            cluster_view_writer: self.cluster_view.as_ref().map(|cv| cv.writer.clone()),
             topology_declared: self
                 .cluster_view
                 .as_ref()
@@ -809,7 +809,7 @@ mod tests {
         let node = |name: &str, l: &[&str]| NodeDecl {
             name: name.into(),
             locations: l.iter().map(|s| ip(s)).collect(),
-            pods_source: format!("node-agent/{name}"),
+            pods_writer: format!("node-agent/{name}"),
         };
         Topology {
             nodes: vec![
@@ -969,7 +969,7 @@ mod tests {
         g.observed(t0, false);
         let mut topo = topology();
         for n in &mut topo.nodes {
-            n.pods_source = "watcher".into();
+            n.pods_writer = "watcher".into();
         }
         let all = Scope {
             services: true,
@@ -1007,7 +1007,7 @@ mod handover_tests {
         let node = |name: &str, l: &[&str]| NodeDecl {
             name: name.into(),
             locations: l.iter().map(|s| ip(s)).collect(),
-            pods_source: if agents.contains(&name) {
+            pods_writer: if agents.contains(&name) {
                 format!("node-agent/{name}")
             } else {
                 "watcher".into()
@@ -1050,8 +1050,8 @@ mod handover_tests {
         let agents: Vec<(String, IpAddr)> = topology
             .iter()
             .flat_map(|t| &t.nodes)
-            .filter(|n| n.pods_source != "watcher")
-            .flat_map(|n| n.locations.iter().map(|l| (n.pods_source.clone(), *l)))
+            .filter(|n| n.pods_writer != "watcher")
+            .flat_map(|n| n.locations.iter().map(|l| (n.pods_writer.clone(), *l)))
             .collect();
         let pods = agents.is_empty();
         let h = g.resync_completed("watcher", &scope(true, pods, None), topology, t, t0);

@@ -50,19 +50,19 @@ impl AdminService {
 /// table: counts are summed over gateways, the latest resync wins.
 fn merge_writers(g: &Gateway, writers: &mut BTreeMap<String, WriterStatus>) {
     let pending = g.pending_writers();
-    for source in &pending {
+    for writer in &pending {
         writers
-            .entry(source.clone())
+            .entry(writer.clone())
             .or_insert_with(|| WriterStatus {
-                source: source.clone(),
+                writer: writer.clone(),
                 ..WriterStatus::default()
             });
     }
-    for (source, record) in g.writers() {
+    for (writer, record) in g.writers() {
         let w = writers
-            .entry(source.clone())
+            .entry(writer.clone())
             .or_insert_with(|| WriterStatus {
-                source: source.clone(),
+                writer: writer.clone(),
                 ..WriterStatus::default()
             });
         w.updates_applied += record.updates_applied;

@@ -642,7 +642,7 @@ pub fn resync_scope(scope: Option<&ResyncScope>) -> Result<Scope, HeaderError> {
 }
 
 /// The topology of a resync header (`header.topology`), checked: only with a scope that covers
-/// services, every node named once, with at least one valid location and a pods source.
+/// services, every node named once, with at least one valid location and a pods writer.
 pub fn resync_topology(
     topology: Option<&v1::ClusterTopology>,
     scope: &Scope,
@@ -672,8 +672,8 @@ pub fn resync_topology(
         if !names.insert(n.name.as_str()) {
             return Err(err(field("name"), &n.name, "names a node listed before"));
         }
-        if n.pods_source.is_empty() {
-            return Err(err(field("pods_source"), "", "must not be empty"));
+        if n.pods_writer.is_empty() {
+            return Err(err(field("pods_writer"), "", "must not be empty"));
         }
         if n.locations.is_empty() {
             return Err(err(field("locations"), "", "must list at least one IP"));
@@ -693,7 +693,7 @@ pub fn resync_topology(
         nodes.push(NodeDecl {
             name: n.name.clone(),
             locations,
-            pods_source: n.pods_source.clone(),
+            pods_writer: n.pods_writer.clone(),
         });
     }
     Ok(Some(Topology { nodes }))
@@ -705,8 +705,8 @@ pub fn init_gates(view: GateView) -> v1::InitGates {
         nrp_observed: view.nrp_observed,
         pending_writers: view.pending_writers,
         removals_allowed: view.open,
-        cluster_view_resynced: view.cluster_view_source.is_some(),
-        cluster_view_source: view.cluster_view_source.unwrap_or_default(),
+        cluster_view_resynced: view.cluster_view_writer.is_some(),
+        cluster_view_writer: view.cluster_view_writer.unwrap_or_default(),
         topology_declared: view.topology_declared,
         held: view
             .holds

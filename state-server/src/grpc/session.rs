@@ -37,17 +37,17 @@ pub type ServiceStatesStream = Pin<Box<dyn Stream<Item = Result<ServiceStates, S
 /// Most inbound services in one `ServiceStates` message; a larger snapshot or change is split.
 const MAX_SERVICES_PER_MESSAGE: usize = 1_000;
 
-/// The session of writer `source` as `snapshot` of gateway `gateway` shows it.
+/// The session of writer `writer` as `snapshot` of gateway `gateway` shows it.
 fn session_in(
     state: &StateServer,
     gateway: &str,
     snapshot: &GatewaySnapshot,
-    source: &str,
+    writer: &str,
 ) -> WriterSession {
     WriterSession {
         server_id: state.config().server_id.clone(),
         epoch: state.epoch(),
-        resynced: snapshot.resynced.contains(source),
+        resynced: snapshot.resynced.contains(writer),
         gateway: gateway.to_owned(),
     }
 }
@@ -80,14 +80,14 @@ async fn follow(
     Some((rx, first))
 }
 
-/// The session of writer `source` in gateway `g`.
-pub fn session(state: &StateServer, g: &Gateway, source: &str) -> WriterSession {
+/// The session of writer `writer` in gateway `g`.
+pub fn session(state: &StateServer, g: &Gateway, writer: &str) -> WriterSession {
     WriterSession {
         server_id: state.config().server_id.clone(),
         epoch: state.epoch(),
         resynced: g
             .writers()
-            .get(source)
+            .get(writer)
             .is_some_and(|w| w.last_resync_unix_ms.is_some()),
         gateway: g.name().to_owned(),
     }
@@ -172,7 +172,7 @@ async fn still_current<T>(
 pub fn watch_session(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
-    source: String,
+    writer: String,
     mut shutdown: Shutdown,
 ) -> SessionStream {
     let stream = spawn_stream(move |tx| async move {
@@ -187,7 +187,7 @@ pub fn watch_session(
                 return;
             }
             let snapshot = snapshots.borrow_and_update().clone();
-            let now = session_in(&state, handle.name(), &snapshot, &source);
+            let now = session_in(&state, handle.name(), &snapshot, &writer);
             if last.as_ref() != Some(&now) {
                 if tx.send(Ok(now.clone())).await.is_err() {
                     return;
@@ -222,7 +222,7 @@ fn read_services(g: &Gateway) -> (HashMap<String, ServiceState>, bool) {
 pub fn watch_services(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
-    source: String,
+    writer: String,
     mut shutdown: Shutdown,
 ) -> ServiceStatesStream {
     let stream = spawn_stream(move |tx| async move {
@@ -239,7 +239,7 @@ pub fn watch_services(
                 return;
             }
             let snapshot = snapshots.borrow_and_update().clone();
-            let session = session_in(&state, handle.name(), &snapshot, &source);
+            let session = session_in(&state, handle.name(), &snapshot, &writer);
             let (now, observed) = (&snapshot.services, snapshot.nrp_observed);
             let mut changed: Vec<ServiceState> = now
                 .iter()

@@ -64,12 +64,12 @@ impl WriterService {
     }
 }
 
-/// Checks a writer's source name.
-fn check_source(field: &str, source: &str) -> Result<(), Status> {
-    if source.is_empty() {
+/// Checks the name of a writer.
+fn check_writer(field: &str, writer: &str) -> Result<(), Status> {
+    if writer.is_empty() {
         return Err(invalid_argument(
             field,
-            source,
+            writer,
             "must not be empty: name the writer, such as `watcher` or `node-agent/<node>`",
         ));
     }
@@ -89,19 +89,19 @@ fn check_batch_size(state: &StateServer, field: &str, len: usize) -> Result<(), 
     Ok(())
 }
 
-/// What `caller` may write to the gateway `gateway` names as `source` (everything without
+/// What `caller` may write to the gateway `gateway` names as `writer` (everything without
 /// authorization). An unknown gateway is `NOT_FOUND`.
 async fn write_rights(
     state: &StateServer,
     caller: Option<&Caller>,
     gateway: &str,
-    source: &str,
+    writer: &str,
 ) -> Result<WriteRights, Status> {
     let Some(caller) = caller else {
         return Ok(WriteRights::Any);
     };
     let handle = state.gateway(gateway).map_err(|e| unknown_gateway(&e))?;
-    caller.writer(handle.name(), source).await
+    caller.writer(handle.name(), writer).await
 }
 
 /// The rights of the core for what the caller may write.
@@ -130,7 +130,7 @@ fn apply_batch(
     let span = tracing::info_span!(
         "apply_batch",
         gateway = %req.gateway,
-        source = %req.source,
+        writer = %req.writer,
         batch_id = req.batch_id,
         updates = req.updates.len(),
         applied = tracing::field::Empty,
@@ -138,7 +138,7 @@ fn apply_batch(
     );
     let _entered = span.enter();
     super::require_leader(state)?;
-    check_source("source", &req.source)?;
+    check_writer("writer", &req.writer)?;
     check_batch_size(state, "updates", req.updates.len())?;
     let handle = state
         .gateway(&req.gateway)
@@ -151,13 +151,13 @@ fn apply_batch(
     let rights = core_rights(rights);
     let (revision, outcome, session) = {
         let mut gateway = handle.lock();
-        let (outcome, applied) = gateway.apply(&req.source, &rights, &items);
+        let (outcome, applied) = gateway.apply(&req.writer, &rights, &items);
         if let Some(link) = &link {
             for (update, _) in req.updates.iter().zip(applied).filter(|(_, a)| *a) {
                 gateway.trace_links.note(link, update);
             }
         }
-        let session = session::session(state, &gateway, &req.source);
+        let session = session::session(state, &gateway, &req.writer);
         (gateway.tracker().revision(), outcome, session)
     };
     drop(items);
@@ -200,7 +200,7 @@ fn dry_run(
         revision: gateway.tracker().revision(),
         applied,
         rejected,
-        session: Some(session::session(state, &gateway, &req.source)),
+        session: Some(session::session(state, &gateway, &req.writer)),
     }
 }
 
@@ -255,13 +255,13 @@ fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result
 /// A resync read to its clean end.
 struct ResyncRead {
     handle: Arc<GatewayHandle>,
-    source: String,
+    writer: String,
     scope: Scope,
     topology: Option<Topology>,
     view: Vec<Update>,
 }
 
-/// Reads a resync stream to its clean end and returns the header's gateway, source, scope and
+/// Reads a resync stream to its clean end and returns the header's gateway, writer, scope and
 /// topology, and the whole view. Any error (a broken stream included) means nothing is applied.
 async fn read_resync(
     state: &StateServer,
@@ -290,8 +290,8 @@ async fn read_resync(
     };
     let span = tracing::Span::current();
     span.record("gateway", header.gateway.as_str());
-    span.record("source", header.source.as_str());
-    check_source("header.source", &header.source)?;
+    span.record("writer", header.writer.as_str());
+    check_writer("header.writer", &header.writer)?;
     let scope = resync_scope(header.scope.as_ref())
         .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason))?;
     let topology = resync_topology(header.topology.as_ref(), &scope)
@@ -300,7 +300,7 @@ async fn read_resync(
         .gateway(&header.gateway)
         .map_err(|e| unknown_gateway(&e))?;
     if let Some(caller) = caller
-        && let WriteRights::Node(node) = caller.writer(handle.name(), &header.source).await?
+        && let WriteRights::Node(node) = caller.writer(handle.name(), &header.writer).await?
     {
         check_node_scope(&handle, &node, &scope)?;
     }
@@ -335,7 +335,7 @@ async fn read_resync(
     }
     Ok(ResyncRead {
         handle,
-        source: header.source,
+        writer: header.writer,
         scope,
         topology,
         view,
@@ -349,7 +349,7 @@ impl WriterService {
         caller: Option<&Caller>,
         req: &ApplyRequest,
     ) -> Result<ApplyResponse, Status> {
-        let rights = write_rights(&self.state, caller, &req.gateway, &req.source).await?;
+        let rights = write_rights(&self.state, caller, &req.gateway, &req.writer).await?;
         apply_batch(&self.state, req, &rights)
     }
 
@@ -373,7 +373,7 @@ impl WriterService {
                     Ok(Some(req)) => {
                         // Reviews are cached: a stream of batches costs one review per TTL.
                         let rights =
-                            write_rights(&state, caller.as_ref(), &req.gateway, &req.source)
+                            write_rights(&state, caller.as_ref(), &req.gateway, &req.writer)
                                 .instrument(span.clone())
                                 .await;
                         let result = rights.and_then(|rights| {
@@ -396,7 +396,7 @@ impl WriterService {
     #[tracing::instrument(
         name = "Writer.Resync",
         skip_all,
-        fields(gateway, source, updates, applied, removed, rejected, handed_over)
+        fields(gateway, writer, updates, applied, removed, rejected, handed_over)
     )]
     async fn resync(
         &self,
@@ -405,7 +405,7 @@ impl WriterService {
     ) -> Result<ResyncResponse, Status> {
         let ResyncRead {
             handle,
-            source,
+            writer,
             scope,
             topology,
             view,
@@ -429,7 +429,7 @@ impl WriterService {
         let (revision, outcome, session) = {
             let mut gateway = handle.lock();
             let done = gateway.replace_scope(
-                &source,
+                &writer,
                 &scope,
                 topology.as_ref(),
                 &items,
@@ -447,7 +447,7 @@ impl WriterService {
             if !done.handover.drop_pods_at.is_empty() {
                 tracing::info!(
                     gateway = %gateway.name(),
-                    source,
+                    writer,
                     locations = done.handover.drop_pods_at.len(),
                     pods = done.dropped,
                     asked = ?done.handover.resync_asked,
@@ -458,7 +458,7 @@ impl WriterService {
             (
                 gateway.tracker().revision(),
                 ResyncOutcome::from(done.outcome),
-                session::session(&self.state, &gateway, &source),
+                session::session(&self.state, &gateway, &writer),
             )
         };
         drop(items);
@@ -485,11 +485,11 @@ impl WriterService {
         &self,
         caller: Option<&Caller>,
         gateway: &str,
-        source: &str,
+        writer: &str,
         verb: Option<Verb>,
     ) -> Result<Arc<GatewayHandle>, Status> {
         super::require_leader(&self.state)?;
-        check_source("source", source)?;
+        check_writer("writer", writer)?;
         let handle = self
             .state
             .gateway(gateway)
@@ -498,7 +498,7 @@ impl WriterService {
             match verb {
                 Some(verb) => caller.require(verb, handle.name()).await?,
                 None => {
-                    caller.writer(handle.name(), source).await?;
+                    caller.writer(handle.name(), writer).await?;
                 }
             }
         }
@@ -554,11 +554,11 @@ impl Writer for WriterService {
         self.state.metrics().update_rpc("watch_session");
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
-        let handle = self.follow(caller, &req.gateway, &req.source, None).await?;
+        let handle = self.follow(caller, &req.gateway, &req.writer, None).await?;
         Ok(Response::new(session::watch_session(
             self.state.clone(),
             handle,
-            req.source.clone(),
+            req.writer.clone(),
             self.shutdown.clone(),
         )))
     }
@@ -573,12 +573,12 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         Ok(Response::new(session::watch_services(
             self.state.clone(),
             handle,
-            req.source.clone(),
+            req.writer.clone(),
             self.shutdown.clone(),
         )))
     }
@@ -591,7 +591,7 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         session::locations_programmed(&handle, req).map(Response::new)
     }
@@ -604,7 +604,7 @@ impl Writer for WriterService {
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
-            .follow(caller, &req.gateway, &req.source, Some(Verb::Write))
+            .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
         session::addresses_programmed(&handle, req).map(Response::new)
     }

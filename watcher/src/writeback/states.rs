@@ -114,7 +114,7 @@ impl States {
     ) {
         let mut conn = Conn::new(&config.server);
         let mut backoff = ServerBackoff::new(config.backoff_initial, RECONNECT_MAX);
-        let source = crate::WATCHER_SOURCE;
+        let writer = crate::WATCHER_WRITER;
         loop {
             let failure = match conn.get().await {
                 Err(e) => e,
@@ -124,7 +124,7 @@ impl States {
                     } else {
                         client.with_gateway(&gateway)
                     };
-                    match client.writer(source).watch_services().await {
+                    match client.writer(writer).watch_services().await {
                         Err(e) => e,
                         Ok(mut stream) => loop {
                             match stream.message().await {
