@@ -11,6 +11,7 @@
 //! creation's report moves its in-flight ports to programmed; a read-back replaces programmed with
 //! what NRP has, except for a service whose creation is still in flight (its report will say).
 
+pub mod condition;
 pub mod gate;
 pub mod update;
 

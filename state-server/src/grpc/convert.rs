@@ -823,7 +823,7 @@ pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceSt
         actual_locations: 0,
         ports,
         frontend_ip,
-        // Derived by the Admin service (`grpc/admin.rs`, `service_condition`).
+        // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
         condition: None,
     }
 }

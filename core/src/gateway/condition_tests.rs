@@ -1,0 +1,254 @@
+//! How a service's condition is derived and gathered.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::difftracker::{Endpoint, Operation};
+use crate::dispatch::{DispatchConfig, DispatchEnv, Outcome, Report, UnitWork};
+use crate::gateway::GatewayConfig;
+
+fn record(code: &str) -> ErrorRecord {
+    ErrorRecord {
+        at_unix_ms: 1_700_000_000_000,
+        work_id: 7,
+        worker: 1,
+        unit: "locations 10.0.0.1".into(),
+        code: code.into(),
+        message: format!("{code} happened"),
+        terminal: false,
+    }
+}
+
+fn facts(desired: bool, actual: bool, ip: &str) -> ConditionFacts<'_> {
+    ConditionFacts {
+        inbound: true,
+        desired,
+        actual,
+        frontend_ip: ip,
+        desired_addresses: 2,
+        actual_addresses: 2,
+        pending: false,
+        parked: None,
+        failing: None,
+        held: None,
+    }
+}
+
+fn reason(c: &Condition) -> ConditionReason {
+    c.reason
+}
+
+#[test]
+fn the_condition_follows_the_desired_and_actual_state() {
+    let c = derive_condition(&facts(true, true, "20.0.0.1"));
+    assert_eq!(reason(&c), ConditionReason::Programmed);
+    assert!(c.message.contains("20.0.0.1"), "{}", c.message);
+    assert!(c.error_code.is_empty());
+    for f in [
+        facts(true, false, ""),
+        facts(true, true, ""),
+        facts(false, true, "20.0.0.1"),
+        ConditionFacts {
+            pending: true,
+            ..facts(true, true, "20.0.0.1")
+        },
+        ConditionFacts {
+            actual_addresses: 1,
+            ..facts(true, true, "20.0.0.1")
+        },
+    ] {
+        assert_eq!(
+            reason(&derive_condition(&f)),
+            ConditionReason::Pending,
+            "{f:?}"
+        );
+    }
+    assert_eq!(
+        reason(&derive_condition(&facts(false, false, ""))),
+        ConditionReason::Removed
+    );
+    // An egress has no frontend IP and is programmed without one.
+    let egress = ConditionFacts {
+        inbound: false,
+        ..facts(true, true, "")
+    };
+    assert_eq!(
+        reason(&derive_condition(&egress)),
+        ConditionReason::Programmed
+    );
+}
+
+#[test]
+fn failures_come_first_rejected_before_retrying_before_held_back() {
+    let parked = record("InvalidResourceName");
+    let throttled = record("TooManyRequests");
+    let other = record("InternalServerError");
+    let l: IpAddr = "10.0.0.1".parse().unwrap();
+    let held = HeldBack {
+        location: Some(l),
+        reason: "pod_writer",
+        writer: Some("node-agent/a".into()),
+    };
+    let all = ConditionFacts {
+        parked: Some(Failure {
+            location: None,
+            error: &parked,
+        }),
+        failing: Some(Failure {
+            location: Some(l),
+            error: &throttled,
+        }),
+        held: Some(held.clone()),
+        pending: true,
+        ..facts(true, true, "20.0.0.1")
+    };
+    let c = derive_condition(&all);
+    assert_eq!(reason(&c), ConditionReason::Rejected);
+    assert_eq!(c.error_code, "InvalidResourceName");
+    assert_eq!(c.error_message, "InvalidResourceName happened");
+    assert_eq!(c.error_at_unix_ms, 1_700_000_000_000);
+    assert!(c.location.is_empty());
+    assert!(c.message.contains("InvalidResourceName"), "{}", c.message);
+
+    let c = derive_condition(&ConditionFacts {
+        parked: None,
+        ..all.clone()
+    });
+    assert_eq!(reason(&c), ConditionReason::Throttled);
+    assert_eq!(c.error_code, "TooManyRequests");
+    assert_eq!(c.location, "10.0.0.1");
+
+    let c = derive_condition(&ConditionFacts {
+        parked: None,
+        failing: Some(Failure {
+            location: None,
+            error: &other,
+        }),
+        ..all.clone()
+    });
+    assert_eq!(reason(&c), ConditionReason::Retrying);
+    assert_eq!(c.error_code, "InternalServerError");
+
+    let c = derive_condition(&ConditionFacts {
+        parked: None,
+        failing: None,
+        ..all.clone()
+    });
+    assert_eq!(reason(&c), ConditionReason::HeldBack);
+    assert_eq!(c.held_for, "pod_writer");
+    assert_eq!(c.held_for_writer, "node-agent/a");
+    assert_eq!(c.location, "10.0.0.1");
+    assert!(c.message.contains("node-agent/a"), "{}", c.message);
+}
+
+/// The facts are gathered from the dispatcher and the gate of a real gateway: a throttled
+/// creation, then one NRP rejects for good, and removals held back by the restart gate.
+#[test]
+fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
+    let config = GatewayConfig {
+        expected_writers: Vec::new(),
+        resync_wait: Duration::from_secs(180),
+        dispatch: DispatchConfig::default(),
+    };
+    let mut core = GatewayCore::new(
+        "gw".into(),
+        &config,
+        DispatchEnv::new(Instant::now(), 1_700_000_000_000, 7),
+    );
+    let g = &mut core;
+    let svc = "3b0c0d4e-0000-4000-8000-00000000000a";
+    g.tracker_mut().update_service(Operation::Add, svc).unwrap();
+    g.tracker_mut()
+        .set_endpoints(
+            svc,
+            &[Endpoint {
+                address: "10.1.0.1",
+                location: "10.0.0.1",
+            }],
+        )
+        .unwrap();
+    let condition = |g: &GatewayCore| {
+        let view = g.tracker().service_view(svc).unwrap();
+        g.service_condition(&view, "")
+    };
+    // Nothing read back, nothing sent yet.
+    assert_eq!(reason(&condition(g)), ConditionReason::Pending);
+
+    // NRP has a load balancer nobody wants any more.
+    let old = "3b0c0d4e-0000-4000-8000-0000000000ff";
+    let mut snapshot = clb_core::difftracker::ActualSnapshot::default();
+    snapshot.load_balancers.push(old.into());
+    let mut now = Instant::now();
+    let observe = g.lease(1, 1, now).unwrap().unit;
+    assert_eq!(observe.work, UnitWork::Observe);
+    g.take_report(
+        1,
+        Report {
+            work_id: 1,
+            applied: vec![],
+            progress: vec![],
+            outcome: Outcome::Observed {
+                snapshot,
+                last: true,
+            },
+        },
+        Default::default(),
+        now,
+    );
+    g.update_gates(now);
+    let fail = |g: &mut GatewayCore, id: u64, now: Instant, outcome: Outcome| {
+        let unit = g.lease(1, id, now).unwrap().unit;
+        assert!(
+            matches!(unit.work, UnitWork::Services(_)),
+            "{:?}",
+            unit.work
+        );
+        g.take_report(
+            1,
+            Report {
+                work_id: id,
+                applied: vec![],
+                progress: vec![],
+                outcome,
+            },
+            Default::default(),
+            now,
+        );
+    };
+    fail(
+        g,
+        2,
+        now,
+        Outcome::Retryable {
+            retry_after: Duration::from_millis(1),
+            code: "TooManyRequests".into(),
+            message: "slow down".into(),
+        },
+    );
+    let c = condition(g);
+    assert_eq!(reason(&c), ConditionReason::Throttled, "{c:?}");
+    assert_eq!(c.error_code, "TooManyRequests");
+    assert_eq!(c.error_message, "slow down");
+
+    now += Duration::from_secs(60);
+    fail(
+        g,
+        3,
+        now,
+        Outcome::Terminal {
+            code: "InvalidResourceName".into(),
+            message: "resource name is invalid".into(),
+        },
+    );
+    let c = condition(g);
+    assert_eq!(reason(&c), ConditionReason::Rejected, "{c:?}");
+    assert_eq!(c.error_code, "InvalidResourceName");
+    assert!(c.location.is_empty());
+
+    // While the gate waits for the cluster view, the deletion of the unwanted one is held back.
+    let view = g.tracker().service_view(old).unwrap();
+    let c = g.service_condition(&view, "");
+    assert_eq!(reason(&c), ConditionReason::HeldBack, "{c:?}");
+    assert_eq!(c.held_for, "cluster_view");
+    assert!(c.location.is_empty());
+}
