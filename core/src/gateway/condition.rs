@@ -1,7 +1,7 @@
 //! The programming condition of a service, as Kubernetes shows it (the watcher's `Programmed`
 //! condition, `clbctl status`): derived from the gateway's facts — the tracker (desired vs actual),
 //! the dispatcher (parked and failing work, pending changes) and the restart gate (removals held
-//! back) — by [`derive_condition`]: the first of rejected, throttled / retrying, held back, pending
+//! back) — by `derive_condition`: the first of rejected, throttled / retrying, held back, pending
 //! that applies, else programmed (or removed).
 
 use std::net::IpAddr;

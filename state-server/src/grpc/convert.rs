@@ -1,9 +1,11 @@
 //! All proto ↔ domain conversion of the gRPC edge, in one place:
 //!
-//! * writer input: validation and application of one [`Update`] to a [`DiffTracker`] (every
-//!   refusal becomes a precise [`ItemError`]) and the scope of a resync header;
-//! * worker traffic: a dispatcher [`Unit`] as the [`v1::WorkUnit`] sent, and a worker's
-//!   [`v1::Report`] as the dispatcher's [`Report`] (with the frontends and rules it carries);
+//! * writer input: one [`Update`] as the gateway's item (`update_from_proto`: what cannot be mapped
+//!   is refused with the object it names) and every fault as a precise [`ItemError`]
+//!   (`item_error_of`); the scope of a resync header;
+//! * worker traffic: a leased unit ([`clb_core::gateway::Leased`]) as the [`v1::WorkUnit`] sent,
+//!   and a worker's [`v1::Report`] as the dispatcher's [`Report`] (with the frontends and rules it
+//!   carries);
 //! * reads: the domain's diff and views as the proto messages of the Admin service.
 //!
 //! Errors never echo a client's value in full: status messages quote it with
