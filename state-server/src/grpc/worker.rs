@@ -234,6 +234,10 @@ impl Session {
         }
         // Disconnect: the worker's units go back at once, to be cut for another worker.
         let session = self.port.session();
+        // Closed first: a gateway task that took the port's handle before it was removed leases
+        // nothing to it once this is set, and anything it leased before is released below (under
+        // the same gateway lock).
+        self.port.close();
         state.ports().remove(session);
         let mut released = 0;
         for g in self.port.gateways() {

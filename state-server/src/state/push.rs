@@ -52,6 +52,9 @@ pub struct WorkerPort {
     held: Mutex<HashMap<u64, (Span, usize)>>,
     /// The number of the worker's last report ([`REPORTS`]; 0: none yet).
     last_report: AtomicU64,
+    /// Set when the session ends, before it releases its units: a task that sees it unset under a
+    /// gateway's lock may lease to the worker (the release, under the same lock, comes after).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Numbers the reports of every session: which worker answered last.
@@ -72,6 +75,7 @@ impl WorkerPort {
             sink,
             held: Mutex::new(HashMap::new()),
             last_report: AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -134,10 +138,16 @@ impl WorkerPort {
         per[index] < share || free > others_without
     }
 
-    /// Reserves a slot for unit `work_id` of the gateway at `index`, if [`WorkerPort::may_take`].
+    /// Marks the session ended: no task leases to it any more (call before releasing its units).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Reserves a slot for unit `work_id` of the gateway at `index`, if the session has not ended
+    /// and [`WorkerPort::may_take`]. Called under the gateway's lock.
     fn reserve(&self, index: usize, work_id: u64) -> bool {
         let mut held = self.held();
-        if !self.may_take(&held, index) {
+        if self.closed.load(Ordering::SeqCst) || !self.may_take(&held, index) {
             return false;
         }
         held.insert(work_id, (Span::none(), index));
