@@ -168,13 +168,11 @@ impl PhaseReport {
     /// operation in progress); each is
     /// retried after its `Retry-After`.
     pub fn throttled(&self) -> Option<u64> {
-        self.stats
-            .as_ref()
-            .map(|s| {
-                s.rejected("TooManyRequests")
-                    + s.rejected("SubscriptionRequestsThrottled")
-                    + s.rejected("AnotherOperationInProgress")
-            })
+        self.stats.as_ref().map(|s| {
+            s.rejected("TooManyRequests")
+                + s.rejected("SubscriptionRequestsThrottled")
+                + s.rejected("AnotherOperationInProgress")
+        })
     }
 
     /// Addresses carried per `updateAddressLocations` call.

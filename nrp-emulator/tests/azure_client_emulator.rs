@@ -442,7 +442,11 @@ async fn the_client_follows_the_emulated_write_budget() {
         .unwrap();
     assert_eq!(nrp.remaining_subscription_writes(), Some(2));
     nrp.get_service_gateway(GW, opts()).await.unwrap();
-    assert_eq!(nrp.remaining_subscription_writes(), Some(2), "reads are free");
+    assert_eq!(
+        nrp.remaining_subscription_writes(),
+        Some(2),
+        "reads are free"
+    );
     for left in [1, 0] {
         nrp.update_services(GW, &services(vec![]), opts())
             .await

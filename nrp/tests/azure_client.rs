@@ -380,7 +380,11 @@ async fn the_remaining_subscription_writes_of_mutating_answers_are_kept() {
     .await;
     let client = client(&base);
     let nrp: &dyn Nrp = &client;
-    assert_eq!(nrp.remaining_subscription_writes(), None, "nothing seen yet");
+    assert_eq!(
+        nrp.remaining_subscription_writes(),
+        None,
+        "nothing seen yet"
+    );
     client
         .update_services("gw", &Default::default(), opts())
         .await

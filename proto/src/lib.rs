@@ -235,9 +235,10 @@ mod tests {
             for (i, o) in m.oneof_decl.iter().enumerate() {
                 // The synthetic oneof of a proto3 `optional` field has no source of its own (the
                 // field is documented).
-                let synthetic = m.field.iter().any(|f| {
-                    f.proto3_optional() && f.oneof_index == Some(i as i32)
-                });
+                let synthetic = m
+                    .field
+                    .iter()
+                    .any(|f| f.proto3_optional() && f.oneof_index == Some(i as i32));
                 if synthetic {
                     continue;
                 }

@@ -820,7 +820,8 @@ mod tests {
     fn write_budget_flags_reach_the_emulator() {
         use clap::Parser as _;
         let parse = |argv: &[&str]| {
-            let args = Wrapper::parse_from(std::iter::once("load").chain(argv.iter().copied())).load;
+            let args =
+                Wrapper::parse_from(std::iter::once("load").chain(argv.iter().copied())).load;
             args.check().map(|()| args)
         };
         let off = parse(&[]).unwrap();

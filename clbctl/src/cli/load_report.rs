@@ -293,7 +293,11 @@ pub fn render(r: &LoadReport) -> String {
                 .map_or_else(|| "-".to_owned(), |x| format!("{x:.1}")),
         );
         row("NRP throttled calls (retried)", o(n.throttled));
-        if let Some(budget) = c.embedded.as_ref().and_then(|e| e.nrp_write_budget.as_ref()) {
+        if let Some(budget) = c
+            .embedded
+            .as_ref()
+            .and_then(|e| e.nrp_write_budget.as_ref())
+        {
             row("NRP write budget per subscription", budget.clone());
             row(
                 "NRP 429s of the write budget (SubscriptionRequestsThrottled)",

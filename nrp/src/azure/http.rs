@@ -129,7 +129,11 @@ pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// The remaining writes a response's headers carry (`None`: absent or not a number).
 pub(super) fn remaining_writes(headers: &HeaderMap) -> Option<u32> {
-    let v = headers.get(super::REMAINING_WRITES_HEADER)?.to_str().ok()?.trim();
+    let v = headers
+        .get(super::REMAINING_WRITES_HEADER)?
+        .to_str()
+        .ok()?
+        .trim();
     // A value beyond u32 (never seen) is kept as the largest.
     v.parse::<u64>()
         .ok()
