@@ -67,8 +67,8 @@ impl Exhausted {
 pub(crate) enum Take {
     /// The write may go ahead; this many writes are left after it.
     Granted { remaining: u32 },
-    /// The write is refused: `remaining` (0, or what the other budget has left — at most 0 of the
-    /// exhausted one, so 0), and the whole seconds until a write is available (at least 1).
+    /// The write is refused: `remaining` (0: the exhausted budget has none), the whole seconds
+    /// until both budgets have a write again (at least 1), and the budget that decided the wait.
     Throttled {
         remaining: u32,
         retry_after_secs: u64,
