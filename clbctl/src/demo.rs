@@ -164,12 +164,15 @@ impl PhaseReport {
         self.stats.as_ref().map(|s| s.calls_of(UAL))
     }
 
-    /// Mutating calls NRP refused for throttling (429 or another operation in progress); each is
+    /// Mutating calls NRP refused for throttling (429, the write budget's included, or another
+    /// operation in progress); each is
     /// retried after its `Retry-After`.
     pub fn throttled(&self) -> Option<u64> {
-        self.stats
-            .as_ref()
-            .map(|s| s.rejected("TooManyRequests") + s.rejected("AnotherOperationInProgress"))
+        self.stats.as_ref().map(|s| {
+            s.rejected("TooManyRequests")
+                + s.rejected("SubscriptionRequestsThrottled")
+                + s.rejected("AnotherOperationInProgress")
+        })
     }
 
     /// Addresses carried per `updateAddressLocations` call.

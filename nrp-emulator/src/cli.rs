@@ -66,6 +66,22 @@ pub struct Args {
     /// behaviour; default: a gateway exists only once it is PUT).
     #[arg(long)]
     pub auto_create_gateways: bool,
+    /// Azure's write budget per subscription: size of the token bucket in writes (ARM's: 200).
+    /// Off when not given. Every mutating call takes one write; one that finds the bucket empty
+    /// gets 429 SubscriptionRequestsThrottled with Retry-After.
+    #[arg(long, value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub write_bucket_size: Option<u32>,
+    /// Refill rate of the write bucket: writes per second (10), or per a duration (10/s, 600/m,
+    /// 1/100ms). Default: 10/s (ARM's).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    pub write_refill: Option<f64>,
+    /// Azure's write budget per subscription: the most writes in any --write-window (a sliding
+    /// window; NRP's: 1000 per 5 minutes). Off when not given.
+    #[arg(long, value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub writes_per_window: Option<u32>,
+    /// The window of --writes-per-window (whole seconds). Default: 5m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub write_window: Option<Duration>,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
     /// Off when not given.
     #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
@@ -121,7 +137,47 @@ impl Args {
         if self.auto_create_gateways {
             c.auto_create_gateways = true;
         }
+        if self.write_bucket_size.is_some() {
+            c.write_bucket_size = self.write_bucket_size;
+        }
+        if let Some(v) = self.write_refill {
+            c.write_refill_per_sec = v;
+        }
+        if self.writes_per_window.is_some() {
+            c.writes_per_window = self.writes_per_window;
+        }
+        if let Some(d) = self.write_window {
+            c.write_window_secs = d.as_secs();
+        }
         Ok(c)
+    }
+}
+
+/// Parses a rate: a number of events per second (`10`, `0.5`), or events per a duration
+/// (`10/s`, `600/m`, `1/100ms`, `1000/5m`); the result is per second, positive and finite.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (count, per) = match t.split_once('/') {
+        Some((n, d)) => {
+            let d = d.trim();
+            // A bare unit (`s`, `m`) is one of it.
+            let d = if d.starts_with(|c: char| c.is_ascii_digit()) {
+                d.to_string()
+            } else {
+                format!("1{d}")
+            };
+            (n.trim(), parse_duration(&d)?)
+        }
+        None => (t, Duration::from_secs(1)),
+    };
+    let n: f64 = count
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate such as 10, 10/s, 600/m or 1/100ms"))?;
+    let rate = n / per.as_secs_f64();
+    if rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err(format!("{s:?} is not a positive rate"))
     }
 }
 
@@ -149,6 +205,51 @@ mod tests {
             config(&["--latency-ms=20", "--latency-per-address-us=50"]),
             (20, 50)
         );
+        let both = Args::try_parse_from(["nrp-emulator", "--latency=1ms", "--latency-ms=1"]);
+        assert_eq!(
+            both.unwrap_err().kind(),
+            clap::error::ErrorKind::ArgumentConflict
+        );
+    }
+
+    #[test]
+    fn write_budget_flags() {
+        let config = |argv: &[&str]| {
+            Args::try_parse_from(std::iter::once("nrp-emulator").chain(argv.iter().copied()))
+                .unwrap()
+                .config()
+                .unwrap()
+        };
+        let off = config(&[]);
+        assert_eq!((off.write_bucket_size, off.writes_per_window), (None, None));
+        let on = config(&[
+            "--write-bucket-size=200",
+            "--write-refill=600/m",
+            "--writes-per-window=1000",
+            "--write-window=5m",
+        ]);
+        assert_eq!(on.write_bucket_size, Some(200));
+        assert!((on.write_refill_per_sec - 10.0).abs() < 1e-9);
+        assert_eq!(on.writes_per_window, Some(1000));
+        assert_eq!(on.write_window_secs, 300);
+        on.validate().unwrap();
+        assert!(Args::try_parse_from(["nrp-emulator", "--write-bucket-size=0"]).is_err());
+    }
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(parse_rate("10"), Ok(10.0));
+        assert_eq!(parse_rate("10/s"), Ok(10.0));
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        assert_eq!(parse_rate("1/100ms"), Ok(10.0));
+        assert_eq!(parse_rate("1000/5m"), Ok(1000.0 / 300.0));
+        for bad in ["", "fast", "0", "-1", "10/0s", "10/parsec", "NaN"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn latency_and_its_deprecated_flag_conflict() {
         let both = Args::try_parse_from(["nrp-emulator", "--latency=1ms", "--latency-ms=1"]);
         assert_eq!(
             both.unwrap_err().kind(),

@@ -68,6 +68,18 @@ pub struct EmulatorConfig {
     pub max_body_bytes: usize,
     /// Maximum entries kept in the removal log (older entries are dropped and counted).
     pub removal_log_capacity: usize,
+    /// Azure's write budget per subscription, token bucket: its size in writes (`None`, the
+    /// default: no bucket). ARM's is 200 writes refilled at 10 per second. Every mutating call
+    /// (PUT, PATCH, DELETE, POST; not GETs, not operation polls) takes one write; one that finds
+    /// the bucket empty gets `429 SubscriptionRequestsThrottled` with `Retry-After`.
+    pub write_bucket_size: Option<u32>,
+    /// Writes added to the bucket per second (fractions allowed).
+    pub write_refill_per_sec: f64,
+    /// Azure's write budget per subscription, window: the most writes in any `write_window_secs`
+    /// (a sliding window; `None`, the default: no cap). NRP's is 1,000 writes per 5 minutes.
+    pub writes_per_window: Option<u32>,
+    /// The window of `writes_per_window`, in seconds.
+    pub write_window_secs: u64,
 }
 
 impl Default for EmulatorConfig {
@@ -92,6 +104,10 @@ impl Default for EmulatorConfig {
             auto_create_gateways: false,
             max_body_bytes: 64 << 20,
             removal_log_capacity: 1_000_000,
+            write_bucket_size: None,
+            write_refill_per_sec: 10.0,
+            writes_per_window: None,
+            write_window_secs: 300,
         }
     }
 }
@@ -113,6 +129,14 @@ pub enum ConfigError {
     /// A field that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A rate that must be a positive number is not.
+    #[error("{field} must be a positive number, got {value}")]
+    NotPositive {
+        /// The field.
+        field: &'static str,
+        /// Its value, formatted.
+        value: String,
+    },
 }
 
 impl EmulatorConfig {
@@ -145,6 +169,21 @@ impl EmulatorConfig {
         if self.max_body_bytes == 0 {
             return Err(ConfigError::Zero("max_body_bytes"));
         }
+        if self.write_bucket_size == Some(0) {
+            return Err(ConfigError::Zero("write_bucket_size"));
+        }
+        if self.writes_per_window == Some(0) {
+            return Err(ConfigError::Zero("writes_per_window"));
+        }
+        if self.write_window_secs == 0 {
+            return Err(ConfigError::Zero("write_window_secs"));
+        }
+        if !(self.write_refill_per_sec.is_finite() && self.write_refill_per_sec > 0.0) {
+            return Err(ConfigError::NotPositive {
+                field: "write_refill_per_sec",
+                value: self.write_refill_per_sec.to_string(),
+            });
+        }
         Ok(())
     }
 
@@ -169,6 +208,42 @@ mod tests {
         assert_eq!(c.seed, Some(7));
         assert!(!c.auto_create_gateways, "Azure-like by default");
         assert!(serde_json::from_str::<EmulatorConfig>(r#"{"latncy_ms": 5}"#).is_err());
+    }
+
+    #[test]
+    fn write_budget_is_off_by_default_and_checked() {
+        let c = EmulatorConfig::default();
+        assert_eq!((c.write_bucket_size, c.writes_per_window), (None, None));
+        let c: EmulatorConfig = serde_json::from_str(
+            r#"{"write_bucket_size": 200, "write_refill_per_sec": 10, "writes_per_window": 1000}"#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.write_window_secs, 300);
+        for bad in [
+            EmulatorConfig {
+                write_bucket_size: Some(0),
+                ..c.clone()
+            },
+            EmulatorConfig {
+                writes_per_window: Some(0),
+                ..c.clone()
+            },
+            EmulatorConfig {
+                write_window_secs: 0,
+                ..c.clone()
+            },
+            EmulatorConfig {
+                write_refill_per_sec: 0.0,
+                ..c.clone()
+            },
+            EmulatorConfig {
+                write_refill_per_sec: f64::NAN,
+                ..c.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

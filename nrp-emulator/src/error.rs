@@ -76,6 +76,19 @@ pub enum EmulatorError {
         /// Seconds to wait.
         retry_after_secs: u64,
     },
+    /// The subscription's write budget is spent (ARM's `SubscriptionRequestsThrottled`, 429).
+    #[error(
+        "Number of write requests for subscription '{subscription}' exceeded the limit of its \
+         {budget}. Please try again after '{retry_after_secs}' seconds."
+    )]
+    SubscriptionRequestsThrottled {
+        /// The subscription id.
+        subscription: String,
+        /// Which budget is spent: `token bucket` or `writes per window`.
+        budget: &'static str,
+        /// Seconds until a write is available.
+        retry_after_secs: u64,
+    },
     /// Another mutating operation is in progress on the gateway (409).
     #[error(
         "another operation is in progress on service gateway '{gateway}'; retry after {retry_after_secs} s"
@@ -126,7 +139,9 @@ impl EmulatorError {
             }
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooManyRequests { .. } | Self::SubscriptionRequestsThrottled { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::AnotherOperationInProgress { .. } => StatusCode::CONFLICT,
             Self::InjectedServerError { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -150,6 +165,7 @@ impl EmulatorError {
             Self::BodyTooLarge(_) => "RequestBodyTooLarge",
             Self::BadRequest { code, .. } => code,
             Self::TooManyRequests { .. } => "TooManyRequests",
+            Self::SubscriptionRequestsThrottled { .. } => "SubscriptionRequestsThrottled",
             Self::AnotherOperationInProgress { .. } => "AnotherOperationInProgress",
             Self::InjectedServerError { status: 503, .. } => "ServiceUnavailable",
             Self::InjectedServerError { .. } => "InternalServerError",
@@ -163,6 +179,9 @@ impl EmulatorError {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Self::TooManyRequests {
+                retry_after_secs, ..
+            }
+            | Self::SubscriptionRequestsThrottled {
                 retry_after_secs, ..
             }
             | Self::AnotherOperationInProgress {

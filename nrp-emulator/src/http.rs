@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::watch;
 
+use crate::budget::{BudgetConfig, REMAINING_WRITES_HEADER, Take};
 use crate::config::{EmulatorConfig, ThrottleResponse};
 use crate::error::EmulatorError;
 use crate::faults::{Fault, latency};
@@ -88,7 +89,18 @@ async fn arm(
     body: Body,
 ) -> Response {
     let mut operation = "Unknown";
-    let resp = match handle(&st, &method, &uri, &headers, body, &mut operation).await {
+    let mut remaining_writes = None;
+    let mut resp = match handle(
+        &st,
+        &method,
+        &uri,
+        &headers,
+        body,
+        &mut operation,
+        &mut remaining_writes,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(%method, path = uri.path(), code = e.code(), "rejected: {e}");
@@ -96,8 +108,63 @@ async fn arm(
             e.into_response()
         }
     };
+    if let Some(n) = remaining_writes {
+        resp.headers_mut()
+            .insert(REMAINING_WRITES_HEADER, HeaderValue::from(n));
+    }
     lock(&st.emu.inner.stats).record_call(operation, resp.status().as_u16());
     resp
+}
+
+/// The subscription a route names (`None` for operation polls, which are reads).
+fn subscription_of(route: &Route) -> Option<&str> {
+    match &route.target {
+        Target::Resource(id) | Target::Gateway(id, _) => Some(&id.subscription),
+        Target::PublicIps(sub, _) | Target::LoadBalancers(sub, _) | Target::Gateways(sub, _) => {
+            Some(sub)
+        }
+        Target::OperationStatus(_) | Target::OperationResult(_) => None,
+    }
+}
+
+/// Takes one write from the budget of the subscription of a mutating call (when a budget is
+/// configured): `Ok(Some(remaining))` when granted, the `429` when the budget is spent; `remaining`
+/// also says what the answer's header carries.
+fn take_write(
+    st: &AppState,
+    route: &Route,
+    cfg: &EmulatorConfig,
+    remaining: &mut Option<u32>,
+) -> Result<(), EmulatorError> {
+    let budget = BudgetConfig::of(cfg);
+    if !budget.is_on() || route.method == Method::GET {
+        return Ok(());
+    }
+    let Some(sub) = subscription_of(route) else {
+        return Ok(());
+    };
+    let now = tokio::time::Instant::now().into_std();
+    let taken = lock(&st.emu.inner.budgets).take(sub, budget, now);
+    match taken {
+        None => Ok(()),
+        Some(Take::Granted { remaining: n }) => {
+            *remaining = Some(n);
+            Ok(())
+        }
+        Some(Take::Throttled {
+            remaining: n,
+            retry_after_secs,
+            by,
+        }) => {
+            *remaining = Some(n);
+            lock(&st.emu.inner.stats).throttled_by_write_budget += 1;
+            Err(EmulatorError::SubscriptionRequestsThrottled {
+                subscription: sub.to_string(),
+                budget: by.as_str(),
+                retry_after_secs,
+            })
+        }
+    }
 }
 
 /// Sleeps for `d` unless the server shuts down first (then fails with 503).
@@ -136,12 +203,15 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
     operation: &mut &'static str,
+    remaining_writes: &mut Option<u32>,
 ) -> Result<Response, EmulatorError> {
     let query = parse_query(uri.query());
     let route = route(method, uri.path())?;
     *operation = route.operation;
-    let version = check_api_version(&query)?;
     let cfg = st.emu.config();
+    // ARM throttles before anything else looks at the request.
+    take_write(st, &route, &cfg, remaining_writes)?;
+    let version = check_api_version(&query)?;
     let base = base_url(headers);
     let call = Call {
         base: &base,

@@ -28,10 +28,16 @@
 //! In long-running-operation mode, `/subscriptions/{sub}/providers/Microsoft.Network/locations/local/
 //! operations/{id}` (status) and `…/operationResults/{id}` (result).
 //!
+//! With a write budget configured ([`EmulatorConfig::write_bucket_size`],
+//! [`EmulatorConfig::writes_per_window`]; off by default), every mutating call takes one write from
+//! its subscription's budget, is refused with `429 SubscriptionRequestsThrottled` and `Retry-After`
+//! when the budget is spent, and every mutating answer carries [`REMAINING_WRITES_HEADER`].
+//!
 //! Control endpoints (no api-version): `GET /_emulator/stats`, `GET /_emulator/dump`,
 //! `GET /_emulator/removals`, `GET|PUT /_emulator/config`, `POST /_emulator/reset-stats`,
 //! `POST /_emulator/reset` (state, statistics and removal log).
 
+mod budget;
 pub mod cli;
 mod config;
 mod error;
@@ -52,11 +58,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+pub use budget::REMAINING_WRITES_HEADER;
 pub use config::{ConfigError, EmulatorConfig, ThrottleResponse};
 pub use error::EmulatorError;
 pub use state::{Dump, GatewayDump, Removal, RemovalCause, ServiceDump};
 pub use stats::Stats;
 
+use budget::WriteBudgets;
 use faults::{FaultInjector, Limiter};
 use lro::Operations;
 use ops::{Applied, Mutation};
@@ -76,6 +84,7 @@ struct Inner {
     faults: Mutex<FaultInjector>,
     limiter: Arc<Limiter>,
     operations: Mutex<Operations>,
+    budgets: Mutex<WriteBudgets>,
 }
 
 /// A handle on one emulated NRP: cheap to clone (an `Arc` inside); every clone sees the same state.
@@ -115,6 +124,7 @@ impl Emulator {
                 removals: Mutex::new(RemovalLog::default()),
                 limiter: Arc::new(Limiter::default()),
                 operations: Mutex::new(Operations::default()),
+                budgets: Mutex::new(WriteBudgets::default()),
             }),
         }
     }
@@ -129,7 +139,8 @@ impl Emulator {
     }
 
     /// Replaces the configuration at run time; the fault RNG is re-seeded (from `config.seed`, or from
-    /// OS entropy), so that the fault sequence after this call is reproducible.
+    /// OS entropy), so that the fault sequence after this call is reproducible. A change of the
+    /// write budget's settings starts every subscription's budget afresh (full).
     pub fn set_config(&self, config: EmulatorConfig) -> Result<(), ConfigError> {
         config.validate()?;
         *lock(&self.inner.faults) = FaultInjector::new(config.seed);
@@ -169,9 +180,11 @@ impl Emulator {
         lock(&self.inner.removals).entries()
     }
 
-    /// Forgets everything: state, counters, removal log, operations (the configuration stays).
+    /// Forgets everything: state, counters, removal log, operations, write budgets (all full
+    /// again; the configuration stays).
     pub fn reset(&self) {
         *lock(&self.inner.state) = NrpState::default();
+        lock(&self.inner.budgets).clear();
         lock(&self.inner.removals).clear();
         lock(&self.inner.operations).clear();
         self.reset_stats();

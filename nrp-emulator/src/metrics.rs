@@ -100,6 +100,12 @@ pub fn encode(stats: &Stats) -> String {
         counter(stats.throttled_by_limit),
     );
     r.register(
+        "emulator_throttled_by_write_budget",
+        "Mutating calls refused with 429 SubscriptionRequestsThrottled: their subscription's write \
+         budget (token bucket or writes per window) was spent",
+        counter(stats.throttled_by_write_budget),
+    );
+    r.register(
         "emulator_in_flight_mutations",
         "Mutating gateway calls in flight (including running long-running operations)",
         gauge(stats.in_flight_mutations),

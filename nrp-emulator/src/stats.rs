@@ -27,6 +27,10 @@ pub struct Stats {
     pub faults_injected: BTreeMap<String, u64>,
     /// Calls refused by the per-gateway concurrency limit.
     pub throttled_by_limit: u64,
+    /// Mutating calls refused because their subscription's write budget was spent
+    /// (`429 SubscriptionRequestsThrottled`).
+    #[serde(default)]
+    pub throttled_by_write_budget: u64,
     /// Highest number of concurrent mutating calls observed on one gateway.
     pub max_concurrent_mutations: usize,
     /// Mutating gateway calls in flight now (including running long-running operations).

@@ -426,3 +426,41 @@ async fn emulator_throttling_is_typed() {
     assert_eq!(server.emulator().stats().calls, 1, "not retried");
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_client_follows_the_emulated_write_budget() {
+    let (server, nrp) = start(EmulatorConfig {
+        write_bucket_size: Some(3),
+        write_refill_per_sec: 0.01,
+        auto_create_gateways: true,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(nrp.remaining_subscription_writes(), None);
+    nrp.update_services(GW, &services(vec![]), opts())
+        .await
+        .unwrap();
+    assert_eq!(nrp.remaining_subscription_writes(), Some(2));
+    nrp.get_service_gateway(GW, opts()).await.unwrap();
+    assert_eq!(
+        nrp.remaining_subscription_writes(),
+        Some(2),
+        "reads are free"
+    );
+    for left in [1, 0] {
+        nrp.update_services(GW, &services(vec![]), opts())
+            .await
+            .unwrap();
+        assert_eq!(nrp.remaining_subscription_writes(), Some(left));
+    }
+    let err = nrp
+        .update_services(GW, &services(vec![]), opts())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NrpError::Throttled { .. }), "{err:?}");
+    assert_eq!(err.code(), "SubscriptionRequestsThrottled");
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(100)));
+    assert_eq!(nrp.remaining_subscription_writes(), Some(0));
+    assert_eq!(server.emulator().stats().throttled_by_write_budget, 1);
+    server.shutdown().await.unwrap();
+}

@@ -356,3 +356,97 @@ async fn shutdown_does_not_wait_for_held_requests() {
     let status = held.await.unwrap().unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+const WRITES: &str = "x-ms-ratelimit-remaining-subscription-writes";
+
+#[tokio::test]
+async fn write_bucket_throttles_the_subscription_and_every_write_answer_says_what_is_left() {
+    // A bucket of 4 writes refilled at one per 100 s: nothing refills during the test.
+    let h = Harness::start(EmulatorConfig {
+        write_bucket_size: Some(4),
+        write_refill_per_sec: 0.01,
+        ..Default::default()
+    })
+    .await;
+    let g = gw("sg");
+    let r = h.put(&g, json!({"location": "eastus"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("3"));
+    // Reads are free and carry no write header.
+    let r = h.get(&g, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header(WRITES), None);
+    let r = h.update_locations(&g, partial(vec![])).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("2"));
+    // Any write spends a write, whatever its outcome (here a DELETE of what does not exist).
+    let r = h.delete(&id(ResourceKind::PublicIpAddress, "nope")).await;
+    assert!(!r.status.is_server_error(), "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("1"));
+    let r = h.update_locations(&g, partial(vec![])).await;
+    assert_eq!(r.header(WRITES).as_deref(), Some("0"));
+    // Spent: 429 SubscriptionRequestsThrottled, Retry-After until the next token (100 s).
+    let r = h.update_locations(&g, partial(vec![])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.code(), "SubscriptionRequestsThrottled");
+    assert_eq!(r.header("retry-after").as_deref(), Some("100"));
+    assert_eq!(r.header(WRITES).as_deref(), Some("0"));
+    // Another subscription has its own budget.
+    let other = clb_nrp::wire::ResourceId::new("sub2", RG, ResourceKind::ServiceGateway, "sg");
+    let r = h.put(&other, json!({"location": "eastus"})).await;
+    assert!(r.status.is_success(), "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("3"));
+    let stats: Stats = h.emu().stats();
+    assert_eq!(stats.throttled_by_write_budget, 1);
+    assert_eq!(stats.rejected("SubscriptionRequestsThrottled"), 1);
+    // The throttled call reached nothing behind ARM: 2 PUTs, 2 updates and the DELETE (of what
+    // does not exist: 204) were applied, not the refused update.
+    assert_eq!(stats.mutations_applied, 5);
+    // A reset fills the budgets again.
+    h.emu().reset();
+    let r = h.put(&g, json!({"location": "eastus"})).await;
+    assert_eq!(r.header(WRITES).as_deref(), Some("3"));
+}
+
+#[tokio::test]
+async fn write_window_caps_writes_and_polls_are_free() {
+    let h = Harness::start(EmulatorConfig {
+        writes_per_window: Some(2),
+        write_window_secs: 300,
+        long_running_operations: true,
+        ..Default::default()
+    })
+    .await;
+    let g = gw("sg");
+    let r = h.put(&g, json!({"location": "eastus"})).await;
+    assert!(r.status.is_success(), "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("1"));
+    // Polling the operation is a read: free.
+    let status_url = r.header("azure-asyncoperation").expect("an LRO");
+    h.wait_for_operation(&status_url).await;
+    let r = h.put(&gw("sg2"), json!({"location": "eastus"})).await;
+    assert!(r.status.is_success(), "{r:?}");
+    assert_eq!(r.header(WRITES).as_deref(), Some("0"));
+    let r = h.delete(&g).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    assert_eq!(r.code(), "SubscriptionRequestsThrottled");
+    // The first write leaves the 300 s window in (just under) 300 s.
+    assert_eq!(r.header("retry-after").as_deref(), Some("300"));
+    assert_eq!(r.header(WRITES).as_deref(), Some("0"));
+    assert_eq!(h.emu().stats().throttled_by_write_budget, 1);
+}
+
+#[tokio::test]
+async fn without_a_write_budget_no_answer_carries_the_header() {
+    let h = Harness::start(EmulatorConfig::default()).await;
+    let g = gw("sg");
+    let r = h.put(&g, json!({"location": "eastus"})).await;
+    assert!(r.status.is_success());
+    assert_eq!(r.header(WRITES), None);
+    for _ in 0..300 {
+        let r = h.update_locations(&g, partial(vec![])).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.header(WRITES), None);
+    }
+    assert_eq!(h.emu().stats().throttled_by_write_budget, 0);
+}

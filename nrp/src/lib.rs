@@ -29,6 +29,15 @@ use self::wire::{
 ///   operation is awaited to its end, so `Ok` means NRP has applied the change.
 #[async_trait]
 pub trait Nrp: Send + Sync {
+    /// The writes left in the ARM write budget of the client's subscription, as the last mutating
+    /// answer said (`x-ms-ratelimit-remaining-subscription-writes`); `None` when no answer carried
+    /// it yet, or for a client that does not know (the default). A throttled call (429) is still
+    /// an error of its own ([`NrpError::Throttled`], with its `Retry-After`); this is only the
+    /// figure, for pacing.
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        None
+    }
+
     /// `GET …/serviceGateways/{gateway}`.
     async fn get_service_gateway(
         &self,

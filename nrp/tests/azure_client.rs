@@ -360,6 +360,63 @@ async fn throttling_surfaces_retry_after() {
 }
 
 #[tokio::test]
+async fn the_remaining_subscription_writes_of_mutating_answers_are_kept() {
+    // Writes answer with a decreasing budget, reads with a read budget (never a write figure), the
+    // fourth write is throttled.
+    let (base, _seen) = serve(|req, index| {
+        if req.method == Method::GET {
+            return Reply::json(200, json!({"name": "gw", "properties": {}}))
+                .header("x-ms-ratelimit-remaining-subscription-reads", "11999");
+        }
+        match index {
+            0 => Reply::empty(200).header("x-ms-ratelimit-remaining-subscription-writes", "199"),
+            2 => Reply::empty(200).header("x-ms-ratelimit-remaining-subscription-writes", " 7 "),
+            3 => Reply::empty(200).header("x-ms-ratelimit-remaining-subscription-writes", "bogus"),
+            _ => Reply::arm_error(429, "SubscriptionRequestsThrottled", "too many writes")
+                .header("retry-after", "12")
+                .header("x-ms-ratelimit-remaining-subscription-writes", "0"),
+        }
+    })
+    .await;
+    let client = client(&base);
+    let nrp: &dyn Nrp = &client;
+    assert_eq!(
+        nrp.remaining_subscription_writes(),
+        None,
+        "nothing seen yet"
+    );
+    client
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap();
+    assert_eq!(nrp.remaining_subscription_writes(), Some(199));
+    // A read carries no write figure: the last one stays.
+    client.get_service_gateway("gw", opts()).await.unwrap();
+    assert_eq!(client.remaining_subscription_writes(), Some(199));
+    client
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap();
+    assert_eq!(nrp.remaining_subscription_writes(), Some(7));
+    // A value that does not parse is ignored.
+    client
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap();
+    assert_eq!(nrp.remaining_subscription_writes(), Some(7));
+    // A 429 is still the typed error with its Retry-After, and its figure is kept too; clones
+    // share it.
+    let err = client
+        .update_services("gw", &Default::default(), opts())
+        .await
+        .unwrap_err();
+    assert!(err.is_throttling(), "{err:?}");
+    assert_eq!(err.code(), "SubscriptionRequestsThrottled");
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(12)));
+    assert_eq!(client.clone().remaining_subscription_writes(), Some(0));
+}
+
+#[tokio::test]
 async fn arm_errors_are_typed() {
     let (base, _seen) = serve(|req, _| match req.path.rsplit('/').next().unwrap() {
         "dup" => Reply::arm_error(400, "DuplicateLocationsInRequest", "10.0.0.4 twice"),

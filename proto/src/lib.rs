@@ -152,6 +152,7 @@ mod tests {
                 index: 1,
                 step: super::v1::ServiceStep::Unregistered as i32,
             }],
+            remaining_subscription_writes: Some(0),
             outcome: Some(report::Outcome::Retryable(Retryable {
                 retry_after_ms: 1500,
                 code: "AnotherOperationInProgress".into(),
@@ -232,6 +233,15 @@ mod tests {
                 out.push((file.into(), p, format!("{name}.{}", f.name())));
             }
             for (i, o) in m.oneof_decl.iter().enumerate() {
+                // The synthetic oneof of a proto3 `optional` field has no source of its own (the
+                // field is documented).
+                let synthetic = m
+                    .field
+                    .iter()
+                    .any(|f| f.proto3_optional() && f.oneof_index == Some(i as i32));
+                if synthetic {
+                    continue;
+                }
                 let mut p = prefix.clone();
                 p.extend([8, i as i32]);
                 out.push((file.into(), p, format!("{name}.{}", o.name())));

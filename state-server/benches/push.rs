@@ -202,6 +202,7 @@ async fn run_worker(
                 applied_indices: vec![],
                 frontends: vec![],
                 service_progress: vec![],
+                remaining_subscription_writes: None,
                 outcome: Some(outcome),
             })),
         };

@@ -218,6 +218,7 @@ async fn get_service_shows_the_frontend_of_the_creation_then_of_each_observe_unt
             frontend("svc-f", "not-an-ip"),
         ],
         service_progress: vec![],
+        remaining_subscription_writes: None,
         outcome: Some(Outcome::Applied(v1::Applied {})),
     })
     .await;

@@ -227,6 +227,10 @@ impl MeteredNrp {
 
 #[async_trait]
 impl Nrp for MeteredNrp {
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        self.inner.remaining_subscription_writes()
+    }
+
     async fn get_service_gateway(
         &self,
         gateway: &str,

@@ -228,6 +228,71 @@ async fn invalid_requests_are_terminal_drift_is_repaired_and_throttling_is_retry
 }
 
 #[tokio::test]
+async fn reports_carry_the_remaining_writes_of_the_gateways_subscription() {
+    // Without a write budget NRP sends no figure, and reports carry none.
+    let mut h = Harness::default().await;
+    let mut conn = h.conn().await;
+    let r = conn
+        .run(services(
+            1,
+            vec![inbound("svc-a", Create), outbound("egress-e", Create)],
+        ))
+        .await;
+    assert_applied(&r);
+    assert_eq!(r.remaining_subscription_writes, None);
+    h.shutdown().await;
+
+    // With one (nothing refills during the test), each report carries what the last write left.
+    let mut h = Harness::start(
+        EmulatorConfig {
+            write_bucket_size: Some(1000),
+            write_refill_per_sec: 0.001,
+            ..Default::default()
+        },
+        Limits::default(),
+    )
+    .await;
+    let mut conn = h.conn().await;
+    let r = conn
+        .run(services(
+            1,
+            vec![inbound("svc-a", Create), outbound("egress-e", Create)],
+        ))
+        .await;
+    assert_applied(&r);
+    // The harness's PUT of the gateway, then the unit's writes (the counters start after the PUT).
+    let spent = 1 + h.emulator().stats().mutating_calls as u32;
+    assert!(spent > 1);
+    assert_eq!(r.remaining_subscription_writes, Some(1000 - spent));
+    let r = conn.run(locations(2, three_locations())).await;
+    assert_applied(&r);
+    assert_eq!(r.remaining_subscription_writes, Some(999 - spent));
+
+    // A spent budget: the unit is retryable after the Retry-After, and the report says 0.
+    h.emulator()
+        .set_config(EmulatorConfig {
+            write_bucket_size: Some(1),
+            write_refill_per_sec: 0.001,
+            ..Default::default()
+        })
+        .unwrap();
+    let r = conn
+        .run(locations(3, vec![location("10.0.0.1", true, &[])]))
+        .await;
+    assert_applied(&r);
+    assert_eq!(r.remaining_subscription_writes, Some(0));
+    let r = conn
+        .run(locations(4, vec![location("10.0.0.2", true, &[])]))
+        .await;
+    let x = retryable(&r);
+    assert_eq!(x.code, "SubscriptionRequestsThrottled", "{x:?}");
+    assert_eq!(x.retry_after_ms, 1_000_000, "one write per 1000 s");
+    assert_eq!(r.remaining_subscription_writes, Some(0));
+    assert_eq!(h.emulator().stats().throttled_by_write_budget, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn observe_reports_what_nrp_holds_in_parts() {
     let limits = Limits {
         max_addresses_per_report: 2,

@@ -46,6 +46,10 @@ impl Detached {
 
 #[async_trait]
 impl Nrp for Detached {
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        self.inner.remaining_subscription_writes()
+    }
+
     async fn get_service_gateway(
         &self,
         gateway: &str,

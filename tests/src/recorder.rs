@@ -127,6 +127,10 @@ impl std::fmt::Debug for Recorder {
 
 #[async_trait]
 impl Nrp for Recorder {
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        self.inner.remaining_subscription_writes()
+    }
+
     async fn get_service_gateway(
         &self,
         gateway: &str,

@@ -108,6 +108,28 @@ pub struct LoadArgs {
     /// Embedded NRP emulator: concurrent mutating calls per gateway (more get 429).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub nrp_concurrency: u64,
+    /// Embedded NRP emulator: Azure's write budget per subscription, token bucket size in writes
+    /// (ARM's: 200). Off when not given. A write that finds it empty gets 429
+    /// SubscriptionRequestsThrottled (retried by the system).
+    #[arg(long, value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nrp_write_bucket: Option<u32>,
+    /// Embedded NRP emulator: refill of the write bucket, writes per second (10) or per a duration
+    /// (10/s, 600/m).
+    #[arg(long, default_value = "10/s", value_name = "RATE", value_parser = clb_nrp_emulator::cli::parse_rate)]
+    pub nrp_write_refill: f64,
+    /// Embedded NRP emulator: Azure's write budget per subscription, the most writes in any
+    /// --nrp-write-window (NRP's: 1000 per 5 minutes). Off when not given.
+    #[arg(long, alias = "nrp-writes-per-5m", value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nrp_writes_per_window: Option<u32>,
+    /// Embedded NRP emulator: the window of --nrp-writes-per-window (whole seconds).
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub nrp_write_window: Duration,
+    /// Embedded NRP emulator: runs the write budget's clock this many times faster — the refill
+    /// is multiplied and the window divided by it (at least 1 s), bucket size and cap unchanged —
+    /// so that a run of a minute meets what Azure's budget does over minutes (10: the 5-minute
+    /// window passes in 30 s).
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    pub nrp_write_speedup: f64,
     /// Embedded system: most locations per work unit and per NRP call.
     #[arg(long, default_value_t = 100)]
     pub locations_per_call: usize,
@@ -144,7 +166,29 @@ impl LoadArgs {
         })
     }
 
+    /// Whether the embedded emulator's write budget is on.
+    pub fn write_budget_on(&self) -> bool {
+        self.nrp_write_bucket.is_some() || self.nrp_writes_per_window.is_some()
+    }
+
+    /// The write budget's refill per second and window in whole seconds, sped up by
+    /// `--nrp-write-speedup`.
+    pub fn write_budget_clock(&self) -> (f64, u64) {
+        let f = self.nrp_write_speedup;
+        let window = (self.nrp_write_window.as_secs_f64() / f).round().max(1.0) as u64;
+        (self.nrp_write_refill * f, window)
+    }
+
     fn check(&self) -> anyhow::Result<()> {
+        if !self.nrp_write_speedup.is_finite() || self.nrp_write_speedup <= 0.0 {
+            bail!(
+                "--nrp-write-speedup must be a positive number, got {}",
+                self.nrp_write_speedup
+            );
+        }
+        if self.nrp_write_window.as_secs() == 0 {
+            bail!("--nrp-write-window must be at least 1s");
+        }
         if !self.churn_per_sec.is_finite() || self.churn_per_sec < 0.0 {
             bail!(
                 "--churn-per-sec must be a non-negative number, got {}",
@@ -472,14 +516,38 @@ pub fn embedded_options(args: &LoadArgs) -> Options {
     }
 }
 
-/// The emulator's cost model `args` ask for.
+/// The emulator's cost model `args` ask for (the write budget included, when asked for).
 pub fn costly(args: &LoadArgs) -> EmulatorConfig {
+    let (refill, window) = args.write_budget_clock();
     EmulatorConfig {
         latency_ms: args.emulator_latency_ms(),
         latency_per_address_us: args.emulator_latency_per_address_us(),
         max_concurrent_mutations: Some(args.nrp_concurrency as usize),
+        write_bucket_size: args.nrp_write_bucket,
+        write_refill_per_sec: refill,
+        writes_per_window: args.nrp_writes_per_window,
+        write_window_secs: window,
         ..EmulatorConfig::default()
     }
+}
+
+/// The write budget `args` ask for, as the notes and the report say it.
+fn write_budget_text(args: &LoadArgs) -> Option<String> {
+    if !args.write_budget_on() {
+        return None;
+    }
+    let (refill, window) = args.write_budget_clock();
+    let mut parts = Vec::new();
+    if let Some(b) = args.nrp_write_bucket {
+        parts.push(format!("bucket {b} writes + {refill} /s"));
+    }
+    if let Some(n) = args.nrp_writes_per_window {
+        parts.push(format!("{n} writes per {window} s"));
+    }
+    if args.nrp_write_speedup != 1.0 {
+        parts.push(format!("clock ×{}", args.nrp_write_speedup));
+    }
+    Some(parts.join(", "))
 }
 
 async fn apply_all(writer: &mut Writer, updates: Vec<Update>, what: &str) -> anyhow::Result<()> {
@@ -540,10 +608,13 @@ async fn drive(
         args.duration.as_secs_f64(),
         if embedded {
             format!(
-                " (NRP: {} ms per call + {} ms per address, {} concurrent mutating calls)",
+                " (NRP: {} ms per call + {} ms per address, {} concurrent mutating calls{})",
                 args.emulator_latency_ms(),
                 args.emulator_latency_per_address_us() as f64 / 1000.0,
-                args.nrp_concurrency
+                args.nrp_concurrency,
+                write_budget_text(args)
+                    .map(|t| format!("; write budget per subscription: {t}"))
+                    .unwrap_or_default()
             )
         } else {
             String::new()
@@ -661,6 +732,7 @@ async fn drive(
             addresses_per_call: None,
             events_per_location_call: None,
             throttled: None,
+            throttled_by_write_budget: None,
             max_concurrent_mutations: None,
         },
     };
@@ -687,6 +759,7 @@ async fn drive(
                 nrp_latency_per_address_us: args.emulator_latency_per_address_us(),
                 nrp_concurrency: args.nrp_concurrency,
                 locations_per_call: args.locations_per_call.max(1),
+                nrp_write_budget: write_budget_text(args),
             }),
         },
         initial_sync_s: round3(initial_sync.as_secs_f64()),
@@ -741,6 +814,41 @@ mod tests {
     struct Wrapper {
         #[command(flatten)]
         load: LoadArgs,
+    }
+
+    #[test]
+    fn write_budget_flags_reach_the_emulator() {
+        use clap::Parser as _;
+        let parse = |argv: &[&str]| {
+            let args =
+                Wrapper::parse_from(std::iter::once("load").chain(argv.iter().copied())).load;
+            args.check().map(|()| args)
+        };
+        let off = parse(&[]).unwrap();
+        assert!(!off.write_budget_on());
+        let c = costly(&off);
+        assert_eq!((c.write_bucket_size, c.writes_per_window), (None, None));
+        assert_eq!(write_budget_text(&off), None);
+
+        let on = parse(&[
+            "--nrp-write-bucket=200",
+            "--nrp-write-refill=10",
+            "--nrp-writes-per-5m=1000",
+            "--nrp-write-speedup=10",
+        ])
+        .unwrap();
+        let c = costly(&on);
+        c.validate().unwrap();
+        assert_eq!(c.write_bucket_size, Some(200));
+        assert!((c.write_refill_per_sec - 100.0).abs() < 1e-9);
+        assert_eq!(c.writes_per_window, Some(1000));
+        assert_eq!(c.write_window_secs, 30, "5 minutes, 10 times faster");
+        assert_eq!(
+            write_budget_text(&on).as_deref(),
+            Some("bucket 200 writes + 100 /s, 1000 writes per 30 s, clock ×10")
+        );
+        assert!(parse(&["--nrp-write-speedup=0"]).is_err());
+        assert!(parse(&["--nrp-write-window=0s"]).is_err());
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub struct EmbeddedView {
     pub nrp_concurrency: u64,
     /// Most locations per unit and per call.
     pub locations_per_call: usize,
+    /// Azure's write budget per subscription, as the emulator models it (`None`: off).
+    pub nrp_write_budget: Option<String>,
 }
 
 /// Ingest figures.
@@ -143,8 +145,11 @@ pub struct NrpView {
     pub addresses_per_call: Option<f64>,
     /// Churn events per `updateAddressLocations` call.
     pub events_per_location_call: Option<f64>,
-    /// Calls refused for throttling (retried).
+    /// Calls refused for throttling (retried): 429s (the write budget's included) and 409
+    /// `AnotherOperationInProgress`.
     pub throttled: Option<u64>,
+    /// Of those, the 429s of the subscription's write budget (`SubscriptionRequestsThrottled`).
+    pub throttled_by_write_budget: Option<u64>,
     /// Highest number of concurrent mutating calls seen.
     pub max_concurrent_mutations: Option<usize>,
 }
@@ -189,7 +194,12 @@ pub(super) fn nrp_view(s: &Stats, events: u64) -> NrpView {
         addresses_carried: Some(s.addresses_carried),
         addresses_per_call: Some(round(s.addresses_carried as f64 / ual.max(1) as f64)),
         events_per_location_call: Some(round(events as f64 / ual.max(1) as f64)),
-        throttled: Some(s.rejected("TooManyRequests") + s.rejected("AnotherOperationInProgress")),
+        throttled: Some(
+            s.rejected("TooManyRequests")
+                + s.rejected("SubscriptionRequestsThrottled")
+                + s.rejected("AnotherOperationInProgress"),
+        ),
+        throttled_by_write_budget: Some(s.throttled_by_write_budget),
         max_concurrent_mutations: Some(s.max_concurrent_mutations),
     }
 }
@@ -283,6 +293,17 @@ pub fn render(r: &LoadReport) -> String {
                 .map_or_else(|| "-".to_owned(), |x| format!("{x:.1}")),
         );
         row("NRP throttled calls (retried)", o(n.throttled));
+        if let Some(budget) = c
+            .embedded
+            .as_ref()
+            .and_then(|e| e.nrp_write_budget.as_ref())
+        {
+            row("NRP write budget per subscription", budget.clone());
+            row(
+                "NRP 429s of the write budget (SubscriptionRequestsThrottled)",
+                o(n.throttled_by_write_budget),
+            );
+        }
         row(
             "NRP max concurrent mutating calls",
             n.max_concurrent_mutations

@@ -157,7 +157,7 @@ pub enum Command {
     /// service → node drained, on the embedded system or on an external state server.
     Demo(DemoArgs),
     /// Generates load (pod churn) and reports ingest rate, convergence latency and NRP calls.
-    Load(load::LoadArgs),
+    Load(Box<load::LoadArgs>),
     /// Prints a shell completion script.
     Completions(CompletionsArgs),
 }

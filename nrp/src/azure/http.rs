@@ -127,6 +127,19 @@ pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(delay.min(MAX_RETRY_AFTER))
 }
 
+/// The remaining writes a response's headers carry (`None`: absent or not a number).
+pub(super) fn remaining_writes(headers: &HeaderMap) -> Option<u32> {
+    let v = headers
+        .get(super::REMAINING_WRITES_HEADER)?
+        .to_str()
+        .ok()?
+        .trim();
+    // A value beyond u32 (never seen) is kept as the largest.
+    v.parse::<u64>()
+        .ok()
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// Maps a non-success response to the typed error.
 pub(super) fn error_from_response(resp: &Response) -> NrpError {
     let status = resp.status;
@@ -295,6 +308,9 @@ impl ArmClient {
             };
             match result {
                 Ok(resp) => {
+                    if method != Method::GET {
+                        self.note_remaining_writes(&resp.headers);
+                    }
                     debug!(
                         %method,
                         path = url.path(),

@@ -3,7 +3,9 @@
 //! ARM conventions followed: `api-version` on every URL, a bearer token from an Entra ID credential
 //! (none for the emulator), an `x-ms-client-request-id` (UUID v4) on every request, long-running
 //! operations (200/201/202/204, polling `Azure-AsyncOperation` or `Location` while honouring
-//! `Retry-After`), `Retry-After` surfaced on 429 and 5xx, and ARM error bodies mapped to [`NrpError`].
+//! `Retry-After`), `Retry-After` surfaced on 429 and 5xx, ARM error bodies mapped to [`NrpError`],
+//! and the subscription's remaining write budget read from every mutating answer
+//! (`x-ms-ratelimit-remaining-subscription-writes`, [`ArmClient::remaining_subscription_writes`]).
 //! Mutating calls are never retried here (the worker decides); a GET is sent once more after a
 //! connection failure.
 
@@ -12,6 +14,7 @@ mod http;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +36,9 @@ use super::{CallOptions, Nrp, NrpError};
 
 /// The public Azure Resource Manager endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://management.azure.com";
+/// The header ARM puts on the answer to a write: the writes left in the subscription's budget
+/// (<https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling>).
+pub const REMAINING_WRITES_HEADER: &str = "x-ms-ratelimit-remaining-subscription-writes";
 /// The token scope of the public Azure Resource Manager.
 pub const DEFAULT_TOKEN_SCOPE: &str = "https://management.azure.com/.default";
 
@@ -156,7 +162,13 @@ pub struct ArmClient {
     base: Url,
     credential: Option<Arc<dyn TokenCredential>>,
     unknown: Arc<UnknownValues>,
+    /// The last `x-ms-ratelimit-remaining-subscription-writes` of a mutating answer
+    /// ([`NO_REMAINING_WRITES`]: none seen yet).
+    remaining_writes: Arc<AtomicU64>,
 }
+
+/// [`ArmClient::remaining_writes`] before any mutating answer carried the header.
+const NO_REMAINING_WRITES: u64 = u64::MAX;
 
 impl fmt::Debug for ArmClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -225,6 +237,7 @@ impl ArmClient {
             base,
             credential,
             unknown: Arc::default(),
+            remaining_writes: Arc::new(AtomicU64::new(NO_REMAINING_WRITES)),
         })
     }
 
@@ -241,6 +254,24 @@ impl ArmClient {
             if let Some(ServiceType::Other(v)) = &s.properties.service_type {
                 self.unknown.note("serviceType", v);
             }
+        }
+    }
+
+    /// The writes left in the subscription's ARM write budget, as the last mutating answer said
+    /// (`x-ms-ratelimit-remaining-subscription-writes`, a 429 included); `None` before any mutating
+    /// answer carried it. Clones share it. One client serves one subscription, so this is the
+    /// subscription's figure as this client last saw it.
+    pub fn remaining_subscription_writes(&self) -> Option<u32> {
+        match self.remaining_writes.load(Ordering::Relaxed) {
+            NO_REMAINING_WRITES => None,
+            n => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// Notes the remaining writes of a mutating answer's headers, if they carry them.
+    pub(super) fn note_remaining_writes(&self, headers: &reqwest::header::HeaderMap) {
+        if let Some(n) = http::remaining_writes(headers) {
+            self.remaining_writes.store(u64::from(n), Ordering::Relaxed);
         }
     }
 
@@ -434,6 +465,10 @@ fn to_json<T: Serialize>(body: &T) -> Result<Vec<u8>, NrpError> {
 
 #[async_trait]
 impl Nrp for ArmClient {
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        ArmClient::remaining_subscription_writes(self)
+    }
+
     async fn get_service_gateway(
         &self,
         gateway: &str,

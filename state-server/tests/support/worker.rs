@@ -183,6 +183,7 @@ impl FakeNrp {
             applied_indices: vec![],
             frontends,
             service_progress: vec![],
+            remaining_subscription_writes: None,
             outcome: Some(outcome),
         }
     }
@@ -295,6 +296,7 @@ impl TestWorker {
             applied_indices: vec![],
             frontends: vec![],
             service_progress: vec![],
+            remaining_subscription_writes: None,
             outcome: Some(outcome),
         })
         .await;

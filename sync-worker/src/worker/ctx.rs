@@ -342,6 +342,7 @@ pub(crate) fn report(work_id: u64, applied_indices: Vec<u32>, outcome: report::O
         applied_indices,
         frontends: Vec::new(),
         service_progress: Vec::new(),
+        remaining_subscription_writes: None,
         outcome: Some(outcome),
     }
 }

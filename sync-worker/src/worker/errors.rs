@@ -79,6 +79,7 @@ use Handling::{Park, Repair, Retry};
 pub const ERRORS: &[ErrorRow] = &[
     // Throttling, server errors and conflicting operations: nothing learnt about NRP's state.
     row("TooManyRequests", 429, Retry, "throttled: after Retry-After; the gateway's concurrency limit is halved"),
+    row("SubscriptionRequestsThrottled", 429, Retry, "the subscription's ARM write budget is spent: after Retry-After; the gateway's concurrency limit is halved"),
     row("(other 429)", 429, Retry, "throttled, whatever the code"),
     row("AnotherOperationInProgress", 409, Retry, "another operation holds the resource: after Retry-After; counts as throttling"),
     row("InternalServerError", 500, Retry, "a server-side failure; NRP applied nothing"),
@@ -364,7 +365,8 @@ mod rows {
 
     rows! {
         too_many_requests: "TooManyRequests" => http(429, "TooManyRequests");
-        other_429: "(other 429)" => http(429, "SubscriptionRequestsThrottled");
+        subscription_requests_throttled: "SubscriptionRequestsThrottled" => http(429, "SubscriptionRequestsThrottled");
+        other_429: "(other 429)" => http(429, "RetryableErrorDueToAnotherOperation");
         another_operation_in_progress: "AnotherOperationInProgress" => http(409, "AnotherOperationInProgress");
         internal_server_error: "InternalServerError" => http(500, "InternalServerError");
         service_unavailable: "ServiceUnavailable" => http(503, "ServiceUnavailable");

@@ -69,7 +69,7 @@ pub(crate) fn execute(
                 return vec![report(unit.work_id, Vec::new(), e.outcome())];
             }
         };
-        let reports = if ctx.gate().is_err_and(|e| e == UnitError::LeaseExpired) {
+        let mut reports = if ctx.gate().is_err_and(|e| e == UnitError::LeaseExpired) {
             vec![report(
                 unit.work_id,
                 Vec::new(),
@@ -95,6 +95,12 @@ pub(crate) fn execute(
                 )],
             }
         };
+        // The subscription's write budget as the gateway's client last saw it, for the server to
+        // pace by (it sees every worker's reports).
+        let remaining_writes = ctx.nrp().remaining_subscription_writes();
+        for r in &mut reports {
+            r.remaining_subscription_writes = remaining_writes;
+        }
         if let Some(last) = reports.last() {
             let outcome = match &last.outcome {
                 Some(report::Outcome::Applied(_)) => "applied".to_string(),
@@ -116,6 +122,7 @@ pub(crate) fn execute(
             tracing::info!(
                 %outcome,
                 applied_indices = last.applied_indices.len(),
+                remaining_subscription_writes = remaining_writes,
                 service_progress = last.service_progress.len(),
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "unit done"

@@ -394,6 +394,10 @@ pub struct GatedNrp {
 
 #[async_trait]
 impl Nrp for GatedNrp {
+    fn remaining_subscription_writes(&self) -> Option<u32> {
+        self.inner.remaining_subscription_writes()
+    }
+
     async fn get_service_gateway(
         &self,
         g: &str,
