@@ -66,6 +66,11 @@ pub struct Args {
     /// behaviour; default: a gateway exists only once it is PUT).
     #[arg(long)]
     pub auto_create_gateways: bool,
+    /// Refuse addresses of both IP versions for one service with backend pools
+    /// (`BackendPoolAddressesMustHaveSameIpVersion`, as Azure refuses a backend pool that mixes
+    /// them); off by default until the workers register one service per IP family.
+    #[arg(long)]
+    pub single_ip_version_pools: bool,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
     /// Off when not given.
     #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
@@ -120,6 +125,9 @@ impl Args {
         }
         if self.auto_create_gateways {
             c.auto_create_gateways = true;
+        }
+        if self.single_ip_version_pools {
+            c.single_ip_version_pools = true;
         }
         Ok(c)
     }

@@ -608,6 +608,7 @@ impl NrpState {
         &self,
         id: &ResourceId,
         auto_create: bool,
+        single_ip_version_pools: bool,
         req: &NormLocations,
     ) -> Result<(), EmulatorError> {
         let g = self.gateway_or_err(id, auto_create)?;
@@ -628,8 +629,8 @@ impl NrpState {
             }
         }
         match g {
-            Some(g) => check_families(g, req),
-            None => Ok(()),
+            Some(g) if single_ip_version_pools => check_families(g, req),
+            _ => Ok(()),
         }
     }
 
@@ -638,9 +639,10 @@ impl NrpState {
         &mut self,
         id: &ResourceId,
         auto_create: bool,
+        single_ip_version_pools: bool,
         req: NormLocations,
     ) -> Result<Vec<RemovalDraft>, EmulatorError> {
-        self.check_locations(id, auto_create, &req)?;
+        self.check_locations(id, auto_create, single_ip_version_pools, &req)?;
         let g = self.gateway_mut(id, auto_create)?;
         let mut removals = Vec::new();
         if req.action == UpdateAction::FullUpdate {
@@ -718,8 +720,8 @@ impl NrpState {
 pub(crate) const MIXED_FAMILIES: &str = "BackendPoolAddressesMustHaveSameIpVersion";
 
 /// One backend pool holds addresses of one IP version (a load-balancing rule maps a frontend of one
-/// version to backends of the same one: NAT44 or NAT66): after `req`, no service of `g` may be referred
-/// to by addresses of both families. Counts the request's effect per service and family with the
+/// version to backends of the same one: NAT44 or NAT66): after `req`, no service of `g` with backend
+/// pools may be referred to by addresses of both families ([`crate::EmulatorConfig::single_ip_version_pools`]). Counts the request's effect per service and family with the
 /// same semantics as [`NrpState::update_locations`] (omitted locations and addresses, deletions),
 /// so a request that moves a service's addresses from one family to the other whole is accepted.
 fn check_families<'a>(g: &'a GatewayRec, req: &'a NormLocations) -> Result<(), EmulatorError> {
@@ -782,8 +784,13 @@ fn check_families<'a>(g: &'a GatewayRec, req: &'a NormLocations) -> Result<(), E
     for l in &req.locations {
         for (a, services) in &l.addresses {
             for s in services {
+                // Outbound services (a NAT gateway) have no backend pool.
+                let pooled = g
+                    .services
+                    .get(s)
+                    .is_some_and(|r| !r.backend_pools.is_empty());
                 let mixed = after(s).iter().all(|n| *n > 0);
-                if !mixed {
+                if !pooled || !mixed {
                     continue;
                 }
                 let cur = g.family_refs(s);

@@ -803,21 +803,29 @@ async fn ipv6_public_ips_and_frontends_on_them() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
     let fes = &r.body["properties"]["frontendIPConfigurations"];
-    assert_eq!(fes[1]["properties"]["publicIPAddress"]["id"], v6.to_string());
+    assert_eq!(
+        fes[1]["properties"]["publicIPAddress"]["id"],
+        v6.to_string()
+    );
     // The IPv6 public IP is in use now: it cannot be deleted.
     let r = h.delete(&v6).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.code(), "InUsePublicIpAddressCannotBeDeleted");
 }
 
-/// A backend pool holds addresses of one IP version: an address of one family that refers to a
-/// service whose addresses are all of the other is refused (`BackendPoolAddressesMustHaveSameIpVersion`),
+/// With `single_ip_version_pools`, a backend pool holds addresses of one IP version: an address of one
+/// family that refers to a service whose addresses are all of the other is refused
+/// (`BackendPoolAddressesMustHaveSameIpVersion`),
 /// and so is a request that would give a service addresses of both; the whole request changes
 /// nothing. A request that moves a service's addresses to the other family whole is accepted.
 #[tokio::test]
 async fn a_service_s_addresses_are_of_one_ip_version() {
     const CODE: &str = "BackendPoolAddressesMustHaveSameIpVersion";
-    let h = Harness::start(strict()).await;
+    let h = Harness::start(EmulatorConfig {
+        single_ip_version_pools: true,
+        ..strict()
+    })
+    .await;
     let g = gw("sg");
     h.create_gateway(&g).await;
     h.register_inbound(&g, "svc-a").await;
@@ -924,4 +932,19 @@ async fn a_service_s_addresses_are_of_one_ip_version() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(h.emu().stats().rejected(CODE), 3);
+
+    // Off (the default, until the workers register one service per family), both are accepted.
+    let h = Harness::start(strict()).await;
+    h.create_gateway(&g).await;
+    h.register_inbound(&g, "svc-a").await;
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.1", "PartialUpdate", &[("10.1.0.1", &["svc-a"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-a"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
 }

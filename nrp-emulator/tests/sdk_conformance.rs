@@ -75,6 +75,8 @@ fn config(long_running: bool) -> EmulatorConfig {
         // A little latency so that polls see operations in progress.
         latency_ms: u64::from(long_running) * 2,
         lro_retry_after_secs: 0,
+        // Azure's rule that a backend pool holds one IP version (off by default: docs/nrp-emulator.md).
+        single_ip_version_pools: true,
         ..EmulatorConfig::default()
     }
 }
