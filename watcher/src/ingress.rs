@@ -1,10 +1,9 @@
 //! `status.loadBalancer.ingress` as the watcher reads and writes it, on Services and PoolServices.
 //!
 //! Every entry the watcher writes is `{ip, ipMode: VIP}`. `ipMode` (KEP-1860, GA in Kubernetes 1.32)
-//! tells kube-proxy how the load balancer delivers traffic: `VIP` — packets reach the backends with the
-//! load balancer's IP as destination, so kube-proxy may keep routing in-cluster traffic for that IP to
-//! the Service's endpoints itself (the behaviour before the field existed); `Proxy` would make it send
-//! such traffic out to the load balancer. An API server with the `LoadBalancerIPMode` gate defaults a
+//! tells kube-proxy what to do with in-cluster traffic to the load balancer's IP: `VIP` — take it to
+//! the Service's endpoints itself (the behaviour before the field existed, and the API server's
+//! default); `Proxy` — send it out to the load balancer. docs/watcher.md (ipMode) says why `VIP`. An API server with the `LoadBalancerIPMode` gate defaults a
 //! missing `ipMode` of an entry with an `ip` to `VIP`; the watcher writes it anyway (older servers keep
 //! no default; a status written by someone else may lack it), and compares the field: an entry without
 //! it, or with another mode, is rewritten — once, since the entry then reads back as written. Where the
