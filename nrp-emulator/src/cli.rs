@@ -82,6 +82,11 @@ pub struct Args {
     /// The window of --writes-per-window (whole seconds). Default: 5m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub write_window: Option<Duration>,
+    /// Refuse addresses of both IP versions for one service with backend pools
+    /// (`BackendPoolAddressesMustHaveSameIpVersion`, as Azure refuses a backend pool that mixes
+    /// them); off by default until the workers register one service per IP family.
+    #[arg(long)]
+    pub single_ip_version_pools: bool,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
     /// Off when not given.
     #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
@@ -148,6 +153,9 @@ impl Args {
         }
         if let Some(d) = self.write_window {
             c.write_window_secs = d.as_secs();
+        }
+        if self.single_ip_version_pools {
+            c.single_ip_version_pools = true;
         }
         Ok(c)
     }

@@ -64,6 +64,12 @@ pub struct EmulatorConfig {
     /// Opt-in, not Azure's behaviour: accept calls on a gateway that was never PUT (it is created on
     /// first use, in location `local`). Off (the default), such calls get `404 ResourceNotFound`.
     pub auto_create_gateways: bool,
+    /// Refuse an `updateAddressLocations` that would give a service with load balancer backend pools
+    /// addresses of both IP versions (`400 BackendPoolAddressesMustHaveSameIpVersion`), as Azure
+    /// refuses a backend pool that mixes them (docs/nrp-emulator.md, IPv6). Off by default until the
+    /// sync workers register one gateway service per IP family: today a dual-stack Service's IPv4 and
+    /// IPv6 endpoints go to one service.
+    pub single_ip_version_pools: bool,
     /// Maximum request body size in bytes (larger bodies get 413).
     pub max_body_bytes: usize,
     /// Maximum entries kept in the removal log (older entries are dropped and counted).
@@ -102,6 +108,7 @@ impl Default for EmulatorConfig {
             lro_retry_after_secs: 0,
             page_size: 500,
             auto_create_gateways: false,
+            single_ip_version_pools: false,
             max_body_bytes: 64 << 20,
             removal_log_capacity: 1_000_000,
             write_bucket_size: None,

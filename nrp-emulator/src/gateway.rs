@@ -5,15 +5,16 @@
 //! [`normalize_locations`]: IP syntax, duplicates, required fields), then checked against the state, then
 //! applied. A rejected request changes nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::error::EmulatorError;
 use crate::state::{
-    GatewayRec, NrpState, RemovalCause, RemovalDraft, ServiceRec, key_of, key_str, not_found,
+    GatewayRec, NrpState, RemovalCause, RemovalDraft, ServiceRec, family, key_of, key_str,
+    not_found,
 };
 use clb_nrp::wire::{
-    AddressLocation, GatewayService, GatewayServiceProperties, ResourceId, ResourceKind,
+    AddressLocation, GatewayService, GatewayServiceProperties, IpVersion, ResourceId, ResourceKind,
     ServiceGateway, ServiceType, SubResource, TagsObject, UpdateAction,
     UpdateAddressLocationsRequest, UpdateServicesRequest,
 };
@@ -607,6 +608,7 @@ impl NrpState {
         &self,
         id: &ResourceId,
         auto_create: bool,
+        single_ip_version_pools: bool,
         req: &NormLocations,
     ) -> Result<(), EmulatorError> {
         let g = self.gateway_or_err(id, auto_create)?;
@@ -626,7 +628,10 @@ impl NrpState {
                 }
             }
         }
-        Ok(())
+        match g {
+            Some(g) if single_ip_version_pools => check_families(g, req),
+            _ => Ok(()),
+        }
     }
 
     /// Applies a normalised `updateAddressLocations` request (checked first); returns the removals.
@@ -634,9 +639,10 @@ impl NrpState {
         &mut self,
         id: &ResourceId,
         auto_create: bool,
+        single_ip_version_pools: bool,
         req: NormLocations,
     ) -> Result<Vec<RemovalDraft>, EmulatorError> {
-        self.check_locations(id, auto_create, &req)?;
+        self.check_locations(id, auto_create, single_ip_version_pools, &req)?;
         let g = self.gateway_mut(id, auto_create)?;
         let mut removals = Vec::new();
         if req.action == UpdateAction::FullUpdate {
@@ -706,4 +712,122 @@ impl NrpState {
         }
         out
     }
+}
+
+/// The error code of [`check_families`]. The Service Gateway specification publishes no error codes;
+/// this one is named after Azure's published refusal of a NIC-based backend pool that would mix IP
+/// versions (`AllNicIpConfigurationsOfLbBackendPoolOnVMScaleSetMustHaveSamePrivateIpAddressVersion`).
+pub(crate) const MIXED_FAMILIES: &str = "BackendPoolAddressesMustHaveSameIpVersion";
+
+/// One backend pool holds addresses of one IP version (a load-balancing rule maps a frontend of one
+/// version to backends of the same one: NAT44 or NAT66): after `req`, no service of `g` with backend
+/// pools may be referred to by addresses of both families ([`crate::EmulatorConfig::single_ip_version_pools`]). Counts the request's effect per service and family with the
+/// same semantics as [`NrpState::update_locations`] (omitted locations and addresses, deletions),
+/// so a request that moves a service's addresses from one family to the other whole is accepted.
+fn check_families<'a>(g: &'a GatewayRec, req: &'a NormLocations) -> Result<(), EmulatorError> {
+    // service → change of its [IPv4, IPv6] reference counts.
+    let mut delta: HashMap<&'a str, [isize; 2]> = HashMap::new();
+    let mut change = |services: &'a BTreeSet<String>, ip: IpAddr, by: isize| {
+        for s in services {
+            delta.entry(s.as_str()).or_default()[family(ip)] += by;
+        }
+    };
+    if req.action == UpdateAction::FullUpdate {
+        let listed: HashSet<IpAddr> = req.locations.iter().map(|l| l.location).collect();
+        for (loc, addrs) in &g.locations {
+            if !listed.contains(loc) {
+                for (a, s) in addrs {
+                    change(s, *a, -1);
+                }
+            }
+        }
+    }
+    for l in &req.locations {
+        let current = g.locations.get(&l.location);
+        if l.addresses.is_empty() {
+            for (a, s) in current.into_iter().flatten() {
+                change(s, *a, -1);
+            }
+            continue;
+        }
+        let full = l.action == UpdateAction::FullUpdate;
+        if full {
+            let listed: HashSet<IpAddr> = l
+                .addresses
+                .iter()
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(a, _)| *a)
+                .collect();
+            for (a, s) in current.into_iter().flatten() {
+                if !listed.contains(a) {
+                    change(s, *a, -1);
+                }
+            }
+        }
+        for (a, services) in &l.addresses {
+            // An address a location-level FullUpdate sends without services was counted as omitted.
+            if !(full && services.is_empty())
+                && let Some(old) = current.and_then(|m| m.get(a))
+            {
+                change(old, *a, -1);
+            }
+            change(services, *a, 1);
+        }
+    }
+    let after = |s: &str| {
+        let (cur, d) = (g.family_refs(s), delta.get(s).copied().unwrap_or_default());
+        [0, 1].map(|f| cur[f] as isize + d[f])
+    };
+    // The first address of the request (in its order) whose service would end up mixed, and the
+    // family that service holds (before the request, or by the request's first address for it).
+    let mut first_family: HashMap<&str, IpAddr> = HashMap::new();
+    for l in &req.locations {
+        for (a, services) in &l.addresses {
+            for s in services {
+                // Outbound services (a NAT gateway) have no backend pool.
+                let pooled = g
+                    .services
+                    .get(s)
+                    .is_some_and(|r| !r.backend_pools.is_empty());
+                let mixed = after(s).iter().all(|n| *n > 0);
+                if !pooled || !mixed {
+                    continue;
+                }
+                let cur = g.family_refs(s);
+                let held = match cur {
+                    [n, 0] if n > 0 => Some(0),
+                    [0, n] if n > 0 => Some(1),
+                    _ => None,
+                };
+                let first = *first_family.entry(s.as_str()).or_insert(*a);
+                let held = held.unwrap_or(family(first));
+                if family(*a) == held {
+                    continue;
+                }
+                let mine = IpVersion::of(*a);
+                let holds = if cur[held] > 0 {
+                    format!(
+                        "holds {} address(es) only ({} on service gateway '{}')",
+                        if held == 0 { "IPv4" } else { "IPv6" },
+                        cur[held],
+                        g.id.name
+                    )
+                } else {
+                    format!(
+                        "would also hold {} address '{first}' of this request",
+                        IpVersion::of(first)
+                    )
+                };
+                return Err(EmulatorError::bad_request(
+                    MIXED_FAMILIES,
+                    format!(
+                        "address '{a}' at location '{}' is {mine} and refers to service '{s}', whose \
+                         backend pool {holds}: a backend pool holds addresses of one IP version",
+                        l.location
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }

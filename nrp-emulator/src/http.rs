@@ -424,7 +424,7 @@ fn start_operation(
 ) -> Result<Response, EmulatorError> {
     let existed = {
         let state = lock(&st.emu.inner.state);
-        state.check(&m, cfg.auto_create_gateways)?;
+        state.check(&m, cfg)?;
         state.exists(m.resource())
     };
     let permit = acquire(st, &m, cfg)?;

@@ -207,7 +207,7 @@ impl Emulator {
     ) -> Result<Applied, EmulatorError> {
         let applied = {
             let mut state = lock(&self.inner.state);
-            let mut applied = state.apply(m, cfg.auto_create_gateways, version)?;
+            let mut applied = state.apply(m, cfg, version)?;
             let removals = std::mem::take(&mut applied.removals);
             lock(&self.inner.removals).push(removals, cfg.removal_log_capacity);
             applied

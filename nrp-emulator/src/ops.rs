@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use axum::http::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 
+use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
 use crate::gateway::{NormLocations, NormServices, normalize_locations, normalize_services};
 use crate::state::{NrpState, RemovalDraft, key_of};
@@ -533,13 +534,16 @@ fn action_result(version: ApiVersion, removals: Vec<RemovalDraft>) -> Applied {
 
 impl NrpState {
     /// Checks a mutation against the state without applying it.
-    pub(crate) fn check(&self, m: &Mutation, auto_create: bool) -> Result<(), EmulatorError> {
+    pub(crate) fn check(&self, m: &Mutation, cfg: &EmulatorConfig) -> Result<(), EmulatorError> {
+        let auto_create = cfg.auto_create_gateways;
         match m {
             Mutation::PutGateway(id, b) => self.check_put_gateway(id, b),
             Mutation::UpdateGatewayTags(id, _) => self.gateway_or_err(id, auto_create).map(drop),
             Mutation::DeleteGateway(_) => Ok(()),
             Mutation::UpdateServices(id, n) => self.check_services(id, auto_create, n),
-            Mutation::UpdateLocations(id, n) => self.check_locations(id, auto_create, n),
+            Mutation::UpdateLocations(id, n) => {
+                self.check_locations(id, auto_create, cfg.single_ip_version_pools, n)
+            }
             Mutation::PutPublicIp(id, b) => self.check_put_public_ip(id, b),
             Mutation::DeletePublicIp(id) => self.check_delete_public_ip(id),
             Mutation::PutLoadBalancer(id, b) => self.check_put_load_balancer(id, b),
@@ -553,9 +557,10 @@ impl NrpState {
     pub(crate) fn apply(
         &mut self,
         m: Mutation,
-        auto_create: bool,
+        cfg: &EmulatorConfig,
         version: ApiVersion,
     ) -> Result<Applied, EmulatorError> {
+        let auto_create = cfg.auto_create_gateways;
         match m {
             Mutation::PutGateway(id, b) => put_result(self.put_gateway(&id, b)?),
             Mutation::UpdateGatewayTags(id, t) => Ok(Applied {
@@ -577,7 +582,7 @@ impl NrpState {
             }
             Mutation::UpdateLocations(id, n) => Ok(action_result(
                 version,
-                self.update_locations(&id, auto_create, n)?,
+                self.update_locations(&id, auto_create, cfg.single_ip_version_pools, n)?,
             )),
             Mutation::PutPublicIp(id, b) => put_result(self.put_public_ip(&id, b)?),
             Mutation::DeletePublicIp(id) => {

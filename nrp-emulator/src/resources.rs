@@ -8,7 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::error::EmulatorError;
 use crate::state::{NrpState, key_of, key_str, not_found};
 use clb_nrp::wire::{
-    LoadBalancer, NatGateway, PublicIpAddress, ResourceId, ResourceKind, Sku, TransportProtocol,
+    IpVersion, LoadBalancer, NatGateway, PublicIpAddress, ResourceId, ResourceKind, Sku,
+    TransportProtocol,
 };
 
 fn require_location(id: &ResourceId, location: Option<&str>) -> Result<String, EmulatorError> {
@@ -194,10 +195,7 @@ impl NrpState {
         let loc = require_location(id, body.location.as_deref())?;
         let old = self.public_ips.get(&key_of(id));
         check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
-        if let Some(v) = &body.properties.public_ip_address_version
-            && !v.eq_ignore_ascii_case("IPv4")
-            && !v.eq_ignore_ascii_case("IPv6")
-        {
+        if let Some(v @ IpVersion::Other(_)) = &body.properties.public_ip_address_version {
             return Err(EmulatorError::bad_request(
                 "InvalidPublicIPAddressVersion",
                 format!(
@@ -216,11 +214,8 @@ impl NrpState {
     ) -> Result<(bool, PublicIpAddress), EmulatorError> {
         self.check_put_public_ip(id, &body)?;
         let key = key_of(id);
-        let v6 = body
-            .properties
-            .public_ip_address_version
-            .as_deref()
-            .is_some_and(|v| v.eq_ignore_ascii_case("IPv6"));
+        // Absent: IPv4, as in Azure (and the answer says so).
+        let v6 = body.properties.public_ip_address_version == Some(IpVersion::V6);
         // `ipAddress` is read-only, as in Azure: what the body says is ignored. A public IP keeps
         // its address across updates unless its version changes.
         let old_ip = self
@@ -246,8 +241,7 @@ impl NrpState {
         p.ip_address = Some(ip.to_string());
         p.public_ip_allocation_method
             .get_or_insert_with(|| "Static".into());
-        p.public_ip_address_version
-            .get_or_insert_with(|| if v6 { "IPv6" } else { "IPv4" }.into());
+        p.public_ip_address_version = Some(if v6 { IpVersion::V6 } else { IpVersion::V4 });
         p.provisioning_state = Some("Succeeded".into());
         let created = self.public_ips.insert(key, body.clone()).is_none();
         Ok((created, body))

@@ -51,8 +51,8 @@ pub(crate) struct GatewayRec {
     pub services: BTreeMap<String, ServiceRec>,
     /// location → address → service names.
     pub locations: BTreeMap<IpAddr, BTreeMap<IpAddr, BTreeSet<String>>>,
-    /// service name → number of addresses that refer to it.
-    pub refs: HashMap<String, usize>,
+    /// service name → number of addresses that refer to it, IPv4 and IPv6 ([`family`]).
+    pub refs: HashMap<String, [usize; 2]>,
 }
 
 /// Why an address lost service refs.
@@ -101,6 +101,11 @@ pub(crate) struct RemovalDraft {
     pub cause: RemovalCause,
 }
 
+/// The index of `ip`'s family in per-family counts: 0 for IPv4, 1 for IPv6.
+pub(crate) fn family(ip: IpAddr) -> usize {
+    usize::from(ip.is_ipv6())
+}
+
 impl GatewayRec {
     pub(crate) fn new(id: ResourceId, location: String, guid: String, etag: String) -> Self {
         Self {
@@ -138,16 +143,17 @@ impl GatewayRec {
         if loc.is_empty() {
             self.locations.remove(&location);
         }
+        let f = family(address);
         for s in old.difference(&services) {
             if let Some(n) = self.refs.get_mut(s) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
+                n[f] = n[f].saturating_sub(1);
+                if *n == [0, 0] {
                     self.refs.remove(s);
                 }
             }
         }
         for s in services.difference(&old) {
-            *self.refs.entry(s.clone()).or_default() += 1;
+            self.refs.entry(s.clone()).or_default()[f] += 1;
         }
         let removed: Vec<String> = old.difference(&services).cloned().collect();
         (!removed.is_empty()).then(|| RemovalDraft {
@@ -179,7 +185,12 @@ impl GatewayRec {
 
     /// Number of addresses that refer to `service`.
     pub(crate) fn ref_count(&self, service: &str) -> usize {
-        self.refs.get(service).copied().unwrap_or(0)
+        self.family_refs(service).iter().sum()
+    }
+
+    /// Number of IPv4 and of IPv6 addresses that refer to `service` (indexed by [`family`]).
+    pub(crate) fn family_refs(&self, service: &str) -> [usize; 2] {
+        self.refs.get(service).copied().unwrap_or_default()
     }
 
     pub(crate) fn to_wire(&self) -> ServiceGateway {

@@ -715,3 +715,236 @@ async fn load_balancers_are_listed_by_resource_group_with_their_rules_paged() {
     let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["LB-a", "lb-c"]);
 }
+
+/// IPv6 public IPs as `publicIPAddress.json` defines them (`publicIPAddressVersion`, an `IPVersion`:
+/// IPv4 or IPv6), and load balancer frontends on them: the frontend takes the family of its public IP
+/// (the spec gives a public frontend no version of its own), so one load balancer may have a frontend
+/// of each family.
+#[tokio::test]
+async fn ipv6_public_ips_and_frontends_on_them() {
+    let h = Harness::start(strict()).await;
+    let v6 = id(ResourceKind::PublicIpAddress, "pip-v6");
+    let r = h
+        .put(
+            &v6,
+            json!({"location": "eastus", "sku": {"name": "Standard"}, "properties": {
+                "publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv6"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let ip: std::net::Ipv6Addr = r.body["properties"]["ipAddress"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .expect("an IPv6 address");
+    // From the documentation prefix 2001:db8::/32 (RFC 3849).
+    assert_eq!(ip.segments()[..2], [0x2001, 0xdb8], "{ip}");
+    assert_eq!(r.body["properties"]["publicIPAddressVersion"], "IPv6");
+    let got = h.get(&v6, None).await;
+    assert_eq!(got.body["properties"]["ipAddress"], ip.to_string());
+    assert_eq!(got.body["properties"]["publicIPAddressVersion"], "IPv6");
+
+    // Enum values are compared case-insensitively and answered as ARM spells them.
+    let lower = id(ResourceKind::PublicIpAddress, "pip-lower");
+    let r = h
+        .put(
+            &lower,
+            json!({"location": "eastus", "properties": {"publicIPAddressVersion": "ipv6"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["properties"]["publicIPAddressVersion"], "IPv6");
+    assert!(
+        r.body["properties"]["ipAddress"]
+            .as_str()
+            .unwrap()
+            .contains(':')
+    );
+
+    // A version the spec does not define is refused, naming it; nothing is created.
+    let bad = id(ResourceKind::PublicIpAddress, "pip-bad");
+    let r = h
+        .put(
+            &bad,
+            json!({"location": "eastus", "properties": {"publicIPAddressVersion": "IPv7"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "InvalidPublicIPAddressVersion");
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("'IPv7'") && msg.contains("pip-bad"), "{msg}");
+    assert_eq!(h.get(&bad, None).await.status, StatusCode::NOT_FOUND);
+
+    // A load balancer with a frontend of each family (dual stack), each with its own pool and rule.
+    let v4 = id(ResourceKind::PublicIpAddress, "pip-v4");
+    assert!(
+        h.put(&v4, json!({"location": "eastus"}))
+            .await
+            .status
+            .is_success()
+    );
+    let lb = id(ResourceKind::LoadBalancer, "lb-dual");
+    let rule = |name: &str, fe: &str, pool: &str| {
+        json!({"name": name, "properties": {
+            "frontendIPConfiguration": {"id": lb.frontend_ip_configuration_id(fe)},
+            "backendAddressPool": {"id": lb.backend_pool_id(pool)},
+            "protocol": "Tcp", "frontendPort": 80, "backendPort": 8080}})
+    };
+    let r = h
+        .put(
+            &lb,
+            json!({"location": "eastus", "properties": {
+                "frontendIPConfigurations": [
+                    {"name": "fe", "properties": {"publicIPAddress": {"id": v4.to_string()}}},
+                    {"name": "fe-v6", "properties": {"publicIPAddress": {"id": v6.to_string()}}}],
+                "backendAddressPools": [{"name": "pool"}, {"name": "pool-v6"}],
+                "loadBalancingRules": [rule("tcp-80", "fe", "pool"), rule("tcp-80-v6", "fe-v6", "pool-v6")]}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let fes = &r.body["properties"]["frontendIPConfigurations"];
+    assert_eq!(
+        fes[1]["properties"]["publicIPAddress"]["id"],
+        v6.to_string()
+    );
+    // The IPv6 public IP is in use now: it cannot be deleted.
+    let r = h.delete(&v6).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.code(), "InUsePublicIpAddressCannotBeDeleted");
+}
+
+/// With `single_ip_version_pools`, a backend pool holds addresses of one IP version: an address of one
+/// family that refers to a service whose addresses are all of the other is refused
+/// (`BackendPoolAddressesMustHaveSameIpVersion`),
+/// and so is a request that would give a service addresses of both; the whole request changes
+/// nothing. A request that moves a service's addresses to the other family whole is accepted.
+#[tokio::test]
+async fn a_service_s_addresses_are_of_one_ip_version() {
+    const CODE: &str = "BackendPoolAddressesMustHaveSameIpVersion";
+    let h = Harness::start(EmulatorConfig {
+        single_ip_version_pools: true,
+        ..strict()
+    })
+    .await;
+    let g = gw("sg");
+    h.create_gateway(&g).await;
+    h.register_inbound(&g, "svc-a").await;
+    h.register_inbound(&g, "svc-b").await;
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "10.0.0.1",
+                "PartialUpdate",
+                &[("10.1.0.1", &["svc-a"])],
+            )]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+
+    // An IPv6 address for svc-a, which holds IPv4 addresses only.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.2", "PartialUpdate", &[("10.1.0.2", &["svc-b"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-a"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(r.code(), CODE);
+    assert_eq!(
+        r.body["error"]["message"],
+        "address 'fd01::1' at location 'fd00::1' is IPv6 and refers to service 'svc-a', whose \
+         backend pool holds IPv4 address(es) only (1 on service gateway 'sg'): a backend pool \
+         holds addresses of one IP version"
+    );
+    let locations = |h: &Harness| {
+        h.emu()
+            .dump()
+            .gateway("sg")
+            .unwrap()
+            .address_locations
+            .len()
+    };
+    assert_eq!(locations(&h), 1, "the whole request was refused");
+
+    // Both families for svc-b (which has no address yet) in one request.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.2", "PartialUpdate", &[("10.1.0.2", &["svc-b"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::2", &["svc-b"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.code(), CODE);
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("'fd01::2'") && msg.contains("would also hold IPv4 address '10.1.0.2'"),
+        "{msg}"
+    );
+    assert_eq!(locations(&h), 1);
+
+    // One address of each family for two services of one family each is fine, as is an IPv6
+    // address for svc-a once its IPv4 address is gone in the same request (a top-level FullUpdate
+    // that omits its location).
+    let r = h
+        .update_locations(
+            &g,
+            json!({"action": "FullUpdate", "addressLocations": [
+                loc("10.0.0.2", "PartialUpdate", &[("10.1.0.2", &["svc-b"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-a"])]),
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    // svc-a now holds IPv6 addresses only: IPv4 is refused for it.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "10.0.0.2",
+                "PartialUpdate",
+                &[("10.1.0.3", &["svc-a"])],
+            )]),
+        )
+        .await;
+    assert_eq!(r.code(), CODE);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds IPv6 address(es) only"),
+        "{r:?}"
+    );
+    // A location-level FullUpdate that drops svc-b's IPv4 address and gives it an IPv6 one.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.2", "FullUpdate", &[("10.1.0.2", &[])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::2", &["svc-b"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(h.emu().stats().rejected(CODE), 3);
+
+    // Off (the default, until the workers register one service per family), both are accepted.
+    let h = Harness::start(strict()).await;
+    h.create_gateway(&g).await;
+    h.register_inbound(&g, "svc-a").await;
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.1", "PartialUpdate", &[("10.1.0.1", &["svc-a"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-a"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}

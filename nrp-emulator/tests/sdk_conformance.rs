@@ -19,7 +19,7 @@ use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator, Stats};
 const COMMON: [&str; 2] = ["azure-core==1.41.0", "azure-mgmt-core==1.6.0"];
 
 /// Steps of the script each run must pass (a run that executes fewer fails).
-const CASES: u64 = 21;
+const CASES: u64 = 23;
 
 fn python3() -> Option<PathBuf> {
     let out = Command::new("python3").arg("--version").output().ok()?;
@@ -75,6 +75,8 @@ fn config(long_running: bool) -> EmulatorConfig {
         // A little latency so that polls see operations in progress.
         latency_ms: u64::from(long_running) * 2,
         lro_retry_after_secs: 0,
+        // Azure's rule that a backend pool holds one IP version (off by default: docs/nrp-emulator.md).
+        single_ip_version_pools: true,
         ..EmulatorConfig::default()
     }
 }

@@ -408,6 +408,57 @@ impl ServiceType {
 
 string_enum_serde!(ServiceType);
 
+/// `IPVersion` of the Network spec (`network.json`): `publicIPAddressVersion` of a public IP address
+/// (`publicIpAddress.json`; IPv4 when absent). An extensible enum (`modelAsString`): a value this
+/// crate does not know is kept in [`IpVersion::Other`], never a parse error; the server refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IpVersion {
+    /// `IPv4`.
+    V4,
+    /// `IPv6`.
+    V6,
+    /// A value this crate does not know, as it came.
+    Other(String),
+}
+
+impl IpVersion {
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The version named `s` (known values compared case-insensitively, as the SDKs do).
+    pub fn from_wire(s: &str) -> Self {
+        [Self::V4, Self::V6]
+            .into_iter()
+            .find(|v| v.as_str().eq_ignore_ascii_case(s))
+            .unwrap_or_else(|| Self::Other(s.to_string()))
+    }
+
+    /// The version of `ip`.
+    pub fn of(ip: std::net::IpAddr) -> Self {
+        if ip.is_ipv6() { Self::V6 } else { Self::V4 }
+    }
+}
+
+impl From<&str> for IpVersion {
+    fn from(s: &str) -> Self {
+        Self::from_wire(s)
+    }
+}
+
+impl std::fmt::Display for IpVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+string_enum_serde!(IpVersion);
+
 /// `ServiceGatewayService`: one service registered on a gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -599,5 +650,34 @@ mod tests {
                 .backend_port,
             8080
         );
+    }
+
+    #[test]
+    fn public_ip_versions_are_read_leniently_and_written_as_arm_spells_them() {
+        let pip: PublicIpAddress = serde_json::from_str(
+            r#"{"location":"x","properties":{"publicIPAddressVersion":"ipv6",
+            "publicIPAllocationMethod":"Static","ipAddress":"2001:db8:c1b::1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            pip.properties.public_ip_address_version,
+            Some(IpVersion::V6)
+        );
+        let v = serde_json::to_value(&pip).unwrap();
+        assert_eq!(v["properties"]["publicIPAddressVersion"], "IPv6");
+        let other: PublicIpAddress =
+            serde_json::from_str(r#"{"properties":{"publicIPAddressVersion":"IPv7"}}"#).unwrap();
+        assert_eq!(
+            other.properties.public_ip_address_version,
+            Some(IpVersion::Other("IPv7".into()))
+        );
+        assert_eq!(
+            serde_json::to_value(&other).unwrap()["properties"]["publicIPAddressVersion"],
+            "IPv7"
+        );
+        let absent: PublicIpAddress = serde_json::from_str(r#"{"properties":{}}"#).unwrap();
+        assert_eq!(absent.properties.public_ip_address_version, None);
+        assert_eq!(IpVersion::from("IPv4"), IpVersion::V4);
+        assert_eq!(IpVersion::of("::1".parse().unwrap()), IpVersion::V6);
     }
 }

@@ -8,7 +8,8 @@
 //! OpenYurt's PoolService CRD (`network.openyurt.io/v1alpha1`: list, watch, create, delete, merge
 //! patch of the object and of its `status` subresource),
 //! `metadata.generation` (set on create, bumped when the spec changes), status conditions validated
-//! as the API server does (`422 Invalid`), clients that can be cut off from the API
+//! as the API server does (`422 Invalid`), a Service's `status.loadBalancer.ingress` defaulted and
+//! validated as the API server does (`ipMode`; or dropped: [`FakeApi::ip_mode_gate_off`]), clients that can be cut off from the API
 //! ([`FakeApi::partitionable_client`]), and a log of every request (to check RBAC against deploy/).
 //! TokenReviews, SubjectAccessReviews answered by evaluating RBAC objects (deploy/'s, and bindings
 //! a test creates as an operator would), and optionally RBAC enforced on the fake's own requests:
@@ -104,6 +105,8 @@ struct Inner {
     reviews: auth::Reviews,
     /// Graceful pod deletion (`fake_kube/workloads.rs`).
     workloads: workloads::Workloads,
+    /// Whether the `LoadBalancerIPMode` feature gate is off ([`FakeApi::ip_mode_gate_off`]).
+    ip_mode_gate_off: bool,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -356,6 +359,7 @@ impl FakeApi {
             events: BTreeMap::new(),
             reviews: auth::Reviews::default(),
             workloads: workloads::Workloads::default(),
+            ip_mode_gate_off: false,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -451,6 +455,13 @@ impl FakeApi {
         self.lock()
             .conflicts
             .insert(name.to_owned(), finalizer.to_owned());
+    }
+
+    /// The API server runs with the `LoadBalancerIPMode` feature gate off (Kubernetes 1.29 and
+    /// before, or switched off): a status write drops `status.loadBalancer.ingress[].ipMode` of a
+    /// Service instead of keeping, defaulting and validating it.
+    pub fn ip_mode_gate_off(&self) {
+        self.lock().ip_mode_gate_off = true;
     }
 
     /// Every PATCH received, in order.
@@ -1063,6 +1074,9 @@ fn patch(
                     }
                     let valid = if plural == "pods" {
                         workloads::validate_pod_status(&obj)
+                    } else if plural == "services" {
+                        service_ingress(&mut obj, inner.ip_mode_gate_off)
+                            .and_then(|()| validate_conditions(&obj))
                     } else {
                         validate_conditions(&obj)
                     };
@@ -1089,6 +1103,58 @@ fn patch(
     };
     inner.patches.push(record);
     response
+}
+
+/// `status.loadBalancer.ingress` of a Service as the API server writes it. With the
+/// `LoadBalancerIPMode` gate on (the default since Kubernetes 1.30, GA in 1.32): an entry with an
+/// `ip` and no `ipMode` gets `ipMode: VIP` (defaulting); `ip` must be an IP address; `ipMode` is
+/// `VIP` or `Proxy`, and only beside an `ip`. With the gate off: `ipMode` is dropped.
+fn service_ingress(obj: &mut Value, gate_off: bool) -> Result<(), String> {
+    let Some(list) = obj
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    else {
+        return Ok(());
+    };
+    for (i, e) in list.iter_mut().enumerate() {
+        let field = |f: &str| format!("status.loadBalancer.ingress[{i}].{f}");
+        let Some(e) = e.as_object_mut() else {
+            return Err(format!(
+                "status.loadBalancer.ingress[{i}]: must be an object"
+            ));
+        };
+        if gate_off {
+            e.remove("ipMode");
+            continue;
+        }
+        let ip = e.get("ip").and_then(Value::as_str).unwrap_or("").to_owned();
+        if !ip.is_empty() && ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!(
+                "{}: Invalid value: {ip:?}: must be a valid IP address",
+                field("ip")
+            ));
+        }
+        match e.get("ipMode").and_then(Value::as_str) {
+            None if !ip.is_empty() => {
+                e.insert("ipMode".into(), json!("VIP"));
+            }
+            None => {}
+            Some(_) if ip.is_empty() => {
+                return Err(format!(
+                    "{}: Forbidden: may not be specified when `ip` is not set",
+                    field("ipMode")
+                ));
+            }
+            Some("VIP" | "Proxy") => {}
+            Some(m) => {
+                return Err(format!(
+                    "{}: Unsupported value: {m:?}: supported values: \"Proxy\", \"VIP\"",
+                    field("ipMode")
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `metav1.Condition` validation of `status.conditions`, as the API server does it for a Service:

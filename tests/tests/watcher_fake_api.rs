@@ -354,9 +354,10 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
             .ok_or("no status PATCH yet")?;
         assert!(state.actual);
         assert_eq!(patch.content_type, "application/merge-patch+json");
+        // Every entry carries `ipMode: VIP` (KEP-1860), written by the watcher itself.
         assert_eq!(
             patch.body["status"]["loadBalancer"],
-            json!({"ingress": [{"ip": state.frontend_ip}]})
+            json!({"ingress": [{"ip": state.frontend_ip, "ipMode": "VIP"}]})
         );
         assert!(patch.body["metadata"]["resourceVersion"].is_string());
         Ok(state.frontend_ip)
@@ -366,7 +367,7 @@ async fn first_list_resyncs_programs_writes_ingress_back_and_the_finalizer_waits
     let web = fake.get("services", "default", "web").unwrap();
     assert_eq!(
         web["status"]["loadBalancer"]["ingress"],
-        json!([{"ip": ingress_ip}])
+        json!([{"ip": ingress_ip, "ipMode": "VIP"}])
     );
 
     // (d) Deleting web: the finalizer keeps the object until NRP has no load balancer for it; the
@@ -1256,5 +1257,102 @@ async fn a_port_name_conflict_becomes_a_warning_event_and_part_of_the_condition(
             .contains("port name conflict"),
         "{c}"
     );
+    w.stop().await;
+}
+
+/// The ingress entries of Service `name` as stored.
+fn stored_ingress(fake: &FakeApi, name: &str) -> Value {
+    fake.get("services", "default", name).unwrap()["status"]["loadBalancer"]["ingress"].clone()
+}
+
+/// Polls the server a few times (rechecks, resyncs) and checks that no status patch of `name`
+/// follows: the write-back has settled.
+async fn assert_settled(h: &Harness, fake: &FakeApi, name: &str) {
+    let before = status_patches(fake, name).len();
+    let client = h.client().await;
+    for _ in 0..5 {
+        let _ = client.service(WEB).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status_patches(fake, name).len(),
+        before,
+        "status patched again: {:?}",
+        status_patches(fake, name)
+            .iter()
+            .map(|p| &p.body)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// An ingress entry without `ipMode` (a status written before the field, or by someone else) is
+/// rewritten with `ipMode: VIP` — once: the comparison includes the field, and the entry then reads
+/// back as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ingress_entry_without_ip_mode_is_rewritten_once() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    small_cluster(&fake, "web", WEB);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+    wait_condition(&fake, "web", "Programmed").await;
+    let ip = stored_ingress(&fake, "web")[0]["ip"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        stored_ingress(&fake, "web"),
+        json!([{"ip": ip, "ipMode": "VIP"}])
+    );
+    assert_settled(&h, &fake, "web").await;
+
+    // Someone stores the entry without ipMode.
+    let before = status_patches(&fake, "web").len();
+    let mut obj = fake.get("services", "default", "web").unwrap();
+    obj["status"]["loadBalancer"]["ingress"] = json!([{"ip": ip}]);
+    fake.put("services", obj);
+    eventually("the ingress has ipMode VIP again", || async {
+        let i = stored_ingress(&fake, "web");
+        (i == json!([{"ip": ip, "ipMode": "VIP"}]))
+            .then_some(())
+            .ok_or_else(|| i.to_string())
+    })
+    .await;
+    let patches = status_patches(&fake, "web");
+    assert_eq!(patches.len(), before + 1, "one patch rewrites it");
+    assert_eq!(
+        patches[before].body["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": ip, "ipMode": "VIP"}])
+    );
+    assert_settled(&h, &fake, "web").await;
+    w.stop().await;
+}
+
+/// An API server with the `LoadBalancerIPMode` gate off drops `ipMode` on write: the watcher sees it
+/// in the answer to its patch and compares the IPs alone from then on — one ingress patch, no loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_drops_ip_mode_gets_the_ingress_once() {
+    init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.ip_mode_gate_off();
+    small_cluster(&fake, "web", WEB);
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
+    wait_condition(&fake, "web", "Programmed").await;
+    let ingress = stored_ingress(&fake, "web");
+    assert!(ingress[0]["ip"].is_string(), "{ingress}");
+    assert!(ingress[0].get("ipMode").is_none(), "dropped: {ingress}");
+    let with_ingress: Vec<PatchRecord> = status_patches(&fake, "web")
+        .into_iter()
+        .filter(|p| p.body.pointer("/status/loadBalancer").is_some())
+        .collect();
+    assert_eq!(with_ingress.len(), 1, "{with_ingress:?}");
+    assert_eq!(
+        with_ingress[0].body["status"]["loadBalancer"]["ingress"][0]["ipMode"],
+        "VIP"
+    );
+    assert_settled(&h, &fake, "web").await;
     w.stop().await;
 }

@@ -671,6 +671,14 @@ async fn a_service_in_two_gateways_lists_both_frontend_ips() {
     want.sort();
     eventually("the Service's ingress lists both IPs", || async {
         let s = fake.get("services", "default", "both").ok_or("gone")?;
+        let modes: Vec<Value> = s
+            .pointer("/status/loadBalancer/ingress")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().map(|i| i["ipMode"].clone()).collect())
+            .unwrap_or_default();
+        if modes.iter().any(|m| m != "VIP") {
+            return Err(format!("every entry has ipMode VIP: {modes:?}"));
+        }
         let got: Vec<String> = s
             .pointer("/status/loadBalancer/ingress")
             .and_then(Value::as_array)
@@ -696,7 +704,11 @@ async fn a_service_in_two_gateways_lists_both_frontend_ips() {
                 .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
                 .map(|c| (c["status"].clone(), c["reason"].clone()));
             let got = ps.pointer("/status/loadBalancer/ingress/0/ip").cloned();
-            if got == Some(json!(ip)) && ready == Some((json!("True"), json!("Programmed"))) {
+            let mode = ps.pointer("/status/loadBalancer/ingress/0/ipMode").cloned();
+            if got == Some(json!(ip))
+                && mode == Some(json!("VIP"))
+                && ready == Some((json!("True"), json!("Programmed")))
+            {
                 Ok(())
             } else {
                 Err(format!("{ps}"))

@@ -21,6 +21,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod decode;
+pub mod ingress;
 pub mod metrics;
 pub mod poolservice;
 pub mod routing;

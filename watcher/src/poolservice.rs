@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+use crate::ingress::{self, IngressEntry};
 use crate::translate::ObjKey;
 
 /// OpenYurt's label naming a PoolService's Service.
@@ -79,8 +80,8 @@ pub(crate) struct PoolServiceFacts {
     pub service: Option<ObjKey>,
     /// Its node pool, if it names one.
     pub pool: Option<String>,
-    /// `status.loadBalancer.ingress[].ip`.
-    pub ingress: Vec<String>,
+    /// `status.loadBalancer.ingress`.
+    pub ingress: Vec<IngressEntry>,
     /// `status.conditions`.
     pub conditions: Vec<Condition>,
 }
@@ -124,13 +125,7 @@ impl PoolServiceFacts {
             owner_uid,
             service,
             pool,
-            ingress: status
-                .load_balancer
-                .and_then(|l| l.ingress)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect(),
+            ingress: ingress::entries(status.load_balancer.as_ref()),
             conditions: status.conditions.unwrap_or_default(),
         })
     }

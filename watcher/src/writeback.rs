@@ -4,7 +4,8 @@
 //! For every LoadBalancer Service of our class the task
 //! 1. adds our finalizer (the translator programs a Service only once it carries it);
 //! 2. once the state server says the service is actual (NRP has it) with a frontend IP, sets
-//!    `status.loadBalancer.ingress` to `[{ip}]` when it differs;
+//!    `status.loadBalancer.ingress` to `[{ip, ipMode: VIP}]` when it differs, `ipMode` included
+//!    (see `ingress.rs`);
 //! 3. once the Service is being deleted (or stopped being one of ours) and the server confirms that
 //!    NRP no longer has it, removes the finalizer (and clears the ingress of a Service that still
 //!    exists).
@@ -57,6 +58,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::WatcherConfig;
+use super::ingress::{self, IngressEntry};
 use super::poolservice::{self, PoolService, PoolServiceFacts};
 use super::routing;
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
@@ -91,8 +93,8 @@ pub(crate) struct ServiceFacts {
     pub deleting: bool,
     pub has_finalizer: bool,
     pub finalizers: Vec<String>,
-    /// `status.loadBalancer.ingress[].ip` (or hostname).
-    pub ingress: Vec<String>,
+    /// `status.loadBalancer.ingress`.
+    pub ingress: Vec<IngressEntry>,
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `status.conditions`, every type.
@@ -121,21 +123,7 @@ impl ServiceFacts {
         }
         // A Service without UID is skipped (the translator logs it): nothing to program or patch.
         let uid = svc.metadata.uid.clone().filter(|u| !u.trim().is_empty())?;
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref())
-            .map(|l| {
-                l.iter()
-                    .map(|i| {
-                        i.ip.clone()
-                            .or_else(|| i.hostname.clone())
-                            .unwrap_or_default()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let ingress = ingress::entries(svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()));
         let (gateways, selection_error) = match gateways {
             None => (vec![String::new()], None),
             Some(g) => match routing::selected(g, svc.metadata.annotations.as_ref()) {
@@ -288,6 +276,25 @@ struct WriteBack {
     pool_warned: HashMap<ObjKey, String>,
     /// Warning Events on PoolServices not published yet.
     pool_warnings: Vec<PoolServiceFacts>,
+    /// Whether the API server keeps `ipMode` in a Service's ingress (and the PoolService CRD in a
+    /// PoolService's): true until the answer to a status write shows it dropped
+    /// ([`ingress::drops_ip_mode`]); then the ingress is compared without it.
+    ip_mode_kept: bool,
+    pool_ip_mode_kept: bool,
+}
+
+impl WriteBack {
+    /// Notes, from the answer to a status write of ours, whether the server kept `ipMode`.
+    fn note_ip_mode(kept: &mut bool, stored: &[IngressEntry], what: &str) {
+        if *kept && ingress::drops_ip_mode(stored) {
+            *kept = false;
+            tracing::warn!(
+                "the API server dropped status.loadBalancer.ingress[].ipMode of a {what} (the \
+                 LoadBalancerIPMode feature gate is off, or the schema lacks the field): the ingress \
+                 is compared without it from now on"
+            );
+        }
+    }
 }
 
 /// Runs until the kube side ends.
@@ -322,6 +329,8 @@ pub(crate) async fn run(
         pool_patched: HashMap::new(),
         pool_warned: HashMap::new(),
         pool_warnings: Vec::new(),
+        ip_mode_kept: true,
+        pool_ip_mode_kept: true,
     };
     loop {
         // Sleep until the first record is due (records are few; an hour when there is none).
@@ -772,7 +781,9 @@ impl WriteBack {
                 .await;
         }
 
-        let ingress_due = !ips.is_empty() && facts.ingress != ips;
+        // `ipMode` is compared too: an entry written without it (or by someone else) is rewritten.
+        let ingress_due =
+            !ips.is_empty() && !ingress::is_written(&facts.ingress, &ips, self.ip_mode_kept);
         let condition = want.condition(&facts);
         let condition_due = condition.is_some();
         let settled = matches!(want.reason, "Programmed" | "RejectedByAzure")
@@ -792,9 +803,10 @@ impl WriteBack {
         }
         let mut status = serde_json::Map::new();
         if ingress_due {
-            let ingress: Vec<serde_json::Value> =
-                ips.iter().map(|ip| json!({ "ip": ip })).collect();
-            status.insert("loadBalancer".into(), json!({ "ingress": ingress }));
+            status.insert(
+                "loadBalancer".into(),
+                json!({ "ingress": ingress::to_json(&ips) }),
+            );
         }
         if let Some(conditions) = condition {
             status.insert("conditions".into(), json!(conditions));
@@ -805,8 +817,15 @@ impl WriteBack {
             .patch_status(&key.name, &Self::params(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(stored) => {
                 if ingress_due {
+                    let stored = ingress::entries(
+                        stored
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.load_balancer.as_ref()),
+                    );
+                    Self::note_ip_mode(&mut self.ip_mode_kept, &stored, "Service");
                     tracing::info!(service = %key, ip = %ips.join(","), "status.loadBalancer.ingress set");
                 }
                 if condition_due {

@@ -12,6 +12,7 @@ Steps share state (each builds on the previous ones), in the order of CASES.
 """
 
 import argparse
+import ipaddress
 import json
 import sys
 import time
@@ -284,6 +285,86 @@ def resources_create_get_delete(c):
     c.client.public_ip_addresses.begin_delete(RG, "pip-tmp", **c.kw).result()
 
 
+def ipv6_public_ip_and_dual_stack_load_balancer(c):
+    """An IPv6 public IP (publicIPAddressVersion, publicIpAddress.json) created and read back as the
+    SDK models it; a load balancer with a frontend of each family on it; an undefined version
+    refused."""
+    body = m.PublicIPAddress(
+        location="eastus",
+        sku=m.PublicIPAddressSku(name="Standard"),
+        public_ip_allocation_method="Static",
+        public_ip_address_version="IPv6",
+    )
+    pip6 = c.client.public_ip_addresses.begin_create_or_update(RG, "pip-v6", body, **c.kw).result()
+    eq(pip6.public_ip_address_version, "IPv6", "publicIPAddressVersion of the answer")
+    eq(pip6.provisioning_state, "Succeeded", "provisioningState of pip-v6")
+    addr = ipaddress.ip_address(pip6.ip_address)
+    eq(addr.version, 6, f"{pip6.ip_address} is IPv6")
+    check(addr in ipaddress.ip_network("2001:db8::/32"), f"{addr} is of the documentation prefix")
+    got = c.client.public_ip_addresses.get(RG, "pip-v6", **c.kw)
+    check(isinstance(got, m.PublicIPAddress), "GET is a PublicIPAddress")
+    eq(got.public_ip_address_version, "IPv6", "publicIPAddressVersion read back")
+    eq(got.ip_address, pip6.ip_address, "ipAddress read back")
+    eq(got.public_ip_allocation_method, "Static", "publicIPAllocationMethod read back")
+    listed = {p.name: p for p in c.client.public_ip_addresses.list(RG, **c.kw)}
+    eq(listed["pip-v6"].public_ip_address_version, "IPv6", "publicIPAddressVersion listed")
+    # Absent, the version is IPv4, and the answer says so.
+    pip4 = public_ip(c, "pip-v4")
+    eq(pip4.public_ip_address_version, "IPv4", "the default version")
+    eq(ipaddress.ip_address(pip4.ip_address).version, 4, "an IPv4 address")
+    # One load balancer, a frontend of each family (the frontend takes its public IP's).
+    lb_id = c.rid("loadBalancers", "lb-dual")
+
+    def rule(name, fe, pool):
+        return m.LoadBalancingRule(
+            name=name,
+            frontend_ip_configuration=m.SubResource(id=f"{lb_id}/frontendIPConfigurations/{fe}"),
+            backend_address_pool=m.SubResource(id=f"{lb_id}/backendAddressPools/{pool}"),
+            protocol="Tcp",
+            frontend_port=80,
+            backend_port=8080,
+        )
+
+    lb = c.client.load_balancers.begin_create_or_update(
+        RG,
+        "lb-dual",
+        m.LoadBalancer(
+            location="eastus",
+            sku=m.LoadBalancerSku(name="Standard"),
+            frontend_ip_configurations=[
+                m.FrontendIPConfiguration(name="fe", public_ip_address=m.PublicIPAddress(id=pip4.id)),
+                m.FrontendIPConfiguration(
+                    name="fe-v6", public_ip_address=m.PublicIPAddress(id=pip6.id)
+                ),
+            ],
+            backend_address_pools=[m.BackendAddressPool(name="pool"), m.BackendAddressPool(name="pool-v6")],
+            load_balancing_rules=[rule("tcp-80", "fe", "pool"), rule("tcp-80-v6", "fe-v6", "pool-v6")],
+        ),
+        **c.kw,
+    ).result()
+    got = c.client.load_balancers.get(RG, "lb-dual", **c.kw)
+    fes = {f.name: f for f in got.frontend_ip_configurations}
+    eq(fes["fe-v6"].public_ip_address.id, pip6.id, "the IPv6 frontend's public IP")
+    eq(fes["fe"].public_ip_address.id, pip4.id, "the IPv4 frontend's public IP")
+    eq(lb.provisioning_state, "Succeeded", "provisioningState of lb-dual")
+    expect_error(
+        "InvalidPublicIPAddressVersion",
+        400,
+        lambda: c.client.public_ip_addresses.begin_create_or_update(
+            RG,
+            "pip-v7",
+            m.PublicIPAddress(location="eastus", public_ip_address_version="IPv7"),
+            **c.kw,
+        ).result(),
+    )
+    expect_error(
+        "ResourceNotFound", 404, lambda: c.client.public_ip_addresses.get(RG, "pip-v7", **c.kw)
+    )
+    c.client.load_balancers.begin_delete(RG, "lb-dual", **c.kw).result()
+    c.client.public_ip_addresses.begin_delete(RG, "pip-v6", **c.kw).result()
+    c.client.public_ip_addresses.begin_delete(RG, "pip-v4", **c.kw).result()
+
+
 def resources_for_services(c):
     for i in range(1, 6):
         pip = public_ip(c, f"pip-{i}")
@@ -506,6 +587,21 @@ def error_service_with_mappings_cannot_be_deleted(c):
     check("svc-in" in got, "svc-in is still there")
 
 
+def error_address_of_the_other_ip_version(c):
+    """svc-in holds IPv4 addresses only: an IPv6 address for it is refused, and changes nothing."""
+    expect_error(
+        "BackendPoolAddressesMustHaveSameIpVersion",
+        400,
+        lambda: c.update_address_locations(
+            locations_request(
+                "PartialUpdate", [loc("fd00::9", "PartialUpdate", [("fd01::9", ["svc-in"])])]
+            )
+        ),
+    )
+    got, _ = c.locations()
+    check("fd00::9" not in got, "a refused call changes nothing")
+
+
 # ---- teardown -------------------------------------------------------------------------------------
 
 
@@ -531,6 +627,7 @@ CASES = [
     gateway_update_tags,
     gateway_list_and_list_all_page,
     resources_create_get_delete,
+    ipv6_public_ip_and_dual_stack_load_balancer,
     resources_for_services,
     services_partial_update_three_types,
     services_paged,
@@ -543,6 +640,7 @@ CASES = [
     error_unregistered_service,
     error_duplicate_locations,
     error_service_with_mappings_cannot_be_deleted,
+    error_address_of_the_other_ip_version,
     gateway_delete_then_404,
 ]
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Sku, SubResource};
+use super::{IpVersion, Sku, SubResource};
 
 /// A `Microsoft.Network/publicIPAddresses` resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -40,13 +40,16 @@ pub struct PublicIpAddressProperties {
         skip_serializing_if = "Option::is_none"
     )]
     pub public_ip_allocation_method: Option<String>,
-    /// `IPv4` or `IPv6`.
+    /// `IPv4` or `IPv6` (`IPVersion`; Azure takes IPv4 when absent, and answers with the field set).
+    /// The family of the address Azure allocates, and so of every load balancer frontend on it: a
+    /// public frontend (`frontendIPConfigurations[].properties.publicIPAddress`) has no version of
+    /// its own in the spec (`privateIPAddressVersion` is the private frontend's).
     #[serde(
         default,
         rename = "publicIPAddressVersion",
         skip_serializing_if = "Option::is_none"
     )]
-    pub public_ip_address_version: Option<String>,
+    pub public_ip_address_version: Option<IpVersion>,
     /// The allocated address (read-only).
     #[serde(default, rename = "ipAddress", skip_serializing_if = "Option::is_none")]
     pub ip_address: Option<String>,

@@ -226,7 +226,9 @@ impl WriteBack {
         let want_ingress: Vec<String> = ip.iter().cloned().collect();
         let current = p.conditions.iter().find(|c| c.type_ == poolservice::READY);
         let condition_due = current.is_none_or(|c| c.status != status || c.reason != reason);
-        if p.ingress == want_ingress && !condition_due {
+        let ingress_written =
+            ingress::is_written(&p.ingress, &want_ingress, self.pool_ip_mode_kept);
+        if ingress_written && !condition_due {
             return;
         }
         if self.pool_patched.get(&p.key) == Some(&p.resource_version) {
@@ -249,8 +251,7 @@ impl WriteBack {
             },
             observed_generation: None,
         });
-        let ingress: Vec<serde_json::Value> =
-            want_ingress.iter().map(|ip| json!({ "ip": ip })).collect();
+        let ingress = ingress::to_json(&want_ingress);
         let patch = json!({
             "metadata": { "resourceVersion": p.resource_version },
             "status": { "loadBalancer": { "ingress": ingress }, "conditions": conditions },
@@ -260,7 +261,16 @@ impl WriteBack {
             .patch_status(&p.key.name, &Self::params(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(stored) => {
+                if !want_ingress.is_empty() {
+                    let stored = ingress::entries(
+                        stored
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.load_balancer.as_ref()),
+                    );
+                    Self::note_ip_mode(&mut self.pool_ip_mode_kept, &stored, "PoolService");
+                }
                 tracing::info!(poolservice = %p.key, ready = status, ip = ?ip, "PoolService status written");
                 self.pool_patched
                     .insert(p.key.clone(), p.resource_version.clone());
