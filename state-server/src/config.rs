@@ -107,6 +107,18 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_MUTATING_UNITS_IN_FLIGHT", default_value_t = 4)]
     pub max_mutating_units_in_flight: usize,
 
+    /// Pacing against Azure's write budget: while the subscription's remaining writes (as the
+    /// workers last saw them in `x-ms-ratelimit-remaining-subscription-writes`) are estimated below
+    /// --write-reserve, mutating units start at most at this many writes per second per gateway,
+    /// each carrying what accumulated meanwhile; 0 = no pacing. The default stays under NRP's
+    /// 1,000 writes per 5 minutes.
+    #[arg(long, env = "CLB_WRITE_PACE", default_value = "3", value_name = "WRITES_PER_SEC", value_parser = non_negative_rate)]
+    pub write_pace: Rate,
+
+    /// The writes kept in reserve: pacing (--write-pace) starts below it.
+    #[arg(long, env = "CLB_WRITE_RESERVE", default_value_t = 20)]
+    pub write_reserve: u32,
+
     /// Most updates accepted in one batch (Apply, one ApplyStream message, one resync chunk).
     #[arg(long, env = "CLB_MAX_ITEMS_PER_BATCH", default_value_t = 10_000)]
     pub max_items_per_batch: usize,
@@ -596,9 +608,39 @@ impl Args {
                 retry_max: self.retry_max(),
                 anti_entropy_interval: self.anti_entropy_interval(),
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
+                write_pace: self.write_pace.0,
+                write_reserve: self.write_reserve,
             },
             leader_elect: self.leader_elect,
         }
+    }
+}
+
+/// A rate in events per second (compared bit for bit, so the flags stay `Eq`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rate(pub f64);
+
+impl PartialEq for Rate {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Rate {}
+
+/// Parses --write-pace: writes per second, a finite number of at least 0.
+fn non_negative_rate(s: &str) -> Result<Rate, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches("/s")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of writes per second (e.g. 3 or 3/s)"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(Rate(v))
+    } else {
+        Err(format!(
+            "{s:?}: must be 0 (no pacing) or more writes per second"
+        ))
     }
 }
 

@@ -149,6 +149,10 @@ pub struct GatewaySnapshot {
     pub staleness: Duration,
     /// Connected workers serving this gateway.
     pub workers: u64,
+    /// The subscription's remaining writes as a worker last saw them (`None`: never reported).
+    pub write_budget: Option<u32>,
+    /// The spacing of mutating units while the write budget is tight (zero: not pacing).
+    pub batching_window: Duration,
     /// What the restart gate holds back, by reason label (see [`crate::gate::HoldReason::label`]);
     /// a reason not listed holds back nothing.
     pub held_back: Vec<(&'static str, HeldBack)>,
@@ -168,6 +172,8 @@ struct GatewayGauges {
     parked_units: GatewayGauge,
     staleness_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
     workers: GatewayGauge,
+    write_budget_remaining: GatewayGauge,
+    batching_window_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
     removals_held_back: Family<HeldLabels, Gauge>,
     locations_held_back: Family<HeldLabels, Gauge>,
 }
@@ -333,6 +339,19 @@ impl Metrics {
             Unit::Seconds,
             gw.staleness_seconds.clone(),
         );
+        server.register(
+            "write_budget_remaining",
+            "The subscription's remaining writes (x-ms-ratelimit-remaining-subscription-writes) as a \
+             worker last saw them; absent until a worker reported one",
+            gw.write_budget_remaining.clone(),
+        );
+        server.register_with_unit(
+            "batching_window",
+            "The spacing of mutating units while the write budget is below --write-reserve (0: not \
+             pacing): each unit carries what changed meanwhile",
+            Unit::Seconds,
+            gw.batching_window_seconds.clone(),
+        );
 
         Self {
             registry,
@@ -463,6 +482,12 @@ impl Metrics {
         set(&g.units_in_flight, s.units_in_flight);
         set(&g.parked_units, s.parked_units);
         set(&g.workers, s.workers);
+        if let Some(remaining) = s.write_budget {
+            set(&g.write_budget_remaining, u64::from(remaining));
+        }
+        g.batching_window_seconds
+            .get_or_create(&l)
+            .set(s.batching_window.as_secs_f64());
         g.staleness_seconds
             .get_or_create(&l)
             .set(s.staleness.as_secs_f64());
@@ -639,6 +664,8 @@ mod tests {
             parked_units: 0,
             staleness: Duration::from_millis(1500),
             workers: 2,
+            write_budget: Some(17),
+            batching_window: Duration::from_millis(333),
             held_back: vec![
                 (
                     "pod_writer",
@@ -675,6 +702,8 @@ mod tests {
             "clb_server_parked_units{gateway=\"east\"} 0",
             "clb_server_staleness_seconds{gateway=\"east\"} 1.5",
             "clb_server_workers{gateway=\"east\"} 2",
+            "clb_server_write_budget_remaining{gateway=\"east\"} 17",
+            "clb_server_batching_window_seconds{gateway=\"east\"} 0.333",
             "clb_server_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
             "clb_server_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
             "clb_server_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",

@@ -557,6 +557,8 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 parked_units: gw.dispatch().parked_units() as u64,
                 staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
                 workers: serving as u64,
+                write_budget: gw.dispatch().remaining_writes(),
+                batching_window: gw.dispatch().batching_window(now).unwrap_or_default(),
                 held_back,
                 gateway: name,
             }

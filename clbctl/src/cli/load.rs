@@ -130,6 +130,11 @@ pub struct LoadArgs {
     /// window passes in 30 s).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
     pub nrp_write_speedup: f64,
+    /// Embedded state server: its --write-pace (writes per second per gateway while the write
+    /// budget the workers report is below its reserve of 20; multiplied by --nrp-write-speedup,
+    /// as the budget's clock is); 0 = no pacing (the calls meet the 429s instead).
+    #[arg(long, default_value_t = 3.0, value_name = "WRITES_PER_SEC")]
+    pub write_pace: f64,
     /// Embedded system: most locations per work unit and per NRP call.
     #[arg(long, default_value_t = 100)]
     pub locations_per_call: usize,
@@ -506,6 +511,7 @@ pub fn embedded_options(args: &LoadArgs) -> Options {
             dispatch: DispatchConfig {
                 lease: Duration::from_secs(60),
                 max_locations_per_unit: args.locations_per_call.max(1),
+                write_pace: args.write_pace.max(0.0) * args.nrp_write_speedup,
                 retry_base: Duration::from_millis(20),
                 retry_max: Duration::from_secs(1),
                 ..DispatchConfig::default()
@@ -547,6 +553,14 @@ fn write_budget_text(args: &LoadArgs) -> Option<String> {
     if args.nrp_write_speedup != 1.0 {
         parts.push(format!("clock ×{}", args.nrp_write_speedup));
     }
+    parts.push(if args.write_pace > 0.0 {
+        format!(
+            "server paces at {} writes/s below 20 left",
+            args.write_pace * args.nrp_write_speedup
+        )
+    } else {
+        "server pacing off".to_owned()
+    });
     Some(parts.join(", "))
 }
 
@@ -845,7 +859,9 @@ mod tests {
         assert_eq!(c.write_window_secs, 30, "5 minutes, 10 times faster");
         assert_eq!(
             write_budget_text(&on).as_deref(),
-            Some("bucket 200 writes + 100 /s, 1000 writes per 30 s, clock ×10")
+            Some(
+                "bucket 200 writes + 100 /s, 1000 writes per 30 s, clock ×10, server paces at 30 writes/s below 20 left"
+            )
         );
         assert!(parse(&["--nrp-write-speedup=0"]).is_err());
         assert!(parse(&["--nrp-write-window=0s"]).is_err());

@@ -57,6 +57,11 @@ impl<K: Hash + Eq + Clone> DirtyQueue<K> {
         self.order.len()
     }
 
+    /// Whether no key waits.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
     /// Takes every key, oldest first.
     pub fn drain(&mut self) -> impl Iterator<Item = K> + '_ {
         self.members.clear();

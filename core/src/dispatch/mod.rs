@@ -55,6 +55,15 @@ pub struct DispatchConfig {
     /// unit's changes may go side by side (it counts one per change). 0 means no bound. Observes are
     /// not counted.
     pub max_mutating_units_in_flight: usize,
+    /// Pacing against the subscription's write budget (ARM's
+    /// `x-ms-ratelimit-remaining-subscription-writes`, reported by the workers): while the budget
+    /// is estimated below [`DispatchConfig::write_reserve`], mutating units start at most at this
+    /// many writes per second, and each carries what accumulated meanwhile (the batching window
+    /// widens instead of calls being refused). 0: no pacing. The default, 3/s, stays under NRP's
+    /// 1,000 writes per 5 minutes (3.33/s).
+    pub write_pace: f64,
+    /// The writes kept in reserve: pacing starts when the budget is estimated below it.
+    pub write_reserve: u32,
 }
 
 impl Default for DispatchConfig {
@@ -68,6 +77,8 @@ impl Default for DispatchConfig {
             retry_max: Duration::from_secs(30),
             anti_entropy_interval: Duration::from_secs(300),
             max_mutating_units_in_flight: 4,
+            write_pace: 3.0,
+            write_reserve: 20,
         }
     }
 }
@@ -208,6 +219,28 @@ pub struct Dispatcher {
     wall: WallClock,
     jitter: Jitter,
     observer: Arc<dyn DispatchObserver>,
+    pacing: Pacing,
+}
+
+/// What the dispatcher knows of the subscription's write budget.
+#[derive(Debug, Default)]
+struct Pacing {
+    /// The last remaining writes a worker reported, and when it was folded.
+    budget: Option<(u32, Instant)>,
+    /// Writes the units cut since then may make (an estimate: 1 per location unit, 3 per service
+    /// change: public IP, load balancer or NAT gateway, registration).
+    spent: u32,
+    /// When the last mutating unit was cut.
+    last_cut: Option<Instant>,
+}
+
+/// The writes a unit may make, for the budget estimate.
+fn writes_of(work: &UnitWork) -> u32 {
+    match work {
+        UnitWork::Observe => 0,
+        UnitWork::Locations(_) => 1,
+        UnitWork::Services(changes) => 3 * changes.len() as u32,
+    }
 }
 
 impl Dispatcher {
@@ -238,6 +271,7 @@ impl Dispatcher {
             wall: env.wall,
             jitter: env.jitter,
             observer: env.observer,
+            pacing: Pacing::default(),
         }
     }
 
@@ -266,11 +300,55 @@ impl Dispatcher {
             o.not_before,
             o.last_at.map(|t| t + self.config.anti_entropy_interval),
         ];
+        // While paced, the next mutating unit may go once the window has passed.
+        let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
+            .then(|| self.paced_until(now))
+            .flatten();
         leases
             .chain(backoffs)
             .chain(observe.into_iter().flatten())
+            .chain(paced)
             .filter(|t| *t > now)
             .min()
+    }
+
+    /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
+    pub fn note_remaining_writes(&mut self, remaining: u32, now: Instant) {
+        self.pacing.budget = Some((remaining, now));
+        self.pacing.spent = 0;
+    }
+
+    /// The remaining writes last reported, if any.
+    pub fn remaining_writes(&self) -> Option<u32> {
+        self.pacing.budget.map(|(r, _)| r)
+    }
+
+    /// The budget estimated now: the last report, less what was cut since. No refill is assumed:
+    /// ARM's 5-minute cap frees writes only as old ones age out, so a refill guessed from a rate
+    /// would overestimate; the next report brings the truth. `None`: unknown.
+    fn estimated_writes(&self, _now: Instant) -> Option<f64> {
+        let (remaining, _) = self.pacing.budget?;
+        Some(f64::from(remaining) - f64::from(self.pacing.spent))
+    }
+
+    /// The spacing between mutating units while the budget is tight: the batching window. `None`:
+    /// not pacing (no budget reported, above the reserve, or pacing off).
+    pub fn batching_window(&self, now: Instant) -> Option<Duration> {
+        if self.config.write_pace <= 0.0 {
+            return None;
+        }
+        let estimated = self.estimated_writes(now)?;
+        (estimated < f64::from(self.config.write_reserve))
+            .then(|| Duration::from_secs_f64(1.0 / self.config.write_pace))
+    }
+
+    /// Until when pacing holds the next mutating unit back (`None`: it may go now).
+    fn paced_until(&self, now: Instant) -> Option<Instant> {
+        let window = self.batching_window(now)?;
+        self.pacing
+            .last_cut
+            .map(|t| t + window)
+            .filter(|t| *t > now)
     }
 
     /// Asks for an observe unit as soon as possible.
@@ -426,7 +504,7 @@ impl Dispatcher {
             let hold = due || self.observe.in_flight.is_some();
             let locations = self.observe.observed_once && !hold;
             let room = self.mutation_room();
-            if room == 0 {
+            if room == 0 || self.paced_until(now).is_some() {
                 return None;
             }
             self.cut_services(tracker, now, room, hold).or_else(|| {
@@ -438,6 +516,11 @@ impl Dispatcher {
             })
         }?;
         self.stats.units_cut += 1;
+        let writes = writes_of(&work);
+        if writes > 0 {
+            self.pacing.spent = self.pacing.spent.saturating_add(writes);
+            self.pacing.last_cut = Some(now);
+        }
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
         let unit = Unit {

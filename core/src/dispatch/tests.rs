@@ -676,3 +676,73 @@ fn the_observer_is_told_how_long_an_accepted_change_was_pending() {
         ]
     );
 }
+
+#[test]
+fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut t = tracker_with(20, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_locations_per_unit: 100,
+            write_pace: 2.0,
+            write_reserve: 20,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, t0);
+    // No budget reported: no pacing; the service's creation goes at once.
+    assert_eq!(d.batching_window(t0), None);
+    let create = d.next_unit(&mut t, 1, 2, t0).expect("the creation");
+    assert!(matches!(create.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 1, applied(create.work_id), t0);
+    // A worker saw 5 writes left: below the reserve, mutating units start 1 / 2 s = 500 ms apart.
+    d.note_remaining_writes(5, t0);
+    assert_eq!(d.batching_window(t0), Some(ms(500)));
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0 + ms(100)).is_none(),
+        "held by the window"
+    );
+    assert_eq!(d.next_deadline(t0 + ms(100)), Some(t0 + ms(500)));
+    let first = d
+        .next_unit(&mut t, 1, 4, t0 + ms(500))
+        .expect("the window passed");
+    assert_eq!(
+        first.work.len(),
+        20,
+        "every location that waited, in one unit"
+    );
+    d.on_report(&mut t, 1, applied(first.work_id), t0 + ms(500));
+    // 30 more locations change while the next window runs: they go together when it ends.
+    let eps: Vec<(String, String)> = (1..=50)
+        .map(|l| (format!("10.1.{l}.1"), format!("10.0.0.{l}")))
+        .collect();
+    let eps: Vec<Endpoint> = eps
+        .iter()
+        .map(|(a, l)| Endpoint {
+            address: a,
+            location: l,
+        })
+        .collect();
+    t.set_endpoints("svc", &eps).unwrap();
+    assert!(d.next_unit(&mut t, 1, 5, t0 + ms(600)).is_none());
+    assert_eq!(d.next_deadline(t0 + ms(600)), Some(t0 + ms(1000)));
+    let next = d
+        .next_unit(&mut t, 1, 6, t0 + ms(1000))
+        .expect("the window passed");
+    assert_eq!(next.work.len(), 30);
+    // A report with a full budget ends the pacing.
+    d.note_remaining_writes(150, t0 + ms(1000));
+    assert_eq!(d.batching_window(t0 + ms(1000)), None);
+    // Pacing off: no window whatever the budget.
+    let mut off = Dispatcher::new(
+        DispatchConfig {
+            write_pace: 0.0,
+            ..DispatchConfig::default()
+        },
+        env(),
+    );
+    off.note_remaining_writes(0, t0);
+    assert_eq!(off.batching_window(t0), None);
+}

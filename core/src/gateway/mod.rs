@@ -253,6 +253,12 @@ impl GatewayCore {
         &self.dispatch
     }
 
+    /// Folds the remaining writes of the subscription a worker saw (see
+    /// [`crate::dispatch::DispatchConfig::write_pace`]).
+    pub fn note_remaining_writes(&mut self, remaining: u32, now: Instant) {
+        self.dispatch.note_remaining_writes(remaining, now);
+    }
+
     /// Asks for a read-back of NRP as soon as possible.
     pub fn request_observe(&mut self) {
         self.dispatch.request_observe();

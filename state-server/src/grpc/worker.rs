@@ -271,6 +271,7 @@ impl Session {
         if let Some(span) = &span {
             span.record("outcome", report_outcome(&report));
         }
+        let remaining_writes = report.remaining_subscription_writes;
         let frontends = frontends_from_proto(&report);
         let rules = rules_from_proto(&report);
         let report = report_from_proto(report);
@@ -279,6 +280,9 @@ impl Session {
             let mut gw = gateway.lock();
             let held = gw.holds(work_id);
             if held {
+                if let Some(remaining) = remaining_writes {
+                    gw.note_remaining_writes(remaining, Instant::now());
+                }
                 let extras = ReportExtras { frontends, rules };
                 gw.take_report(session, report, extras, Instant::now());
                 gw.log_gate_notes();
