@@ -89,7 +89,8 @@ impl WorkerPort {
     /// first, then the one that reported last (a live worker before one that has been silent).
     fn rank(&self, index: usize) -> Option<(usize, u64)> {
         let held = self.held();
-        self.may_take(&held, index).then(|| {
+        let open = !self.closed.load(Ordering::SeqCst);
+        (open && self.may_take(&held, index)).then(|| {
             (
                 self.capacity - held.len(),
                 self.last_report.load(Ordering::Relaxed),
@@ -293,7 +294,9 @@ impl Task {
                 let Some((_, port, index)) = best else { break };
                 let work_id = state.next_work_id();
                 if !port.reserve(index, work_id) {
-                    continue;
+                    // Its session ended, or a slot went to another gateway, since it was ranked:
+                    // stop here (ranking it again could loop); the next wake-up goes on.
+                    break;
                 }
                 // Checked under the gateway lock: a replica that stepped down cuts nothing.
                 if !state.is_leader() {
