@@ -360,3 +360,39 @@ impl Task {
         next
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ServerConfig;
+
+    #[derive(Debug)]
+    struct Nowhere;
+
+    impl UnitSink for Nowhere {
+        fn send(&self, _: &str, _: Leased, _: Vec<clb_telemetry::SpanLink>) -> Span {
+            Span::none()
+        }
+    }
+
+    /// A port whose session ended ranks nowhere and reserves nothing: a task that took its handle
+    /// before it was removed must not pick it again and again (it looped at 100 % CPU).
+    #[test]
+    fn a_closed_port_ranks_nowhere_and_reserves_nothing() {
+        let state = StateServer::new(ServerConfig {
+            gateways: vec!["east".into(), "west".into()],
+            ..ServerConfig::default()
+        });
+        let port = WorkerPort::new(7, 2, state.gateways().to_vec(), Box::new(Nowhere));
+        assert_eq!(port.rank(0), Some((2, 0)));
+        assert!(port.reserve(0, 1));
+        // One slot each: west keeps its share of the worker's capacity.
+        assert_eq!(port.rank(0), None);
+        assert_eq!(port.rank(1), Some((1, 0)));
+        port.close();
+        assert_eq!(port.rank(1), None);
+        assert!(!port.reserve(1, 2));
+        // The unit it held is still accounted for until the session releases it.
+        assert_eq!(port.units_held(), 1);
+    }
+}
