@@ -558,7 +558,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
                 workers: serving as u64,
                 write_budget: gw.dispatch().remaining_writes(),
-                batching_window: gw.dispatch().batching_window(now).unwrap_or_default(),
+                batching_window: gw.dispatch().batching_window().unwrap_or_default(),
                 held_back,
                 gateway: name,
             }

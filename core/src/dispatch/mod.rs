@@ -17,8 +17,10 @@
 //! Synchronous and clock-injected (`now` is passed in), so it is tested without a runtime.
 
 mod env;
+mod pacing;
 mod report;
 mod unit;
+use pacing::Pacing;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -222,27 +224,6 @@ pub struct Dispatcher {
     pacing: Pacing,
 }
 
-/// What the dispatcher knows of the subscription's write budget.
-#[derive(Debug, Default)]
-struct Pacing {
-    /// The last remaining writes a worker reported, and when it was folded.
-    budget: Option<(u32, Instant)>,
-    /// Writes the units cut since then may make (an estimate: 1 per location unit, 3 per service
-    /// change: public IP, load balancer or NAT gateway, registration).
-    spent: u32,
-    /// When the last mutating unit was cut.
-    last_cut: Option<Instant>,
-}
-
-/// The writes a unit may make, for the budget estimate.
-fn writes_of(work: &UnitWork) -> u32 {
-    match work {
-        UnitWork::Observe => 0,
-        UnitWork::Locations(_) => 1,
-        UnitWork::Services(changes) => 3 * changes.len() as u32,
-    }
-}
-
 impl Dispatcher {
     /// A dispatcher that will start by observing NRP. `env` brings the wall clock (for the lease
     /// deadlines and error times it publishes), the jitter source and the observer of outcomes.
@@ -302,7 +283,7 @@ impl Dispatcher {
         ];
         // While paced, the next mutating unit may go once the window has passed.
         let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
-            .then(|| self.paced_until(now))
+            .then(|| self.pacing.held_until(&self.config, now))
             .flatten();
         leases
             .chain(backoffs)
@@ -313,42 +294,19 @@ impl Dispatcher {
     }
 
     /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
-    pub fn note_remaining_writes(&mut self, remaining: u32, now: Instant) {
-        self.pacing.budget = Some((remaining, now));
-        self.pacing.spent = 0;
+    pub fn note_remaining_writes(&mut self, remaining: u32) {
+        self.pacing.note(remaining);
     }
 
     /// The remaining writes last reported, if any.
     pub fn remaining_writes(&self) -> Option<u32> {
-        self.pacing.budget.map(|(r, _)| r)
+        self.pacing.remaining()
     }
 
-    /// The budget estimated now: the last report, less what was cut since. No refill is assumed:
-    /// ARM's 5-minute cap frees writes only as old ones age out, so a refill guessed from a rate
-    /// would overestimate; the next report brings the truth. `None`: unknown.
-    fn estimated_writes(&self, _now: Instant) -> Option<f64> {
-        let (remaining, _) = self.pacing.budget?;
-        Some(f64::from(remaining) - f64::from(self.pacing.spent))
-    }
-
-    /// The spacing between mutating units while the budget is tight: the batching window. `None`:
-    /// not pacing (no budget reported, above the reserve, or pacing off).
-    pub fn batching_window(&self, now: Instant) -> Option<Duration> {
-        if self.config.write_pace <= 0.0 {
-            return None;
-        }
-        let estimated = self.estimated_writes(now)?;
-        (estimated < f64::from(self.config.write_reserve))
-            .then(|| Duration::from_secs_f64(1.0 / self.config.write_pace))
-    }
-
-    /// Until when pacing holds the next mutating unit back (`None`: it may go now).
-    fn paced_until(&self, now: Instant) -> Option<Instant> {
-        let window = self.batching_window(now)?;
-        self.pacing
-            .last_cut
-            .map(|t| t + window)
-            .filter(|t| *t > now)
+    /// The spacing between mutating units while the write budget is tight: the batching window.
+    /// `None`: not pacing (no budget reported, above the reserve, or pacing off).
+    pub fn batching_window(&self) -> Option<Duration> {
+        self.pacing.window(&self.config)
     }
 
     /// Asks for an observe unit as soon as possible.
@@ -504,7 +462,7 @@ impl Dispatcher {
             let hold = due || self.observe.in_flight.is_some();
             let locations = self.observe.observed_once && !hold;
             let room = self.mutation_room();
-            if room == 0 || self.paced_until(now).is_some() {
+            if room == 0 || self.pacing.held_until(&self.config, now).is_some() {
                 return None;
             }
             self.cut_services(tracker, now, room, hold).or_else(|| {
@@ -516,11 +474,7 @@ impl Dispatcher {
             })
         }?;
         self.stats.units_cut += 1;
-        let writes = writes_of(&work);
-        if writes > 0 {
-            self.pacing.spent = self.pacing.spent.saturating_add(writes);
-            self.pacing.last_cut = Some(now);
-        }
+        self.pacing.cut(&work, now);
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
         let unit = Unit {

@@ -693,13 +693,13 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
     );
     observed(&mut d, &mut t, t0);
     // No budget reported: no pacing; the service's creation goes at once.
-    assert_eq!(d.batching_window(t0), None);
+    assert_eq!(d.batching_window(), None);
     let create = d.next_unit(&mut t, 1, 2, t0).expect("the creation");
     assert!(matches!(create.work, UnitWork::Services(_)));
     d.on_report(&mut t, 1, applied(create.work_id), t0);
     // A worker saw 5 writes left: below the reserve, mutating units start 1 / 2 s = 500 ms apart.
-    d.note_remaining_writes(5, t0);
-    assert_eq!(d.batching_window(t0), Some(ms(500)));
+    d.note_remaining_writes(5);
+    assert_eq!(d.batching_window(), Some(ms(500)));
     assert!(
         d.next_unit(&mut t, 1, 3, t0 + ms(100)).is_none(),
         "held by the window"
@@ -733,8 +733,8 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
         .expect("the window passed");
     assert_eq!(next.work.len(), 30);
     // A report with a full budget ends the pacing.
-    d.note_remaining_writes(150, t0 + ms(1000));
-    assert_eq!(d.batching_window(t0 + ms(1000)), None);
+    d.note_remaining_writes(150);
+    assert_eq!(d.batching_window(), None);
     // Pacing off: no window whatever the budget.
     let mut off = Dispatcher::new(
         DispatchConfig {
@@ -743,6 +743,6 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
         },
         env(),
     );
-    off.note_remaining_writes(0, t0);
-    assert_eq!(off.batching_window(t0), None);
+    off.note_remaining_writes(0);
+    assert_eq!(off.batching_window(), None);
 }

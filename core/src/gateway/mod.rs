@@ -255,8 +255,8 @@ impl GatewayCore {
 
     /// Folds the remaining writes of the subscription a worker saw (see
     /// [`crate::dispatch::DispatchConfig::write_pace`]).
-    pub fn note_remaining_writes(&mut self, remaining: u32, now: Instant) {
-        self.dispatch.note_remaining_writes(remaining, now);
+    pub fn note_remaining_writes(&mut self, remaining: u32) {
+        self.dispatch.note_remaining_writes(remaining);
     }
 
     /// Asks for a read-back of NRP as soon as possible.

@@ -281,7 +281,7 @@ impl Session {
             let held = gw.holds(work_id);
             if held {
                 if let Some(remaining) = remaining_writes {
-                    gw.note_remaining_writes(remaining, Instant::now());
+                    gw.note_remaining_writes(remaining);
                 }
                 let extras = ReportExtras { frontends, rules };
                 gw.take_report(session, report, extras, Instant::now());
