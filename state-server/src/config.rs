@@ -90,8 +90,8 @@ pub struct Args {
     #[arg(long, env = "CLB_LEASE_MS", hide = true, conflicts_with = "lease")]
     pub lease_ms: Option<u64>,
 
-    /// Most locations in one work unit.
-    #[arg(long, env = "CLB_MAX_LOCATIONS_PER_UNIT", default_value_t = 100)]
+    /// Most locations in one work unit (Azure bounds neither; --max-addresses-per-unit binds).
+    #[arg(long, env = "CLB_MAX_LOCATIONS_PER_UNIT", default_value_t = 1_000)]
     pub max_locations_per_unit: usize,
 
     /// Most addresses in one work unit (a single larger location still goes, alone).
@@ -118,6 +118,16 @@ pub struct Args {
     /// The writes kept in reserve: pacing (--write-pace) starts below it.
     #[arg(long, env = "CLB_WRITE_RESERVE", default_value_t = 20)]
     pub write_reserve: u32,
+
+    /// Location units are held back while changes to locations keep arriving less than this
+    /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units. An
+    /// isolated change waits this long.
+    #[arg(long, env = "CLB_BATCH_QUIET", default_value = "3ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub batch_quiet: Duration,
+
+    /// The longest a burst holds location units back, from its first change; 0 = no holding.
+    #[arg(long, env = "CLB_BATCH_LINGER", default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub batch_linger: Duration,
 
     /// Most updates accepted in one batch (Apply, one ApplyStream message, one resync chunk).
     #[arg(long, env = "CLB_MAX_ITEMS_PER_BATCH", default_value_t = 10_000)]
@@ -610,6 +620,8 @@ impl Args {
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
                 write_pace: self.write_pace.0,
                 write_reserve: self.write_reserve,
+                batch_quiet: self.batch_quiet,
+                batch_linger: self.batch_linger,
             },
             leader_elect: self.leader_elect,
         }

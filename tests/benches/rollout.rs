@@ -7,8 +7,10 @@
 //! cargo bench -p clb-tests --bench rollout
 //! ```
 //!
-//! Three configurations: packing on (up to 100 locations per unit and per call) with 3 workers and
-//! with 1 worker, and the baseline with packing off (1 location per unit) and 1 worker. For each:
+//! Configurations: packing with the defaults (bursts gathered, a backlog spread over the free
+//! slots, up to 1,000 locations and 5,000 addresses per unit and per call) with 3 workers and with
+//! 1 worker; the same cut eagerly (100 locations per unit, linger 0: as before issue 23's Build
+//! 3); and the baseline with packing off (1 location per unit) and 1 worker. For each:
 //! the time from the first rollout write to convergence, NRP calls, addresses per call; then the
 //! ratios against the baseline and the physical floor (total address cost ÷ allowed concurrency +
 //! one call's latency).
@@ -24,9 +26,11 @@
 //! watcher writer per gateway streaming its part of the rollout. Its calls and addresses are the
 //! sum over both emulators; its floor counts both regions' concurrency.
 //!
-//! Set `CLB_BENCH_PODS` / `CLB_BENCH_LOCATIONS` for another size, and `CLB_BENCH_GATEWAYS_ONLY=1`
+//! Set `CLB_BENCH_PODS` / `CLB_BENCH_LOCATIONS` for another size, `CLB_BENCH_GATEWAYS_ONLY=1`
 //! to run only the packed 3-worker configuration on one gateway and split over two (no baseline,
-//! no authentication pairs).
+//! no authentication pairs), `CLB_BENCH_BATCHING_ONLY=1` to run only the eager and the default
+//! packing in pairs; `CLB_BENCH_LINGER_MS` and `CLB_BENCH_QUIET_MS` set the default
+//! configurations' --batch-linger and --batch-quiet.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +54,10 @@ struct Scenario {
     name: &'static str,
     workers: usize,
     max_locations_per_unit: usize,
+    /// The state server's --batch-linger (zero: units cut as soon as a slot is free).
+    batch_linger: Duration,
+    /// The state server's --batch-quiet.
+    batch_quiet: Duration,
     auth: bool,
     /// Gateways the nodes are split over, each on its own emulator (1: today's single gateway).
     gateways: usize,
@@ -158,6 +166,8 @@ fn options_of(s: Scenario) -> Options {
             dispatch: DispatchConfig {
                 lease: Duration::from_secs(120),
                 max_locations_per_unit: s.max_locations_per_unit,
+                batch_linger: s.batch_linger,
+                batch_quiet: s.batch_quiet,
                 ..DispatchConfig::default()
             },
             ..ServerConfig::default()
@@ -252,12 +262,33 @@ fn main() {
         spec.locations,
         LATENCY_PER_ADDRESS_US as f64 / 1000.0
     );
+    let mut defaults = DispatchConfig::default();
+    if let Some(ms) = std::env::var("CLB_BENCH_LINGER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        defaults.batch_linger = Duration::from_millis(ms);
+    }
+    if let Some(ms) = std::env::var("CLB_BENCH_QUIET_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        defaults.batch_quiet = Duration::from_millis(ms);
+    }
     let packed = Scenario {
-        name: "packed (100 locations/unit), 3 workers",
+        name: "packed (defaults: bursts gathered, backlog spread over the free slots), 3 workers",
         workers: 3,
-        max_locations_per_unit: 100,
+        max_locations_per_unit: defaults.max_locations_per_unit,
+        batch_linger: defaults.batch_linger,
+        batch_quiet: defaults.batch_quiet,
         auth: false,
         gateways: 1,
+    };
+    let eager = Scenario {
+        name: "packed, 100 locations/unit, cut as soon as a slot is free (linger 0), 3 workers",
+        max_locations_per_unit: 100,
+        batch_linger: Duration::ZERO,
+        ..packed
     };
     let split = Scenario {
         name: "packed, 3 workers, split over 2 gateways (2 emulators, half the nodes each)",
@@ -265,14 +296,21 @@ fn main() {
         ..packed
     };
     if env_usize("CLB_BENCH_GATEWAYS_ONLY", 0) == 1 {
-        gateways_only(&rt, packed, split);
+        let pairs = env_usize("CLB_BENCH_GATEWAY_PAIRS", 3);
+        compare(&rt, packed, split, pairs);
+        return;
+    }
+    if env_usize("CLB_BENCH_BATCHING_ONLY", 0) == 1 {
+        let pairs = env_usize("CLB_BENCH_BATCHING_PAIRS", 5);
+        compare(&rt, eager, packed, pairs);
         return;
     }
     let scenarios = [
         packed,
         split,
+        eager,
         Scenario {
-            name: "packed (100 locations/unit), 1 worker",
+            name: "packed (defaults), 1 worker",
             workers: 1,
             ..packed
         },
@@ -280,6 +318,7 @@ fn main() {
             name: "baseline: unpacked (1 location/unit), 1 worker",
             workers: 1,
             max_locations_per_unit: 1,
+            batch_linger: Duration::ZERO,
             ..packed
         },
     ];
@@ -324,11 +363,6 @@ fn main() {
     }
     // Every pod is replaced: each new address is added once and each old one removed once.
     let minimal_addresses = 2 * pods as u64;
-    let floor = |addresses: u64, gateways: usize| {
-        Duration::from_micros(
-            addresses * LATENCY_PER_ADDRESS_US / (CONCURRENCY * gateways.max(1)) as u64,
-        ) + Duration::from_millis(LATENCY_MS)
-    };
     println!();
     println!(
         "physical floor (total address cost ÷ {CONCURRENCY} concurrent calls + one call's \
@@ -350,16 +384,17 @@ fn main() {
     auth_pairs(&rt, scenarios[0]);
 }
 
-/// One gateway against two (`CLB_BENCH_GATEWAYS_ONLY=1`): `CLB_BENCH_GATEWAY_PAIRS` pairs
-/// (default 3), alternating, medians compared.
-fn gateways_only(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario) {
-    let pairs = env_usize("CLB_BENCH_GATEWAY_PAIRS", 3).max(1);
+/// Two scenarios in `pairs` pairs, alternating, medians compared: one gateway against two
+/// (`CLB_BENCH_GATEWAYS_ONLY=1`, `CLB_BENCH_GATEWAY_PAIRS`, default 3), or units cut eagerly
+/// against the defaults (`CLB_BENCH_BATCHING_ONLY=1`, `CLB_BENCH_BATCHING_PAIRS`, default 5).
+fn compare(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario, pairs: usize) {
+    let pairs = pairs.max(1);
     let mut runs: Vec<(Outcome, Outcome)> = Vec::new();
     for i in 0..pairs {
         let a = rt.block_on(run(one));
         let b = rt.block_on(run(two));
         eprintln!(
-            "pair {}/{pairs}: 1 gateway {} / 2 gateways {}",
+            "pair {}/{pairs}: {} / {}",
             i + 1,
             secs(a.converge),
             secs(b.converge)
@@ -368,9 +403,9 @@ fn gateways_only(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario) {
     }
     println!();
     println!(
-        "| configuration | time to converge (median) | all runs: converge | writes (median) | NRP calls | updateAddressLocations calls | addresses carried | throttled |"
+        "| configuration | time to converge (median) | all runs: converge | writes (median) | NRP calls | updateAddressLocations calls | addresses carried | throttled | median ÷ floor |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let median = |mut d: Vec<Duration>| {
         d.sort();
         d[d.len() / 2]
@@ -384,9 +419,11 @@ fn gateways_only(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario) {
     ] {
         let v: Vec<&Outcome> = runs.iter().map(pick).collect();
         let last = v.last().expect("a run");
+        let converged = median(v.iter().map(|o| o.converge).collect());
+        let floor = floor(2 * rollout_spec().pods() as u64, last.scenario.gateways);
         println!(
-            "| {label} | {} | {} | {} | {} | {} | {} | {} |",
-            secs(median(v.iter().map(|o| o.converge).collect())),
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {:.2}× |",
+            secs(converged),
             v.iter()
                 .map(|o| format!("{:.2}", o.converge.as_secs_f64()))
                 .collect::<Vec<_>>()
@@ -396,8 +433,17 @@ fn gateways_only(rt: &tokio::runtime::Runtime, one: Scenario, two: Scenario) {
             last.location_calls(),
             last.addresses_carried(),
             last.throttled(),
+            converged.as_secs_f64() / floor.as_secs_f64(),
         );
     }
+}
+
+/// The physical floor of carrying `addresses`: their cost spread over the allowed concurrency of
+/// `gateways` gateways, plus one call's fixed latency.
+fn floor(addresses: u64, gateways: usize) -> Duration {
+    Duration::from_micros(
+        addresses * LATENCY_PER_ADDRESS_US / (CONCURRENCY * gateways.max(1)) as u64,
+    ) + Duration::from_millis(LATENCY_MS)
 }
 
 /// The packed 3-worker rollout with authentication and authorization off and on, in pairs.

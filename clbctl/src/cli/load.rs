@@ -135,8 +135,12 @@ pub struct LoadArgs {
     /// as the budget's clock is); 0 = no pacing (the calls meet the 429s instead).
     #[arg(long, default_value_t = 3.0, value_name = "WRITES_PER_SEC")]
     pub write_pace: f64,
+    /// Embedded state server: its --batch-linger (the longest a burst of changes holds location
+    /// units back; 0 = units cut as soon as a slot is free).
+    #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub batch_linger: Duration,
     /// Embedded system: most locations per work unit and per NRP call.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 1_000)]
     pub locations_per_call: usize,
     /// Churn events followed at once for the convergence latency.
     #[arg(long, default_value_t = 16)]
@@ -512,6 +516,7 @@ pub fn embedded_options(args: &LoadArgs) -> Options {
                 lease: Duration::from_secs(60),
                 max_locations_per_unit: args.locations_per_call.max(1),
                 write_pace: args.write_pace.max(0.0) * args.nrp_write_speedup,
+                batch_linger: args.batch_linger,
                 retry_base: Duration::from_millis(20),
                 retry_max: Duration::from_secs(1),
                 ..DispatchConfig::default()

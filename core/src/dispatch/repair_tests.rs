@@ -15,7 +15,7 @@ fn config() -> DispatchConfig {
     DispatchConfig {
         retry_base: Duration::from_millis(10),
         retry_max: Duration::from_millis(10),
-        ..DispatchConfig::default()
+        ..DispatchConfig::unbatched()
     }
 }
 

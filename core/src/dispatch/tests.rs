@@ -64,7 +64,9 @@ fn locations_are_packed_up_to_the_address_limit() {
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_addresses_per_unit: 7,
-            ..DispatchConfig::default()
+            // No bound on calls in flight: no share per slot, only the unit bounds.
+            max_mutating_units_in_flight: 0,
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -87,10 +89,57 @@ fn locations_are_packed_up_to_the_address_limit() {
 }
 
 #[test]
+fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
+    let now = Instant::now();
+    let mut t = tracker_with(100, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_mutating_units_in_flight: 4,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    assert!(matches!(s.work, UnitWork::Services(_)));
+    d.on_report(&mut t, 1, applied(2), now);
+    let mut sizes = Vec::new();
+    for id in 3..10 {
+        let Some(u) = d.next_unit(&mut t, 1, id, now) else {
+            break;
+        };
+        sizes.push(u.work.len());
+    }
+    // 100 locations, 4 free slots, at least 32 locations a split: 3 units of 34, 33, 33 — one
+    // wave, no unit thinner than a split is worth.
+    assert_eq!(sizes, vec![34, 33, 33]);
+    assert!(d.next_unit(&mut t, 1, 10, now).is_none(), "nothing is left");
+}
+
+#[test]
+fn a_small_backlog_stays_whole_whatever_the_free_slots() {
+    let now = Instant::now();
+    let mut t = tracker_with(40, 1);
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_mutating_units_in_flight: 4,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    // 40 locations: splitting them would cost writes for little time; one unit.
+    let u = d.next_unit(&mut t, 1, 3, now).expect("a location unit");
+    assert_eq!(u.work.len(), 40);
+}
+
+#[test]
 fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     d.on_report(&mut t, 1, applied(s.work_id), now);
@@ -128,7 +177,7 @@ fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
 fn a_service_is_not_deleted_while_a_location_unit_naming_it_is_in_flight() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     d.on_report(&mut t, 1, applied(s.work_id), now);
@@ -157,7 +206,7 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
         DispatchConfig {
             retry_base: Duration::from_secs(1),
             lease: Duration::from_secs(5),
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -199,7 +248,7 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
 fn no_location_work_is_cut_before_nrp_has_been_read_back() {
     let now = Instant::now();
     let mut t = tracker_with(2, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     let observe = d.next_unit(&mut t, 1, 1, now).unwrap();
     assert_eq!(observe.work, UnitWork::Observe);
     let s = d
@@ -243,7 +292,7 @@ fn nrp_is_read_back_one_lease_after_units_were_taken_from_a_worker() {
     let mut d = Dispatcher::new(
         DispatchConfig {
             lease,
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -272,7 +321,7 @@ fn a_report_returns_what_it_recorded() {
     for s in ["a", "b"] {
         t.update_service(Operation::Add, s).unwrap();
     }
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     let u = d.next_unit(&mut t, 1, 1, now).unwrap();
     assert_eq!(u.work, UnitWork::Observe);
     let last = |last| Report {
@@ -323,7 +372,7 @@ fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
         DispatchConfig {
             max_locations_per_unit: 1,
             max_mutating_units_in_flight: 2,
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -366,7 +415,7 @@ fn a_service_unit_counts_one_call_per_change_against_the_cap() {
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_mutating_units_in_flight: 3,
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -414,7 +463,7 @@ fn the_attempt_grows_with_each_re_dispatch_and_starts_again_after_the_change_is_
             lease,
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(1),
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -489,7 +538,7 @@ fn the_attempt_grows_with_each_re_dispatch_and_starts_again_after_the_change_is_
 fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes() {
     let now = Instant::now();
     let mut t = DiffTracker::new();
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     let first = d.next_unit(&mut t, 1, 1, now).unwrap();
     assert_eq!((first.work.clone(), first.attempt), (UnitWork::Observe, 1));
     d.release_worker(1, now);
@@ -521,7 +570,7 @@ fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes()
 fn failing_and_parked_lookups_follow_the_reports() {
     let mut now = Instant::now();
     let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::default(), env());
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     assert!(matches!(s.work, UnitWork::Services(_)));
@@ -622,7 +671,7 @@ fn the_observer_is_told_how_long_an_accepted_change_was_pending() {
     let mut t = tracker_with(1, 1);
     let observer = std::sync::Arc::new(Programmed::default());
     let mut d = Dispatcher::new(
-        DispatchConfig::default(),
+        DispatchConfig::unbatched(),
         env().with_observer(observer.clone()),
     );
     observed(&mut d, &mut t, t0);
@@ -687,7 +736,7 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
             max_locations_per_unit: 100,
             write_pace: 2.0,
             write_reserve: 20,
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );
@@ -739,7 +788,7 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
     let mut off = Dispatcher::new(
         DispatchConfig {
             write_pace: 0.0,
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
         env(),
     );

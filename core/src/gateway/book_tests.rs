@@ -11,7 +11,7 @@ fn gateway() -> GatewayCore {
     let config = GatewayConfig {
         expected_writers: Vec::new(),
         resync_wait: Duration::from_secs(180),
-        dispatch: DispatchConfig::default(),
+        dispatch: DispatchConfig::unbatched(),
     };
     GatewayCore::new(
         "gw".into(),

@@ -148,7 +148,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
     let config = GatewayConfig {
         expected_writers: Vec::new(),
         resync_wait: Duration::from_secs(180),
-        dispatch: DispatchConfig::default(),
+        dispatch: DispatchConfig::unbatched(),
     };
     let mut core = GatewayCore::new(
         "gw".into(),

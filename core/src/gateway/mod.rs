@@ -484,9 +484,10 @@ impl GatewayCore {
         self.dispatch.count_late_report();
     }
 
-    /// Takes back every unit whose lease expired at `now`, and lets the restart gate's bounds
-    /// pass.
+    /// Takes the writes' changes in (the dispatcher times bursts by it), takes back every unit
+    /// whose lease expired at `now`, and lets the restart gate's bounds pass.
     pub fn tick(&mut self, now: Instant) -> Vec<Expired> {
+        self.dispatch.take_changes(&mut self.tracker, now);
         let expired = self.dispatch.expire(now);
         self.update_gates(now);
         expired

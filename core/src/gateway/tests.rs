@@ -13,7 +13,7 @@ fn config() -> GatewayConfig {
         resync_wait: Duration::from_secs(180),
         dispatch: DispatchConfig {
             lease: Duration::from_secs(30),
-            ..DispatchConfig::default()
+            ..DispatchConfig::unbatched()
         },
     }
 }
@@ -211,4 +211,63 @@ fn the_next_deadline_is_the_lease_and_a_tick_then_takes_the_unit_back() {
     // The observe is leased again, to another worker.
     let again = g.lease(2, 2, t0 + lease).unwrap();
     assert_eq!(again.unit.work, UnitWork::Observe);
+}
+
+#[test]
+fn a_burst_of_writes_is_gathered_into_one_wave_and_the_deadline_says_when() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut g = GatewayCore::new(
+        "gw".into(),
+        &GatewayConfig {
+            dispatch: DispatchConfig {
+                max_mutating_units_in_flight: 4,
+                batch_quiet: ms(3),
+                batch_linger: ms(100),
+                ..DispatchConfig::default()
+            },
+            ..config()
+        },
+        DispatchEnv::new(t0, 1_700_000_000_000, 7),
+    );
+    apply_view(&mut g);
+    g.resync_completed("watcher", t0, 1);
+    let mut next = 1;
+    // The first endpoints go once the writes went quiet (3 ms); then the service is in NRP.
+    drain(&mut g, t0, &mut next);
+    drain(&mut g, t0 + ms(3), &mut next);
+    assert!(converged(&g));
+
+    // A burst: one location more every half millisecond, as a rollout streams in.
+    let us = Duration::from_micros;
+    let mut endpoints: Vec<(String, String)> = Vec::new();
+    let mut now = t0;
+    for n in 0..150u64 {
+        now = t0 + ms(10) + us(500 * n);
+        endpoints.push((
+            format!("10.2.{}.{}", n / 200, n % 200 + 1),
+            format!("10.0.1.{n}"),
+        ));
+        let eps: Vec<Endpoint> = endpoints
+            .iter()
+            .map(|(a, l)| Endpoint {
+                address: a,
+                location: l,
+            })
+            .collect();
+        g.tracker_mut().set_endpoints("svc", &eps).unwrap();
+        g.tick(now);
+        assert!(g.lease(1, next, now).is_none(), "gathering at change {n}");
+        assert_eq!(g.next_deadline(now), Some(now + ms(3)), "quiet ends it");
+    }
+    // Quiet: the burst goes as one wave of 4 units over the 4 free slots.
+    let quiet = now + ms(3);
+    g.tick(quiet);
+    let mut wave = Vec::new();
+    while let Some(leased) = g.lease(1, next, quiet) {
+        next += 1;
+        wave.push(leased.unit.work.len());
+    }
+    // 150 new locations, and the first one, whose endpoints the new set no longer names.
+    assert_eq!(wave, vec![38, 38, 38, 37]);
 }

@@ -252,7 +252,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_locations_per_call: 100,
+            max_locations_per_call: 1_000,
             max_addresses_per_call: 5_000,
             max_addresses_per_report: 20_000,
             max_concurrent_mutations_per_gateway: 4,
