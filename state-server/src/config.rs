@@ -58,6 +58,11 @@ pub struct Args {
     )]
     pub gateways_file: Option<PathBuf>,
 
+    /// The Azure subscription of each gateway, from --gateways-file (not a flag): the gateways
+    /// of one subscription share its write budget.
+    #[arg(skip)]
+    pub gateway_subscriptions: std::collections::BTreeMap<String, String>,
+
     /// Writers whose first resync must complete before removals are sent to NRP, comma-separated.
     /// Optional: without it the server still waits for the cluster watcher's resync and for each
     /// node's pod writer (the restart gate).
@@ -420,6 +425,11 @@ impl Args {
         if let Some(path) = &self.gateways_file {
             let file = clb_gateways::Gateways::load(path)?;
             self.gateways = file.names();
+            self.gateway_subscriptions = file
+                .all()
+                .iter()
+                .map(|g| (g.name.clone(), g.azure.subscription.to_ascii_lowercase()))
+                .collect();
         }
         Ok(())
     }
@@ -601,6 +611,7 @@ impl Args {
         ServerConfig {
             server_id: self.resolved_server_id(),
             gateways: self.gateways.iter().map(|g| g.trim().to_owned()).collect(),
+            subscriptions: self.gateway_subscriptions.clone(),
             expected_writers: self
                 .expected_writers
                 .iter()
@@ -1043,6 +1054,9 @@ mod tests {
         a.validate().unwrap();
         a.load_gateways_file().unwrap();
         assert_eq!(a.to_server_config().gateways, ["west", "east"]);
+        let subscriptions = a.to_server_config().subscriptions;
+        assert_eq!(subscriptions["west"], "s");
+        assert_eq!(subscriptions["east"], "s");
         let both = Args::try_parse_from(["clb-state-server", "--gateways=a,b", flag.as_str()])
             .unwrap_err()
             .to_string();

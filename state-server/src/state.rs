@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 pub mod push;
 
 use crate::metrics::{self, Metrics};
-use clb_core::dispatch::{DispatchConfig, DispatchEnv};
+use clb_core::dispatch::{DispatchConfig, DispatchEnv, WriteBudget};
 use clb_core::gateway::{GatewayConfig, GatewayCore};
 pub use clb_proto::unix_ms;
 
@@ -23,6 +23,10 @@ pub struct ServerConfig {
     pub server_id: String,
     /// Gateways this server drives; the first is the default (used for an empty gateway name).
     pub gateways: Vec<String>,
+    /// The Azure subscription of each gateway (from the gateways file): gateways of one
+    /// subscription share its write budget ([`clb_core::dispatch::WriteBudget`]). A gateway not
+    /// named has a budget of its own.
+    pub subscriptions: std::collections::BTreeMap<String, String>,
     /// Writers (sources) whose first resync must complete before removals are allowed, beside
     /// the restart gate's own rules (an extra; see [`crate::gate`]).
     pub expected_writers: Vec<String>,
@@ -45,6 +49,7 @@ impl Default for ServerConfig {
         Self {
             server_id: "clb-state-server".into(),
             gateways: vec!["default".into()],
+            subscriptions: Default::default(),
             expected_writers: Vec::new(),
             resync_wait: crate::gate::DEFAULT_RESYNC_WAIT,
             max_items_per_batch: 10_000,
@@ -80,7 +85,12 @@ impl std::ops::DerefMut for Gateway {
 }
 
 impl Gateway {
-    fn new(name: String, config: &ServerConfig, metrics: Arc<Metrics>) -> Self {
+    fn new(
+        name: String,
+        config: &ServerConfig,
+        metrics: Arc<Metrics>,
+        budget: WriteBudget,
+    ) -> Self {
         let observer = crate::metrics::gateway_observer(metrics, &name);
         let settings = GatewayConfig {
             expected_writers: config.expected_writers.clone(),
@@ -89,8 +99,10 @@ impl Gateway {
         };
         let env = DispatchEnv::new(Instant::now(), unix_ms(SystemTime::now()), rand::random())
             .with_observer(observer);
+        let mut core = GatewayCore::new(name, &settings, env);
+        core.share_write_budget(budget);
         Self {
-            core: GatewayCore::new(name, &settings, env),
+            core,
             trace_links: Default::default(),
         }
     }
@@ -301,6 +313,9 @@ pub struct StateServer {
     leader: tokio::sync::watch::Sender<bool>,
     /// Changes whenever every gateway starts afresh (see [`StateServer::epoch`]).
     epoch: AtomicU64,
+    /// Each gateway's write budget, shared by the gateways of one subscription; kept when the
+    /// gateways start afresh (it is Azure's, not the cluster's).
+    budgets: HashMap<String, WriteBudget>,
 }
 
 impl StateServer {
@@ -310,13 +325,30 @@ impl StateServer {
             config.gateways.push("default".into());
         }
         let metrics = Arc::new(Metrics::new());
+        let mut by_subscription: HashMap<&str, WriteBudget> = HashMap::new();
+        let budgets: HashMap<String, WriteBudget> = config
+            .gateways
+            .iter()
+            .map(|name| {
+                let budget = match config.subscriptions.get(name) {
+                    Some(s) => by_subscription.entry(s).or_default().clone(),
+                    None => WriteBudget::new(),
+                };
+                (name.clone(), budget)
+            })
+            .collect();
         let order: Vec<Arc<GatewayHandle>> = config
             .gateways
             .iter()
             .map(|name| {
                 Arc::new(GatewayHandle::new(
                     name.clone(),
-                    Gateway::new(name.clone(), &config, metrics.clone()),
+                    Gateway::new(
+                        name.clone(),
+                        &config,
+                        metrics.clone(),
+                        budgets[name].clone(),
+                    ),
                 ))
             })
             .collect();
@@ -335,6 +367,7 @@ impl StateServer {
             metrics,
             leader: tokio::sync::watch::Sender::new(leading),
             epoch: AtomicU64::new(first_epoch()),
+            budgets,
         })
     }
 
@@ -362,7 +395,12 @@ impl StateServer {
         if leading != self.is_leader() || !leading {
             self.epoch.fetch_add(1, Ordering::Relaxed);
             for g in &self.order {
-                *g.lock() = Gateway::new(g.name.clone(), &self.config, self.metrics.clone());
+                *g.lock() = Gateway::new(
+                    g.name.clone(),
+                    &self.config,
+                    self.metrics.clone(),
+                    self.budgets[&g.name].clone(),
+                );
             }
         }
         if leading {

@@ -22,7 +22,6 @@ mod pacing;
 mod report;
 mod unit;
 use batching::Batching;
-use pacing::Pacing;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -35,6 +34,7 @@ use crate::difftracker::{
     ServiceStep,
 };
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
+pub use pacing::WriteBudget;
 pub use unit::{Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
 
 /// Dispatcher settings.
@@ -252,7 +252,7 @@ pub struct Dispatcher {
     wall: WallClock,
     jitter: Jitter,
     observer: Arc<dyn DispatchObserver>,
-    pacing: Pacing,
+    pacing: WriteBudget,
     batching: Batching,
 }
 
@@ -284,7 +284,7 @@ impl Dispatcher {
             wall: env.wall,
             jitter: env.jitter,
             observer: env.observer,
-            pacing: Pacing::default(),
+            pacing: WriteBudget::new(),
             batching: Batching::default(),
         }
     }
@@ -329,6 +329,17 @@ impl Dispatcher {
             .chain(gathered)
             .filter(|t| *t > now)
             .min()
+    }
+
+    /// Makes this dispatcher spend from `budget`, shared with the other gateways of its
+    /// subscription (see [`WriteBudget`]).
+    pub fn share_write_budget(&mut self, budget: WriteBudget) {
+        self.pacing = budget;
+    }
+
+    /// The write budget this dispatcher spends from.
+    pub fn write_budget(&self) -> &WriteBudget {
+        &self.pacing
     }
 
     /// Folds the remaining writes of the subscription a worker saw on its last mutating call.

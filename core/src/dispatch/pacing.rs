@@ -3,13 +3,61 @@
 //! estimated below [`DispatchConfig::write_reserve`], mutating units start at most
 //! [`DispatchConfig::write_pace`] per second, and each carries what accumulated meanwhile.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{DispatchConfig, UnitWork};
 
+/// A subscription's write budget as its gateways' dispatchers see it. ARM counts writes per
+/// subscription, so the gateways of one subscription share one (clones of one `WriteBudget`):
+/// a report from any of their workers sets the estimate, every unit any of them cuts spends from
+/// it, and the pace is the subscription's, not each gateway's. A dispatcher starts with a budget
+/// of its own ([`super::Dispatcher::share_write_budget`] replaces it).
+#[derive(Debug, Clone, Default)]
+pub struct WriteBudget(Arc<Mutex<Pacing>>);
+
+impl WriteBudget {
+    /// A budget nobody reported yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pacing> {
+        // Every update leaves the estimate whole: a panic elsewhere cannot leave it half-written.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `other` is the same budget (shared).
+    pub fn same_as(&self, other: &WriteBudget) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    pub(super) fn note(&self, remaining: u32) {
+        self.lock().note(remaining);
+    }
+
+    pub(super) fn remaining(&self) -> Option<u32> {
+        self.lock().remaining()
+    }
+
+    pub(super) fn window(&self, config: &DispatchConfig) -> Option<Duration> {
+        self.lock().window(config)
+    }
+
+    pub(super) fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
+        self.lock().held_until(config, now)
+    }
+
+    pub(super) fn cut(&self, work: &UnitWork, now: Instant) {
+        self.lock().cut(work, now);
+    }
+}
+
 /// What the dispatcher knows of the subscription's write budget.
 #[derive(Debug, Default)]
-pub(super) struct Pacing {
+struct Pacing {
     /// The last remaining writes a worker reported.
     remaining: Option<u32>,
     /// Writes the units cut since then may make (an estimate: 1 per location unit, 3 per service
@@ -21,13 +69,13 @@ pub(super) struct Pacing {
 
 impl Pacing {
     /// Folds a reported budget: it replaces the estimate.
-    pub(super) fn note(&mut self, remaining: u32) {
+    fn note(&mut self, remaining: u32) {
         self.remaining = Some(remaining);
         self.spent = 0;
     }
 
     /// The budget last reported.
-    pub(super) fn remaining(&self) -> Option<u32> {
+    fn remaining(&self) -> Option<u32> {
         self.remaining
     }
 
@@ -35,7 +83,7 @@ impl Pacing {
     /// is the last report less what was cut since; no refill is assumed: ARM's 5-minute cap frees
     /// writes only as old ones age out, so a refill guessed from a rate would overestimate (it let
     /// 429s through when tried), and the next report brings the truth.
-    pub(super) fn window(&self, config: &DispatchConfig) -> Option<Duration> {
+    fn window(&self, config: &DispatchConfig) -> Option<Duration> {
         if config.write_pace <= 0.0 {
             return None;
         }
@@ -45,13 +93,13 @@ impl Pacing {
     }
 
     /// Until when the next mutating unit is held back (`None`: it may go now).
-    pub(super) fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
+    fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
         let window = self.window(config)?;
         self.last_cut.map(|t| t + window).filter(|t| *t > now)
     }
 
     /// Counts a unit cut at `now`.
-    pub(super) fn cut(&mut self, work: &UnitWork, now: Instant) {
+    fn cut(&mut self, work: &UnitWork, now: Instant) {
         let writes = match work {
             UnitWork::Observe => return,
             UnitWork::Locations(_) => 1,

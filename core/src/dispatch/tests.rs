@@ -795,3 +795,47 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
     off.note_remaining_writes(0);
     assert_eq!(off.batching_window(), None);
 }
+
+#[test]
+fn gateways_sharing_a_subscription_share_its_write_budget_and_its_pace() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let config = DispatchConfig {
+        write_pace: 2.0,
+        write_reserve: 20,
+        ..DispatchConfig::unbatched()
+    };
+    let budget = WriteBudget::new();
+    let mut west = Dispatcher::new(config.clone(), env());
+    let mut east = Dispatcher::new(config.clone(), env());
+    let mut alone = Dispatcher::new(config, env());
+    west.share_write_budget(budget.clone());
+    east.share_write_budget(budget.clone());
+    assert!(west.write_budget().same_as(east.write_budget()));
+    assert!(!alone.write_budget().same_as(&budget));
+    let (mut tw, mut te, mut ta) = (tracker_with(3, 1), tracker_with(3, 1), tracker_with(3, 1));
+    for (d, t) in [
+        (&mut west, &mut tw),
+        (&mut east, &mut te),
+        (&mut alone, &mut ta),
+    ] {
+        observed(d, t, t0);
+        let create = d.next_unit(t, 1, 2, t0).expect("the creation");
+        d.on_report(t, 1, applied(create.work_id), t0);
+    }
+    // A worker of the west gateway saw 5 writes left: the east gateway paces too, another
+    // subscription's does not.
+    west.note_remaining_writes(5);
+    assert_eq!(east.batching_window(), Some(ms(500)));
+    assert_eq!(alone.batching_window(), None);
+    // The pace is the subscription's: once the west gateway cut a unit, the east one waits.
+    let w = west.next_unit(&mut tw, 1, 3, t0 + ms(600));
+    assert!(w.is_some(), "the first unit after the window");
+    assert!(
+        east.next_unit(&mut te, 1, 4, t0 + ms(700)).is_none(),
+        "the subscription's next write is 500 ms after the west one"
+    );
+    assert_eq!(east.next_deadline(t0 + ms(700)), Some(t0 + ms(1100)));
+    assert!(east.next_unit(&mut te, 1, 5, t0 + ms(1100)).is_some());
+    assert!(alone.next_unit(&mut ta, 1, 6, t0 + ms(700)).is_some());
+}

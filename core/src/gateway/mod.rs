@@ -253,7 +253,13 @@ impl GatewayCore {
         &self.dispatch
     }
 
-    /// Folds the remaining writes of the subscription a worker saw (see
+    /// Makes this gateway spend from `budget`, shared with the other gateways of its Azure
+    /// subscription (ARM counts writes per subscription; see [`crate::dispatch::WriteBudget`]).
+    pub fn share_write_budget(&mut self, budget: crate::dispatch::WriteBudget) {
+        self.dispatch.share_write_budget(budget);
+    }
+
+    /// Folds the remaining writes of the subscription a worker of this gateway saw (see
     /// [`crate::dispatch::DispatchConfig::write_pace`]).
     pub fn note_remaining_writes(&mut self, remaining: u32) {
         self.dispatch.note_remaining_writes(remaining);
