@@ -39,6 +39,14 @@ impl System {
         matches!(self, System::Embedded(_))
     }
 
+    /// The state server, on the embedded system.
+    pub fn server_state(&self) -> Option<std::sync::Arc<clb_state_server::state::StateServer>> {
+        match self {
+            System::Embedded(h) => Some(h.server().state.clone()),
+            System::External(_) => None,
+        }
+    }
+
     /// The NRP emulator, on the embedded system.
     pub fn emulator(&self) -> Option<&Emulator> {
         match self {

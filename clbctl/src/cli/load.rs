@@ -645,8 +645,17 @@ async fn drive(
         client.clone(),
         samples.clone(),
         args.sample_poll,
-        stop_rx,
+        stop_rx.clone(),
     ));
+    let pacing = Arc::new(Mutex::new(super::load_pacing::PacingView::default()));
+    let pacing_sampler = system.server_state().map(|server| {
+        tokio::spawn(super::load_pacing::sample(
+            server,
+            Duration::from_millis(100),
+            pacing.clone(),
+            stop_rx.clone(),
+        ))
+    });
     let max_events = (CHUNK / UPDATES_PER_EVENT).max(1) as u64;
     let mut events = 0u64;
     let mut acked_updates = 0u64;
@@ -734,6 +743,10 @@ async fn drive(
     }
     let _ = stop_tx.send(true);
     let _ = poller.await;
+    if let Some(s) = pacing_sampler {
+        let _ = s.await;
+    }
+    let pacing = system.server_state().map(|_| lock(&pacing).clone());
     let samples = std::mem::take(&mut *lock(&samples));
 
     let nrp = match system.stats() {
@@ -811,6 +824,7 @@ async fn drive(
         converged: outcome.is_ok(),
         convergence_error: outcome.err(),
         nrp,
+        pacing,
     })
 }
 

@@ -178,6 +178,8 @@ pub struct LoadReport {
     pub convergence_error: Option<String>,
     /// NRP calls.
     pub nrp: NrpView,
+    /// The state server's pacing against the write budget (embedded only).
+    pub pacing: Option<super::load_pacing::PacingView>,
 }
 
 pub(super) fn round3(x: f64) -> f64 {
@@ -302,6 +304,20 @@ pub fn render(r: &LoadReport) -> String {
             row(
                 "NRP 429s of the write budget (SubscriptionRequestsThrottled)",
                 o(n.throttled_by_write_budget),
+            );
+        }
+        if let Some(p) = &r.pacing {
+            row(
+                "write budget remaining (min / last reported)",
+                format!(
+                    "{} / {}",
+                    p.remaining_min.map_or("-".to_owned(), |x| x.to_string()),
+                    p.remaining_last.map_or("-".to_owned(), |x| x.to_string())
+                ),
+            );
+            row(
+                "batching window chosen (widest; share of the churn paced)",
+                format!("{}; {:.0} %", ms(p.window_max_ms), p.paced_share * 100.0),
             );
         }
         row(

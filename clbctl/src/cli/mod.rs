@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod load;
+pub mod load_pacing;
 pub mod load_report;
 pub mod state;
 pub mod status;

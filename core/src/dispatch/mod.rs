@@ -18,10 +18,12 @@
 
 mod batching;
 mod env;
+mod flight;
 mod pacing;
 mod report;
 mod unit;
 use batching::Batching;
+use flight::LocationFlight;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -225,7 +227,10 @@ pub const SPLIT_MIN_LOCATIONS: usize = 32;
 pub struct Dispatcher {
     config: DispatchConfig,
     in_flight: HashMap<u64, InFlight>,
+    /// Services in flight.
     busy: HashSet<Key>,
+    /// Location work in flight (see [`flight`]).
+    flight: LocationFlight,
     /// In-flight location units naming each service: a service is not deleted under them.
     service_refs_in_flight: HashMap<String, u32>,
     pending_locations: Queue<IpAddr>,
@@ -264,6 +269,7 @@ impl Dispatcher {
             config,
             in_flight: HashMap::new(),
             busy: HashSet::new(),
+            flight: LocationFlight::default(),
             service_refs_in_flight: HashMap::new(),
             pending_locations: Queue::default(),
             pending_services: Queue::default(),
@@ -677,21 +683,36 @@ impl Dispatcher {
                 keep.push(location);
                 continue;
             }
+            let in_flight = self.flight.holds(location);
             let Some(diff) = tracker.location_diff(location) else {
+                if in_flight {
+                    // What is in flight may land other than now desired: looked at again after.
+                    keep.push(location);
+                    continue;
+                }
                 self.pending_since.remove(&key);
                 self.failing.remove(&key);
                 self.backoff.remove(&key);
                 self.dispatches.remove(&key);
                 continue;
             };
+            let admitted = self.flight.admit(diff);
+            if admitted.held_back || in_flight {
+                keep.push(location);
+            }
+            let Some(diff) = admitted.diff else {
+                continue;
+            };
             if !diffs.is_empty()
                 && addresses + diff.addresses.len() > self.config.max_addresses_per_unit
             {
-                keep.push(location);
+                if !admitted.held_back && !in_flight {
+                    keep.push(location);
+                }
                 break;
             }
             addresses += diff.addresses.len();
-            self.busy.insert(key);
+            self.flight.take(&diff);
             diffs.push(diff);
         }
         for location in keep.into_iter().rev() {
@@ -722,7 +743,7 @@ impl Dispatcher {
             }
             UnitWork::Locations(diffs) => {
                 for d in diffs {
-                    self.busy.remove(&Key::Location(d.location));
+                    self.flight.release(d);
                     for name in d.addresses.iter().flat_map(|a| a.services.iter()) {
                         if let Some(n) = self.service_refs_in_flight.get_mut(name) {
                             *n -= 1;

@@ -174,6 +174,58 @@ fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
 }
 
 #[test]
+fn a_partial_update_in_flight_holds_its_addresses_only() {
+    let now = Instant::now();
+    let mut t = tracker_with(1, 1);
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
+    observed(&mut d, &mut t, now);
+    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    // The location's first programming (a full replacement) goes and lands.
+    let first = d.next_unit(&mut t, 1, 3, now).unwrap();
+    d.on_report(&mut t, 1, applied(first.work_id), now);
+    let eps = |addresses: &[&'static str]| -> Vec<Endpoint<'static>> {
+        addresses
+            .iter()
+            .map(|a| Endpoint {
+                address: a,
+                location: "10.0.0.1",
+            })
+            .collect()
+    };
+    // .2 joins: a partial update of the location.
+    t.set_endpoints("svc", &eps(&["10.1.1.1", "10.1.1.2"]))
+        .unwrap();
+    let second = d.next_unit(&mut t, 1, 4, now).unwrap();
+    let carried = |u: &Unit| -> Vec<String> {
+        let UnitWork::Locations(diffs) = &u.work else {
+            panic!("{u:?}")
+        };
+        diffs[0]
+            .addresses
+            .iter()
+            .map(|a| a.address.to_string())
+            .collect()
+    };
+    assert_eq!(carried(&second), ["10.1.1.2"]);
+    // While it is in flight, .3 joins and .2 leaves again: .3 goes at once beside it, .2's
+    // removal waits for the unit that carries .2.
+    t.set_endpoints("svc", &eps(&["10.1.1.1", "10.1.1.3"]))
+        .unwrap();
+    let third = d.next_unit(&mut t, 2, 5, now).expect(".3 goes beside");
+    assert_eq!(carried(&third), ["10.1.1.3"]);
+    assert!(d.next_unit(&mut t, 2, 6, now).is_none(), ".2 is in flight");
+    d.on_report(&mut t, 1, applied(second.work_id), now);
+    let fourth = d.next_unit(&mut t, 1, 7, now).expect(".2's removal");
+    assert_eq!(carried(&fourth), ["10.1.1.2"]);
+    d.on_report(&mut t, 2, applied(third.work_id), now);
+    d.on_report(&mut t, 1, applied(fourth.work_id), now);
+    assert!(d.next_unit(&mut t, 1, 8, now).is_none());
+    let diff = t.pending_diff();
+    assert!(diff.locations.is_empty(), "{diff:?}");
+}
+
+#[test]
 fn a_service_is_not_deleted_while_a_location_unit_naming_it_is_in_flight() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
