@@ -34,8 +34,8 @@ impl WriteBudget {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    pub(super) fn note(&self, remaining: u32) {
-        self.lock().note(remaining);
+    pub(super) fn note(&self, remaining: u32, in_flight: u32) {
+        self.lock().note(remaining, in_flight);
     }
 
     pub(super) fn remaining(&self) -> Option<u32> {
@@ -68,10 +68,11 @@ struct Pacing {
 }
 
 impl Pacing {
-    /// Folds a reported budget: it replaces the estimate.
-    fn note(&mut self, remaining: u32) {
+    /// Folds a reported budget: it replaces the estimate, less the writes of the other units
+    /// still in flight (`in_flight`), which the reporting worker's reading did not include.
+    fn note(&mut self, remaining: u32, in_flight: u32) {
         self.remaining = Some(remaining);
-        self.spent = 0;
+        self.spent = in_flight;
     }
 
     /// The budget last reported.
@@ -88,8 +89,14 @@ impl Pacing {
             return None;
         }
         let estimated = i64::from(self.remaining?) - i64::from(self.spent);
-        (estimated < i64::from(config.write_reserve))
-            .then(|| Duration::from_secs_f64(1.0 / config.write_pace))
+        let window = Duration::from_secs_f64(1.0 / config.write_pace);
+        // Spent out (by the estimate): half the pace until a report says otherwise, as ARM's
+        // 5-minute cap only frees writes as old ones age out.
+        match estimated {
+            e if e <= 0 => Some(2 * window),
+            e if e < i64::from(config.write_reserve) => Some(window),
+            _ => None,
+        }
     }
 
     /// Until when the next mutating unit is held back (`None`: it may go now).
@@ -100,12 +107,21 @@ impl Pacing {
 
     /// Counts a unit cut at `now`.
     fn cut(&mut self, work: &UnitWork, now: Instant) {
-        let writes = match work {
-            UnitWork::Observe => return,
-            UnitWork::Locations(_) => 1,
-            UnitWork::Services(changes) => 3 * changes.len() as u32,
-        };
+        let writes = writes_of(work);
+        if writes == 0 {
+            return;
+        }
         self.spent = self.spent.saturating_add(writes);
         self.last_cut = Some(now);
+    }
+}
+
+/// The writes a unit may make (an estimate): none for an observe, 1 per location unit, 3 per
+/// service change (public IP, load balancer or NAT gateway, registration).
+pub(super) fn writes_of(work: &UnitWork) -> u32 {
+    match work {
+        UnitWork::Observe => 0,
+        UnitWork::Locations(_) => 1,
+        UnitWork::Services(changes) => 3 * changes.len() as u32,
     }
 }

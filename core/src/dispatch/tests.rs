@@ -833,6 +833,31 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
         .next_unit(&mut t, 1, 6, t0 + ms(1000))
         .expect("the window passed");
     assert_eq!(next.work.len(), 30);
+    // Spent out by the estimate: half the pace until a report says otherwise.
+    d.note_remaining_writes(0);
+    assert_eq!(d.batching_window(), Some(ms(1000)));
+    // A report is read less the other units in flight: 21 left, 2 others in flight → 19, under
+    // the reserve of 20.
+    let (mut t2, mut d2) = (
+        tracker_with(3, 1),
+        Dispatcher::new(d.config().clone(), env()),
+    );
+    observed(&mut d2, &mut t2, t0);
+    let c = d2.next_unit(&mut t2, 1, 2, t0).expect("the creation");
+    d2.on_report(&mut t2, 1, applied(c.work_id), t0);
+    for l in 1..=3u8 {
+        t2.set_endpoints(
+            "svc",
+            &[Endpoint {
+                address: "10.1.9.9",
+                location: ["10.0.0.1", "10.0.0.2", "10.0.0.3"][usize::from(l - 1)],
+            }],
+        )
+        .unwrap();
+        assert!(d2.next_unit(&mut t2, 1, 10 + u64::from(l), t0).is_some());
+    }
+    d2.note_remaining_writes(21);
+    assert_eq!(d2.batching_window(), Some(ms(500)));
     // A report with a full budget ends the pacing.
     d.note_remaining_writes(150);
     assert_eq!(d.batching_window(), None);
