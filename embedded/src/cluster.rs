@@ -314,8 +314,7 @@ impl Cluster {
                     self.ports_of(name)
                 } else {
                     Vec::new()
-                },
-            })),
+                }, ..Default::default() })),
         }
     }
 

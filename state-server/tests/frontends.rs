@@ -71,8 +71,7 @@ impl Clients {
                         protocol,
                         target_port,
                     })
-                    .collect(),
-            })),
+                    .collect(), ..Default::default() })),
         };
         let r = self
             .writer

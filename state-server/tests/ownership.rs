@@ -53,8 +53,7 @@ fn cluster_view() -> Vec<Update> {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: ADD,
                 id: "svc-a".into(),
-                ports: vec![],
-            })),
+                ports: vec![], ..Default::default() })),
         },
         Update {
             kind: Some(Kind::Endpoints(EndpointsUpdate {

@@ -101,8 +101,7 @@ impl Model {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
                 id: s.to_owned(),
-                ports: self.service_ports(s),
-            })),
+                ports: self.service_ports(s), ..Default::default() })),
         }
     }
 

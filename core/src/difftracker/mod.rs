@@ -15,6 +15,7 @@ pub mod desired;
 pub mod diff;
 pub(crate) mod dirty;
 pub mod error;
+pub mod family;
 pub mod identity;
 pub mod ip;
 mod location;
@@ -32,6 +33,7 @@ pub use diff::{
     AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange,
     ServiceStatus,
 };
+pub use family::IpFamily;
 pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
 pub use identity::ServiceKind;
 pub use progress::ServiceStep;
@@ -279,5 +281,7 @@ impl DiffTracker {
 
 #[cfg(test)]
 mod index_tests;
+#[cfg(test)]
+mod family_tests;
 #[cfg(test)]
 mod tests;

@@ -59,8 +59,7 @@ mod tests {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: 1,
                 id: id.into(),
-                ports: vec![],
-            })),
+                ports: vec![], ..Default::default() })),
         }
     }
 
@@ -197,8 +196,7 @@ mod tests {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: 2,
                     id: "svc-b".into(),
-                    ports: vec![],
-                })),
+                    ports: vec![], ..Default::default() })),
             },
             level("svc-a", &[("10.1.0.1", "10.0.0.1")]),
             edge,

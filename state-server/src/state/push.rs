@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use clb_core::difftracker::IpFamily;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
 
@@ -33,7 +34,15 @@ pub trait UnitSink: Send + Sync + std::fmt::Debug {
     /// Sends a unit of `gateway` leased to the worker, with the writer spans its changes came
     /// from; returns the unit's span, kept until the unit's final report (or the session's end).
     /// A worker that went away drops it: its units are released when its session ends.
-    fn send(&self, gateway: &str, leased: Leased, links: Vec<clb_telemetry::SpanLink>) -> Span;
+    /// `families`: the IP family of each change of a services unit, read when it was leased
+    /// (`grpc::convert::leased_families`).
+    fn send(
+        &self,
+        gateway: &str,
+        leased: Leased,
+        families: Vec<Option<IpFamily>>,
+        links: Vec<clb_telemetry::SpanLink>,
+    ) -> Span;
 }
 
 /// Builds the snapshot of a gateway at a change counter (the Writer service's view of it).
@@ -308,8 +317,9 @@ impl Task {
                     break;
                 };
                 let links = gw.trace_links.take(&leased.unit.work);
+                let families = crate::grpc::convert::leased_families(gw.tracker(), &leased);
                 let work_id = leased.unit.work_id;
-                let span = port.sink.send(handle.name(), leased, links);
+                let span = port.sink.send(handle.name(), leased, families, links);
                 if let Some(slot) = port.held().get_mut(&work_id) {
                     slot.0 = span;
                 }
@@ -370,7 +380,13 @@ mod tests {
     struct Nowhere;
 
     impl UnitSink for Nowhere {
-        fn send(&self, _: &str, _: Leased, _: Vec<clb_telemetry::SpanLink>) -> Span {
+        fn send(
+            &self,
+            _: &str,
+            _: Leased,
+            _: Vec<Option<IpFamily>>,
+            _: Vec<clb_telemetry::SpanLink>,
+        ) -> Span {
             Span::none()
         }
     }
