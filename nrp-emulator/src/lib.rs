@@ -42,6 +42,7 @@ pub mod cli;
 mod config;
 mod error;
 mod faults;
+mod families;
 mod gateway;
 mod http;
 mod lro;
