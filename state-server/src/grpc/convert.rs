@@ -402,19 +402,6 @@ pub fn service_change(
     }
 }
 
-/// The IP family of each change of a leased services unit (as [`unit_to_proto`] takes them), read
-/// from `tracker` when the unit is leased: `None` for a change of no stated family, and for every
-/// change but an inbound creation.
-pub fn leased_families(tracker: &DiffTracker, leased: &Leased) -> Vec<Option<IpFamily>> {
-    match &leased.unit.work {
-        UnitWork::Services(changes) => changes
-            .iter()
-            .map(|c| tracker.service_family(&c.name))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// A domain location diff as proto (canonical IP strings).
 pub fn location_change(diff: &LocationDiff) -> LocationChange {
     LocationChange {

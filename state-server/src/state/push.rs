@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use clb_core::difftracker::IpFamily;
+use clb_core::difftracker::{DiffTracker, IpFamily};
+use clb_core::dispatch::UnitWork;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
 
@@ -28,6 +29,19 @@ use super::{Gateway, GatewayHandle, GatewaySnapshot, StateServer, unix_ms};
 /// The least time between two snapshots of a gateway: a burst of writes and reports costs one
 /// snapshot per interval, not one per change.
 pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
+
+/// The IP family of each change of a leased services unit, read from `tracker` when the unit is
+/// leased: `None` for a change of no stated family (an IPv4 frontend) and for every change that is
+/// not an inbound creation (the wire leaves it unspecified there).
+fn leased_families(tracker: &DiffTracker, leased: &Leased) -> Vec<Option<IpFamily>> {
+    match &leased.unit.work {
+        UnitWork::Services(changes) => changes
+            .iter()
+            .map(|c| tracker.service_family(&c.name))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// Where a session's units go: the transport (the Worker service's stream) behind a port.
 pub trait UnitSink: Send + Sync + std::fmt::Debug {
@@ -317,7 +331,7 @@ impl Task {
                     break;
                 };
                 let links = gw.trace_links.take(&leased.unit.work);
-                let families = crate::grpc::convert::leased_families(gw.tracker(), &leased);
+                let families = leased_families(gw.tracker(), &leased);
                 let work_id = leased.unit.work_id;
                 let span = port.sink.send(handle.name(), leased, families, links);
                 if let Some(slot) = port.held().get_mut(&work_id) {
