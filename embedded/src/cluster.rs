@@ -314,7 +314,9 @@ impl Cluster {
                     self.ports_of(name)
                 } else {
                     Vec::new()
-                }, ..Default::default() })),
+                },
+                ..Default::default()
+            })),
         }
     }
 

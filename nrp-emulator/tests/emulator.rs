@@ -976,8 +976,9 @@ async fn an_address_must_be_of_its_pool_s_frontend_version() {
     assert_eq!(r.code(), CODE);
     let msg = r.body["error"]["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("address 'fd01::1' at location 'fd00::1' is IPv6 and refers to service 'svc'")
-            && msg.contains("with an IPv4 frontend (public IP '")
+        msg.starts_with(
+            "address 'fd01::1' at location 'fd00::1' is IPv6 and refers to service 'svc'"
+        ) && msg.contains("with an IPv4 frontend (public IP '")
             && msg.contains("lb-svc-pip"),
         "{msg}"
     );

@@ -168,7 +168,9 @@ mod tests {
         let update = super::v1::ServiceUpdate {
             operation: 99,
             id: "uid".into(),
-            ports: vec![], ..Default::default() };
+            ports: vec![],
+            ..Default::default()
+        };
         let decoded =
             super::v1::ServiceUpdate::decode(update.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!(decoded.operation, 99);

@@ -58,7 +58,9 @@ fn service(id: &str) -> Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: ADD,
             id: id.into(),
-            ports: vec![], ..Default::default() })),
+            ports: vec![],
+            ..Default::default()
+        })),
     }
 }
 
@@ -455,7 +457,9 @@ fn service_with_ports(id: &str, ports: &[u32]) -> Update {
                     protocol: v1::Protocol::Tcp as i32,
                     target_port: 0,
                 })
-                .collect(), ..Default::default() })),
+                .collect(),
+            ..Default::default()
+        })),
     }
 }
 
@@ -572,7 +576,9 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: v1::Operation::Remove as i32,
                     id: "SVC-Q".into(),
-                    ports: vec![], ..Default::default() })),
+                    ports: vec![],
+                    ..Default::default()
+                })),
             }],
         })
         .await

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
-    self, ApplyRequest, Endpoint, EndpointSet, EndpointsUpdate, IpFamily, ItemError,
-    ServiceUpdate, Update, endpoints_update::Change, report::Outcome, update::Kind,
-    work_unit::Work,
+    self, ApplyRequest, Endpoint, EndpointSet, EndpointsUpdate, IpFamily, ItemError, ServiceUpdate,
+    Update, endpoints_update::Change, report::Outcome, update::Kind, work_unit::Work,
 };
 use clb_state_server::state::ServerConfig;
 use support::worker::{TestServer, TestWorker};

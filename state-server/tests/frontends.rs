@@ -71,7 +71,9 @@ impl Clients {
                         protocol,
                         target_port,
                     })
-                    .collect(), ..Default::default() })),
+                    .collect(),
+                ..Default::default()
+            })),
         };
         let r = self
             .writer

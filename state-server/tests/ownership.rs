@@ -53,7 +53,9 @@ fn cluster_view() -> Vec<Update> {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: ADD,
                 id: "svc-a".into(),
-                ports: vec![], ..Default::default() })),
+                ports: vec![],
+                ..Default::default()
+            })),
         },
         Update {
             kind: Some(Kind::Endpoints(EndpointsUpdate {

@@ -145,7 +145,9 @@ fn service(op: i32, id: &str) -> Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: op,
             id: id.into(),
-            ports: vec![], ..Default::default() })),
+            ports: vec![],
+            ..Default::default()
+        })),
     }
 }
 
@@ -307,7 +309,9 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
                 port: 80,
                 protocol: 42,
                 target_port: 0,
-            }], ..Default::default() })),
+            }],
+            ..Default::default()
+        })),
     };
     // (case, update, field, value, words of the reason)
     #[rustfmt::skip]

@@ -101,7 +101,9 @@ impl Model {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
                 id: s.to_owned(),
-                ports: self.service_ports(s), ..Default::default() })),
+                ports: self.service_ports(s),
+                ..Default::default()
+            })),
         }
     }
 

@@ -97,7 +97,12 @@ fn unit_of(h: &Harness, name: &str) -> (IpVersion, IpAddr, String) {
     assert_eq!(registered.len(), 1, "{registered:?}");
     (
         pip.properties.public_ip_address_version.clone().unwrap(),
-        pip.properties.ip_address.as_deref().unwrap().parse().unwrap(),
+        pip.properties
+            .ip_address
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap(),
         registered[0].clone(),
     )
 }
@@ -146,7 +151,11 @@ async fn an_ipv6_only_and_a_dual_stack_service_get_a_frontend_and_a_pool_per_fam
     );
     fake.put(
         "services",
-        svc("dual", DUAL, lb_spec(json!({"ipFamilyPolicy": "PreferDualStack"}))),
+        svc(
+            "dual",
+            DUAL,
+            lb_spec(json!({"ipFamilyPolicy": "PreferDualStack"})),
+        ),
     );
     assert_eq!(
         fake.get("services", "default", "dual").unwrap()["spec"]["ipFamilies"],
@@ -164,11 +173,21 @@ async fn an_ipv6_only_and_a_dual_stack_service_get_a_frontend_and_a_pool_per_fam
     );
     fake.put(
         "endpointslices",
-        slice("dual-4", "dual", "IPv4", vec![ep("10.1.0.1", "node-a", true)]),
+        slice(
+            "dual-4",
+            "dual",
+            "IPv4",
+            vec![ep("10.1.0.1", "node-a", true)],
+        ),
     );
     fake.put(
         "endpointslices",
-        slice("dual-6", "dual", "IPv6", vec![ep("fd01::3", "node-b", true)]),
+        slice(
+            "dual-6",
+            "dual",
+            "IPv6",
+            vec![ep("fd01::3", "node-b", true)],
+        ),
     );
     let dual6 = v6(DUAL);
     converge(
@@ -194,7 +213,10 @@ async fn an_ipv6_only_and_a_dual_stack_service_get_a_frontend_and_a_pool_per_fam
     let (v6_version, dual_ip6, pool6) = unit_of(&h, &dual6);
     assert_eq!((v4_version, v6_version), (IpVersion::V4, IpVersion::V6));
     assert!(dual_ip4.is_ipv4() && dual_ip6.is_ipv6());
-    assert!(pool4 != pool6 && pool6 != six_pool, "{pool4} {pool6} {six_pool}");
+    assert!(
+        pool4 != pool6 && pool6 != six_pool,
+        "{pool4} {pool6} {six_pool}"
+    );
 
     ingress_is(&fake, "six", &[six_ip]).await;
     ingress_is(&fake, "dual", &[dual_ip4, dual_ip6]).await;
@@ -212,7 +234,10 @@ async fn a_service_switched_to_dual_stack_and_back_never_loses_its_ipv4_backends
             "web-4",
             "web",
             "IPv4",
-            vec![ep("10.1.0.1", "node-a", true), ep("10.1.0.2", "node-b", true)],
+            vec![
+                ep("10.1.0.1", "node-a", true),
+                ep("10.1.0.2", "node-b", true),
+            ],
         ),
     );
     // Kubernetes makes the IPv6 slice once the Service is dual-stack; here it is there from the
@@ -269,8 +294,13 @@ async fn a_service_switched_to_dual_stack_and_back_never_loses_its_ipv4_backends
         "the IPv6 load balancer is deleted"
     );
     assert!(
-        !names(dump.public_ip_addresses.iter().map(|p| p.name.clone()).collect())
-            .contains(&format!("pip-{web6}")),
+        !names(
+            dump.public_ip_addresses
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        )
+        .contains(&format!("pip-{web6}")),
         "and its public IP"
     );
 

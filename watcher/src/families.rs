@@ -138,7 +138,10 @@ mod tests {
             vec![Ipv6, Ipv4]
         );
         assert_eq!(
-            of_service(&k, &svc(&["IPv4", "IPvX", "IPv4", "IPv6"], Some("RequireDualStack"))),
+            of_service(
+                &k,
+                &svc(&["IPv4", "IPvX", "IPv4", "IPv6"], Some("RequireDualStack"))
+            ),
             vec![Ipv4, Ipv6]
         );
         assert_eq!(

@@ -783,9 +783,7 @@ fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update]
     let uids: Vec<String> = deltas
         .iter()
         .filter_map(|u| match &u.kind {
-            Some(UpdateKind::Endpoints(e)) => {
-                Some(families::service_uid(&e.service_id).to_owned())
-            }
+            Some(UpdateKind::Endpoints(e)) => Some(families::service_uid(&e.service_id).to_owned()),
             _ => None,
         })
         .collect();

@@ -45,7 +45,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use clb_client::updates;
 
-use crate::families;
 use crate::decode::{
     self, Decoded, PodRecord, PortRecord, ServiceRecord, SliceRecord, TargetPort, family,
 };
@@ -53,6 +52,7 @@ pub use crate::decode::{
     DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NodeIps, ObjKey, SERVICE_NAME_LABEL,
     ServiceClass, classify, service_ports,
 };
+use crate::families;
 use crate::routing::GatewayScope;
 
 /// How the translator decides what is ours.

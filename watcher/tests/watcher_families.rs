@@ -114,7 +114,10 @@ fn a_dual_stack_service_is_one_identity_per_family() {
     );
     // An IPv6 endpoint change reaches the IPv6 identity only.
     let d = t.apply_slice(&slice("web-6", "IPv6", &["fd01::1", "fd01::2"]));
-    assert_eq!(shown(&d), ["level u1-v6 [fd01::1@fd00::1, fd01::2@fd00::1]"]);
+    assert_eq!(
+        shown(&d),
+        ["level u1-v6 [fd01::1@fd00::1, fd01::2@fd00::1]"]
+    );
     // IPv6 primary: the secondary is `-v4`.
     let mut t = with_slices();
     let d = t.apply_service(&service(Some(&["IPv6", "IPv4"]), Some("RequireDualStack")));

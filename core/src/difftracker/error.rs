@@ -110,7 +110,9 @@ pub enum Reason {
         service_family: &'static str,
     },
     /// An inbound service is added with endpoints of another family than the one it states.
-    #[error("cannot be {family}: it has {count} {other} endpoint(s) (the first {first}); an endpoint must be of its service's IP family")]
+    #[error(
+        "cannot be {family}: it has {count} {other} endpoint(s) (the first {first}); an endpoint must be of its service's IP family"
+    )]
     FamilyOfEndpoints {
         /// The family stated.
         family: &'static str,
@@ -122,7 +124,9 @@ pub enum Reason {
         first: String,
     },
     /// An inbound service is added with another frontend family than it has.
-    #[error("has an {existing} frontend; it cannot become {requested} (a family change is a new service id)")]
+    #[error(
+        "has an {existing} frontend; it cannot become {requested} (a family change is a new service id)"
+    )]
     FamilyChange {
         /// The family of its frontend.
         existing: &'static str,

@@ -68,7 +68,9 @@ impl DiffTracker {
     pub fn service_family(&self, name: &str) -> Option<IpFamily> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;
         let e = self.services.get(sid);
-        (e.kind == ServiceKind::Inbound).then_some(e.family).flatten()
+        (e.kind == ServiceKind::Inbound)
+            .then_some(e.family)
+            .flatten()
     }
 
     /// Checks that inbound identity `sid` may be added with `family` (see the module

@@ -44,7 +44,8 @@ const V6: Option<IpFamily> = Some(IpFamily::V6);
 fn an_endpoint_of_the_other_family_is_refused_and_changes_nothing() {
     let mut t = DiffTracker::new();
     t.update_service_family(Operation::Add, "svc", V4).unwrap();
-    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
+    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
     let revision = t.revision();
     let e = t
         .set_endpoints(
@@ -84,7 +85,11 @@ fn an_endpoint_of_the_other_family_is_refused_and_changes_nothing() {
         .set_endpoints("svc-v6", &[ep("10.1.0.3", "10.0.0.1")])
         .unwrap_err();
     assert_eq!(e.field, "endpoints[0].address");
-    assert!(e.reason.to_string().starts_with("is IPv4 but service \"svc-v6\" is IPv6"));
+    assert!(
+        e.reason
+            .to_string()
+            .starts_with("is IPv4 but service \"svc-v6\" is IPv6")
+    );
     t.set_endpoints("svc-v6", &[ep("fd00::1:3", "fd00::a")])
         .unwrap();
     assert_eq!(t.service_family("SVC-V6"), V6);
@@ -115,10 +120,7 @@ fn a_family_change_of_a_known_service_is_refused_until_it_is_gone() {
     // Created in NRP, then withdrawn: NRP still has the IPv4 frontend, so still refused.
     converge(&mut t);
     t.update_service(Operation::Remove, "svc").unwrap();
-    assert!(
-        t.update_service_family(Operation::Add, "svc", V6)
-            .is_err()
-    );
+    assert!(t.update_service_family(Operation::Add, "svc", V6).is_err());
     // Once NRP deleted it, the id is free for another family.
     converge(&mut t);
     assert!(t.service_view("svc").is_none());
@@ -147,7 +149,8 @@ fn a_family_that_its_endpoints_contradict_is_refused() {
     );
     assert_eq!(t.revision(), revision);
     assert_eq!(t.service_family("svc"), None);
-    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
+    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
     t.update_service_family(Operation::Add, "svc", V4).unwrap();
 }
 
@@ -163,10 +166,7 @@ fn a_service_of_no_stated_family_takes_both_as_before() {
     assert_eq!(t.service_family("svc"), None);
     converge(&mut t);
     // A writer that now states IPv4 for it must first drop the IPv6 endpoint.
-    assert!(
-        t.update_service_family(Operation::Add, "svc", V4)
-            .is_err()
-    );
+    assert!(t.update_service_family(Operation::Add, "svc", V4).is_err());
 }
 
 /// A dual-stack Service is two services; its IPv6 family removed (dual → single stack) drains the
@@ -175,7 +175,8 @@ fn a_service_of_no_stated_family_takes_both_as_before() {
 fn removing_one_family_drains_it_and_never_touches_the_other() {
     let mut t = DiffTracker::new();
     t.update_service_family(Operation::Add, "uid", V4).unwrap();
-    t.set_endpoints("uid", &[ep("10.1.0.1", "10.0.0.1")]).unwrap();
+    t.set_endpoints("uid", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
     converge(&mut t);
 
     // Single → dual stack: the new family's service is created before any address refers to it.

@@ -33,8 +33,8 @@ pub use diff::{
     AddressUpdate, AddressUpdateAction, Diff, LocationDiff, ServiceAction, ServiceChange,
     ServiceStatus,
 };
-pub use family::IpFamily;
 pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
+pub use family::IpFamily;
 pub use identity::ServiceKind;
 pub use progress::ServiceStep;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
@@ -280,8 +280,8 @@ impl DiffTracker {
 }
 
 #[cfg(test)]
-mod index_tests;
-#[cfg(test)]
 mod family_tests;
+#[cfg(test)]
+mod index_tests;
 #[cfg(test)]
 mod tests;

@@ -442,11 +442,7 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
 /// A unit leased to a worker as the proto sent to it: a creation of an inbound service carries the
 /// service's desired ports ([`clb_core::gateway::GatewayCore::lease`] remembers them as in flight); `trace_context`
 /// is left for the session to fill.
-pub fn unit_to_proto(
-    gateway: &str,
-    leased: Leased,
-    families: &[Option<IpFamily>],
-) -> v1::WorkUnit {
+pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>]) -> v1::WorkUnit {
     let Leased { unit, ports } = leased;
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
@@ -910,7 +906,9 @@ mod tests {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
                 id: id.into(),
-                ports, ..Default::default() })),
+                ports,
+                ..Default::default()
+            })),
         }
     }
 

@@ -59,7 +59,9 @@ mod tests {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: 1,
                 id: id.into(),
-                ports: vec![], ..Default::default() })),
+                ports: vec![],
+                ..Default::default()
+            })),
         }
     }
 
@@ -196,7 +198,9 @@ mod tests {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: 2,
                     id: "svc-b".into(),
-                    ports: vec![], ..Default::default() })),
+                    ports: vec![],
+                    ..Default::default()
+                })),
             },
             level("svc-a", &[("10.1.0.1", "10.0.0.1")]),
             edge,

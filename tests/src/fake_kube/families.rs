@@ -13,7 +13,11 @@
 use serde_json::{Value, json};
 
 /// Defaults and validates `new` (a Service being created when `old` is `None`, else updated).
-pub(crate) fn admit_service(old: Option<&Value>, new: &mut Value, primary: &str) -> Result<(), String> {
+pub(crate) fn admit_service(
+    old: Option<&Value>,
+    new: &mut Value,
+    primary: &str,
+) -> Result<(), String> {
     let spec = &new["spec"];
     let headless = spec["clusterIP"].as_str() == Some("None");
     if spec["type"].as_str() == Some("ExternalName") || headless {
@@ -23,7 +27,11 @@ pub(crate) fn admit_service(old: Option<&Value>, new: &mut Value, primary: &str)
         Value::Null => Vec::new(),
         Value::Array(a) => a
             .iter()
-            .map(|f| f.as_str().map(str::to_owned).ok_or("spec.ipFamilies: must be strings"))
+            .map(|f| {
+                f.as_str()
+                    .map(str::to_owned)
+                    .ok_or("spec.ipFamilies: must be strings")
+            })
             .collect::<Result<_, _>>()?,
         _ => return Err("spec.ipFamilies: must be a list".into()),
     };
@@ -53,7 +61,11 @@ pub(crate) fn admit_service(old: Option<&Value>, new: &mut Value, primary: &str)
     };
     let old_families: Vec<String> = old
         .and_then(|o| o["spec"]["ipFamilies"].as_array())
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     if families.is_empty() {
         families = old_families.clone();
@@ -76,7 +88,11 @@ pub(crate) fn admit_service(old: Option<&Value>, new: &mut Value, primary: &str)
         }
         families.truncate(1);
     } else if families.len() == 1 {
-        let other = if families[0] == "IPv4" { "IPv6" } else { "IPv4" };
+        let other = if families[0] == "IPv4" {
+            "IPv6"
+        } else {
+            "IPv4"
+        };
         families.push(other.to_owned());
     }
     new["spec"]["ipFamilyPolicy"] = json!(policy);
@@ -119,9 +135,17 @@ mod tests {
 
         let mut flip = s.clone();
         flip["spec"]["ipFamilies"] = json!(["IPv6"]);
-        assert!(admit_service(Some(&s), &mut flip, "IPv4").unwrap_err().contains("immutable"));
+        assert!(
+            admit_service(Some(&s), &mut flip, "IPv4")
+                .unwrap_err()
+                .contains("immutable")
+        );
         let mut bad = svc(json!({"ipFamilies": ["IPv5"]}));
-        assert!(admit_service(None, &mut bad, "IPv4").unwrap_err().contains("Unsupported value"));
+        assert!(
+            admit_service(None, &mut bad, "IPv4")
+                .unwrap_err()
+                .contains("Unsupported value")
+        );
         let mut two = svc(json!({"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "SingleStack"}));
         assert!(admit_service(None, &mut two, "IPv4").is_err());
         let mut headless = svc(json!({"clusterIP": "None"}));
