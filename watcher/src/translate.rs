@@ -696,11 +696,20 @@ impl Translator {
         }
         for unit in &units {
             let before = sent.units.iter().find(|u| u.id == unit.id);
-            if before.is_none_or(|b| b.family != unit.family) || ports_changed {
+            let add = before.is_none_or(|b| b.family != unit.family) || ports_changed;
+            let was = before.map_or(&EMPTY, |u| &u.endpoints);
+            let set = *was != unit.endpoints && !(before.is_none() && unit.endpoints.is_empty());
+            // A family stated for an identity sent without one (the Service got `ipFamilies`):
+            // its endpoints first, so that the server holds none of the other family when the
+            // family comes (it refuses a family that the service's endpoints contradict).
+            let endpoints_first = before.is_some_and(|b| b.family != unit.family);
+            if set && endpoints_first {
+                out.push(level(&unit.id, &unit.endpoints));
+            }
+            if add {
                 out.push(service_add(unit, &sent.ports));
             }
-            let was = before.map_or(&EMPTY, |u| &u.endpoints);
-            if *was != unit.endpoints && !(before.is_none() && unit.endpoints.is_empty()) {
+            if set && !endpoints_first {
                 out.push(level(&unit.id, &unit.endpoints));
             }
         }
@@ -1073,13 +1082,21 @@ impl Translator {
     // ---- views ----
 
     /// Everything sent so far, as a resync view: every inbound identity with its ports and its
-    /// endpoints (as a level, when not empty), then every pod. Deterministic order.
+    /// endpoints (as a level, when not empty; before the identity when it states a family), then
+    /// every pod. Deterministic order.
     pub fn full_view(&self) -> Vec<Update> {
         let mut out = Vec::new();
         for s in self.sent_services.values() {
             for u in &s.units {
+                // An identity of a stated family: its endpoints first, so that a server that holds
+                // it without a family (from a watcher before families) with endpoints of the other
+                // family takes the new set before the family (it refuses a contradicted family).
+                let endpoints_first = u.family != IpFamily::Unspecified;
+                if endpoints_first && !u.endpoints.is_empty() {
+                    out.push(level(&u.id, &u.endpoints));
+                }
                 out.push(service_add(u, &s.ports));
-                if !u.endpoints.is_empty() {
+                if !endpoints_first && !u.endpoints.is_empty() {
                     out.push(level(&u.id, &u.endpoints));
                 }
             }

@@ -211,3 +211,28 @@ fn removing_one_family_drains_it_and_never_touches_the_other() {
     let v4 = t.location_view(ip("10.0.0.1")).unwrap();
     assert_eq!(v4.addresses[0].actual, Some(vec!["uid".to_owned()]));
 }
+
+/// The upgrade from a writer of no families: the service it programmed with endpoints of both
+/// families takes the family stated for it once its endpoints of the other family are gone — the
+/// order the watcher sends them in (endpoints, then the family); the other order is refused.
+#[test]
+fn an_unstated_service_takes_a_family_after_its_other_endpoints_go() {
+    let mut t = DiffTracker::new();
+    t.update_service(Operation::Add, "uid").unwrap();
+    t.set_endpoints(
+        "uid",
+        &[ep("10.1.0.1", "10.0.0.1"), ep("fd01::1", "fd00::a")],
+    )
+    .unwrap();
+    converge(&mut t);
+    assert!(t.update_service_family(Operation::Add, "uid", V4).is_err());
+    t.set_endpoints("uid", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
+    t.update_service_family(Operation::Add, "uid", V4).unwrap();
+    let sent = converge(&mut t);
+    assert!(
+        sent.iter().all(|l| l.location == ip("fd00::a")),
+        "only the IPv6 address goes: {sent:?}"
+    );
+    assert_eq!(t.service_family("uid"), V4);
+}
