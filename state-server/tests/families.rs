@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
     self, ApplyRequest, Endpoint, EndpointSet, EndpointsUpdate, IpFamily, ItemError, ServiceUpdate,
@@ -100,6 +101,24 @@ async fn the_stated_family_reaches_the_creation_and_contradictions_are_refused()
         assert_eq!((e.field.as_str(), e.value.as_str()), (field, value));
         assert!(e.reason.contains(reason), "{field}: {}", e.reason);
         assert_eq!(r.revision, revision, "{field}: nothing changed");
+    }
+
+    // Admin shows each service's family.
+    let mut admin = AdminClient::connect(server.url()).await.unwrap();
+    for (id, family) in [
+        ("svc", IpFamily::Ipv4),
+        ("svc-v6", IpFamily::Ipv6),
+        ("legacy", IpFamily::Unspecified),
+    ] {
+        let st = admin
+            .get_service(v1::ServiceQuery {
+                gateway: String::new(),
+                id: id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(st.ip_family(), family, "{id}");
     }
 
     // The creations carry the families: IPv4, IPv6, and unspecified (an IPv4 frontend).

@@ -864,6 +864,7 @@ pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceSt
         frontend_ip,
         // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
         condition: None,
+        ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
     }
 }
 
