@@ -2,8 +2,8 @@
 
 use clb_proto::v1::update::Kind;
 use clb_proto::v1::{
-    EgressUpdate, Endpoint, EndpointEdge, EndpointSet, EndpointsUpdate, Operation, PodUpdate,
-    Protocol, ServicePort, ServiceUpdate, Update, endpoints_update::Change,
+    EgressUpdate, Endpoint, EndpointEdge, EndpointSet, EndpointsUpdate, IpFamily, Operation,
+    PodUpdate, Protocol, ServicePort, ServiceUpdate, Update, endpoints_update::Change,
 };
 
 /// A `(port, protocol)` pair of an inbound service; the pods listen on the same port (target port
@@ -26,22 +26,30 @@ pub fn port_to(port: u16, protocol: Protocol, target_port: u16) -> ServicePort {
     }
 }
 
-/// Declares the inbound service `id` (a Service UID) with its load balancer ports.
+/// Declares the inbound service `id` (a Service UID) with its load balancer ports, of no stated IP
+/// family (an IPv4 frontend, endpoints of either family: the behaviour before families existed).
 pub fn service_add(id: &str, ports: &[ServicePort]) -> Update {
-    service(Operation::Add, id, ports.to_vec())
+    service(Operation::Add, id, ports.to_vec(), IpFamily::Unspecified)
+}
+
+/// Declares the inbound service `id` of IP family `family` with its load balancer ports: its
+/// frontend is a public IP of that version and its endpoints must be of that family.
+pub fn service_add_family(id: &str, ports: &[ServicePort], family: IpFamily) -> Update {
+    service(Operation::Add, id, ports.to_vec(), family)
 }
 
 /// Withdraws the inbound service `id`.
 pub fn service_remove(id: &str) -> Update {
-    service(Operation::Remove, id, Vec::new())
+    service(Operation::Remove, id, Vec::new(), IpFamily::Unspecified)
 }
 
-fn service(op: Operation, id: &str, ports: Vec<ServicePort>) -> Update {
+fn service(op: Operation, id: &str, ports: Vec<ServicePort>, family: IpFamily) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: op as i32,
             id: id.to_owned(),
             ports,
+            ip_family: family as i32,
         })),
     }
 }

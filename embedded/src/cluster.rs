@@ -315,6 +315,7 @@ impl Cluster {
                 } else {
                     Vec::new()
                 },
+                ..Default::default()
             })),
         }
     }

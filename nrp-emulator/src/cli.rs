@@ -84,8 +84,10 @@ pub struct Args {
     pub write_window: Option<Duration>,
     /// Refuse addresses of both IP versions for one service with backend pools
     /// (`BackendPoolAddressesMustHaveSameIpVersion`, as Azure refuses a backend pool that mixes
-    /// them); off by default until the workers register one service per IP family.
-    #[arg(long)]
+    /// them), and addresses of the other version than the frontend their pool serves
+    /// (`BackendAddressIpVersionDoesNotMatchFrontend`). On by default (the workers register one
+    /// service per IP family); `--single-ip-version-pools=false` accepts both.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub single_ip_version_pools: bool,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
     /// Off when not given.
@@ -154,9 +156,7 @@ impl Args {
         if let Some(d) = self.write_window {
             c.write_window_secs = d.as_secs();
         }
-        if self.single_ip_version_pools {
-            c.single_ip_version_pools = true;
-        }
+        c.single_ip_version_pools = self.single_ip_version_pools;
         Ok(c)
     }
 }

@@ -66,9 +66,10 @@ pub struct EmulatorConfig {
     pub auto_create_gateways: bool,
     /// Refuse an `updateAddressLocations` that would give a service with load balancer backend pools
     /// addresses of both IP versions (`400 BackendPoolAddressesMustHaveSameIpVersion`), as Azure
-    /// refuses a backend pool that mixes them (docs/nrp-emulator.md, IPv6). Off by default until the
-    /// sync workers register one gateway service per IP family: today a dual-stack Service's IPv4 and
-    /// IPv6 endpoints go to one service.
+    /// refuses a backend pool that mixes them, or an address of the other version than the public
+    /// frontend its pool serves (`400 BackendAddressIpVersionDoesNotMatchFrontend`: NAT44 and NAT66
+    /// only) (docs/nrp-emulator.md, IPv6). On by default: the sync workers register one gateway
+    /// service per IP family. Off accepts both (for writers that state no family).
     pub single_ip_version_pools: bool,
     /// Maximum request body size in bytes (larger bodies get 413).
     pub max_body_bytes: usize,
@@ -108,7 +109,7 @@ impl Default for EmulatorConfig {
             lro_retry_after_secs: 0,
             page_size: 500,
             auto_create_gateways: false,
-            single_ip_version_pools: false,
+            single_ip_version_pools: true,
             max_body_bytes: 64 << 20,
             removal_log_capacity: 1_000_000,
             write_bucket_size: None,

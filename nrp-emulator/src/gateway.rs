@@ -629,7 +629,9 @@ impl NrpState {
             }
         }
         match g {
-            Some(g) if single_ip_version_pools => check_families(g, req),
+            Some(g) if single_ip_version_pools => {
+                check_families(g, req).and_then(|()| self.check_frontend_versions(g, req))
+            }
             _ => Ok(()),
         }
     }

@@ -41,6 +41,7 @@ mod budget;
 pub mod cli;
 mod config;
 mod error;
+mod families;
 mod faults;
 mod gateway;
 mod http;

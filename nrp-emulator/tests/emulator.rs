@@ -821,15 +821,12 @@ async fn ipv6_public_ips_and_frontends_on_them() {
 #[tokio::test]
 async fn a_service_s_addresses_are_of_one_ip_version() {
     const CODE: &str = "BackendPoolAddressesMustHaveSameIpVersion";
-    let h = Harness::start(EmulatorConfig {
-        single_ip_version_pools: true,
-        ..strict()
-    })
-    .await;
+    let h = Harness::start(strict()).await;
     let g = gw("sg");
     h.create_gateway(&g).await;
-    h.register_inbound(&g, "svc-a").await;
-    h.register_inbound(&g, "svc-b").await;
+    // Pools that serve no rule yet: the frontend rule (below) has nothing to say about them.
+    h.register_inbound_of(&g, "svc-a", None).await;
+    h.register_inbound_of(&g, "svc-b", None).await;
     let r = h
         .update_locations(
             &g,
@@ -933,8 +930,12 @@ async fn a_service_s_addresses_are_of_one_ip_version() {
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(h.emu().stats().rejected(CODE), 3);
 
-    // Off (the default, until the workers register one service per family), both are accepted.
-    let h = Harness::start(strict()).await;
+    // Off (for writers that state no family), both are accepted.
+    let h = Harness::start(EmulatorConfig {
+        single_ip_version_pools: false,
+        ..strict()
+    })
+    .await;
     h.create_gateway(&g).await;
     h.register_inbound(&g, "svc-a").await;
     let r = h
@@ -944,6 +945,92 @@ async fn a_service_s_addresses_are_of_one_ip_version() {
                 loc("10.0.0.1", "PartialUpdate", &[("10.1.0.1", &["svc-a"])]),
                 loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-a"])]),
             ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+/// A load balancer translates IPv4 to IPv4 and IPv6 to IPv6 only: an address of the other version
+/// than the public frontend its service's pool serves is refused
+/// (`BackendAddressIpVersionDoesNotMatchFrontend`), changing nothing; the same address for the
+/// service of its own version is accepted. Off with `single_ip_version_pools: false`.
+#[tokio::test]
+async fn an_address_must_be_of_its_pool_s_frontend_version() {
+    const CODE: &str = "BackendAddressIpVersionDoesNotMatchFrontend";
+    let h = Harness::start(strict()).await;
+    let g = gw("sg");
+    h.create_gateway(&g).await;
+    h.register_inbound_of(&g, "svc", Some("IPv4")).await;
+    h.register_inbound_of(&g, "svc-v6", Some("IPv6")).await;
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "fd00::1",
+                "PartialUpdate",
+                &[("fd01::1", &["svc"])],
+            )]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(r.code(), CODE);
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "address 'fd01::1' at location 'fd00::1' is IPv6 and refers to service 'svc'"
+        ) && msg.contains("with an IPv4 frontend (public IP '")
+            && msg.contains("lb-svc-pip"),
+        "{msg}"
+    );
+    // And an IPv4 address for the IPv6 service.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "10.0.0.1",
+                "PartialUpdate",
+                &[("10.1.0.1", &["svc-v6"])],
+            )]),
+        )
+        .await;
+    assert_eq!(r.code(), CODE);
+    assert!(
+        h.emu()
+            .dump()
+            .gateway("sg")
+            .unwrap()
+            .address_locations
+            .is_empty(),
+        "nothing changed"
+    );
+    // Each family to its own service: accepted.
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![
+                loc("10.0.0.1", "PartialUpdate", &[("10.1.0.1", &["svc"])]),
+                loc("fd00::1", "PartialUpdate", &[("fd01::1", &["svc-v6"])]),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(h.emu().stats().rejected(CODE), 2);
+
+    let h = Harness::start(EmulatorConfig {
+        single_ip_version_pools: false,
+        ..strict()
+    })
+    .await;
+    h.create_gateway(&g).await;
+    h.register_inbound(&g, "svc").await;
+    let r = h
+        .update_locations(
+            &g,
+            partial(vec![loc(
+                "fd00::1",
+                "PartialUpdate",
+                &[("fd01::1", &["svc"])],
+            )]),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");

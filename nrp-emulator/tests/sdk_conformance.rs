@@ -1,7 +1,8 @@
 //! Conformance of the emulator with Microsoft's own client: the Python SDK `azure-mgmt-network`
 //! (from PyPI, pinned) drives an emulator on loopback through `tests/conformance/sdk_conformance.py`
 //! — gateways (create/get/list/list_all/update_tags/delete), public IPs, load balancers, NAT
-//! gateways, updateServices and updateAddressLocations at both levels, paging, ARM errors, 404 after
+//! gateways, updateServices and updateAddressLocations at both levels, paging, ARM errors, IPv6
+//! public IPs, a dual-stack load balancer and a dual-stack Service as one unit per family, 404 after
 //! delete — at each api-version, answered synchronously and as long-running operations.
 //!
 //! Each api-version is driven by the SDK release generated for it: 30.2.0 for 2025-05-01 (where the
@@ -19,7 +20,7 @@ use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator, Stats};
 const COMMON: [&str; 2] = ["azure-core==1.41.0", "azure-mgmt-core==1.6.0"];
 
 /// Steps of the script each run must pass (a run that executes fewer fails).
-const CASES: u64 = 23;
+const CASES: u64 = 24;
 
 fn python3() -> Option<PathBuf> {
     let out = Command::new("python3").arg("--version").output().ok()?;
@@ -75,7 +76,7 @@ fn config(long_running: bool) -> EmulatorConfig {
         // A little latency so that polls see operations in progress.
         latency_ms: u64::from(long_running) * 2,
         lro_retry_after_secs: 0,
-        // Azure's rule that a backend pool holds one IP version (off by default: docs/nrp-emulator.md).
+        // Azure's one-version rules (the default; stated: the script depends on them).
         single_ip_version_pools: true,
         ..EmulatorConfig::default()
     }

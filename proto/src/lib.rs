@@ -169,6 +169,7 @@ mod tests {
             operation: 99,
             id: "uid".into(),
             ports: vec![],
+            ..Default::default()
         };
         let decoded =
             super::v1::ServiceUpdate::decode(update.encode_to_vec().as_slice()).expect("decodes");

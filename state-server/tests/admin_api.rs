@@ -59,6 +59,7 @@ fn service(id: &str) -> Update {
             operation: ADD,
             id: id.into(),
             ports: vec![],
+            ..Default::default()
         })),
     }
 }
@@ -457,6 +458,7 @@ fn service_with_ports(id: &str, ports: &[u32]) -> Update {
                     target_port: 0,
                 })
                 .collect(),
+            ..Default::default()
         })),
     }
 }
@@ -575,6 +577,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
                     operation: v1::Operation::Remove as i32,
                     id: "SVC-Q".into(),
                     ports: vec![],
+                    ..Default::default()
                 })),
             }],
         })

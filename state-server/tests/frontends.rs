@@ -72,6 +72,7 @@ impl Clients {
                         target_port,
                     })
                     .collect(),
+                ..Default::default()
             })),
         };
         let r = self

@@ -54,6 +54,7 @@ fn cluster_view() -> Vec<Update> {
                 operation: ADD,
                 id: "svc-a".into(),
                 ports: vec![],
+                ..Default::default()
             })),
         },
         Update {

@@ -146,6 +146,7 @@ fn service(op: i32, id: &str) -> Update {
             operation: op,
             id: id.into(),
             ports: vec![],
+            ..Default::default()
         })),
     }
 }
@@ -309,6 +310,7 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
                 protocol: 42,
                 target_port: 0,
             }],
+            ..Default::default()
         })),
     };
     // (case, update, field, value, words of the reason)

@@ -37,6 +37,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 mod auth;
 pub mod controllers;
+mod families;
 mod workloads;
 
 pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
@@ -107,6 +108,9 @@ struct Inner {
     workloads: workloads::Workloads,
     /// Whether the `LoadBalancerIPMode` feature gate is off ([`FakeApi::ip_mode_gate_off`]).
     ip_mode_gate_off: bool,
+    /// The cluster's primary IP family (`fake_kube/families.rs`): `IPv4` unless
+    /// [`FakeApi::set_primary_family`].
+    primary_family: &'static str,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -360,6 +364,7 @@ impl FakeApi {
             reviews: auth::Reviews::default(),
             workloads: workloads::Workloads::default(),
             ip_mode_gate_off: false,
+            primary_family: "IPv4",
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -389,10 +394,29 @@ impl FakeApi {
         self.inner.lock().unwrap()
     }
 
-    /// Creates or replaces an object (ADDED / MODIFIED).
+    /// Creates or replaces an object (ADDED / MODIFIED). A Service gets its IP families as the API
+    /// server gives them (`fake_kube/families.rs`); one the API server would refuse panics.
     pub fn put(&self, plural: &str, obj: Value) {
+        self.try_put(plural, obj)
+            .unwrap_or_else(|e| panic!("the API server refuses the object: {e}"));
+    }
+
+    /// [`FakeApi::put`], answering what the API server would refuse (422) instead of storing it.
+    pub fn try_put(&self, plural: &str, mut obj: Value) -> Result<(), String> {
         let key = obj_key(&obj);
-        self.lock().commit(plural, key, Some(obj));
+        let mut inner = self.lock();
+        if plural == "services" {
+            let old = inner.resources[plural].objects.get(&key).cloned();
+            families::admit_service(old.as_ref(), &mut obj, inner.primary_family)?;
+        }
+        inner.commit(plural, key, Some(obj));
+        Ok(())
+    }
+
+    /// The cluster's primary IP family (`IPv4`, the default, or `IPv6`): what a Service created
+    /// without `spec.ipFamilies` gets first.
+    pub fn set_primary_family(&self, family: &'static str) {
+        self.lock().primary_family = family;
     }
 
     /// Deletes like the API server: with finalizers, only sets `deletionTimestamp`; a pod bound

@@ -102,6 +102,7 @@ impl Model {
                 operation: op,
                 id: s.to_owned(),
                 ports: self.service_ports(s),
+                ..Default::default()
             })),
         }
     }

@@ -308,6 +308,8 @@ pub(crate) struct ServiceRecord {
     pub uid: String,
     /// Its load balancer rules, sorted by (port, protocol).
     pub ports: Vec<PortRecord>,
+    /// Its IP families, primary first (`crate::families::of_service`; empty: none stated).
+    pub families: Vec<clb_proto::v1::IpFamily>,
 }
 
 /// Where a Service port's traffic goes on the pods: its `targetPort`.
@@ -418,6 +420,7 @@ pub(crate) fn service(
         Decoded::Record(ServiceRecord {
             uid: uid.to_owned(),
             ports: port_records(key, svc),
+            families: crate::families::of_service(key, svc),
         })
     } else {
         Decoded::Ignored

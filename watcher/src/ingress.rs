@@ -77,6 +77,20 @@ pub fn drops_ip_mode(stored: &[IngressEntry]) -> bool {
     stored.iter().any(|e| e.ip.is_some() && e.ip_mode.is_none())
 }
 
+/// Frontend IPs in the order the watcher writes them: IPv4 first (a dual-stack Service lists its
+/// IPv4 frontend first, as `spec.ipFamilies` lists IPv4 first in a cluster whose primary family it
+/// is, and as clients that take `ingress[0]` expect), then by address; duplicates dropped. An entry
+/// that is not an IP (never from NRP) sorts last, as text.
+pub fn ordered(ips: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = ips.into_iter().collect();
+    out.sort_by_key(|ip| match ip.parse::<std::net::IpAddr>() {
+        Ok(a) => (u8::from(a.is_ipv6()), Some(a), String::new()),
+        Err(_) => (2, None, ip.clone()),
+    });
+    out.dedup();
+    out
+}
+
 /// The `ingress` list the watcher writes for `ips` (a merge patch replaces the list as a whole).
 pub fn to_json(ips: &[String]) -> Vec<Value> {
     ips.iter()
@@ -87,6 +101,21 @@ pub fn to_json(ips: &[String]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv4_comes_first() {
+        let got = ordered(
+            [
+                "2001:db8::1",
+                "9.0.0.1",
+                "20.0.0.2",
+                "2001:db8::1",
+                "20.0.0.10",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(got, ["9.0.0.1", "20.0.0.2", "20.0.0.10", "2001:db8::1"]);
+    }
     use k8s_openapi::api::core::v1::LoadBalancerIngress;
 
     fn status(entries: &[(&str, Option<&str>)]) -> LoadBalancerStatus {

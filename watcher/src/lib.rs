@@ -21,6 +21,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod decode;
+pub mod families;
 pub mod ingress;
 pub mod metrics;
 pub mod poolservice;
@@ -782,7 +783,7 @@ fn touched(wb: Option<&mpsc::UnboundedSender<writeback::Msg>>, deltas: &[Update]
     let uids: Vec<String> = deltas
         .iter()
         .filter_map(|u| match &u.kind {
-            Some(UpdateKind::Endpoints(e)) => Some(e.service_id.clone()),
+            Some(UpdateKind::Endpoints(e)) => Some(families::service_uid(&e.service_id).to_owned()),
             _ => None,
         })
         .collect();

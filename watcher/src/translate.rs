@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use clb_proto::v1::{ServicePort, Update};
+use clb_proto::v1::{IpFamily, ServicePort, Update};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -52,6 +52,7 @@ pub use crate::decode::{
     DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NodeIps, ObjKey, SERVICE_NAME_LABEL,
     ServiceClass, classify, service_ports,
 };
+use crate::families;
 use crate::routing::GatewayScope;
 
 /// How the translator decides what is ours.
@@ -84,13 +85,66 @@ impl Default for TranslatorConfig {
     }
 }
 
-/// What was sent for one Service.
+/// What was sent for one Service: its ports, and one inbound identity per IP family
+/// (`crate::families`).
 #[derive(Debug, Clone)]
 struct SentService {
     uid: String,
     ports: Vec<ServicePort>,
-    /// address → location.
+    /// Primary family first.
+    units: Vec<SentUnit>,
+}
+
+/// One inbound identity sent for a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SentUnit {
+    /// The identity: the UID, or `{uid}-v6` / `{uid}-v4` for a secondary family.
+    id: String,
+    /// Its family (`Unspecified`: none stated, both families).
+    family: IpFamily,
+    /// address → location, of its family.
     endpoints: BTreeMap<IpAddr, IpAddr>,
+}
+
+/// The endpoints of a Service as [`Translator::endpoints_of`] finds them, per family (index 0:
+/// IPv4, 1: IPv6): the ready ones, and the serving-and-terminating ones (the fallback).
+#[derive(Debug, Default)]
+struct FoundEndpoints {
+    ready: [BTreeMap<IpAddr, IpAddr>; 2],
+    fallback: [BTreeMap<IpAddr, IpAddr>; 2],
+}
+
+impl FoundEndpoints {
+    /// Both families as one set: the ready ones, else the fallback; and whether they are the
+    /// ready ones (what a Service of no stated family is sent, and what ports are resolved on).
+    fn union(&self) -> (BTreeMap<IpAddr, IpAddr>, bool) {
+        let join = |m: &[BTreeMap<IpAddr, IpAddr>; 2]| {
+            let mut all = m[0].clone();
+            all.extend(m[1].iter().map(|(a, l)| (*a, *l)));
+            all
+        };
+        if self.ready.iter().all(BTreeMap::is_empty) {
+            (join(&self.fallback), false)
+        } else {
+            (join(&self.ready), true)
+        }
+    }
+
+    /// The set sent to an identity of `family`: per family, the ready endpoints, else the
+    /// fallback (kube-proxy's rule, which it applies per family); both families as one set for
+    /// no stated family.
+    fn of_family(&self, family: IpFamily) -> BTreeMap<IpAddr, IpAddr> {
+        let i = match family {
+            IpFamily::Unspecified => return self.union().0,
+            IpFamily::Ipv4 => 0,
+            IpFamily::Ipv6 => 1,
+        };
+        if self.ready[i].is_empty() {
+            self.fallback[i].clone()
+        } else {
+            self.ready[i].clone()
+        }
+    }
 }
 
 /// A port-name conflict: the endpoints of a Service disagree on the number behind a named
@@ -452,11 +506,9 @@ impl Translator {
         out
     }
 
-    /// The endpoint set of Service `key` now: address → location; and whether they are the ready
-    /// ones (else the serving-and-terminating fallback).
-    fn endpoints_of(&self, key: &ObjKey) -> (BTreeMap<IpAddr, IpAddr>, bool) {
-        let mut ready = BTreeMap::new();
-        let mut fallback = BTreeMap::new();
+    /// The endpoints of Service `key` now, per family, ready and fallback (address → location).
+    fn endpoints_of(&self, key: &ObjKey) -> FoundEndpoints {
+        let mut found = FoundEndpoints::default();
         for sk in self.slices_of.get(key).into_iter().flatten() {
             let Some(slice) = self.slices.get(sk) else {
                 continue;
@@ -478,15 +530,16 @@ impl Translator {
                     }
                     continue;
                 };
-                let set = if ep_ready { &mut ready } else { &mut fallback };
+                let family = usize::from(ep.address.is_ipv6());
+                let set = if ep_ready {
+                    &mut found.ready[family]
+                } else {
+                    &mut found.fallback[family]
+                };
                 set.entry(ep.address).or_insert(loc);
             }
         }
-        if ready.is_empty() {
-            (fallback, false)
-        } else {
-            (ready, true)
-        }
+        found
     }
 
     /// The ports to send for Service `key`: each with its target port, a named one resolved
@@ -601,42 +654,66 @@ impl Translator {
         if let Some(sent) = self.sent_services.get(key)
             && want.as_ref().is_none_or(|w| w.uid != sent.uid)
         {
-            out.push(updates::service_remove(&sent.uid));
+            for u in &sent.units {
+                out.push(updates::service_remove(&u.id));
+            }
             self.sent_services.remove(key);
         }
         let Some(want) = want else {
             self.conflicts_now(key, Vec::new());
             return;
         };
-        let (endpoints, ready) = self.endpoints_of(key);
+        let found = self.endpoints_of(key);
+        let (endpoints, ready) = found.union();
         let (ports, conflicts) = self.ports_of(key, &want.ports, &endpoints, ready);
         self.conflicts_now(key, conflicts);
-        match self.sent_services.get_mut(key) {
-            None => {
-                out.push(updates::service_add(&want.uid, &ports));
-                if !endpoints.is_empty() {
-                    out.push(level(&want.uid, &endpoints));
-                }
-                self.sent_services.insert(
-                    key.clone(),
-                    SentService {
-                        uid: want.uid,
-                        ports,
-                        endpoints,
-                    },
-                );
-            }
-            Some(sent) => {
-                if sent.ports != ports {
-                    out.push(updates::service_add(&want.uid, &ports));
-                    sent.ports = ports;
-                }
-                if sent.endpoints != endpoints {
-                    out.push(level(&want.uid, &endpoints));
-                    sent.endpoints = endpoints;
-                }
+        let units: Vec<SentUnit> = families::identities(&want.uid, &want.families)
+            .into_iter()
+            .map(|(id, family)| SentUnit {
+                endpoints: found.of_family(family),
+                id,
+                family,
+            })
+            .collect();
+        let sent = self
+            .sent_services
+            .entry(key.clone())
+            .or_insert_with(|| SentService {
+                uid: want.uid.clone(),
+                ports: ports.clone(),
+                units: Vec::new(),
+            });
+        let ports_changed = sent.ports != ports;
+        sent.ports = ports;
+        // A family no longer asked for goes (the server drains its addresses, then deletes it;
+        // the other family is untouched); a family asked for anew is added before its endpoints.
+        // (A family stated anew for the same identity is an add: the server refuses a change of
+        // its frontend family.)
+        for old in &sent.units {
+            if !units.iter().any(|u| u.id == old.id) {
+                out.push(updates::service_remove(&old.id));
             }
         }
+        for unit in &units {
+            let before = sent.units.iter().find(|u| u.id == unit.id);
+            let add = before.is_none_or(|b| b.family != unit.family) || ports_changed;
+            let was = before.map_or(&EMPTY, |u| &u.endpoints);
+            let set = *was != unit.endpoints && !(before.is_none() && unit.endpoints.is_empty());
+            // A family stated for an identity sent without one (the Service got `ipFamilies`):
+            // its endpoints first, so that the server holds none of the other family when the
+            // family comes (it refuses a family that the service's endpoints contradict).
+            let endpoints_first = before.is_some_and(|b| b.family != unit.family);
+            if set && endpoints_first {
+                out.push(level(&unit.id, &unit.endpoints));
+            }
+            if add {
+                out.push(service_add(unit, &sent.ports));
+            }
+            if set && !endpoints_first {
+                out.push(level(&unit.id, &unit.endpoints));
+            }
+        }
+        sent.units = units;
     }
 
     // ---- EndpointSlices ----
@@ -761,9 +838,17 @@ impl Translator {
             let Some(svc) = self.sent_services.get(&slice.service) else {
                 continue;
             };
+            // The identity of the address's family.
+            let Some(unit) = svc
+                .units
+                .iter()
+                .find(|u| families::takes(u.family, address.is_ipv4()))
+            else {
+                continue;
+            };
             for ep in slice.endpoints.iter().filter(|e| e.address == address) {
                 if let Some(loc) = self.node_ip(&ep.node, address) {
-                    out.push((svc.uid.clone(), loc));
+                    out.push((unit.id.clone(), loc));
                 }
             }
         }
@@ -997,13 +1082,23 @@ impl Translator {
     // ---- views ----
 
     /// Everything sent so far, as a resync view: every inbound identity with its ports and its
-    /// endpoints (as a level, when not empty), then every pod. Deterministic order.
+    /// endpoints (as a level, when not empty; before the identity when it states a family), then
+    /// every pod. Deterministic order.
     pub fn full_view(&self) -> Vec<Update> {
         let mut out = Vec::new();
         for s in self.sent_services.values() {
-            out.push(updates::service_add(&s.uid, &s.ports));
-            if !s.endpoints.is_empty() {
-                out.push(level(&s.uid, &s.endpoints));
+            for u in &s.units {
+                // An identity of a stated family: its endpoints first, so that a server that holds
+                // it without a family (from a watcher before families) with endpoints of the other
+                // family takes the new set before the family (it refuses a contradicted family).
+                let endpoints_first = u.family != IpFamily::Unspecified;
+                if endpoints_first && !u.endpoints.is_empty() {
+                    out.push(level(&u.id, &u.endpoints));
+                }
+                out.push(service_add(u, &s.ports));
+                if !endpoints_first && !u.endpoints.is_empty() {
+                    out.push(level(&u.id, &u.endpoints));
+                }
             }
         }
         for (key, p) in &self.sent_pods {
@@ -1034,11 +1129,24 @@ impl Translator {
         self.sent_services.get(key).map(|s| s.uid.as_str())
     }
 
+    /// The inbound identities sent for Service `key`, primary family first, each with its family
+    /// (`crate::families`).
+    pub fn sent_identities(&self, key: &ObjKey) -> Vec<(String, IpFamily)> {
+        self.sent_services
+            .get(key)
+            .map(|s| s.units.iter().map(|u| (u.id.clone(), u.family)).collect())
+            .unwrap_or_default()
+    }
+
     /// Counts for logs: inbound identities sent, endpoints sent, pod addresses sent.
     pub fn counts(&self) -> (usize, usize, usize) {
         (
-            self.sent_services.len(),
-            self.sent_services.values().map(|s| s.endpoints.len()).sum(),
+            self.sent_services.values().map(|s| s.units.len()).sum(),
+            self.sent_services
+                .values()
+                .flat_map(|s| &s.units)
+                .map(|u| u.endpoints.len())
+                .sum(),
             self.sent_pods.values().map(|p| p.at.len()).sum(),
         )
     }
@@ -1080,6 +1188,17 @@ fn pod_adds(key: &ObjKey, p: &SentPod, only: Option<IpAddr>) -> Vec<Update> {
         .filter(|(_, l)| only.is_none_or(|o| o == **l))
         .map(|(a, l)| updates::pod_add(&a.to_string(), &l.to_string(), &p.egress, &pod_key, &p.uid))
         .collect()
+}
+
+/// No endpoints.
+static EMPTY: BTreeMap<IpAddr, IpAddr> = BTreeMap::new();
+
+/// The `service_add` of one identity: with its family, when one is stated.
+fn service_add(unit: &SentUnit, ports: &[ServicePort]) -> Update {
+    match unit.family {
+        IpFamily::Unspecified => updates::service_add(&unit.id, ports),
+        family => updates::service_add_family(&unit.id, ports, family),
+    }
 }
 
 fn level(uid: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {

@@ -87,6 +87,8 @@ const ACK_WAIT: Duration = Duration::from_millis(10);
 pub(crate) struct ServiceFacts {
     pub key: ObjKey,
     pub uid: String,
+    /// Its inbound identities, one per IP family, primary first (`crate::families`).
+    pub ids: Vec<String>,
     pub resource_version: String,
     /// A LoadBalancer Service of our class.
     pub ours: bool,
@@ -131,10 +133,15 @@ impl ServiceFacts {
                 Err(e) => (Vec::new(), Some(e.to_string())),
             },
         };
+        let ids = crate::families::identities(&uid, &crate::families::of_service(key, svc))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         Some(Self {
             gateways,
             selection_error,
             key: key.clone(),
+            ids,
             uid,
             resource_version: svc.metadata.resource_version.clone().unwrap_or_default(),
             ours,
@@ -351,8 +358,8 @@ pub(crate) async fn run(
             },
             Some(uids) = changed.recv() => {
                 // The server pushed new states: look at those Services now.
-                for uid in uids {
-                    wb.poke(None, Some(&uid));
+                for id in uids {
+                    wb.poke(None, Some(crate::families::service_uid(&id)));
                 }
                 wb.act().await;
             }
@@ -716,8 +723,9 @@ impl WriteBack {
                 r.selection_warned = Some(e.clone());
             }
         }
-        // Every selected gateway's report: the condition follows the first not programmed (else
-        // the first), the ingress lists every programmed gateway's frontend IP.
+        // Every selected gateway's report of every IP family's identity: the condition follows the
+        // first not programmed (else the first), the ingress lists every programmed frontend IP,
+        // IPv4 first. PoolServices follow the primary family's identity.
         let mut states = Vec::new();
         let mut by_gateway = BTreeMap::new();
         let mut all = facts.gateways.clone();
@@ -727,21 +735,24 @@ impl WriteBack {
             }
         }
         for g in &all {
-            let st = self.service_state(g, &facts.uid)?;
-            by_gateway.insert(g.clone(), st.clone());
-            states.push(st);
+            for (i, id) in facts.ids.iter().enumerate() {
+                let st = self.service_state(g, id)?;
+                if i == 0 {
+                    by_gateway.insert(g.clone(), st.clone());
+                }
+                states.push(st);
+            }
         }
         if self.config.pool_services {
             self.reconcile_pools(key, &facts, &by_gateway).await;
         }
-        let mut ips: Vec<String> = states
-            .iter()
-            .flatten()
-            .filter(|s| s.actual && !s.frontend_ip.is_empty())
-            .map(|s| s.frontend_ip.clone())
-            .collect();
-        ips.sort();
-        ips.dedup();
+        let ips = ingress::ordered(
+            states
+                .iter()
+                .flatten()
+                .filter(|s| s.actual && !s.frontend_ip.is_empty())
+                .map(|s| s.frontend_ip.clone()),
+        );
         let state = states
             .iter()
             .find(|s| {
@@ -848,12 +859,16 @@ impl WriteBack {
         let facts = r.facts.clone();
         let mut still = None;
         if !facts.uid.is_empty() {
-            for g in self.all_gateways() {
-                if let Some(s) = self.service_state(&g, &facts.uid)?
-                    && (s.desired || s.actual)
-                {
-                    still = Some(s);
-                    break;
+            // Every identity the Service may have had: a family removed just before may still be
+            // draining.
+            'gateways: for g in self.all_gateways() {
+                for id in crate::families::every_identity(&facts.uid) {
+                    if let Some(s) = self.service_state(&g, &id)?
+                        && (s.desired || s.actual)
+                    {
+                        still = Some(s);
+                        break 'gateways;
+                    }
                 }
             }
         }

@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::DiffTracker;
 use super::error::{InvalidInput, Reason};
+use super::family::IpFamily;
 use super::identity::{EgressState, ServiceId, ServiceKind, normalize_identity};
 use super::ip::{check_address_at, parse_address_at};
 use super::location::{LocationId, PodUid, Slot, insert_ref, remove_ref};
@@ -252,13 +253,32 @@ fn check_endpoints<E: EndpointInput>(
 impl DiffTracker {
     /// Adds or removes an inbound identity (a LoadBalancer Service, by UID). Removing it also strips
     /// it from every address, dropping addresses and locations left with nothing.
+    /// It states no IP family (see [`DiffTracker::update_service_family`]).
     pub fn update_service(&mut self, op: Operation, id: &str) -> Result<(), InvalidInput> {
-        let result = self.update_service_inner(op, id);
+        self.update_service_family(op, id, None)
+    }
+
+    /// [`DiffTracker::update_service`] of an inbound identity of IP family `family` (ignored on
+    /// removal): its endpoints must be of that family, and its frontend family cannot change
+    /// while the tracker knows it (`family.rs`). `None` states no family: an IPv4 frontend, and
+    /// endpoints of both families accepted.
+    pub fn update_service_family(
+        &mut self,
+        op: Operation,
+        id: &str,
+        family: Option<IpFamily>,
+    ) -> Result<(), InvalidInput> {
+        let result = self.update_service_inner(op, id, family);
         self.services.collect_unused();
         result
     }
 
-    fn update_service_inner(&mut self, op: Operation, id: &str) -> Result<(), InvalidInput> {
+    fn update_service_inner(
+        &mut self,
+        op: Operation,
+        id: &str,
+        family: Option<IpFamily>,
+    ) -> Result<(), InvalidInput> {
         let name = normalize_identity("id", id)?;
         match op {
             Operation::Add => {
@@ -266,6 +286,11 @@ impl DiffTracker {
                     .services
                     .intern(&name, ServiceKind::Inbound)
                     .map_err(|k| conflict("id", id, k))?;
+                if let Err(e) = self.check_add_family(sid, family) {
+                    self.services.release_if_unused(sid);
+                    return Err(e);
+                }
+                self.set_add_family(sid, family);
                 let entry = self.services.get_mut(sid);
                 if !entry.desired_inbound {
                     entry.desired_inbound = true;
@@ -400,6 +425,10 @@ impl DiffTracker {
                 .services
                 .intern(&name, ServiceKind::Inbound)
                 .map_err(|k| conflict("service_id", service, k))?;
+            if let Err(e) = self.check_endpoint_families(sid, "endpoints", &scratch.new) {
+                self.services.release_if_unused(sid);
+                return Err(e);
+            }
             self.apply_level(sid, &mut scratch);
             self.services.release_if_unused(sid);
             Ok(())
@@ -493,6 +522,10 @@ impl DiffTracker {
                     .services
                     .intern(&name, ServiceKind::Inbound)
                     .map_err(|k| conflict("service_id", service, k))?;
+                if let Err(e) = self.check_endpoint_families(sid, "new_endpoints", &scratch.new) {
+                    self.services.release_if_unused(sid);
+                    return Err(e);
+                }
                 self.apply_edge(sid, &mut scratch);
                 self.services.release_if_unused(sid);
                 Ok(())

@@ -99,6 +99,40 @@ pub enum Reason {
         /// The kind the identity already has.
         existing: &'static str,
     },
+    /// An endpoint of an inbound service is of another IP family than the service.
+    #[error("is {family} but service {} is {service_family}: an endpoint must be of its service's IP family (a dual-stack Service is one service per family)", quote(.service))]
+    FamilyMismatch {
+        /// Family of the endpoint ("IPv4" or "IPv6").
+        family: &'static str,
+        /// The service (canonical name).
+        service: String,
+        /// Family of the service.
+        service_family: &'static str,
+    },
+    /// An inbound service is added with endpoints of another family than the one it states.
+    #[error(
+        "cannot be {family}: it has {count} {other} endpoint(s) (the first {first}); an endpoint must be of its service's IP family"
+    )]
+    FamilyOfEndpoints {
+        /// The family stated.
+        family: &'static str,
+        /// How many endpoints are of the other family.
+        count: usize,
+        /// The other family.
+        other: &'static str,
+        /// One of them.
+        first: String,
+    },
+    /// An inbound service is added with another frontend family than it has.
+    #[error(
+        "has an {existing} frontend; it cannot become {requested} (a family change is a new service id)"
+    )]
+    FamilyChange {
+        /// The family of its frontend.
+        existing: &'static str,
+        /// The family asked for.
+        requested: &'static str,
+    },
     /// A report names a service that NRP does not have in the actual state.
     #[error("refers to service {}, which is not in NRP's actual state", quote(.0))]
     UnknownActualService(String),

@@ -13,6 +13,7 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::error::{InvalidInput, Reason};
+use super::family::IpFamily;
 use super::location::LocationId;
 use super::members::{LocationBits, ServiceAddresses};
 
@@ -107,6 +108,14 @@ pub(crate) struct ServiceEntry {
     /// or an observe found the registration gone. Until a deletion is recorded (or a creation,
     /// which takes them over), an undesired identity is deleted again to clean them up.
     pub leftover: bool,
+    /// The IP family a writer stated for an inbound identity: its endpoints must be of it. `None`:
+    /// not stated (a writer from before families; endpoints of both families are accepted).
+    pub family: Option<IpFamily>,
+    /// The family of the frontend the identity was last desired with (the stated family, IPv4
+    /// when none was stated), kept while the entry lives: an add of another frontend family is
+    /// refused (a family change is a new identity). `None`: never desired (only observed, or
+    /// named by endpoints first).
+    pub frontend: Option<IpFamily>,
     /// Desired addresses referring to it.
     pub desired_refs: u32,
     pub actual_refs: u32,
@@ -208,6 +217,8 @@ impl ServiceTable {
             actual: None,
             reprogram: false,
             leftover: false,
+            family: None,
+            frontend: None,
             desired_refs: 0,
             actual_refs: 0,
             addresses: ServiceAddresses::default(),

@@ -15,6 +15,7 @@ pub mod desired;
 pub mod diff;
 pub(crate) mod dirty;
 pub mod error;
+pub mod family;
 pub mod identity;
 pub mod ip;
 mod location;
@@ -33,6 +34,7 @@ pub use diff::{
     ServiceStatus,
 };
 pub use error::{InvalidInput, MAX_QUOTED_CHARS, Quoted, Reason, excerpt, quote};
+pub use family::IpFamily;
 pub use identity::ServiceKind;
 pub use progress::ServiceStep;
 pub use view::{AddressView, Counts, LocationView, ServiceView};
@@ -277,6 +279,8 @@ impl DiffTracker {
     }
 }
 
+#[cfg(test)]
+mod family_tests;
 #[cfg(test)]
 mod index_tests;
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use super::{Port, Scope};
 use crate::difftracker::identity::normalize_identity;
 use crate::difftracker::ip::parse_ip;
-use crate::difftracker::{DiffTracker, Endpoint, InvalidInput, Operation, PodUpdate};
+use crate::difftracker::{DiffTracker, Endpoint, InvalidInput, IpFamily, Operation, PodUpdate};
 
 /// The kind of an update, named as the wire names it (`service`, `egress`, `endpoints`, `pod`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,8 @@ pub enum Update<'a> {
         id: &'a str,
         /// Its ports (for an add; already checked to be ports).
         ports: Vec<Port>,
+        /// Its IP family (for an add); `None`: not stated.
+        family: Option<IpFamily>,
     },
     /// Declares or removes an egress.
     Egress {
@@ -259,8 +261,13 @@ pub fn apply_one(tracker: &mut DiffTracker, update: &Update<'_>) -> Result<(), F
         error: Box::new(error),
     };
     match update {
-        Update::Service { operation, id, .. } => tracker
-            .update_service(*operation, id)
+        Update::Service {
+            operation,
+            id,
+            family,
+            ..
+        } => tracker
+            .update_service_family(*operation, id, *family)
             .map_err(|e| domain(kind, e)),
         Update::Egress { operation, id } => tracker
             .update_egress(*operation, id)

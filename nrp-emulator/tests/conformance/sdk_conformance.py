@@ -602,6 +602,64 @@ def error_address_of_the_other_ip_version(c):
     check("fd00::9" not in got, "a refused call changes nothing")
 
 
+def dual_stack_services_one_unit_per_family(c):
+    """A dual-stack Service as clb (and cloud-provider-azure) serves it: one unit per IP family, each
+    its own public IP (of its version), load balancer, backend pool and gateway service; each
+    family's addresses registered to its own service. An IPv4 address for the IPv6 unit is refused
+    (a load balancer translates IPv4 to IPv4 and IPv6 to IPv6 only) and changes nothing."""
+    pip4 = public_ip(c, "pip-fam")
+    pip6 = c.client.public_ip_addresses.begin_create_or_update(
+        RG,
+        "pip-fam-v6",
+        m.PublicIPAddress(
+            location="eastus",
+            sku=m.PublicIPAddressSku(name="Standard"),
+            public_ip_allocation_method="Static",
+            public_ip_address_version="IPv6",
+        ),
+        **c.kw,
+    ).result()
+    eq(pip6.public_ip_address_version, "IPv6", "the IPv6 unit's public IP")
+    for name, pip in [("fam", pip4), ("fam-v6", pip6)]:
+        lb = load_balancer(c, f"lb-{name}", pip.id)
+        eq(lb.frontend_ip_configurations[0].public_ip_address.id, pip.id, f"lb-{name} frontend")
+        c.ids[f"pool-{name}"] = lb.id + "/backendAddressPools/pool"
+    c.update_services(
+        m.ServiceGatewayUpdateServicesRequest(
+            action="PartialUpdate",
+            service_requests=[
+                service(c, "svc-fam", "Inbound", pool="pool-fam"),
+                service(c, "svc-fam-v6", "Inbound", pool="pool-fam-v6"),
+            ],
+        )
+    )
+    got, _ = c.services()
+    eq(got["svc-fam-v6"].load_balancer_backend_pools[0].id, c.ids["pool-fam-v6"], "its own pool")
+    expect_error(
+        "BackendAddressIpVersionDoesNotMatchFrontend",
+        400,
+        lambda: c.update_address_locations(
+            locations_request(
+                "PartialUpdate", [loc("10.9.0.1", "PartialUpdate", [("10.9.1.1", ["svc-fam-v6"])])]
+            )
+        ),
+    )
+    got, _ = c.locations()
+    check("10.9.0.1" not in got, "a refused call changes nothing")
+    c.update_address_locations(
+        locations_request(
+            "PartialUpdate",
+            [
+                loc("10.9.0.1", "PartialUpdate", [("10.9.1.1", ["svc-fam"])]),
+                loc("fd09::1", "PartialUpdate", [("fd09:1::1", ["svc-fam-v6"])]),
+            ],
+        )
+    )
+    got, _ = c.locations()
+    eq(got["10.9.0.1"], {"10.9.1.1": ["svc-fam"]}, "the IPv4 family's address")
+    eq(got["fd09::1"], {"fd09:1::1": ["svc-fam-v6"]}, "the IPv6 family's address")
+
+
 # ---- teardown -------------------------------------------------------------------------------------
 
 
@@ -641,6 +699,7 @@ CASES = [
     error_duplicate_locations,
     error_service_with_mappings_cannot_be_deleted,
     error_address_of_the_other_ip_version,
+    dual_stack_services_one_unit_per_family,
     gateway_delete_then_404,
 ]
 

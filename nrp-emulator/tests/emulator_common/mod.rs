@@ -142,40 +142,48 @@ impl Harness {
     /// Creates PIP `{name}-pip`, LB `{name}` (frontend `fe`, pool `pool`, TCP 80 → 8080) and returns
     /// the backend pool id.
     pub async fn create_lb(&self, name: &str) -> String {
-        let pip = id(ResourceKind::PublicIpAddress, &format!("{name}-pip"));
-        let r = self
-            .put(
-                &pip,
-                json!({"location": "eastus", "sku": {"name": "Standard"}}),
-            )
-            .await;
-        assert!(r.status.is_success(), "{r:?}");
+        self.create_lb_of(name, Some("IPv4")).await
+    }
+
+    /// A load balancer `name` with one backend pool; with `version`, one rule (tcp 80 → 8080) to
+    /// it from a frontend on a public IP of that version; without, no frontend and no rule.
+    /// Returns the pool's id.
+    pub async fn create_lb_of(&self, name: &str, version: Option<&str>) -> String {
         let lb = id(ResourceKind::LoadBalancer, name);
         let fe = lb.frontend_ip_configuration_id("fe");
         let pool = lb.backend_pool_id("pool");
+        let mut properties = json!({"backendAddressPools": [{"name": "pool"}]});
+        if let Some(version) = version {
+            let pip = id(ResourceKind::PublicIpAddress, &format!("{name}-pip"));
+            let r = self
+                .put(
+                    &pip,
+                    json!({"location": "eastus", "sku": {"name": "Standard"},
+                           "properties": {"publicIPAddressVersion": version}}),
+                )
+                .await;
+            assert!(r.status.is_success(), "{r:?}");
+            properties["frontendIPConfigurations"] =
+                json!([{"name": "fe", "properties": {"publicIPAddress": {"id": pip.to_string()}}}]);
+            properties["loadBalancingRules"] = json!([{"name": "tcp-80", "properties": {
+                "frontendIPConfiguration": {"id": fe},
+                "backendAddressPool": {"id": pool},
+                "protocol": "Tcp", "frontendPort": 80, "backendPort": 8080}}]);
+        }
         let r = self
-            .put(
-                &lb,
-                json!({
-                    "location": "eastus",
-                    "properties": {
-                        "frontendIPConfigurations": [{"name": "fe", "properties": {"publicIPAddress": {"id": pip.to_string()}}}],
-                        "backendAddressPools": [{"name": "pool"}],
-                        "loadBalancingRules": [{"name": "tcp-80", "properties": {
-                            "frontendIPConfiguration": {"id": fe},
-                            "backendAddressPool": {"id": pool},
-                            "protocol": "Tcp", "frontendPort": 80, "backendPort": 8080}}]
-                    }
-                }),
-            )
+            .put(&lb, json!({"location": "eastus", "properties": properties}))
             .await;
         assert!(r.status.is_success(), "{r:?}");
         pool
     }
 
-    /// Creates an LB for `service` and registers it as an inbound service on gateway `g`.
     pub async fn register_inbound(&self, g: &ResourceId, service: &str) {
-        let pool = self.create_lb(&format!("lb-{service}")).await;
+        self.register_inbound_of(g, service, Some("IPv4")).await;
+    }
+
+    /// Registers inbound `service` with the pool of a load balancer of [`Harness::create_lb_of`].
+    pub async fn register_inbound_of(&self, g: &ResourceId, service: &str, version: Option<&str>) {
+        let pool = self.create_lb_of(&format!("lb-{service}"), version).await;
         let r = self
             .post(
                 g,

@@ -157,7 +157,7 @@ impl AdminService {
                 .services
                 .iter()
                 .take(limit)
-                .map(|s| service_change(s, Vec::new()))
+                .map(|s| service_change(s, Vec::new(), g.tracker().service_family(&s.name)))
                 .collect(),
             locations: diff
                 .locations

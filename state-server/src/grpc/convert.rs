@@ -27,8 +27,8 @@ use crate::state::{Gateway, UnknownGateway, WorkerInfo};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{
-    self, ActualSnapshot, DiffTracker, InvalidInput, LocationDiff, LocationView, Operation, Reason,
-    ServiceKind, ServiceView, excerpt, quote,
+    self, ActualSnapshot, DiffTracker, InvalidInput, IpFamily, LocationDiff, LocationView,
+    Operation, Reason, ServiceKind, ServiceView, excerpt, quote,
 };
 use clb_core::dispatch::{self, Outcome, Report, UnitWork};
 use clb_core::gateway::Scope;
@@ -140,6 +140,30 @@ fn operation(kind: &str, raw: i32) -> Result<Operation, Fault> {
     }
 }
 
+/// Converts the proto IP family of the update of kind `kind`: unspecified is `None` (no family
+/// stated), an unknown value is refused (the fault's field is `<kind>.ip_family`).
+fn ip_family(kind: &str, raw: i32) -> Result<Option<IpFamily>, Fault> {
+    match v1::IpFamily::try_from(raw) {
+        Ok(v1::IpFamily::Unspecified) => Ok(None),
+        Ok(v1::IpFamily::Ipv4) => Ok(Some(IpFamily::V4)),
+        Ok(v1::IpFamily::Ipv6) => Ok(Some(IpFamily::V6)),
+        Err(_) => Err(Fault::Field {
+            field: format!("{kind}.ip_family"),
+            value: raw.to_string(),
+            reason: "unknown IP family: must be IP_FAMILY_IPV4 or IP_FAMILY_IPV6 (or unset)".into(),
+        }),
+    }
+}
+
+/// The proto IP family of an inbound service's creation (`None`: unspecified, an IPv4 frontend).
+pub fn ip_family_to_proto(family: Option<IpFamily>) -> v1::IpFamily {
+    match family {
+        None => v1::IpFamily::Unspecified,
+        Some(IpFamily::V4) => v1::IpFamily::Ipv4,
+        Some(IpFamily::V6) => v1::IpFamily::Ipv6,
+    }
+}
+
 /// Checks the ports of an inbound service: 1 to 65535, a target port of 0 (the same as the port) to
 /// 65535, a known protocol, no port listed twice. `path` is the full path of the service message
 /// (`updates[3].service`), named in the reason of a repeated port; faults' fields are relative.
@@ -237,10 +261,16 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
             } else {
                 Vec::new()
             };
+            let family = if op == Operation::Add {
+                ip_family("service", s.ip_family).map_err(refuse)?
+            } else {
+                None
+            };
             Ok(GatewayUpdate::Service {
                 operation: op,
                 id: &s.id,
                 ports,
+                family,
             })
         }
         Kind::Egress(e) => {
@@ -355,6 +385,7 @@ pub fn address_update_action(action: difftracker::AddressUpdateAction) -> v1::Ad
 pub fn service_change(
     change: &difftracker::ServiceChange,
     ports: Vec<ServicePort>,
+    family: Option<IpFamily>,
 ) -> v1::ServiceChange {
     let create_inbound =
         change.kind == ServiceKind::Inbound && change.action == difftracker::ServiceAction::Create;
@@ -363,6 +394,11 @@ pub fn service_change(
         kind: service_kind(change.kind) as i32,
         action: service_action(change.action) as i32,
         ports: if create_inbound { ports } else { Vec::new() },
+        ip_family: if create_inbound {
+            ip_family_to_proto(family) as i32
+        } else {
+            0
+        },
     }
 }
 
@@ -406,7 +442,7 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
 /// A unit leased to a worker as the proto sent to it: a creation of an inbound service carries the
 /// service's desired ports ([`clb_core::gateway::GatewayCore::lease`] remembers them as in flight); `trace_context`
 /// is left for the session to fill.
-pub fn unit_to_proto(gateway: &str, leased: Leased) -> v1::WorkUnit {
+pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>]) -> v1::WorkUnit {
     let Leased { unit, ports } = leased;
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
@@ -416,7 +452,8 @@ pub fn unit_to_proto(gateway: &str, leased: Leased) -> v1::WorkUnit {
                 .enumerate()
                 .map(|(i, c)| {
                     let ports = ports.get(i).map_or(&[][..], Vec::as_slice);
-                    service_change(c, ports.iter().map(port_to_proto).collect())
+                    let family = families.get(i).copied().flatten();
+                    service_change(c, ports.iter().map(port_to_proto).collect(), family)
                 })
                 .collect(),
         }),
@@ -827,6 +864,7 @@ pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceSt
         frontend_ip,
         // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
         condition: None,
+        ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
     }
 }
 
@@ -870,6 +908,7 @@ mod tests {
                 operation: op,
                 id: id.into(),
                 ports,
+                ..Default::default()
             })),
         }
     }
@@ -1253,7 +1292,7 @@ mod tests {
             protocol: 1,
             target_port: 0,
         };
-        let s = service_change(&diff.services[0], vec![tcp]);
+        let s = service_change(&diff.services[0], vec![tcp], None);
         assert_eq!(s.name, "svc-a");
         assert_eq!(s.kind, v1::ServiceKind::Inbound as i32);
         assert_eq!(s.action, v1::ServiceAction::Create as i32);

@@ -60,6 +60,7 @@ mod tests {
                 operation: 1,
                 id: id.into(),
                 ports: vec![],
+                ..Default::default()
             })),
         }
     }
@@ -198,6 +199,7 @@ mod tests {
                     operation: 2,
                     id: "svc-b".into(),
                     ports: vec![],
+                    ..Default::default()
                 })),
             },
             level("svc-a", &[("10.1.0.1", "10.0.0.1")]),

@@ -151,8 +151,14 @@ struct StreamSink {
 }
 
 impl UnitSink for StreamSink {
-    fn send(&self, gateway: &str, leased: Leased, links: Vec<clb_telemetry::SpanLink>) -> Span {
-        let mut unit = unit_to_proto(gateway, leased);
+    fn send(
+        &self,
+        gateway: &str,
+        leased: Leased,
+        families: Vec<Option<clb_core::difftracker::IpFamily>>,
+        links: Vec<clb_telemetry::SpanLink>,
+    ) -> Span {
+        let mut unit = unit_to_proto(gateway, leased, &families);
         debug!(work_id = unit.work_id, gateway = %unit.gateway, "unit leased");
         self.metrics.unit_leased(unit_kind(&unit));
         let span = unit_span(&unit);

@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use clb_core::difftracker::{DiffTracker, IpFamily};
+use clb_core::dispatch::UnitWork;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
 
@@ -28,12 +30,33 @@ use super::{Gateway, GatewayHandle, GatewaySnapshot, StateServer, unix_ms};
 /// snapshot per interval, not one per change.
 pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
 
+/// The IP family of each change of a leased services unit, read from `tracker` when the unit is
+/// leased: `None` for a change of no stated family (an IPv4 frontend) and for every change that is
+/// not an inbound creation (the wire leaves it unspecified there).
+fn leased_families(tracker: &DiffTracker, leased: &Leased) -> Vec<Option<IpFamily>> {
+    match &leased.unit.work {
+        UnitWork::Services(changes) => changes
+            .iter()
+            .map(|c| tracker.service_family(&c.name))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Where a session's units go: the transport (the Worker service's stream) behind a port.
 pub trait UnitSink: Send + Sync + std::fmt::Debug {
     /// Sends a unit of `gateway` leased to the worker, with the writer spans its changes came
     /// from; returns the unit's span, kept until the unit's final report (or the session's end).
     /// A worker that went away drops it: its units are released when its session ends.
-    fn send(&self, gateway: &str, leased: Leased, links: Vec<clb_telemetry::SpanLink>) -> Span;
+    /// `families`: the IP family of each change of a services unit, read when it was leased
+    /// (`grpc::convert::leased_families`).
+    fn send(
+        &self,
+        gateway: &str,
+        leased: Leased,
+        families: Vec<Option<IpFamily>>,
+        links: Vec<clb_telemetry::SpanLink>,
+    ) -> Span;
 }
 
 /// Builds the snapshot of a gateway at a change counter (the Writer service's view of it).
@@ -308,8 +331,9 @@ impl Task {
                     break;
                 };
                 let links = gw.trace_links.take(&leased.unit.work);
+                let families = leased_families(gw.tracker(), &leased);
                 let work_id = leased.unit.work_id;
-                let span = port.sink.send(handle.name(), leased, links);
+                let span = port.sink.send(handle.name(), leased, families, links);
                 if let Some(slot) = port.held().get_mut(&work_id) {
                     slot.0 = span;
                 }
@@ -370,7 +394,13 @@ mod tests {
     struct Nowhere;
 
     impl UnitSink for Nowhere {
-        fn send(&self, _: &str, _: Leased, _: Vec<clb_telemetry::SpanLink>) -> Span {
+        fn send(
+            &self,
+            _: &str,
+            _: Leased,
+            _: Vec<Option<IpFamily>>,
+            _: Vec<clb_telemetry::SpanLink>,
+        ) -> Span {
             Span::none()
         }
     }

@@ -1,7 +1,9 @@
 //! Service work: each `ServiceChange` is a saga of idempotent steps (PUT is create-or-update, DELETE
 //! of a missing resource is success), so that a saga interrupted anywhere can simply run again.
 //!
-//! - inbound create: public IP `pip-{name}`, load balancer `lb-{name}` (frontend on that IP, backend
+//! - inbound create: public IP `pip-{name}` of the change's IP family (`publicIPAddressVersion`
+//!   `IPv6` for an IPv6 service, else `IPv4`; a dual-stack Service is two services, the secondary
+//!   named `{uid}-v4` / `{uid}-v6`, so its resources are `pip-{uid}-v6`, `lb-{uid}-v6`), load balancer `lb-{name}` (frontend on that IP, backend
 //!   pool, one rule per port/protocol whose backend port is the port's target port), register the service with its backend pool; the public IP's
 //!   address (NRP allocates it) goes back to the server as the service's frontend. The same saga
 //!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
@@ -102,13 +104,26 @@ fn rules(change: &ServiceChange) -> Result<Vec<(&'static str, u16, u16)>, UnitEr
         .collect())
 }
 
-fn public_ip(region: &str) -> PublicIpAddress {
+/// The `publicIPAddressVersion` of an inbound service's public IP: `IPv6` for an IPv6 service, else
+/// `IPv4` (an unspecified family is what every change meant before families: IPv4).
+pub fn ip_version(family: v1::IpFamily) -> &'static str {
+    match family {
+        v1::IpFamily::Ipv6 => "IPv6",
+        v1::IpFamily::Ipv4 | v1::IpFamily::Unspecified => "IPv4",
+    }
+}
+
+/// The public IP of a service. Its version makes the frontend's: a public frontend IP
+/// configuration has no version of its own (the REST specification's `privateIPAddressVersion`
+/// is that of a private frontend in a subnet), so an IPv6 service's load balancer is the same
+/// body on an IPv6 public IP.
+fn public_ip(region: &str, version: &str) -> PublicIpAddress {
     PublicIpAddress {
         location: Some(region.into()),
         sku: Some(Sku::standard()),
         properties: PublicIpAddressProperties {
             public_ip_allocation_method: Some("Static".into()),
-            public_ip_address_version: Some("IPv4".into()),
+            public_ip_address_version: Some(version.into()),
             ..Default::default()
         },
         ..Default::default()
@@ -223,10 +238,11 @@ async fn ensure_public_ip(
     ctx: &UnitCtx<'_>,
     name: &str,
     region: &str,
+    version: &str,
     progress: &Progress,
 ) -> Result<EnsuredIp, UnitError> {
     let pip_name = public_ip_name(name);
-    let body = public_ip(region);
+    let body = public_ip(region, version);
     let pip = ctx
         .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
         .await;
@@ -285,7 +301,8 @@ async fn create_inbound(
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     let rules = rules(change)?;
     let region = ctx.ensure_gateway().await?;
-    let pip = ensure_public_ip(ctx, &change.name, &region, progress).await?;
+    let version = ip_version(change.ip_family());
+    let pip = ensure_public_ip(ctx, &change.name, &region, version, progress).await?;
     let pip_id = pip.id;
     let lb_name = load_balancer_name(&change.name);
     let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
@@ -315,7 +332,7 @@ async fn create_outbound(
     progress: &Progress,
 ) -> Result<(), UnitError> {
     let region = ctx.ensure_gateway().await?;
-    let pip_id = ensure_public_ip(ctx, &change.name, &region, progress)
+    let pip_id = ensure_public_ip(ctx, &change.name, &region, "IPv4", progress)
         .await?
         .id;
     let nat_name = nat_gateway_name(&change.name);
