@@ -38,6 +38,13 @@ pub trait Nrp: Send + Sync {
         None
     }
 
+    /// How many mutating answers carried the remaining writes so far (a counter, 0 for a client
+    /// that does not know): a caller compares it before and after its calls to tell a fresh
+    /// [`Nrp::remaining_subscription_writes`] from one left by earlier calls.
+    fn writes_answered(&self) -> u64 {
+        0
+    }
+
     /// `GET …/serviceGateways/{gateway}`.
     async fn get_service_gateway(
         &self,

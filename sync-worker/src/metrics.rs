@@ -231,6 +231,10 @@ impl Nrp for MeteredNrp {
         self.inner.remaining_subscription_writes()
     }
 
+    fn writes_answered(&self) -> u64 {
+        self.inner.writes_answered()
+    }
+
     async fn get_service_gateway(
         &self,
         gateway: &str,

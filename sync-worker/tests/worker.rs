@@ -267,6 +267,12 @@ async fn reports_carry_the_remaining_writes_of_the_gateways_subscription() {
     let r = conn.run(locations(2, three_locations())).await;
     assert_applied(&r);
     assert_eq!(r.remaining_subscription_writes, Some(999 - spent));
+    // An observe only reads: it carries no figure (the last one, left by earlier writes, could
+    // be stale by then).
+    let r = conn
+        .run(unit(9, work_unit::Work::Observe(ObserveWork {})))
+        .await;
+    assert_eq!(r.remaining_subscription_writes, None, "{r:?}");
 
     // A spent budget: the unit is retryable after the Retry-After, and the report says 0.
     h.emulator()

@@ -165,6 +165,8 @@ pub struct ArmClient {
     /// The last `x-ms-ratelimit-remaining-subscription-writes` of a mutating answer
     /// ([`NO_REMAINING_WRITES`]: none seen yet).
     remaining_writes: Arc<AtomicU64>,
+    /// Mutating answers that carried it so far.
+    writes_answered: Arc<AtomicU64>,
 }
 
 /// [`ArmClient::remaining_writes`] before any mutating answer carried the header.
@@ -238,6 +240,7 @@ impl ArmClient {
             credential,
             unknown: Arc::default(),
             remaining_writes: Arc::new(AtomicU64::new(NO_REMAINING_WRITES)),
+            writes_answered: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -272,7 +275,13 @@ impl ArmClient {
     pub(super) fn note_remaining_writes(&self, headers: &reqwest::header::HeaderMap) {
         if let Some(n) = http::remaining_writes(headers) {
             self.remaining_writes.store(u64::from(n), Ordering::Relaxed);
+            self.writes_answered.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Mutating answers that carried the remaining writes so far (see [`Nrp::writes_answered`]).
+    pub fn writes_answered(&self) -> u64 {
+        self.writes_answered.load(Ordering::Relaxed)
     }
 
     /// A client for `config` with the credential that `credential` selects.
@@ -467,6 +476,10 @@ fn to_json<T: Serialize>(body: &T) -> Result<Vec<u8>, NrpError> {
 impl Nrp for ArmClient {
     fn remaining_subscription_writes(&self) -> Option<u32> {
         ArmClient::remaining_subscription_writes(self)
+    }
+
+    fn writes_answered(&self) -> u64 {
+        ArmClient::writes_answered(self)
     }
 
     async fn get_service_gateway(

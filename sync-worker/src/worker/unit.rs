@@ -69,6 +69,7 @@ pub(crate) fn execute(
                 return vec![report(unit.work_id, Vec::new(), e.outcome())];
             }
         };
+        let answered_before = ctx.nrp().writes_answered();
         let mut reports = if ctx.gate().is_err_and(|e| e == UnitError::LeaseExpired) {
             vec![report(
                 unit.work_id,
@@ -95,9 +96,13 @@ pub(crate) fn execute(
                 )],
             }
         };
-        // The subscription's write budget as the gateway's client last saw it, for the server to
-        // pace by (it sees every worker's reports).
-        let remaining_writes = ctx.nrp().remaining_subscription_writes();
+        // The subscription's write budget as the gateway's client saw it during this unit, for the
+        // server to pace by (it sees every worker's reports). None when no mutating answer came
+        // meanwhile (an observe's reads, a unit refused before NRP): a figure left by earlier
+        // calls may be stale, higher than the budget now, and would let the server spend faster.
+        let remaining_writes = (ctx.nrp().writes_answered() != answered_before)
+            .then(|| ctx.nrp().remaining_subscription_writes())
+            .flatten();
         for r in &mut reports {
             r.remaining_subscription_writes = remaining_writes;
         }

@@ -398,6 +398,10 @@ impl Nrp for GatedNrp {
         self.inner.remaining_subscription_writes()
     }
 
+    fn writes_answered(&self) -> u64 {
+        self.inner.writes_answered()
+    }
+
     async fn get_service_gateway(
         &self,
         g: &str,
