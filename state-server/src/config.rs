@@ -124,6 +124,12 @@ pub struct Args {
     #[arg(long, env = "CLB_WRITE_RESERVE", default_value_t = 20)]
     pub write_reserve: u32,
 
+    /// Once the workers reported a write budget (ARM throttles the subscription): the writes that
+    /// may go at once before --write-pace binds (a bucket of this size refilled at the pace), so
+    /// ARM's 5-minute cap is never reached (100 + 300 s × 3/s = 1,000).
+    #[arg(long, env = "CLB_WRITE_BURST", default_value_t = 100)]
+    pub write_burst: u32,
+
     /// Location units are held back while changes to locations keep arriving less than this
     /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units. An
     /// isolated change waits this long.
@@ -631,6 +637,7 @@ impl Args {
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
                 write_pace: self.write_pace.0,
                 write_reserve: self.write_reserve,
+                write_burst: self.write_burst,
                 batch_quiet: self.batch_quiet,
                 batch_linger: self.batch_linger,
             },

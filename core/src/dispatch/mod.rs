@@ -72,6 +72,10 @@ pub struct DispatchConfig {
     pub write_pace: f64,
     /// The writes kept in reserve: pacing starts when the budget is estimated below it.
     pub write_reserve: u32,
+    /// Once a budget was reported, the writes that may go at once before the long-run pace
+    /// (`write_pace`) binds: a bucket of this size refilled at the pace. ARM's 5-minute cap
+    /// (1,000 writes) is then never reached: burst + 300 s × 3/s = 1,000 at the defaults.
+    pub write_burst: u32,
     /// Location units are held back while changes to locations keep arriving less than this
     /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units
     /// rather than thin ones that each pay a call's fixed cost. An isolated change waits this long.
@@ -94,6 +98,7 @@ impl Default for DispatchConfig {
             max_mutating_units_in_flight: 4,
             write_pace: 3.0,
             write_reserve: 20,
+            write_burst: 100,
             batch_quiet: Duration::from_millis(3),
             batch_linger: Duration::from_millis(100),
         }
@@ -559,7 +564,7 @@ impl Dispatcher {
             })
         }?;
         self.stats.units_cut += 1;
-        self.pacing.cut(&work, now);
+        self.pacing.cut(&self.config, &work, now);
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
         let unit = Unit {

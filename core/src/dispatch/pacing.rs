@@ -1,7 +1,12 @@
 //! Pacing against the subscription's write budget (ARM's
-//! `x-ms-ratelimit-remaining-subscription-writes`, which the workers report): while the budget is
-//! estimated below [`DispatchConfig::write_reserve`], mutating units start at most
-//! [`DispatchConfig::write_pace`] per second, and each carries what accumulated meanwhile.
+//! `x-ms-ratelimit-remaining-subscription-writes`, which the workers report). Once a budget has
+//! been reported (ARM throttles this subscription), mutating units spend from a bucket of
+//! [`DispatchConfig::write_burst`] writes refilled at [`DispatchConfig::write_pace`] per second: a
+//! burst goes at once, the long-run rate stays under ARM's 5-minute cap (1,000 writes: 3.33/s),
+//! which its token bucket alone would let a client exceed (200 + 10/s) until the cap answers 429
+//! with a `Retry-After` of minutes. And while the budget is estimated below
+//! [`DispatchConfig::write_reserve`], units start at most at the pace (at half of it once the
+//! estimate reaches 0). Either way each unit carries what accumulated meanwhile.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -50,8 +55,8 @@ impl WriteBudget {
         self.lock().held_until(config, now)
     }
 
-    pub(super) fn cut(&self, work: &UnitWork, now: Instant) {
-        self.lock().cut(work, now);
+    pub(super) fn cut(&self, config: &DispatchConfig, work: &UnitWork, now: Instant) {
+        self.lock().cut(config, work, now);
     }
 }
 
@@ -65,6 +70,8 @@ struct Pacing {
     spent: u32,
     /// When the last mutating unit was cut.
     last_cut: Option<Instant>,
+    /// The writes the long-run bucket holds, as of `refilled_at` (`None`: full).
+    tokens: Option<(f64, Instant)>,
 }
 
 impl Pacing {
@@ -80,11 +87,22 @@ impl Pacing {
         self.remaining
     }
 
-    /// The spacing of mutating units while the budget is tight (`None`: not pacing). The estimate
-    /// is the last report less what was cut since; no refill is assumed: ARM's 5-minute cap frees
-    /// writes only as old ones age out, so a refill guessed from a rate would overestimate (it let
-    /// 429s through when tried), and the next report brings the truth.
+    /// The spacing of mutating units now (`None`: not pacing): the reserve's window, else the
+    /// pace while the long-run bucket was empty at the last cut.
     fn window(&self, config: &DispatchConfig) -> Option<Duration> {
+        self.reserve_window(config).or_else(|| {
+            let (tokens, _) = self.tokens?;
+            (config.write_pace > 0.0 && tokens < 1.0)
+                .then(|| Duration::from_secs_f64(1.0 / config.write_pace))
+        })
+    }
+
+    /// The spacing of mutating units while the budget is estimated below the reserve (`None`:
+    /// it is not). The estimate is the last report less what was cut since; no refill is
+    /// assumed: ARM's 5-minute cap frees writes only as old ones age out, so a refill guessed from
+    /// a rate would overestimate (it let 429s through when tried), and the next report brings the
+    /// truth.
+    fn reserve_window(&self, config: &DispatchConfig) -> Option<Duration> {
         if config.write_pace <= 0.0 {
             return None;
         }
@@ -101,18 +119,43 @@ impl Pacing {
 
     /// Until when the next mutating unit is held back (`None`: it may go now).
     fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
-        let window = self.window(config)?;
-        self.last_cut.map(|t| t + window).filter(|t| *t > now)
+        let reserve = self
+            .reserve_window(config)
+            .and_then(|window| self.last_cut.map(|t| t + window));
+        let bucket = self.bucket_refilled(config, now).map(|tokens| {
+            let missing = (1.0 - tokens).max(0.0);
+            now + Duration::from_secs_f64(missing / config.write_pace)
+        });
+        reserve.into_iter().chain(bucket).max().filter(|t| *t > now)
+    }
+
+    /// The long-run bucket's writes at `now` (`None`: no bucket — pacing off, or no budget
+    /// reported yet, as with an NRP that does not throttle).
+    fn bucket_refilled(&self, config: &DispatchConfig, now: Instant) -> Option<f64> {
+        if config.write_pace <= 0.0 || self.remaining.is_none() {
+            return None;
+        }
+        let burst = f64::from(config.write_burst.max(1));
+        Some(match self.tokens {
+            None => burst,
+            Some((tokens, at)) => (tokens
+                + now.saturating_duration_since(at).as_secs_f64() * config.write_pace)
+                .min(burst),
+        })
     }
 
     /// Counts a unit cut at `now`.
-    fn cut(&mut self, work: &UnitWork, now: Instant) {
+    fn cut(&mut self, config: &DispatchConfig, work: &UnitWork, now: Instant) {
         let writes = writes_of(work);
         if writes == 0 {
             return;
         }
         self.spent = self.spent.saturating_add(writes);
         self.last_cut = Some(now);
+        if let Some(tokens) = self.bucket_refilled(config, now) {
+            // May go below 0 (a service unit's 3 writes): the next unit then waits longer.
+            self.tokens = Some((tokens - f64::from(writes), now));
+        }
     }
 }
 

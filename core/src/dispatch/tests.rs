@@ -916,3 +916,66 @@ fn gateways_sharing_a_subscription_share_its_write_budget_and_its_pace() {
     assert!(east.next_unit(&mut te, 1, 5, t0 + ms(1100)).is_some());
     assert!(alone.next_unit(&mut ta, 1, 6, t0 + ms(700)).is_some());
 }
+
+#[test]
+fn once_a_budget_is_reported_a_burst_goes_at_once_and_the_long_run_keeps_the_pace() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let config = DispatchConfig {
+        write_pace: 2.0,
+        write_reserve: 20,
+        write_burst: 3,
+        max_mutating_units_in_flight: 0,
+        ..DispatchConfig::unbatched()
+    };
+    let mut t = tracker_with(10, 1);
+    let mut d = Dispatcher::new(config.clone(), env());
+    observed(&mut d, &mut t, t0);
+    let create = d.next_unit(&mut t, 1, 2, t0).expect("the creation");
+    d.on_report(&mut t, 1, applied(create.work_id), t0);
+    // Before any budget is reported (an NRP that does not throttle), nothing is paced.
+    assert_eq!(d.batching_window(), None);
+    // A budget far above the reserve: the bucket of 3 writes goes at once, then 1 write per
+    // 500 ms, whatever the budget says.
+    d.note_remaining_writes(900);
+    let move_to = |t: &mut DiffTracker, l: u8| {
+        let location = format!("10.0.0.{l}");
+        t.set_endpoints(
+            "svc",
+            &[Endpoint {
+                address: "10.1.9.9",
+                location: &location,
+            }],
+        )
+        .unwrap();
+    };
+    let mut cut = Vec::new();
+    let mut now = t0;
+    for step in 0..6u64 {
+        move_to(&mut t, 20 + step as u8);
+        now = t0 + ms(10 * step);
+        if let Some(u) = d.next_unit(&mut t, 1, 10 + step, now) {
+            cut.push(step);
+            d.on_report(&mut t, 1, applied(u.work_id), now);
+        }
+    }
+    assert_eq!(cut, vec![0, 1, 2], "the burst, then held");
+    assert_eq!(d.batching_window(), Some(ms(500)));
+    let due = d.next_deadline(now).expect("the bucket's next write");
+    assert!(due > now && due <= t0 + ms(20) + ms(500), "{due:?}");
+    assert!(
+        d.next_unit(&mut t, 1, 30, due).is_some(),
+        "one write refilled"
+    );
+    assert!(d.next_unit(&mut t, 1, 31, due).is_none());
+    // Pacing off: no bucket either.
+    let mut off = Dispatcher::new(
+        DispatchConfig {
+            write_pace: 0.0,
+            ..config
+        },
+        env(),
+    );
+    off.note_remaining_writes(900);
+    assert_eq!(off.batching_window(), None);
+}
