@@ -126,8 +126,8 @@ pub struct Args {
 
     /// Once the workers reported a write budget (ARM throttles the subscription): the writes that
     /// may go at once before --write-pace binds (a bucket of this size refilled at the pace), so
-    /// ARM's 5-minute cap is never reached (100 + 300 s × 3/s = 1,000).
-    #[arg(long, env = "CLB_WRITE_BURST", default_value_t = 100)]
+    /// ARM's 5-minute cap is not reached (50 + 300 s × 3/s = 950 of its 1,000).
+    #[arg(long, env = "CLB_WRITE_BURST", default_value_t = 50)]
     pub write_burst: u32,
 
     /// Location units are held back while changes to locations keep arriving less than this

@@ -74,7 +74,9 @@ pub struct DispatchConfig {
     pub write_reserve: u32,
     /// Once a budget was reported, the writes that may go at once before the long-run pace
     /// (`write_pace`) binds: a bucket of this size refilled at the pace. ARM's 5-minute cap
-    /// (1,000 writes) is then never reached: burst + 300 s × 3/s = 1,000 at the defaults.
+    /// (1,000 writes) is then not reached: 50 + 300 s × 3/s = 950 at the defaults, a margin for
+    /// the estimate and for other writers of the subscription (with 100 it was exactly 1,000,
+    /// and a 5-minute run met one 429).
     pub write_burst: u32,
     /// Location units are held back while changes to locations keep arriving less than this
     /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units
@@ -98,7 +100,7 @@ impl Default for DispatchConfig {
             max_mutating_units_in_flight: 4,
             write_pace: 3.0,
             write_reserve: 20,
-            write_burst: 100,
+            write_burst: 50,
             batch_quiet: Duration::from_millis(3),
             batch_linger: Duration::from_millis(100),
         }
