@@ -17,6 +17,8 @@
 //! Synchronous and clock-injected (`now` is passed in), so it is tested without a runtime.
 
 mod batching;
+mod config;
+mod cut;
 mod env;
 mod flight;
 mod pacing;
@@ -31,93 +33,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::difftracker::dirty::DirtyQueue as Queue;
-use crate::difftracker::{
-    ActualSnapshot, DiffTracker, LocationDiff, ServiceAction, ServiceChange, ServiceStatus,
-    ServiceStep,
-};
+use crate::difftracker::{ActualSnapshot, DiffTracker, ServiceAction, ServiceChange, ServiceStep};
+pub use config::DispatchConfig;
+pub use cut::SPLIT_MIN_LOCATIONS;
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
 pub use pacing::WriteBudget;
 pub use unit::{Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
-
-/// Dispatcher settings.
-#[derive(Debug, Clone)]
-pub struct DispatchConfig {
-    /// How long a worker holds a unit.
-    pub lease: Duration,
-    /// Most locations in one unit. The REST specification bounds neither the locations nor the
-    /// addresses of an `updateAddressLocations` call; the address bound keeps a request small
-    /// (≈ 0.5 MB at 5,000 addresses) and is the one that binds.
-    pub max_locations_per_unit: usize,
-    /// Most addresses in one unit (a single larger location still goes, alone).
-    pub max_addresses_per_unit: usize,
-    /// Most service changes in one unit.
-    pub max_services_per_unit: usize,
-    /// First retry delay; doubles per attempt, with jitter.
-    pub retry_base: Duration,
-    /// Longest retry delay.
-    pub retry_max: Duration,
-    /// How often NRP is read back to repair drift.
-    pub anti_entropy_interval: Duration,
-    /// Most concurrent mutating NRP calls the units in flight for this gateway may make, whatever
-    /// the number of workers: a location unit's calls go one after the other (it counts 1), a service
-    /// unit's changes may go side by side (it counts one per change). 0 means no bound. Observes are
-    /// not counted.
-    pub max_mutating_units_in_flight: usize,
-    /// Pacing against the subscription's write budget (ARM's
-    /// `x-ms-ratelimit-remaining-subscription-writes`, reported by the workers): while the budget
-    /// is estimated below [`DispatchConfig::write_reserve`], mutating units start at most at this
-    /// many writes per second, and each carries what accumulated meanwhile (the batching window
-    /// widens instead of calls being refused). 0: no pacing. The default, 3/s, stays under NRP's
-    /// 1,000 writes per 5 minutes (3.33/s).
-    pub write_pace: f64,
-    /// The writes kept in reserve: pacing starts when the budget is estimated below it.
-    pub write_reserve: u32,
-    /// Once a budget was reported, the writes that may go at once before the long-run pace
-    /// (`write_pace`) binds: a bucket of this size refilled at the pace. ARM's 5-minute cap
-    /// (1,000 writes) is then not reached: 50 + 300 s × 3/s = 950 at the defaults, a margin for
-    /// the estimate and for other writers of the subscription (with 100 it was exactly 1,000,
-    /// and a 5-minute run met one 429).
-    pub write_burst: u32,
-    /// Location units are held back while changes to locations keep arriving less than this
-    /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units
-    /// rather than thin ones that each pay a call's fixed cost. An isolated change waits this long.
-    pub batch_quiet: Duration,
-    /// The longest a burst holds location units back, from its first change. Zero: no holding
-    /// (units are cut as soon as a slot is free).
-    pub batch_linger: Duration,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(30),
-            max_locations_per_unit: 1_000,
-            max_addresses_per_unit: 5_000,
-            max_services_per_unit: 16,
-            retry_base: Duration::from_millis(200),
-            retry_max: Duration::from_secs(30),
-            anti_entropy_interval: Duration::from_secs(300),
-            max_mutating_units_in_flight: 4,
-            write_pace: 3.0,
-            write_reserve: 20,
-            write_burst: 50,
-            batch_quiet: Duration::from_millis(3),
-            batch_linger: Duration::from_millis(100),
-        }
-    }
-}
-
-#[cfg(test)]
-impl DispatchConfig {
-    /// The defaults with batching off: units are cut as soon as a slot is free (for tests of
-    /// other behaviour, which cut at one instant).
-    pub(crate) fn unbatched() -> Self {
-        Self {
-            batch_linger: Duration::ZERO,
-            ..Self::default()
-        }
-    }
-}
 
 /// An error kept for status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,12 +143,6 @@ impl ObserveState {
 }
 
 const MAX_ERRORS: usize = 20;
-
-/// The fewest locations a backlog is split into a unit for, when it is spread over free slots.
-/// Each split costs one more write of the subscription's budget and a call's fixed latency
-/// (≈ 100 ms); it pays when the unit's per-address time (≈ 0.05 ms each) is comparable: 32
-/// locations of a typical ~40 changed addresses are ≈ 1,300 addresses, ≈ 64 ms.
-pub const SPLIT_MIN_LOCATIONS: usize = 32;
 
 /// Work units, leases, retries and anti-entropy for one gateway.
 #[derive(Debug)]
@@ -626,126 +541,6 @@ impl Dispatcher {
         }
     }
 
-    fn cut_services(
-        &mut self,
-        tracker: &DiffTracker,
-        now: Instant,
-        room: usize,
-        creations_only: bool,
-    ) -> Option<UnitWork> {
-        let mut changes: Vec<ServiceChange> = Vec::new();
-        let max = self.config.max_services_per_unit.max(1).min(room);
-        let mut keep = Vec::new();
-        while changes.len() < max {
-            let Some(name) = self.pending_services.pop() else {
-                break;
-            };
-            let key = Key::Service(name.clone());
-            if !self.ready(&key, now) {
-                keep.push(name);
-                continue;
-            }
-            match tracker.service_status(&name) {
-                ServiceStatus::Pending(change) => {
-                    let referenced =
-                        self.service_refs_in_flight.get(&name).copied().unwrap_or(0) > 0;
-                    if change.action == ServiceAction::Delete && (referenced || creations_only) {
-                        keep.push(name);
-                    } else {
-                        self.busy.insert(key);
-                        changes.push(change);
-                    }
-                }
-                _ => {
-                    // In sync, draining or withheld: it is dirtied again when that changes.
-                    self.pending_since.remove(&key);
-                    self.failing.remove(&key);
-                    self.dispatches.remove(&key);
-                }
-            }
-        }
-        for name in keep.into_iter().rev() {
-            self.pending_services.push_front(name);
-        }
-        (!changes.is_empty()).then_some(UnitWork::Services(changes))
-    }
-
-    /// Cuts a location unit: the pending locations in order, up to the unit bounds and to this
-    /// unit's share of what waits (`slots` free mutating slots: a large backlog is spread over
-    /// them, so one wave carries it rather than one wide unit and idle slots; a small one stays
-    /// whole, see [`SPLIT_MIN_LOCATIONS`]).
-    fn cut_locations(
-        &mut self,
-        tracker: &DiffTracker,
-        now: Instant,
-        slots: usize,
-    ) -> Option<UnitWork> {
-        let mut diffs: Vec<LocationDiff> = Vec::new();
-        let mut addresses = 0usize;
-        let mut keep = Vec::new();
-        let mut scanned = 0usize;
-        let budget = self.pending_locations.len();
-        let units = slots.min(budget / SPLIT_MIN_LOCATIONS).max(1);
-        let share = budget.div_ceil(units);
-        let most = self.config.max_locations_per_unit.clamp(1, share.max(1));
-        while diffs.len() < most && scanned < budget {
-            let Some(location) = self.pending_locations.pop() else {
-                break;
-            };
-            scanned += 1;
-            let key = Key::Location(location);
-            if !self.ready(&key, now) {
-                keep.push(location);
-                continue;
-            }
-            let in_flight = self.flight.holds(location);
-            let Some(diff) = tracker.location_diff(location) else {
-                if in_flight {
-                    // What is in flight may land other than now desired: looked at again after.
-                    keep.push(location);
-                    continue;
-                }
-                self.pending_since.remove(&key);
-                self.failing.remove(&key);
-                self.backoff.remove(&key);
-                self.dispatches.remove(&key);
-                continue;
-            };
-            let admitted = self.flight.admit(diff);
-            if admitted.held_back || in_flight {
-                keep.push(location);
-            }
-            let Some(diff) = admitted.diff else {
-                continue;
-            };
-            if !diffs.is_empty()
-                && addresses + diff.addresses.len() > self.config.max_addresses_per_unit
-            {
-                if !admitted.held_back && !in_flight {
-                    keep.push(location);
-                }
-                break;
-            }
-            addresses += diff.addresses.len();
-            self.flight.take(&diff);
-            diffs.push(diff);
-        }
-        for location in keep.into_iter().rev() {
-            self.pending_locations.push_front(location);
-        }
-        if diffs.is_empty() {
-            return None;
-        }
-        self.batching.cut();
-        for name in diffs
-            .iter()
-            .flat_map(|d| d.addresses.iter().flat_map(|a| a.services.iter()))
-        {
-            *self.service_refs_in_flight.entry(name.clone()).or_default() += 1;
-        }
-        Some(UnitWork::Locations(diffs))
-    }
-
     /// Frees what a unit held and returns it.
     fn finish(&mut self, work_id: u64) -> Option<InFlight> {
         let unit = self.in_flight.remove(&work_id)?;
@@ -852,6 +647,10 @@ impl UnitWork {
     }
 }
 
+#[cfg(test)]
+mod cut_tests;
+#[cfg(test)]
+mod pacing_tests;
 #[cfg(test)]
 mod repair_tests;
 #[cfg(test)]

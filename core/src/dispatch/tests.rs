@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::difftracker::{Endpoint, Operation};
 
-fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
+pub(super) fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
     let u = d.next_unit(t, 1, 1, now).expect("observe first");
     assert_eq!(u.work, UnitWork::Observe);
     d.on_report(
@@ -25,11 +25,11 @@ fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
     assert!(d.nrp_observed());
 }
 
-fn env() -> DispatchEnv {
+pub(super) fn env() -> DispatchEnv {
     DispatchEnv::new(Instant::now(), 1_700_000_000_000, 42)
 }
 
-fn applied(work_id: u64) -> Report {
+pub(super) fn applied(work_id: u64) -> Report {
     Report {
         work_id,
         applied: vec![],
@@ -38,7 +38,7 @@ fn applied(work_id: u64) -> Report {
     }
 }
 
-fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
+pub(super) fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
     let eps: Vec<(String, String)> = (1..=locations)
@@ -89,53 +89,6 @@ fn locations_are_packed_up_to_the_address_limit() {
 }
 
 #[test]
-fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
-    let now = Instant::now();
-    let mut t = tracker_with(100, 1);
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_mutating_units_in_flight: 4,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, now);
-    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
-    assert!(matches!(s.work, UnitWork::Services(_)));
-    d.on_report(&mut t, 1, applied(2), now);
-    let mut sizes = Vec::new();
-    for id in 3..10 {
-        let Some(u) = d.next_unit(&mut t, 1, id, now) else {
-            break;
-        };
-        sizes.push(u.work.len());
-    }
-    // 100 locations, 4 free slots, at least 32 locations a split: 3 units of 34, 33, 33 — one
-    // wave, no unit thinner than a split is worth.
-    assert_eq!(sizes, vec![34, 33, 33]);
-    assert!(d.next_unit(&mut t, 1, 10, now).is_none(), "nothing is left");
-}
-
-#[test]
-fn a_small_backlog_stays_whole_whatever_the_free_slots() {
-    let now = Instant::now();
-    let mut t = tracker_with(40, 1);
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_mutating_units_in_flight: 4,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, now);
-    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
-    d.on_report(&mut t, 1, applied(s.work_id), now);
-    // 40 locations: splitting them would cost writes for little time; one unit.
-    let u = d.next_unit(&mut t, 1, 3, now).expect("a location unit");
-    assert_eq!(u.work.len(), 40);
-}
-
-#[test]
 fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
     let now = Instant::now();
     let mut t = tracker_with(1, 1);
@@ -171,58 +124,6 @@ fn one_unit_per_location_and_a_changed_location_is_recut_after_its_result() {
         panic!()
     };
     assert_eq!(diffs[0].addresses.len(), 1, "only the new address is sent");
-}
-
-#[test]
-fn a_partial_update_in_flight_holds_its_addresses_only() {
-    let now = Instant::now();
-    let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
-    observed(&mut d, &mut t, now);
-    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
-    d.on_report(&mut t, 1, applied(s.work_id), now);
-    // The location's first programming (a full replacement) goes and lands.
-    let first = d.next_unit(&mut t, 1, 3, now).unwrap();
-    d.on_report(&mut t, 1, applied(first.work_id), now);
-    let eps = |addresses: &[&'static str]| -> Vec<Endpoint<'static>> {
-        addresses
-            .iter()
-            .map(|a| Endpoint {
-                address: a,
-                location: "10.0.0.1",
-            })
-            .collect()
-    };
-    // .2 joins: a partial update of the location.
-    t.set_endpoints("svc", &eps(&["10.1.1.1", "10.1.1.2"]))
-        .unwrap();
-    let second = d.next_unit(&mut t, 1, 4, now).unwrap();
-    let carried = |u: &Unit| -> Vec<String> {
-        let UnitWork::Locations(diffs) = &u.work else {
-            panic!("{u:?}")
-        };
-        diffs[0]
-            .addresses
-            .iter()
-            .map(|a| a.address.to_string())
-            .collect()
-    };
-    assert_eq!(carried(&second), ["10.1.1.2"]);
-    // While it is in flight, .3 joins and .2 leaves again: .3 goes at once beside it, .2's
-    // removal waits for the unit that carries .2.
-    t.set_endpoints("svc", &eps(&["10.1.1.1", "10.1.1.3"]))
-        .unwrap();
-    let third = d.next_unit(&mut t, 2, 5, now).expect(".3 goes beside");
-    assert_eq!(carried(&third), ["10.1.1.3"]);
-    assert!(d.next_unit(&mut t, 2, 6, now).is_none(), ".2 is in flight");
-    d.on_report(&mut t, 1, applied(second.work_id), now);
-    let fourth = d.next_unit(&mut t, 1, 7, now).expect(".2's removal");
-    assert_eq!(carried(&fourth), ["10.1.1.2"]);
-    d.on_report(&mut t, 2, applied(third.work_id), now);
-    d.on_report(&mut t, 1, applied(fourth.work_id), now);
-    assert!(d.next_unit(&mut t, 1, 8, now).is_none());
-    let diff = t.pending_diff();
-    assert!(diff.locations.is_empty(), "{diff:?}");
 }
 
 #[test]
@@ -776,206 +677,4 @@ fn the_observer_is_told_how_long_an_accepted_change_was_pending() {
             ("locations", Duration::from_secs(61)),
         ]
     );
-}
-
-#[test]
-fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated() {
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let mut t = tracker_with(20, 1);
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_locations_per_unit: 100,
-            write_pace: 2.0,
-            write_reserve: 20,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, t0);
-    // No budget reported: no pacing; the service's creation goes at once.
-    assert_eq!(d.batching_window(), None);
-    let create = d.next_unit(&mut t, 1, 2, t0).expect("the creation");
-    assert!(matches!(create.work, UnitWork::Services(_)));
-    d.on_report(&mut t, 1, applied(create.work_id), t0);
-    // A worker saw 5 writes left: below the reserve, mutating units start 1 / 2 s = 500 ms apart.
-    d.note_remaining_writes(5);
-    assert_eq!(d.batching_window(), Some(ms(500)));
-    assert!(
-        d.next_unit(&mut t, 1, 3, t0 + ms(100)).is_none(),
-        "held by the window"
-    );
-    assert_eq!(d.next_deadline(t0 + ms(100)), Some(t0 + ms(500)));
-    let first = d
-        .next_unit(&mut t, 1, 4, t0 + ms(500))
-        .expect("the window passed");
-    assert_eq!(
-        first.work.len(),
-        20,
-        "every location that waited, in one unit"
-    );
-    d.on_report(&mut t, 1, applied(first.work_id), t0 + ms(500));
-    // 30 more locations change while the next window runs: they go together when it ends.
-    let eps: Vec<(String, String)> = (1..=50)
-        .map(|l| (format!("10.1.{l}.1"), format!("10.0.0.{l}")))
-        .collect();
-    let eps: Vec<Endpoint> = eps
-        .iter()
-        .map(|(a, l)| Endpoint {
-            address: a,
-            location: l,
-        })
-        .collect();
-    t.set_endpoints("svc", &eps).unwrap();
-    assert!(d.next_unit(&mut t, 1, 5, t0 + ms(600)).is_none());
-    assert_eq!(d.next_deadline(t0 + ms(600)), Some(t0 + ms(1000)));
-    let next = d
-        .next_unit(&mut t, 1, 6, t0 + ms(1000))
-        .expect("the window passed");
-    assert_eq!(next.work.len(), 30);
-    // Spent out by the estimate: half the pace until a report says otherwise.
-    d.note_remaining_writes(0);
-    assert_eq!(d.batching_window(), Some(ms(1000)));
-    // A report is read less the other units in flight: 21 left, 2 others in flight → 19, under
-    // the reserve of 20.
-    let (mut t2, mut d2) = (
-        tracker_with(3, 1),
-        Dispatcher::new(d.config().clone(), env()),
-    );
-    observed(&mut d2, &mut t2, t0);
-    let c = d2.next_unit(&mut t2, 1, 2, t0).expect("the creation");
-    d2.on_report(&mut t2, 1, applied(c.work_id), t0);
-    for l in 1..=3u8 {
-        t2.set_endpoints(
-            "svc",
-            &[Endpoint {
-                address: "10.1.9.9",
-                location: ["10.0.0.1", "10.0.0.2", "10.0.0.3"][usize::from(l - 1)],
-            }],
-        )
-        .unwrap();
-        assert!(d2.next_unit(&mut t2, 1, 10 + u64::from(l), t0).is_some());
-    }
-    d2.note_remaining_writes(21);
-    assert_eq!(d2.batching_window(), Some(ms(500)));
-    // A report with a full budget ends the pacing.
-    d.note_remaining_writes(150);
-    assert_eq!(d.batching_window(), None);
-    // Pacing off: no window whatever the budget.
-    let mut off = Dispatcher::new(
-        DispatchConfig {
-            write_pace: 0.0,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    off.note_remaining_writes(0);
-    assert_eq!(off.batching_window(), None);
-}
-
-#[test]
-fn gateways_sharing_a_subscription_share_its_write_budget_and_its_pace() {
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let config = DispatchConfig {
-        write_pace: 2.0,
-        write_reserve: 20,
-        ..DispatchConfig::unbatched()
-    };
-    let budget = WriteBudget::new();
-    let mut west = Dispatcher::new(config.clone(), env());
-    let mut east = Dispatcher::new(config.clone(), env());
-    let mut alone = Dispatcher::new(config, env());
-    west.share_write_budget(budget.clone());
-    east.share_write_budget(budget.clone());
-    assert!(west.write_budget().same_as(east.write_budget()));
-    assert!(!alone.write_budget().same_as(&budget));
-    let (mut tw, mut te, mut ta) = (tracker_with(3, 1), tracker_with(3, 1), tracker_with(3, 1));
-    for (d, t) in [
-        (&mut west, &mut tw),
-        (&mut east, &mut te),
-        (&mut alone, &mut ta),
-    ] {
-        observed(d, t, t0);
-        let create = d.next_unit(t, 1, 2, t0).expect("the creation");
-        d.on_report(t, 1, applied(create.work_id), t0);
-    }
-    // A worker of the west gateway saw 5 writes left: the east gateway paces too, another
-    // subscription's does not.
-    west.note_remaining_writes(5);
-    assert_eq!(east.batching_window(), Some(ms(500)));
-    assert_eq!(alone.batching_window(), None);
-    // The pace is the subscription's: once the west gateway cut a unit, the east one waits.
-    let w = west.next_unit(&mut tw, 1, 3, t0 + ms(600));
-    assert!(w.is_some(), "the first unit after the window");
-    assert!(
-        east.next_unit(&mut te, 1, 4, t0 + ms(700)).is_none(),
-        "the subscription's next write is 500 ms after the west one"
-    );
-    assert_eq!(east.next_deadline(t0 + ms(700)), Some(t0 + ms(1100)));
-    assert!(east.next_unit(&mut te, 1, 5, t0 + ms(1100)).is_some());
-    assert!(alone.next_unit(&mut ta, 1, 6, t0 + ms(700)).is_some());
-}
-
-#[test]
-fn once_a_budget_is_reported_a_burst_goes_at_once_and_the_long_run_keeps_the_pace() {
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let config = DispatchConfig {
-        write_pace: 2.0,
-        write_reserve: 20,
-        write_burst: 3,
-        max_mutating_units_in_flight: 0,
-        ..DispatchConfig::unbatched()
-    };
-    let mut t = tracker_with(10, 1);
-    let mut d = Dispatcher::new(config.clone(), env());
-    observed(&mut d, &mut t, t0);
-    let create = d.next_unit(&mut t, 1, 2, t0).expect("the creation");
-    d.on_report(&mut t, 1, applied(create.work_id), t0);
-    // Before any budget is reported (an NRP that does not throttle), nothing is paced.
-    assert_eq!(d.batching_window(), None);
-    // A budget far above the reserve: the bucket of 3 writes goes at once, then 1 write per
-    // 500 ms, whatever the budget says.
-    d.note_remaining_writes(900);
-    let move_to = |t: &mut DiffTracker, l: u8| {
-        let location = format!("10.0.0.{l}");
-        t.set_endpoints(
-            "svc",
-            &[Endpoint {
-                address: "10.1.9.9",
-                location: &location,
-            }],
-        )
-        .unwrap();
-    };
-    let mut cut = Vec::new();
-    let mut now = t0;
-    for step in 0..6u64 {
-        move_to(&mut t, 20 + step as u8);
-        now = t0 + ms(10 * step);
-        if let Some(u) = d.next_unit(&mut t, 1, 10 + step, now) {
-            cut.push(step);
-            d.on_report(&mut t, 1, applied(u.work_id), now);
-        }
-    }
-    assert_eq!(cut, vec![0, 1, 2], "the burst, then held");
-    assert_eq!(d.batching_window(), Some(ms(500)));
-    let due = d.next_deadline(now).expect("the bucket's next write");
-    assert!(due > now && due <= t0 + ms(20) + ms(500), "{due:?}");
-    assert!(
-        d.next_unit(&mut t, 1, 30, due).is_some(),
-        "one write refilled"
-    );
-    assert!(d.next_unit(&mut t, 1, 31, due).is_none());
-    // Pacing off: no bucket either.
-    let mut off = Dispatcher::new(
-        DispatchConfig {
-            write_pace: 0.0,
-            ..config
-        },
-        env(),
-    );
-    off.note_remaining_writes(900);
-    assert_eq!(off.batching_window(), None);
 }
