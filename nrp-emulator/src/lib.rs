@@ -46,6 +46,7 @@ mod faults;
 mod gateway;
 mod http;
 mod lro;
+mod natlink;
 pub mod metrics;
 mod ops;
 mod resources;
