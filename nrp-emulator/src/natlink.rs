@@ -34,7 +34,11 @@ impl NrpState {
                 ),
             ));
         }
-        let link = body.properties.service_gateway.as_ref().map(|s| s.id.as_str());
+        let link = body
+            .properties
+            .service_gateway
+            .as_ref()
+            .map(|s| s.id.as_str());
         if let Some(link) = link {
             if !sku.is_some_and(|s| s.eq_ignore_ascii_case(STANDARD_V2)) {
                 return Err(EmulatorError::bad_request(
@@ -110,16 +114,14 @@ impl NrpState {
             return Ok(());
         };
         match &n.properties.service_gateway {
-            Some(link) if key_str(&link.id) != key_of(gateway) => {
-                Err(EmulatorError::bad_request(
-                    "NatGatewayLinkedToAnotherServiceGateway",
-                    format!(
-                        "service '{service}': NAT gateway '{nat}' is linked to service gateway \
+            Some(link) if key_str(&link.id) != key_of(gateway) => Err(EmulatorError::bad_request(
+                "NatGatewayLinkedToAnotherServiceGateway",
+                format!(
+                    "service '{service}': NAT gateway '{nat}' is linked to service gateway \
                          '{}', not to '{}'",
-                        link.id, gateway.name
-                    ),
-                ))
-            }
+                    link.id, gateway.name
+                ),
+            )),
             _ => Ok(()),
         }
     }

@@ -429,7 +429,8 @@ impl Nrp for MeteredNrp {
     ) -> Result<NatGateway, NrpError> {
         self.call(
             "put_nat_gateway_in",
-            self.inner.put_nat_gateway_in(resource_group, name, body, opts),
+            self.inner
+                .put_nat_gateway_in(resource_group, name, body, opts),
         )
         .await
     }

@@ -420,7 +420,10 @@ impl ArmClient {
 
     /// The URL of the NAT gateway `name` in the resource group `resource_group`.
     fn nat_gateway_url_in(&self, resource_group: &str, name: &str) -> Result<Url, NrpError> {
-        for (what, v) in [("resource group", resource_group), ("natGateways name", name)] {
+        for (what, v) in [
+            ("resource group", resource_group),
+            ("natGateways name", name),
+        ] {
             if v.trim().is_empty() {
                 return Err(NrpError::Validation {
                     code: "InvalidResourceName".into(),

@@ -45,7 +45,10 @@ impl fmt::Debug for GatewayTarget {
             .field("resource_name", &self.resource_name)
             .field("region", &self.region)
             .field("virtual_network_id", &self.virtual_network_id)
-            .field("nat_gateway_resource_group", &self.nat_gateway_resource_group)
+            .field(
+                "nat_gateway_resource_group",
+                &self.nat_gateway_resource_group,
+            )
             .finish_non_exhaustive()
     }
 }
