@@ -320,3 +320,47 @@ async fn a_standard_nat_gateway_is_refused_and_a_missing_one_is_reported_not_cre
     );
     h.shutdown().await;
 }
+
+/// The egress went while the state server was down: the new server knows the service only from
+/// NRP (not which NAT gateway it uses); the worker reads it from the registration, and unlinks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_egress_gone_during_a_restart_is_unlinked_from_what_nrp_says() {
+    let log = DeletionLog::new();
+    let mut h = start(&log).await;
+    let before = make_nat_gateway(&h, "byo-natgw", "StandardV2").await;
+    let mut watcher = h.watcher().await;
+    watcher
+        .resync_ok(pods("egress-a", "byo-natgw", &["10.1.0.1"]))
+        .await;
+    wait_for("the egress registered", || {
+        addresses_of(&h, "egress-a").len() == 1
+    })
+    .await;
+    for id in h.restart_server_without_workers().await {
+        h.spawn_worker_with(&id, |n| log.wrap(n));
+    }
+    let mut watcher = h.watcher().await;
+    watcher.resync_ok(Vec::new()).await;
+    wait_for(
+        "the egress unregistered and its NAT gateway unlinked",
+        || {
+            !registered(&h).contains_key("egress-a")
+                && nat_in_emulator(&h, "byo-natgw")
+                    .is_some_and(|n| n.properties.service_gateway.is_none())
+        },
+    )
+    .await;
+    h.wait_idle(PATIENCE).await.expect("idle");
+    assert_eq!(nat_in_emulator(&h, "byo-natgw"), Some(before));
+    let deleted: Vec<String> = log
+        .entries()
+        .iter()
+        .map(|d| format!("{} {}", d.what, d.name))
+        .collect();
+    assert_eq!(
+        deleted,
+        ["unregister egress-a"],
+        "no DELETE of the NAT gateway"
+    );
+    h.shutdown().await;
+}
