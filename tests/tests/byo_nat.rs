@@ -300,6 +300,18 @@ async fn a_standard_nat_gateway_is_refused_and_a_missing_one_is_reported_not_cre
     let lists = list_calls(&h);
     wait_for("two read-backs", || list_calls(&h) >= lists + 2).await;
     assert_eq!(h.gateway_status().await.parked_units, 2);
+    // Counted by code in the state server's metrics.
+    let metrics = h.server().state.metrics().encode_prometheus();
+    for code in ["NatGatewayNotStandardV2", "NatGatewayNotFound"] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("clb_server_units_total")
+                    && l.contains(&format!("code=\"{code}\""))
+                    && !l.ends_with(" 0")),
+            "{code}: {metrics}"
+        );
+    }
     let reg = registered(&h);
     assert!(
         !reg.contains_key("egress-std") && !reg.contains_key("egress-gone"),
