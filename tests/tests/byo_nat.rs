@@ -376,3 +376,67 @@ async fn an_egress_gone_during_a_restart_is_unlinked_from_what_nrp_says() {
     );
     h.shutdown().await;
 }
+
+/// The annotation changed while the state server was down: the new server, which knows only the
+/// egress's name from NRP, binds it to the new name and sends its creation again: the registration
+/// moves to the new NAT gateway and the old one is unlinked (neither is deleted); when the egress
+/// goes, the NAT gateway NRP's registration names is the one unlinked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registered_nat_gateway_is_the_one_unlinked() {
+    let log = DeletionLog::new();
+    let mut h = start(&log).await;
+    let first = make_nat_gateway(&h, "byo-first", "StandardV2").await;
+    let second = make_nat_gateway(&h, "byo-second", "StandardV2").await;
+    let mut watcher = h.watcher().await;
+    watcher
+        .resync_ok(pods("egress-a", "byo-first", &["10.1.0.1"]))
+        .await;
+    wait_for("the egress registered", || {
+        addresses_of(&h, "egress-a").len() == 1
+    })
+    .await;
+    for id in h.restart_server_without_workers().await {
+        h.spawn_worker_with(&id, |n| log.wrap(n));
+    }
+    let mut watcher = h.watcher().await;
+    watcher
+        .resync_ok(pods("egress-a", "byo-second", &["10.1.0.1"]))
+        .await;
+    wait_for("the registration moved and the first unlinked", || {
+        registered(&h)
+            .get("egress-a")
+            .is_some_and(|id| id.ends_with("/byo-second"))
+            && nat_in_emulator(&h, "byo-first").as_ref() == Some(&first)
+    })
+    .await;
+    h.wait_idle(PATIENCE).await.expect("idle");
+    assert_eq!(addresses_of(&h, "egress-a").len(), 1);
+    watcher
+        .apply_ok(vec![updates::pod_remove(
+            "10.1.0.1",
+            "10.0.0.1",
+            "apps/10.1.0.1",
+            "10.1.0.1",
+        )])
+        .await;
+    wait_for("the registered NAT gateway unlinked", || {
+        !registered(&h).contains_key("egress-a")
+            && nat_in_emulator(&h, "byo-second")
+                .is_some_and(|n| n.properties.service_gateway.is_none())
+    })
+    .await;
+    h.wait_idle(PATIENCE).await.expect("idle");
+    assert_eq!(nat_in_emulator(&h, "byo-first"), Some(first));
+    assert_eq!(nat_in_emulator(&h, "byo-second"), Some(second));
+    let deleted: Vec<String> = log
+        .entries()
+        .iter()
+        .map(|d| format!("{} {}", d.what, d.name))
+        .collect();
+    assert_eq!(
+        deleted,
+        ["unregister egress-a"],
+        "no DELETE of a NAT gateway"
+    );
+    h.shutdown().await;
+}

@@ -9,7 +9,8 @@
 //! Once NRP no longer has the egress, the next pod binds it anew.
 //!
 //! An identity known only from NRP (observed after a restart) has no binding yet (`nat_known`
-//! false): the first pod binds it. The NAT gateway travels with the service changes of the
+//! false): the first pod binds it, and when it brings a NAT gateway its creation is sent again
+//! (the server does not know which NAT gateway NRP registered it with; the saga is idempotent). The NAT gateway travels with the service changes of the
 //! identity (`ServiceChange::nat_gateway`), the deletion's included, so that the worker unlinks
 //! a brought NAT gateway instead of deleting one it owns. The core knows nothing of Azure beyond
 //! the name: the worker checks the NAT gateway itself.
@@ -74,8 +75,17 @@ impl DiffTracker {
                 },
             ));
         }
+        // Known only from NRP (a restart): which NAT gateway it is registered with is not known, so
+        // an egress that brings one is created again (the saga is idempotent: it links the NAT
+        // gateway if need be, and moves the registration to it, letting the other one go).
+        let recreate = e.actual.is_some() && !e.nat_known && !given.is_empty();
         e.nat_gateway = (!given.is_empty()).then(|| given.into());
         e.nat_known = true;
+        if recreate {
+            e.reprogram = true;
+            self.revision += 1;
+            self.dirty_service(sid);
+        }
         Ok(())
     }
 

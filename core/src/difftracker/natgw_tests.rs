@@ -137,6 +137,48 @@ fn an_egress_only_observed_is_bound_by_its_first_pod() {
     t.update_pod(Operation::Add, &pod("10.1.0.1", "eg", "natgw-a"))
         .unwrap();
     assert_eq!(t.egress_nat_gateway("eg"), Some("natgw-a"));
-    // NRP has it: no creation, and nothing is done to the NAT gateway.
+    // NRP has it, with a NAT gateway the tracker does not know: created again (idempotent), once.
+    let again = services(&t);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].action, ServiceAction::Create);
+    assert_eq!(again[0].nat_gateway.as_deref(), Some("natgw-a"));
+    t.record_service_applied(&again[0]).unwrap();
+    assert!(services(&t).is_empty(), "{:?}", services(&t));
+    // Another pod of the same egress changes nothing more.
+    t.update_pod(Operation::Add, &pod("10.1.0.2", "eg", "natgw-a"))
+        .unwrap();
+    assert!(services(&t).is_empty(), "{:?}", services(&t));
+}
+
+#[test]
+fn an_egress_bound_before_it_is_observed_is_created_again_once() {
+    let mut t = DiffTracker::new();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "eg", "natgw-a"))
+        .unwrap();
+    let snapshot = ActualSnapshot {
+        load_balancers: Vec::new(),
+        nat_gateways: vec!["eg".into()],
+        locations: Vec::new(),
+    };
+    t.observe(&snapshot).unwrap();
+    let again = services(&t);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].nat_gateway.as_deref(), Some("natgw-a"));
+    t.record_service_applied(&again[0]).unwrap();
+    t.observe(&snapshot).unwrap();
+    assert!(services(&t).is_empty(), "{:?}", services(&t));
+}
+
+#[test]
+fn an_egress_only_observed_without_a_brought_nat_gateway_is_not_created_again() {
+    let mut t = DiffTracker::new();
+    t.observe(&ActualSnapshot {
+        load_balancers: Vec::new(),
+        nat_gateways: vec!["eg".into()],
+        locations: Vec::new(),
+    })
+    .unwrap();
+    t.update_pod(Operation::Add, &pod("10.1.0.1", "eg", ""))
+        .unwrap();
     assert!(services(&t).is_empty(), "{:?}", services(&t));
 }

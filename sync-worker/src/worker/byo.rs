@@ -8,10 +8,15 @@
 //!   `properties.serviceGateway` on what the GET returned (a read-modify-write: its public IPs,
 //!   tags and every other field go back as they were; no PUT when it is linked already), then
 //!   register the service with it. No public IP is created: the brought NAT gateway has its own.
+//!   When the registration named another NAT gateway (the annotation changed while the state
+//!   server was down: after a restart it knows only the egress's name and sends the creation
+//!   again), that one is let go after the registration moved: unlinked when brought, deleted
+//!   (with its public IP) when it is the one clb made.
 //! - delete: unregister the service first (NRP refuses to unlink a NAT gateway a registration
-//!   uses), then unlink it (`properties.serviceGateway` removed, nothing else); never DELETE. A
-//!   deletion that does not know the NAT gateway (after a restart, the server learns only the
-//!   service's name from NRP) reads it from the service's registration before unregistering.
+//!   uses), then unlink it (`properties.serviceGateway` removed, nothing else); never DELETE. Which
+//!   NAT gateway is read from the service's registration before unregistering (after a restart the
+//!   server knows only the service's name from NRP); the change's name serves when the registration
+//!   is already gone.
 //!
 //! Each refusal is its change's error (parked until the egress's desired state changes) with a
 //! code of its own, counted by the state server in `clb_server_units_total{code}`.
@@ -144,49 +149,89 @@ pub(crate) async fn create(
         progress.reached(v1::ServiceStep::Resources, &linked);
         linked?;
     }
-    let req = update(false, GatewayService::outbound(&change.name, nat_id));
+    // Registered already with another NAT gateway (its pods' annotation changed while the state
+    // server was down, which knew only the name after its restart): the registration moves to this
+    // one, then the other is let go: unlinked when brought, deleted when clb's own.
+    let previous = registered_nat(ctx, &change.name)
+        .await?
+        .flatten()
+        .filter(|old| !old.to_string().eq_ignore_ascii_case(&nat_id));
+    let req = update(false, GatewayService::outbound(&change.name, &nat_id));
     ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
-        .await
+        .await?;
+    match previous {
+        Some(old) if is_own(&old, &gateway, &change.name) => {
+            tracing::info!(egress = %change.name, "the egress now brings its NAT gateway: deleting the one clb made");
+            let gone = |r: Result<(), UnitError>| match r {
+                Err(e) if e.is_not_found() => Ok(()),
+                r => r,
+            };
+            gone(
+                ctx.mutate(|o| ctx.nrp().delete_nat_gateway(&old.name, o))
+                    .await,
+            )?;
+            let pip = super::services::public_ip_name(&change.name);
+            gone(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
+        }
+        Some(old) => unlink(ctx, &gateway, &old).await,
+        None => Ok(()),
+    }
 }
 
-/// The NAT gateway an outbound service's deletion must unlink, if it is brought: the change's
-/// (with the configured resource group), else the one its registration names when that is not
-/// the NAT gateway clb creates for it (`natgw-{name}` in the gateway's resource group). `None`:
-/// clb's own, or nothing registered.
+/// Whether `nat` is the NAT gateway clb creates for egress `name` (`natgw-{name}` in the
+/// gateway's resource group).
+fn is_own(nat: &ResourceId, gateway: &ResourceId, name: &str) -> bool {
+    nat.resource_group
+        .eq_ignore_ascii_case(&gateway.resource_group)
+        && nat.name.eq_ignore_ascii_case(&nat_gateway_name(name))
+}
+
+/// The NAT gateway of the registration of service `name`: `None` when it is not registered,
+/// `Some(None)` when the registration names none that parses.
+async fn registered_nat(
+    ctx: &UnitCtx<'_>,
+    name: &str,
+) -> Result<Option<Option<ResourceId>>, UnitError> {
+    let services: Vec<GatewayService> = ctx
+        .read(|o| ctx.nrp().list_services(ctx.resource(), o))
+        .await?;
+    Ok(services
+        .iter()
+        .find(|s| s.name.eq_ignore_ascii_case(name))
+        .map(|s| {
+            s.properties
+                .public_nat_gateway_id
+                .as_deref()
+                .and_then(|id| ResourceId::parse(id).ok())
+        }))
+}
+
+/// The NAT gateway an outbound service's deletion must unlink, if it is brought: the one its
+/// registration names when that is not the NAT gateway clb creates for it (`natgw-{name}` in the
+/// gateway's resource group) — what NRP holds wins, so an annotation changed while the state server
+/// was down does not leave the registered one linked — else, with no registration left (a retry
+/// after the unregistration), the change's (in the configured resource group). `None`: clb's own,
+/// or nothing to unlink.
 pub(crate) async fn brought(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
 ) -> Result<Option<(ResourceId, ResourceId)>, UnitError> {
     let gateway = gateway_id(ctx).await?;
-    if !change.nat_gateway.is_empty() {
-        let Some(rg) = ctx.nat_gateway_resource_group() else {
-            return Ok(None);
-        };
-        let id = ResourceId::new(
-            &gateway.subscription,
-            rg,
-            ResourceKind::NatGateway,
-            &change.nat_gateway,
-        );
-        return Ok(Some((gateway, id)));
-    }
-    let services: Vec<GatewayService> = ctx
-        .read(|o| ctx.nrp().list_services(ctx.resource(), o))
-        .await?;
-    let registered = services
-        .iter()
-        .find(|s| s.name.eq_ignore_ascii_case(&change.name))
-        .and_then(|s| s.properties.public_nat_gateway_id.as_deref())
-        .and_then(|id| ResourceId::parse(id).ok());
-    Ok(registered
-        .filter(|id| {
-            !(id.resource_group
-                .eq_ignore_ascii_case(&gateway.resource_group)
-                && id
-                    .name
-                    .eq_ignore_ascii_case(&nat_gateway_name(&change.name)))
-        })
-        .map(|id| (gateway, id)))
+    let registered = registered_nat(ctx, &change.name).await?;
+    let nat = match registered {
+        Some(Some(id)) => Some(id).filter(|id| !is_own(id, &gateway, &change.name)),
+        Some(None) => None,
+        None if change.nat_gateway.is_empty() => None,
+        None => ctx.nat_gateway_resource_group().map(|rg| {
+            ResourceId::new(
+                &gateway.subscription,
+                rg,
+                ResourceKind::NatGateway,
+                &change.nat_gateway,
+            )
+        }),
+    };
+    Ok(nat.map(|id| (gateway, id)))
 }
 
 /// Removes the link of the brought NAT gateway `nat` to `gateway` (nothing else of it changes);
