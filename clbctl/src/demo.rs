@@ -112,6 +112,7 @@ impl DemoConfig {
 
     fn options(&self) -> Options {
         Options {
+            nat_gateway_resource_group: None,
             workers: self.workers,
             worker_capacity: 4,
             worker_limits: Limits {

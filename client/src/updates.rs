@@ -110,6 +110,23 @@ pub fn pod_add(address: &str, location: &str, outbound: &str, key: &str, uid: &s
     pod(Operation::Add, address, location, outbound, key, uid)
 }
 
+/// [`pod_add`] of a pod whose egress brings the NAT gateway `nat_gateway` (the pod annotation
+/// `clb.azure.com/nat-gateway`; empty: clb owns the egress's NAT gateway).
+pub fn pod_add_bringing(
+    address: &str,
+    location: &str,
+    outbound: &str,
+    key: &str,
+    uid: &str,
+    nat_gateway: &str,
+) -> Update {
+    let mut update = pod(Operation::Add, address, location, outbound, key, uid);
+    if let Some(Kind::Pod(p)) = &mut update.kind {
+        p.nat_gateway = nat_gateway.to_owned();
+    }
+    update
+}
+
 /// The pod at `address` on `location` is gone.
 pub fn pod_remove(address: &str, location: &str, key: &str, uid: &str) -> Update {
     pod(Operation::Remove, address, location, "", key, uid)
@@ -131,6 +148,7 @@ fn pod(
             outbound_identity: outbound.to_owned(),
             pod_key: key.to_owned(),
             pod_uid: uid.to_owned(),
+            ..Default::default()
         })),
     }
 }

@@ -69,6 +69,7 @@ impl Cluster {
             location: self.location_of(i),
             outbound_identity: &self.egresses[egress % EGRESSES],
             uid: "",
+            ..Default::default()
         }
     }
 
@@ -271,6 +272,7 @@ fn mutations(c: &mut Criterion) {
                     location: pods_ip[p].1,
                     outbound_identity: &cluster.egresses[(i + round) % EGRESSES],
                     uid: "",
+                    nat_gateway: "",
                 };
                 tracker.update_pod_ip(Operation::Add, &pod).unwrap();
             }

@@ -151,6 +151,7 @@ impl Harness {
                     location,
                     outbound_identity: outbound,
                     uid: UIDS[*uid],
+                    ..Default::default()
                 };
                 t.update_pod(*op, &pod).unwrap();
                 o.update_pod(*op, address, location, outbound, UIDS[*uid]);
@@ -172,6 +173,7 @@ impl Harness {
                             location: "10.0.0.1",
                             outbound_identity: "eg-a",
                             uid: "",
+                            ..Default::default()
                         },
                     ),
                     2 => t.update_service(Operation::Add, ""),

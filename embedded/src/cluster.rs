@@ -340,6 +340,7 @@ impl Cluster {
                 outbound_identity: self.app_egress[pod.app].clone().unwrap_or_default(),
                 pod_key: pod.key.clone(),
                 pod_uid: pod.uid.clone(),
+                ..Default::default()
             })),
         }
     }

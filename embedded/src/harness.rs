@@ -85,6 +85,9 @@ pub struct Options {
     /// Authentication and authorization; `None` checks nothing (the server on loopback, as the
     /// demo runs it).
     pub auth: Option<HarnessAuth>,
+    /// The workers' `--nat-gateway-resource-group` (where egresses may bring their NAT gateway);
+    /// `None`: bringing one is off.
+    pub nat_gateway_resource_group: Option<String>,
 }
 
 impl Options {
@@ -117,6 +120,7 @@ impl Options {
                 ..ServerConfig::default()
             },
             auth: None,
+            nat_gateway_resource_group: None,
         }
     }
 
@@ -369,6 +373,7 @@ impl Harness {
                             resource_name: Some(g.resource_name().to_owned()),
                             region: Some(g.azure.region.clone()),
                             virtual_network_id: None,
+                            nat_gateway_resource_group: g.azure.nat_gateway_resource_group.clone(),
                         },
                     );
                 }

@@ -144,6 +144,7 @@ impl WorkerProc {
         config.backoff = backoff;
         config.token_file = options.auth.as_ref().map(|a| a.worker_token.clone());
         config.shutdown_grace = Duration::from_secs(5);
+        config.nat_gateway_resource_group = options.nat_gateway_resource_group.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let metrics = Arc::new(clb_sync_worker::metrics::WorkerMetrics::new());
         let task = tokio::spawn(worker::run_targets(config, targets, metrics, async move {

@@ -18,6 +18,7 @@
 //!       serviceGateway: sgw-east # the ARM resource name; default: name
 //!       apiVersion: "2026-03-01" # optional; default: the worker's --nrp-api-version
 //!       endpoint: https://management.azure.com   # optional; default: the worker's
+//!       natGatewayResourceGroup: rg-vnet   # optional: egresses may bring their NAT gateway from here
 //!   - name: west
 //!     nodes: {matchLabels: {topology.kubernetes.io/region: westus}}
 //!     azure: {subscription: "...", resourceGroup: rg-west, region: westus}
@@ -102,6 +103,13 @@ pub struct Azure {
     /// Virtual network id, for a Service Gateway the worker has to create.
     #[serde(default)]
     pub virtual_network_id: Option<String>,
+    /// Resource group (in `subscription`) where egresses may bring their own NAT gateway (the
+    /// VNet's resource group): an egress whose pods carry the annotation
+    /// `clb.azure.com/nat-gateway: NAME` uses the existing NAT gateway `NAME` there (clb links it
+    /// to the Service Gateway and never creates, changes or deletes it). `None`: bringing a NAT
+    /// gateway is off for this gateway, and such an egress is refused.
+    #[serde(default)]
+    pub nat_gateway_resource_group: Option<String>,
 }
 
 impl Azure {
@@ -217,6 +225,27 @@ fn check_name(field: &str, name: &str) -> Result<(), GatewaysError> {
     }
 }
 
+/// A resource group name: what ARM allows (1–90 characters of letters, digits, `_`, `.`, `-`,
+/// `(`, `)`; not ending with `.`).
+fn check_resource_group(field: &str, name: &str) -> Result<(), GatewaysError> {
+    let ok_char = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '(' | ')');
+    let reason = if name.is_empty() {
+        Some("is empty")
+    } else if name.chars().count() > 90 {
+        Some("is longer than 90 characters (ARM's limit for a resource group)")
+    } else if !name.chars().all(ok_char) {
+        Some("may hold only letters, digits, '_', '.', '-', '(' and ')'")
+    } else if name.ends_with('.') {
+        Some("must not end with '.'")
+    } else {
+        None
+    };
+    match reason {
+        Some(r) => Err(invalid(field, name, r)),
+        None => Ok(()),
+    }
+}
+
 impl Gateways {
     /// Reads and checks a gateways file.
     pub fn load(path: &Path) -> Result<Self, GatewaysError> {
@@ -251,6 +280,7 @@ impl Gateways {
                     api_version: None,
                     endpoint: None,
                     virtual_network_id: None,
+                    nat_gateway_resource_group: None,
                 },
             }],
         }
@@ -295,6 +325,9 @@ impl Gateways {
                         "is empty",
                     ));
                 }
+            }
+            if let Some(rg) = &g.azure.nat_gateway_resource_group {
+                check_resource_group(&format!("gateways[{i}].azure.natGatewayResourceGroup"), rg)?;
             }
             if let Some(sgw) = &g.azure.service_gateway {
                 check_name(&format!("gateways[{i}].azure.serviceGateway"), sgw)?;

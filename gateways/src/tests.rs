@@ -150,3 +150,56 @@ fn a_missing_file_names_its_path() {
         "{err}"
     );
 }
+
+#[test]
+fn a_nat_gateway_resource_group_is_optional_per_gateway_and_checked() {
+    let g = Gateways::parse(
+        "gateways:
+  - name: a
+    nodes: {pool: a}
+    azure: {subscription: s, resourceGroup: r, region: x, natGatewayResourceGroup: rg-vnet}
+  - name: b
+    azure: {subscription: s, resourceGroup: r2, region: x}
+",
+    )
+    .expect("valid");
+    assert_eq!(
+        g.get("a")
+            .unwrap()
+            .azure
+            .nat_gateway_resource_group
+            .as_deref(),
+        Some("rg-vnet")
+    );
+    assert_eq!(g.get("b").unwrap().azure.nat_gateway_resource_group, None);
+    for (value, why) in [
+        ("''", "is empty"),
+        ("'rg.'", "must not end with '.'"),
+        ("'rg vnet'", "may hold only"),
+    ] {
+        let text = format!(
+            "gateways:
+  - name: a
+    azure: {{subscription: s, resourceGroup: r, region: x, natGatewayResourceGroup: {value}}}
+"
+        );
+        let e = Gateways::parse(&text).unwrap_err();
+        let GatewaysError::Invalid { field, reason, .. } = &e else {
+            panic!("{value}: {e}");
+        };
+        assert_eq!(field, "gateways[0].azure.natGatewayResourceGroup", "{e}");
+        assert!(reason.contains(why), "{value}: {e}");
+    }
+    let long = "r".repeat(500);
+    let e = Gateways::parse(&format!(
+        "gateways:
+  - name: a
+    azure: {{subscription: s, resourceGroup: r, region: x, natGatewayResourceGroup: {long}}}
+"
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("longer than 90") && e.to_string().len() < 300,
+        "{e}"
+    );
+}

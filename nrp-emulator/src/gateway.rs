@@ -546,6 +546,9 @@ impl NrpState {
                     format!("service '{name}': NAT gateway '{nat}' does not exist"),
                 ));
             }
+            if let Some(nat) = &rec.nat_gateway_id {
+                self.check_nat_gateway_registration(id, name, nat)?;
+            }
         }
         Ok(())
     }

@@ -490,6 +490,7 @@ impl NrpState {
         let loc = require_location(id, body.location.as_deref())?;
         let old = self.nat_gateways.get(&key_of(id));
         check_same_location(id, old.and_then(|o| o.location.as_deref()), &loc)?;
+        self.check_nat_gateway_link(id, body)?;
         self.check_public_ip_refs(
             id,
             body.properties
@@ -508,9 +509,15 @@ impl NrpState {
         body.id = Some(id.to_string());
         body.name = Some(id.name.clone());
         body.resource_type = Some(id.kind.arm_type());
-        body.sku.get_or_insert_with(|| Sku {
-            name: "Standard".into(),
-            tier: None,
+        let old_sku = self
+            .nat_gateways
+            .get(&key_of(id))
+            .and_then(|o| o.sku.clone());
+        body.sku = body.sku.or(old_sku).or_else(|| {
+            Some(Sku {
+                name: "Standard".into(),
+                tier: None,
+            })
         });
         body.properties.provisioning_state = Some("Succeeded".into());
         let created = self.nat_gateways.insert(key_of(id), body.clone()).is_none();

@@ -185,6 +185,26 @@ pub trait Nrp: Send + Sync {
 
     /// `DELETE …/natGateways/{name}`; succeeds when it does not exist.
     async fn delete_nat_gateway(&self, name: &str, opts: CallOptions) -> Result<(), NrpError>;
+
+    /// `GET …/resourceGroups/{resource_group}/…/natGateways/{name}`: a NAT gateway of the client's
+    /// subscription in another resource group (a brought NAT gateway, in the VNet's resource group).
+    async fn get_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError>;
+
+    /// `PUT …/resourceGroups/{resource_group}/…/natGateways/{name}`: the update of a brought NAT
+    /// gateway (its `serviceGateway` link only; the body is what a GET returned, so nothing else
+    /// changes). There is no delete in another resource group: clb never deletes a brought one.
+    async fn put_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        body: &NatGateway,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError>;
 }
 
 /// Options of one NRP call.

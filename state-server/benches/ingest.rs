@@ -22,6 +22,7 @@ fn pod(i: usize, egress: usize) -> v1::Update {
             outbound_identity: format!("egress-{}", egress % 200),
             pod_key: format!("default/pod-{i}"),
             pod_uid: format!("uid-{i}"),
+            ..Default::default()
         })),
     }
 }

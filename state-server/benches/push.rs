@@ -235,6 +235,7 @@ fn pod(address: String, location: String) -> v1::Update {
             address,
             location,
             outbound_identity: EGRESS.into(),
+            ..Default::default()
         })),
     }
 }

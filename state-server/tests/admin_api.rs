@@ -90,6 +90,7 @@ fn pod(address: &str, location: &str, egress: &str) -> Update {
             outbound_identity: egress.into(),
             pod_key: String::new(),
             pod_uid: String::new(),
+            ..Default::default()
         })),
     }
 }

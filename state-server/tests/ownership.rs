@@ -42,6 +42,7 @@ fn pod(address: &str, location: &str) -> Update {
             outbound_identity: "eg-1".into(),
             pod_key: format!("ns/{address}"),
             pod_uid: format!("uid-{address}"),
+            ..Default::default()
         })),
     }
 }

@@ -56,6 +56,7 @@ fn seed(state: &StateServer, locations: u8) {
                 location: l,
                 outbound_identity: "egress-1",
                 uid: a,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -187,6 +188,7 @@ async fn a_unit_re_sent_after_its_worker_disconnected_carries_the_next_attempt()
                     location: "10.0.0.1",
                     outbound_identity: "egress-1",
                     uid: "new",
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -325,6 +327,7 @@ async fn under_many_concurrent_workers_no_location_is_held_by_two_at_once() {
                     location: "10.0.0.1",
                     outbound_identity: &format!("egress-{i}"),
                     uid: "x",
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -469,6 +472,7 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
                     location: "10.0.0.1",
                     outbound_identity: "egress-1",
                     uid: "n",
+                    ..Default::default()
                 },
             )
             .unwrap();

@@ -189,6 +189,7 @@ fn pod(op: i32, address: &str, location: &str, egress: &str) -> Update {
             outbound_identity: egress.into(),
             pod_key: format!("ns/{address}"),
             pod_uid: format!("uid-{address}"),
+            ..Default::default()
         })),
     }
 }

@@ -130,6 +130,11 @@ pub struct Args {
     /// Virtual network id for a service gateway the worker has to create.
     #[arg(long, env = "CLB_VIRTUAL_NETWORK_ID")]
     pub virtual_network_id: Option<String>,
+    /// Resource group where egresses may bring their own NAT gateway (pod annotation
+    /// `clb.azure.com/nat-gateway`), for gateways the gateways file gives none
+    /// (`natGatewayResourceGroup`); unset: bringing a NAT gateway is off.
+    #[arg(long, env = "CLB_NAT_GATEWAY_RESOURCE_GROUP")]
+    pub nat_gateway_resource_group: Option<String>,
     /// Most locations per updateAddressLocations call.
     #[arg(long, env = "CLB_MAX_LOCATIONS_PER_CALL", default_value_t = Limits::default().max_locations_per_call)]
     pub max_locations_per_call: usize,
@@ -311,6 +316,7 @@ impl Args {
             .map_or(self.shutdown_grace, Duration::from_millis);
         c.gateway_region = self.gateway_region.clone();
         c.virtual_network_id = self.virtual_network_id.clone();
+        c.nat_gateway_resource_group = self.nat_gateway_resource_group.clone();
         c.create_missing_gateway = self.create_missing_gateway;
         Ok(c)
     }
@@ -394,6 +400,7 @@ impl Args {
                         .virtual_network_id
                         .clone()
                         .or_else(|| self.virtual_network_id.clone()),
+                    nat_gateway_resource_group: g.azure.nat_gateway_resource_group.clone(),
                 },
             );
         }

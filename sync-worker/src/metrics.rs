@@ -410,4 +410,32 @@ impl Nrp for MeteredNrp {
         )
         .await
     }
+
+    async fn get_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.call(
+            "get_nat_gateway_in",
+            self.inner.get_nat_gateway_in(resource_group, name, opts),
+        )
+        .await
+    }
+
+    async fn put_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        body: &NatGateway,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.call(
+            "put_nat_gateway_in",
+            self.inner
+                .put_nat_gateway_in(resource_group, name, body, opts),
+        )
+        .await
+    }
 }

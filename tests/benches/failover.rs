@@ -146,6 +146,7 @@ fn units(s: &StateServer, kind: &str) -> u64 {
 async fn run(seed: u64, rounds: usize) -> Vec<Round> {
     let mut rng = StdRng::seed_from_u64(seed);
     let options = Options {
+        nat_gateway_resource_group: None,
         workers: 3,
         worker_capacity: 4,
         worker_limits: Limits {

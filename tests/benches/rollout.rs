@@ -151,6 +151,7 @@ async fn run(s: Scenario) -> Outcome {
 /// The options of scenario `s` (authentication off).
 fn options_of(s: Scenario) -> Options {
     Options {
+        nat_gateway_resource_group: None,
         workers: s.workers,
         worker_capacity: 4,
         worker_limits: Limits {

@@ -607,6 +607,7 @@ fn worker_targets(h: &Harness, logs: &BTreeMap<String, DeletionLog>) -> NrpTarge
                 resource_name: Some(g.resource_name().to_owned()),
                 region: Some(g.azure.region.clone()),
                 virtual_network_id: None,
+                nat_gateway_resource_group: g.azure.nat_gateway_resource_group.clone(),
             },
         );
     }

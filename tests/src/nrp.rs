@@ -209,4 +209,27 @@ impl Nrp for Detached {
         self.run(|n| async move { n.delete_nat_gateway(&x, opts).await })
             .await
     }
+
+    async fn get_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        let (g, x) = (resource_group.to_owned(), name.to_owned());
+        self.run(|n| async move { n.get_nat_gateway_in(&g, &x, opts).await })
+            .await
+    }
+
+    async fn put_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        body: &NatGateway,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        let (g, x, b) = (resource_group.to_owned(), name.to_owned(), body.clone());
+        self.run(|n| async move { n.put_nat_gateway_in(&g, &x, &b, opts).await })
+            .await
+    }
 }

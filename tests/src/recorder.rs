@@ -264,4 +264,22 @@ impl Nrp for Recorder {
         self.log.push("nat_gateway", name);
         self.inner.delete_nat_gateway(name, opts).await
     }
+
+    async fn get_nat_gateway_in(
+        &self,
+        rg: &str,
+        n: &str,
+        o: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.inner.get_nat_gateway_in(rg, n, o).await
+    }
+    async fn put_nat_gateway_in(
+        &self,
+        rg: &str,
+        n: &str,
+        b: &NatGateway,
+        o: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.inner.put_nat_gateway_in(rg, n, b, o).await
+    }
 }

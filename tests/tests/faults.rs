@@ -136,6 +136,7 @@ impl Model {
                 outbound_identity: p.egress.clone().unwrap_or_default(),
                 pod_key: p.key.clone(),
                 pod_uid: p.uid.clone(),
+                ..Default::default()
             })),
         }
     }

@@ -170,6 +170,7 @@ where
 
 fn no_workers() -> Options {
     Options {
+        nat_gateway_resource_group: None,
         workers: 0,
         ..Options::e2e()
     }

@@ -23,6 +23,36 @@ use crate::translate::TranslatorConfig;
 /// The pod label naming a pod's egress (its outbound identity).
 pub const EGRESS_LABEL: &str = "kubernetes.azure.com/service-egress-gateway";
 
+/// The pod annotation by which an egress brings its NAT gateway: the name of an existing
+/// StandardV2 NAT gateway in the gateway's NAT gateway resource group (docs/watcher.md).
+pub const NAT_GATEWAY_ANNOTATION: &str = "clb.azure.com/nat-gateway";
+
+/// Why `name` is not a NAT gateway name ARM accepts (1–80 characters of letters, digits, `_`,
+/// `.`, `-`; starting with a letter or digit; ending with a letter, a digit or `_`), if it is not.
+pub fn nat_gateway_name_error(name: &str) -> Option<&'static str> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if name.chars().count() > 80 {
+        Some("is longer than 80 characters")
+    } else if !name.chars().all(ok) {
+        Some("may hold only letters, digits, '_', '.' and '-'")
+    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        Some("must start with a letter or a digit")
+    } else if !name.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+        Some("must end with a letter, a digit or '_'")
+    } else {
+        None
+    }
+}
+
+/// `value` cut to 100 characters (then `…`), for a log line.
+fn quoted(value: &str) -> String {
+    let mut cut: String = value.chars().take(100).collect();
+    if cut.len() < value.len() {
+        cut.push('…');
+    }
+    format!("{cut:?}")
+}
+
 /// The EndpointSlice label naming the Service a slice belongs to.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -387,6 +417,8 @@ pub(crate) struct PodRecord {
     pub host_ips: Vec<IpAddr>,
     /// The egress (the value of the egress label).
     pub egress: String,
+    /// The NAT gateway the egress brings (annotation [`NAT_GATEWAY_ANNOTATION`]); empty: none.
+    pub nat_gateway: String,
 }
 
 /// Decodes a Service. [`Decoded::Ignored`]: not a LoadBalancer Service of ours, being deleted, or
@@ -504,6 +536,24 @@ pub(crate) fn pod(key: &ObjKey, pod: &Pod, only_node: Option<&str>) -> Decoded<P
     if only_node.is_some_and(|only| node != only) {
         return Decoded::Ignored;
     }
+    let nat_gateway = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NAT_GATEWAY_ANNOTATION))
+        .map(|n| n.trim())
+        .unwrap_or("");
+    if !nat_gateway.is_empty()
+        && let Some(why) = nat_gateway_name_error(nat_gateway)
+    {
+        tracing::warn!(
+            pod = %key,
+            field = %format!("metadata.annotations[{NAT_GATEWAY_ANNOTATION}]"),
+            value = %quoted(nat_gateway),
+            "pod not reported (nothing of it changes): the value is not a NAT gateway name: it {why}"
+        );
+        return Decoded::Malformed;
+    }
     if spec.and_then(|s| s.host_network).unwrap_or(false) {
         tracing::debug!(pod = %key, "pod not reported: it uses the host network");
         return Decoded::Ignored;
@@ -572,6 +622,7 @@ pub(crate) fn pod(key: &ObjKey, pod: &Pod, only_node: Option<&str>) -> Decoded<P
         addresses,
         host_ips,
         egress: egress.to_owned(),
+        nat_gateway: nat_gateway.to_owned(),
     })
 }
 

@@ -55,7 +55,9 @@ use clb_client::client::{ClientError, ConnectOptions};
 pub use clb_gateways::Gateways;
 pub use metrics::WatcherMetrics;
 use poolservice::PoolService;
-pub use translate::{DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, SERVICE_NAME_LABEL};
+pub use translate::{
+    DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, NAT_GATEWAY_ANNOTATION, SERVICE_NAME_LABEL,
+};
 use translate::{Kind, ObjKey, Translator, TranslatorConfig};
 pub use writeback::{CONDITION_TYPE, REPORTING_CONTROLLER};
 

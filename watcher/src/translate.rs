@@ -49,8 +49,8 @@ use crate::decode::{
     self, Decoded, PodRecord, PortRecord, ServiceRecord, SliceRecord, TargetPort, family,
 };
 pub use crate::decode::{
-    DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NodeIps, ObjKey, SERVICE_NAME_LABEL,
-    ServiceClass, classify, service_ports,
+    DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, Kind, NAT_GATEWAY_ANNOTATION, NodeIps, ObjKey,
+    SERVICE_NAME_LABEL, ServiceClass, classify, nat_gateway_name_error, service_ports,
 };
 use crate::families;
 use crate::routing::GatewayScope;
@@ -174,6 +174,8 @@ type FoundConflict = (String, u16, Vec<(u16, usize)>);
 struct SentPod {
     uid: String,
     egress: String,
+    /// The NAT gateway its egress brings (empty: none).
+    nat_gateway: String,
     /// address → location.
     at: BTreeMap<IpAddr, IpAddr>,
 }
@@ -1032,6 +1034,7 @@ impl Translator {
             SentPod {
                 uid: p.uid.clone(),
                 egress: p.egress.clone(),
+                nat_gateway: p.nat_gateway.clone(),
                 at,
             }
         });
@@ -1059,15 +1062,19 @@ impl Translator {
             Some(w) => {
                 for (a, l) in &w.at {
                     let unchanged = sent.is_some_and(|s| {
-                        s.uid == w.uid && s.egress == w.egress && s.at.get(a) == Some(l)
+                        s.uid == w.uid
+                            && s.egress == w.egress
+                            && s.nat_gateway == w.nat_gateway
+                            && s.at.get(a) == Some(l)
                     });
                     if !unchanged {
-                        out.push(updates::pod_add(
+                        out.push(updates::pod_add_bringing(
                             &a.to_string(),
                             &l.to_string(),
                             &w.egress,
                             &pod_key,
                             &w.uid,
+                            &w.nat_gateway,
                         ));
                     }
                 }
@@ -1186,7 +1193,16 @@ fn pod_adds(key: &ObjKey, p: &SentPod, only: Option<IpAddr>) -> Vec<Update> {
     let pod_key = key.to_string();
     p.at.iter()
         .filter(|(_, l)| only.is_none_or(|o| o == **l))
-        .map(|(a, l)| updates::pod_add(&a.to_string(), &l.to_string(), &p.egress, &pod_key, &p.uid))
+        .map(|(a, l)| {
+            updates::pod_add_bringing(
+                &a.to_string(),
+                &l.to_string(),
+                &p.egress,
+                &pod_key,
+                &p.uid,
+                &p.nat_gateway,
+            )
+        })
         .collect()
 }
 

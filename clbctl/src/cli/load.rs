@@ -500,6 +500,7 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<LoadRep
 /// The embedded system `clbctl load` starts for `args` (the emulator free until [`costly`] is set).
 pub fn embedded_options(args: &LoadArgs) -> Options {
     Options {
+        nat_gateway_resource_group: None,
         workers: args.workers.max(1),
         worker_capacity: 4,
         worker_limits: Limits {

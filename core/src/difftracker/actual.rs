@@ -188,6 +188,13 @@ impl DiffTracker {
             let sid = self.services.intern(n, *kind).expect("kinds checked above");
             if self.services.get(sid).actual != Some(*kind) {
                 summary.services_changed += 1;
+                // An egress bound to a brought NAT gateway, found in NRP without a creation
+                // recorded (a restart): which NAT gateway it is registered with is not known, so its
+                // creation is sent again (`natgw.rs`).
+                let entry = self.services.get_mut(sid);
+                if *kind == ServiceKind::Outbound && entry.nat_gateway.is_some() {
+                    entry.reprogram = true;
+                }
                 self.set_service_actual(sid, Some(*kind));
             }
             ids.push(sid);

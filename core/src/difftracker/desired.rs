@@ -51,6 +51,8 @@ pub struct PodUpdate<'a> {
     pub outbound_identity: &'a str,
     /// The pod's UID: a removal naming another UID than the pod at the address is a no-op.
     pub uid: &'a str,
+    /// The NAT gateway the egress brings (see [`DiffTracker::update_pod`]); empty for one clb owns.
+    pub nat_gateway: &'a str,
 }
 
 /// [`PodUpdate`] with its IPs already parsed (see [`EndpointIp`]).
@@ -64,6 +66,8 @@ pub struct PodIpUpdate<'a> {
     pub outbound_identity: &'a str,
     /// The pod's UID: a removal naming another UID than the pod at the address is a no-op.
     pub uid: &'a str,
+    /// The NAT gateway the egress brings (see [`DiffTracker::update_pod`]); empty for one clb owns.
+    pub nat_gateway: &'a str,
 }
 
 fn conflict(field: &str, value: &str, existing: ServiceKind) -> InvalidInput {
@@ -583,10 +587,18 @@ impl DiffTracker {
     /// Adds/updates or removes a pod. Adding sets the address's outbound identity (moving the pod's
     /// count from its old egress to the new one); removing clears only the outbound identity, and
     /// is a no-op for an unknown pod or one whose UID differs from the pod now at the address.
+    /// An add naming another NAT gateway than its egress is bound to is refused (`natgw.rs`).
     pub fn update_pod(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
         let result = parse_address_at("address", pod.address, "location", pod.location).and_then(
             |(address, location)| {
-                self.update_pod_inner(op, address, location, pod.outbound_identity, pod.uid)
+                self.update_pod_inner(
+                    op,
+                    address,
+                    location,
+                    pod.outbound_identity,
+                    pod.uid,
+                    pod.nat_gateway,
+                )
             },
         );
         self.services.collect_unused();
@@ -601,7 +613,14 @@ impl DiffTracker {
     ) -> Result<(), InvalidInput> {
         let result = check_address_at("address", pod.address, "location", pod.location).and_then(
             |(address, location)| {
-                self.update_pod_inner(op, address, location, pod.outbound_identity, pod.uid)
+                self.update_pod_inner(
+                    op,
+                    address,
+                    location,
+                    pod.outbound_identity,
+                    pod.uid,
+                    pod.nat_gateway,
+                )
             },
         );
         self.services.collect_unused();
@@ -615,6 +634,7 @@ impl DiffTracker {
         location: IpAddr,
         outbound_identity: &str,
         uid: &str,
+        nat_gateway: &str,
     ) -> Result<(), InvalidInput> {
         let uid = PodUid::of(uid);
         match op {
@@ -627,6 +647,7 @@ impl DiffTracker {
                         .services
                         .intern(&name, ServiceKind::Outbound)
                         .map_err(|k| conflict("outbound_identity", outbound_identity, k))?;
+                    self.bind_nat_gateway(sid, nat_gateway)?;
                     Some(sid)
                 };
                 self.move_if_elsewhere(address, location);

@@ -77,6 +77,9 @@ pub struct ServiceChange {
     pub kind: ServiceKind,
     /// Create or delete.
     pub action: ServiceAction,
+    /// For an outbound identity: the NAT gateway its egress brings, when known (`natgw.rs`);
+    /// `None`: one clb owns, or not known (an identity only observed since a restart).
+    pub nat_gateway: Option<String>,
 }
 
 /// Where one service stands.
@@ -205,11 +208,13 @@ impl DiffTracker {
                 name: e.name.to_string(),
                 kind: e.kind,
                 action: ServiceAction::Create,
+                nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
             }),
             (true, Some(_)) if e.reprogram => ServiceStatus::Pending(ServiceChange {
                 name: e.name.to_string(),
                 kind: e.kind,
                 action: ServiceAction::Create,
+                nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
             }),
             (false, Some(kind)) if self.withheld.deletions_of(kind) => ServiceStatus::Withheld,
             (false, Some(_)) if e.actual_refs > 0 => ServiceStatus::AwaitingDrain {
@@ -219,6 +224,7 @@ impl DiffTracker {
                 name: e.name.to_string(),
                 kind,
                 action: ServiceAction::Delete,
+                nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
             }),
             // Not registered, but a saga that stopped part-way may have left its resources: delete
             // again (nothing can refer to an unregistered service, so there is nothing to drain).
@@ -229,6 +235,7 @@ impl DiffTracker {
                 name: e.name.to_string(),
                 kind: e.kind,
                 action: ServiceAction::Delete,
+                nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
             }),
             _ => ServiceStatus::InSync,
         }

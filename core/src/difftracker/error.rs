@@ -133,6 +133,21 @@ pub enum Reason {
         /// The family asked for.
         requested: &'static str,
     },
+    /// A NAT gateway name that ARM does not allow.
+    #[error("is not a NAT gateway name: it {0}")]
+    InvalidNatGatewayName(&'static str),
+    /// A pod names another NAT gateway than the one its egress is bound to.
+    #[error(
+        "differs from the NAT gateway of egress {} ({}): every pod of an egress must name the same NAT gateway, and an egress keeps its NAT gateway while it is desired or in NRP (to change it, take the pods off the egress until NRP no longer has it, or use another egress name)",
+        quote(.egress),
+        match .existing { Some(n) => format!("{}, brought", quote(n)), None => "none: clb owns its NAT gateway".to_owned() }
+    )]
+    NatGatewayConflict {
+        /// The egress.
+        egress: String,
+        /// The NAT gateway it is bound to (`None`: one clb owns).
+        existing: Option<String>,
+    },
     /// A report names a service that NRP does not have in the actual state.
     #[error("refers to service {}, which is not in NRP's actual state", quote(.0))]
     UnknownActualService(String),

@@ -116,6 +116,11 @@ pub(crate) struct ServiceEntry {
     /// refused (a family change is a new identity). `None`: never desired (only observed, or
     /// named by endpoints first).
     pub frontend: Option<IpFamily>,
+    /// The NAT gateway an outbound identity brings (`None`: one clb owns), once known:
+    /// `nat_known` (see `natgw.rs`).
+    pub nat_gateway: Option<Box<str>>,
+    /// Whether `nat_gateway` was stated by a pod (false for an identity only observed in NRP).
+    pub nat_known: bool,
     /// Desired addresses referring to it.
     pub desired_refs: u32,
     pub actual_refs: u32,
@@ -219,6 +224,8 @@ impl ServiceTable {
             leftover: false,
             family: None,
             frontend: None,
+            nat_gateway: None,
+            nat_known: false,
             desired_refs: 0,
             actual_refs: 0,
             addresses: ServiceAddresses::default(),

@@ -256,6 +256,7 @@ impl Trio {
                     location,
                     outbound_identity: egress,
                     uid,
+                    ..Default::default()
                 };
                 t.update_pod(op, &pod).unwrap();
                 twin.update_pod_ip(
@@ -265,6 +266,7 @@ impl Trio {
                         location: ip(location),
                         outbound_identity: egress,
                         uid,
+                        nat_gateway: "",
                     },
                 )
                 .unwrap();
@@ -404,6 +406,7 @@ fn an_egress_dirties_only_the_locations_its_pods_are_at_now() {
         location,
         outbound_identity: egress,
         uid: "",
+        ..Default::default()
     };
     t.update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "eg"))
         .unwrap();
@@ -423,6 +426,7 @@ fn an_egress_dirties_only_the_locations_its_pods_are_at_now() {
         name: "eg".into(),
         kind: ServiceKind::Outbound,
         action: ServiceAction::Create,
+        nat_gateway: None,
     })
     .unwrap();
     let dirty = t.take_dirty();

@@ -20,6 +20,7 @@ pub mod identity;
 pub mod ip;
 mod location;
 mod members;
+mod natgw;
 pub mod progress;
 pub mod scope;
 pub mod view;

@@ -98,6 +98,7 @@ mod tests {
             name: name.into(),
             kind,
             action,
+            nat_gateway: None,
         }
     }
 

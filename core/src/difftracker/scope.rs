@@ -107,6 +107,7 @@ mod tests {
             location,
             outbound_identity: egress,
             uid: "",
+            ..Default::default()
         }
     }
 

@@ -18,6 +18,7 @@ fn pod<'a>(address: &'a str, location: &'a str, outbound: &'a str, uid: &'a str)
         location,
         outbound_identity: outbound,
         uid,
+        ..Default::default()
     }
 }
 
@@ -365,6 +366,7 @@ fn a_service_is_only_safe_to_delete_once_no_actual_address_refers_to_it() {
             name: "svc-a".into(),
             kind: ServiceKind::Inbound,
             action: ServiceAction::Delete,
+            nat_gateway: None,
         })
         .unwrap_err();
     assert!(matches!(err, ReportError::StillReferenced { count: 2, .. }));
@@ -398,6 +400,7 @@ fn a_service_becoming_ready_dirties_only_the_locations_that_use_it() {
         name: "b".into(),
         kind: ServiceKind::Inbound,
         action: ServiceAction::Create,
+        nat_gateway: None,
     })
     .unwrap();
     let dirty = t.take_dirty();
@@ -443,6 +446,7 @@ fn withheld_removals_only_add_until_allowed() {
             name: "svc-new".into(),
             kind: ServiceKind::Inbound,
             action: ServiceAction::Create,
+            nat_gateway: None,
         })
         .unwrap();
     let diff = restarted.pending_diff();
@@ -551,6 +555,7 @@ fn a_reprogrammed_service_is_created_again_while_it_stays_in_nrp() {
         name: "svc-a".into(),
         kind: ServiceKind::Inbound,
         action: ServiceAction::Create,
+        nat_gateway: None,
     };
     let revision = t.revision();
     assert_eq!(t.reprogram_service("SVC-A"), Ok(true));

@@ -239,6 +239,7 @@ fn a_creation_that_stopped_part_way_is_cleaned_up_once_not_desired() {
             name: "egress".into(),
             kind: ServiceKind::Outbound,
             action: ServiceAction::Delete,
+            nat_gateway: None,
         }
     );
     assert_ne!(c.work, del.work);

@@ -249,6 +249,7 @@ mod handover_tests {
                 location: l,
                 outbound_identity: "eg",
                 uid: "",
+                ..Default::default()
             };
             t.update_pod(Operation::Add, &pod).unwrap();
         }

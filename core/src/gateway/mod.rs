@@ -678,6 +678,7 @@ impl GatewayCore {
                 location: &at,
                 outbound_identity: "",
                 uid: "",
+                ..Default::default()
             };
             if self.tracker.update_pod(Operation::Remove, &pod).is_ok() {
                 dropped += 1;

@@ -482,6 +482,7 @@ pub fn replace_scope(
                 location: &location,
                 outbound_identity: "",
                 uid: "",
+                ..Default::default()
             };
             if tracker.update_pod(Operation::Remove, &pod).is_ok() {
                 out.removed += 1;

@@ -248,6 +248,7 @@ impl Oracle {
                     name: (*name).clone(),
                     kind: *kind,
                     action: ServiceAction::Create,
+                    nat_gateway: None,
                 });
             }
         }
@@ -267,6 +268,7 @@ impl Oracle {
                     name: name.clone(),
                     kind,
                     action: ServiceAction::Delete,
+                    nat_gateway: None,
                 });
             }
         }

@@ -334,6 +334,17 @@ impl ArmClient {
         rest: &[Option<&str>],
         version: &str,
     ) -> Result<Url, NrpError> {
+        self.path_url_in(&self.config.resource_group, kind, rest, version)
+    }
+
+    /// [`Self::path_url`] in the resource group `resource_group`.
+    fn path_url_in(
+        &self,
+        resource_group: &str,
+        kind: ResourceKind,
+        rest: &[Option<&str>],
+        version: &str,
+    ) -> Result<Url, NrpError> {
         let mut url = self.base.clone();
         url.set_query(None);
         url.set_fragment(None);
@@ -344,7 +355,7 @@ impl ArmClient {
                 "subscriptions",
                 &self.config.subscription_id,
                 "resourceGroups",
-                &self.config.resource_group,
+                resource_group,
                 "providers",
                 PROVIDER,
                 kind.segment(),
@@ -413,6 +424,37 @@ impl ArmClient {
         opts: CallOptions,
     ) -> Result<T, NrpError> {
         let url = self.url(kind, name, None)?;
+        self.put_url(&url, body, opts).await
+    }
+
+    /// The URL of the NAT gateway `name` in the resource group `resource_group`.
+    fn nat_gateway_url_in(&self, resource_group: &str, name: &str) -> Result<Url, NrpError> {
+        for (what, v) in [
+            ("resource group", resource_group),
+            ("natGateways name", name),
+        ] {
+            if v.trim().is_empty() {
+                return Err(NrpError::Validation {
+                    code: "InvalidResourceName".into(),
+                    message: format!("empty {what}"),
+                });
+            }
+        }
+        self.path_url_in(
+            resource_group,
+            ResourceKind::NatGateway,
+            &[Some(name)],
+            &self.config.api_version,
+        )
+    }
+
+    async fn put_url<T: Serialize + DeserializeOwned>(
+        &self,
+        url: &Url,
+        body: &T,
+        opts: CallOptions,
+    ) -> Result<T, NrpError> {
+        let url = url.clone();
         let body = to_json(body)?;
         let done = self
             .long_running(
@@ -649,5 +691,26 @@ impl Nrp for ArmClient {
     async fn delete_nat_gateway(&self, name: &str, opts: CallOptions) -> Result<(), NrpError> {
         self.delete_resource(ResourceKind::NatGateway, name, opts)
             .await
+    }
+
+    async fn get_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        let url = self.nat_gateway_url_in(resource_group, name)?;
+        self.get_json(&url, opts).await
+    }
+
+    async fn put_nat_gateway_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        body: &NatGateway,
+        opts: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        let url = self.nat_gateway_url_in(resource_group, name)?;
+        self.put_url(&url, body, opts).await
     }
 }

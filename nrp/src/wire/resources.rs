@@ -216,6 +216,10 @@ pub struct NatGateway {
     /// Properties.
     #[serde(default)]
     pub properties: NatGatewayProperties,
+    /// Every other top-level field as NRP sent it (`tags`, `zones`, `etag`, …), kept so that a
+    /// read-modify-write of a NAT gateway clb does not own (a brought one) sends it back unchanged.
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Properties of a NAT gateway.
@@ -228,7 +232,15 @@ pub struct NatGatewayProperties {
     /// Idle timeout in minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_in_minutes: Option<u32>,
+    /// The Service Gateway the NAT gateway is linked to (`serviceGateway: {id}`, a StandardV2 NAT
+    /// gateway's link): what lets a Service Gateway's outbound service use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_gateway: Option<SubResource>,
     /// Read-only provisioning state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning_state: Option<String>,
+    /// Every other property as NRP sent it (`publicIpPrefixes`, `subnets`, …), kept for a
+    /// read-modify-write.
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }

@@ -321,6 +321,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
                     location: &p.location,
                     outbound_identity: &p.outbound_identity,
                     uid: &p.pod_uid,
+                    nat_gateway: &p.nat_gateway,
                 },
             })
         }
@@ -398,6 +399,10 @@ pub fn service_change(
             ip_family_to_proto(family) as i32
         } else {
             0
+        },
+        nat_gateway: match change.kind {
+            ServiceKind::Outbound => change.nat_gateway.clone().unwrap_or_default(),
+            ServiceKind::Inbound => String::new(),
         },
     }
 }
@@ -898,6 +903,7 @@ mod tests {
                 outbound_identity: egress.into(),
                 pod_key: "ns/p".into(),
                 pod_uid: "uid-1".into(),
+                ..Default::default()
             })),
         }
     }

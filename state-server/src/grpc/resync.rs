@@ -100,6 +100,7 @@ mod tests {
                 outbound_identity: egress.into(),
                 pod_key: String::new(),
                 pod_uid: String::new(),
+                ..Default::default()
             })),
         }
     }

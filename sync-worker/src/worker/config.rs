@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// ARM id of the virtual network to create a missing service gateway in (optional; Azure needs
     /// it, the emulator does not).
     pub virtual_network_id: Option<String>,
+    /// Resource group of the NAT gateways egresses may bring, for gateways whose target names none
+    /// (the worker without a gateways file); `None`: bringing a NAT gateway is off there.
+    pub nat_gateway_resource_group: Option<String>,
     /// Whether service work on a gateway NRP does not have creates it (PUT, in `gateway_region`).
     /// Off, the work fails with NRP's `ResourceNotFound`: the gateway is provisioned by someone else.
     pub create_missing_gateway: bool,
@@ -77,6 +80,7 @@ impl WorkerConfig {
             shutdown_grace: Duration::from_secs(10),
             gateway_region: "eastus".into(),
             virtual_network_id: None,
+            nat_gateway_resource_group: None,
             create_missing_gateway: true,
         }
     }

@@ -213,6 +213,16 @@ impl<'a> UnitCtx<'a> {
         self.target.resource_name.as_deref().unwrap_or(self.gateway)
     }
 
+    /// The resource group where the unit's gateway's egresses may bring their NAT gateway, if
+    /// bringing one is on for it.
+    pub(crate) fn nat_gateway_resource_group(&self) -> Option<String> {
+        self.target
+            .nat_gateway_resource_group
+            .clone()
+            .or_else(|| self.env.config.nat_gateway_resource_group.clone())
+            .filter(|rg| !rg.trim().is_empty())
+    }
+
     /// The region of a Service Gateway this worker creates for the unit's gateway.
     fn region(&self) -> String {
         self.target

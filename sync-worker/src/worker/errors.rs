@@ -138,6 +138,11 @@ pub const ERRORS: &[ErrorRow] = &[
     local("InvalidServiceChange", Park, "a service change without a name, kind or action, or a port no rule can have"),
     local("InvalidLocationChange", Park, "a location change without a location or action, or a location twice in a unit"),
     local("InvalidResourceId", Park, "NRP returned a resource id that does not parse"),
+    local("NatGatewayResourceGroupNotConfigured", Park, "an egress brings a NAT gateway, but its gateway has no NAT gateway resource group: bringing one is off"),
+    local("NatGatewayNotFound", Park, "the NAT gateway an egress brings does not exist (deleted out of band, or misnamed): it is not created"),
+    local("NatGatewayNotStandardV2", Park, "the NAT gateway an egress brings is not StandardV2: it cannot be linked to a Service Gateway"),
+    local("NatGatewayLinkedElsewhere", Park, "the NAT gateway an egress brings is linked to another Service Gateway: clb does not take it over"),
+    local("NatGatewayNameReserved", Park, "the NAT gateway an egress brings has the name of the one clb would create for it, in the gateway's resource group"),
 ];
 
 /// The row of `code`, if it is listed.
@@ -438,6 +443,11 @@ mod rows {
         invalid_service_change: "InvalidServiceChange" => invalid("InvalidServiceChange");
         invalid_location_change: "InvalidLocationChange" => invalid("InvalidLocationChange");
         invalid_resource_id: "InvalidResourceId" => invalid("InvalidResourceId");
+        nat_rg_not_configured: "NatGatewayResourceGroupNotConfigured" => invalid("NatGatewayResourceGroupNotConfigured");
+        nat_not_found: "NatGatewayNotFound" => invalid("NatGatewayNotFound");
+        nat_not_standard_v2: "NatGatewayNotStandardV2" => invalid("NatGatewayNotStandardV2");
+        nat_linked_elsewhere: "NatGatewayLinkedElsewhere" => invalid("NatGatewayLinkedElsewhere");
+        nat_name_reserved: "NatGatewayNameReserved" => invalid("NatGatewayNameReserved");
     }
 
     #[test]

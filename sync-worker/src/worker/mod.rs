@@ -31,6 +31,7 @@
 //!   calls may finish and their units report, within [`WorkerConfig::shutdown_grace`]; then the stream
 //!   is closed.
 
+mod byo;
 mod config;
 mod ctx;
 mod errors;

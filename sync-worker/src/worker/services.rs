@@ -9,8 +9,10 @@
 //!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
 //! - outbound create: public IP `pip-{name}`, NAT gateway `natgw-{name}` on it, register the service
 //!   with the NAT gateway id;
+//! - outbound create of an egress that brings its NAT gateway: see [`super::byo`] (link, register;
+//!   nothing created);
 //! - delete (sent only after the drain): unregister, then the load balancer or NAT gateway, then the
-//!   public IP.
+//!   public IP; a brought NAT gateway is unlinked instead, never deleted.
 //!
 //! The changes of a unit run concurrently (bounded by the gateway's limiter). A saga that stops
 //! part-way reports the step it reached ([`v1::ServiceStep`] in `Report.service_progress`), so that
@@ -181,7 +183,7 @@ pub fn load_balancer(
     }
 }
 
-fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
+pub(crate) fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
     UpdateServicesRequest {
         action: UpdateAction::PartialUpdate,
         service_requests: vec![ServiceRequest { is_delete, service }],
@@ -191,11 +193,11 @@ fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
 /// The step a saga has reached in NRP, as far as the worker knows: what it reports when it stops
 /// part-way.
 #[derive(Debug, Default)]
-struct Progress(AtomicI32);
+pub(crate) struct Progress(AtomicI32);
 
 impl Progress {
     /// NRP accepted `step` (or may have: `result` is an error whose outcome is unknown).
-    fn reached<T>(&self, step: v1::ServiceStep, result: &Result<T, UnitError>) {
+    pub(crate) fn reached<T>(&self, step: v1::ServiceStep, result: &Result<T, UnitError>) {
         let accepted = match result {
             Ok(_) => true,
             Err(e) => e.outcome_unknown(),
@@ -331,6 +333,9 @@ async fn create_outbound(
     change: &ServiceChange,
     progress: &Progress,
 ) -> Result<(), UnitError> {
+    if !change.nat_gateway.is_empty() {
+        return super::byo::create(ctx, change, progress).await;
+    }
     let region = ctx.ensure_gateway().await?;
     let pip_id = ensure_public_ip(ctx, &change.name, &region, "IPv4", progress)
         .await?
@@ -376,6 +381,12 @@ async fn delete(
         },
     );
     progress.resources();
+    // A brought NAT gateway is found before the registration that names it goes.
+    let brought = if inbound {
+        None
+    } else {
+        super::byo::brought(ctx, change).await?
+    };
     let unregistered = gone_ok(
         ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &unregister, o))
             .await,
@@ -384,6 +395,10 @@ async fn delete(
         progress.reached(v1::ServiceStep::Unregistered, &unregistered);
     }
     unregistered?;
+    if let Some((gateway, nat)) = brought {
+        // Unlinked, never deleted; clb created no public IP for it.
+        return super::byo::unlink(ctx, &gateway, &nat).await;
+    }
     if inbound {
         let lb = load_balancer_name(&change.name);
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_load_balancer(&lb, o)).await)?;

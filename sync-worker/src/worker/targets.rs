@@ -21,6 +21,9 @@ pub struct GatewayTarget {
     /// Virtual network of a Service Gateway the worker creates; `None`:
     /// [`super::WorkerConfig::virtual_network_id`].
     pub virtual_network_id: Option<String>,
+    /// Resource group of the NAT gateways egresses may bring (the gateways file's
+    /// `natGatewayResourceGroup`); `None`: [`super::WorkerConfig::nat_gateway_resource_group`].
+    pub nat_gateway_resource_group: Option<String>,
 }
 
 impl GatewayTarget {
@@ -31,6 +34,7 @@ impl GatewayTarget {
             resource_name: None,
             region: None,
             virtual_network_id: None,
+            nat_gateway_resource_group: None,
         }
     }
 }
@@ -41,6 +45,10 @@ impl fmt::Debug for GatewayTarget {
             .field("resource_name", &self.resource_name)
             .field("region", &self.region)
             .field("virtual_network_id", &self.virtual_network_id)
+            .field(
+                "nat_gateway_resource_group",
+                &self.nat_gateway_resource_group,
+            )
             .finish_non_exhaustive()
     }
 }

@@ -505,4 +505,22 @@ impl Nrp for GatedNrp {
     async fn delete_nat_gateway(&self, n: &str, o: CallOptions) -> Result<(), NrpError> {
         self.inner.delete_nat_gateway(n, o).await
     }
+
+    async fn get_nat_gateway_in(
+        &self,
+        rg: &str,
+        n: &str,
+        o: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.inner.get_nat_gateway_in(rg, n, o).await
+    }
+    async fn put_nat_gateway_in(
+        &self,
+        rg: &str,
+        n: &str,
+        b: &NatGateway,
+        o: CallOptions,
+    ) -> Result<NatGateway, NrpError> {
+        self.inner.put_nat_gateway_in(rg, n, b, o).await
+    }
 }
