@@ -277,7 +277,7 @@ fn main() {
         defaults.batch_quiet = Duration::from_millis(ms);
     }
     let packed = Scenario {
-        name: "packed (defaults: bursts gathered, backlog spread over the free slots), 3 workers",
+        name: "packed (defaults: a backlog spread over the free slots), 3 workers",
         workers: 3,
         max_locations_per_unit: defaults.max_locations_per_unit,
         batch_linger: defaults.batch_linger,

@@ -137,7 +137,7 @@ pub struct LoadArgs {
     pub write_pace: f64,
     /// Embedded state server: its --batch-linger (the longest a burst of changes holds location
     /// units back; 0 = units cut as soon as a slot is free).
-    #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_linger: Duration,
     /// Embedded system: most locations per work unit and per NRP call.
     #[arg(long, default_value_t = 1_000)]
