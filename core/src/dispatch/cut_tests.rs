@@ -6,10 +6,10 @@ use super::tests::{applied, env, observed, tracker_with};
 use super::*;
 use crate::difftracker::Endpoint;
 
-#[test]
-fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
-    let now = Instant::now();
-    let mut t = tracker_with(100, 1);
+/// A dispatcher with 4 free mutating slots over `locations` locations of one address each, NRP
+/// observed and the service created: what waits is the locations' first programming.
+fn service_created(locations: u8, now: Instant) -> (DiffTracker, Dispatcher) {
+    let mut t = tracker_with(locations, 1);
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_mutating_units_in_flight: 4,
@@ -20,7 +20,14 @@ fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
     observed(&mut d, &mut t, now);
     let s = d.next_unit(&mut t, 1, 2, now).unwrap();
     assert!(matches!(s.work, UnitWork::Services(_)));
-    d.on_report(&mut t, 1, applied(2), now);
+    d.on_report(&mut t, 1, applied(s.work_id), now);
+    (t, d)
+}
+
+#[test]
+fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
+    let now = Instant::now();
+    let (mut t, mut d) = service_created(100, now);
     let mut sizes = Vec::new();
     for id in 3..10 {
         let Some(u) = d.next_unit(&mut t, 1, id, now) else {
@@ -37,17 +44,7 @@ fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
 #[test]
 fn a_small_backlog_stays_whole_whatever_the_free_slots() {
     let now = Instant::now();
-    let mut t = tracker_with(40, 1);
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_mutating_units_in_flight: 4,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, now);
-    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
-    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let (mut t, mut d) = service_created(40, now);
     // 40 locations: splitting them would cost writes for little time; one unit.
     let u = d.next_unit(&mut t, 1, 3, now).expect("a location unit");
     assert_eq!(u.work.len(), 40);
@@ -56,11 +53,7 @@ fn a_small_backlog_stays_whole_whatever_the_free_slots() {
 #[test]
 fn a_partial_update_in_flight_holds_its_addresses_only() {
     let now = Instant::now();
-    let mut t = tracker_with(1, 1);
-    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
-    observed(&mut d, &mut t, now);
-    let s = d.next_unit(&mut t, 1, 2, now).unwrap();
-    d.on_report(&mut t, 1, applied(s.work_id), now);
+    let (mut t, mut d) = service_created(1, now);
     // The location's first programming (a full replacement) goes and lands.
     let first = d.next_unit(&mut t, 1, 3, now).unwrap();
     d.on_report(&mut t, 1, applied(first.work_id), now);
