@@ -148,6 +148,11 @@ pub struct LoadArgs {
     /// How often a followed event's location is read back.
     #[arg(long, default_value = "20ms", value_name = "DURATION", value_parser = parse_duration)]
     pub sample_poll: Duration,
+    /// A followed event not converged after this long is given up (counted as not converged), so
+    /// that a few stuck ones (a location refused for minutes) do not take every follow slot and
+    /// end the measurement.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub sample_timeout: Duration,
     /// The longest wait for the system to converge (after the initial population, after the
     /// churn).
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
@@ -373,7 +378,19 @@ struct Samples {
     pending: Vec<Sample>,
     latencies: Vec<Duration>,
     abandoned: u64,
+    /// Followed events given up after `--sample-timeout`.
+    timed_out: u64,
     poll_errors: u64,
+}
+
+impl Samples {
+    /// Gives up the followed events acknowledged more than `timeout` before `now`.
+    fn give_up_older_than(&mut self, timeout: Duration, now: Instant) {
+        let before = self.pending.len();
+        self.pending
+            .retain(|s| now.saturating_duration_since(s.acked_at) <= timeout);
+        self.timed_out += (before - self.pending.len()) as u64;
+    }
 }
 
 /// Reads the locations of the pending samples back until each converged or was abandoned.
@@ -381,10 +398,15 @@ async fn poll_samples(
     client: Client,
     samples: Arc<Mutex<Samples>>,
     every: Duration,
+    timeout: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        let snapshot: Vec<Sample> = lock(&samples).pending.clone();
+        let snapshot: Vec<Sample> = {
+            let mut s = lock(&samples);
+            s.give_up_older_than(timeout, Instant::now());
+            s.pending.clone()
+        };
         let mut by_location: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
         for s in snapshot {
             by_location.entry(s.location.clone()).or_default().push(s);
@@ -646,6 +668,7 @@ async fn drive(
         client.clone(),
         samples.clone(),
         args.sample_poll,
+        args.sample_timeout,
         stop_rx.clone(),
     ));
     let pacing = Arc::new(Mutex::new(super::load_pacing::PacingView::default()));
@@ -818,7 +841,7 @@ async fn drive(
             ),
             latency: Percentiles::of(&samples.latencies),
             abandoned: samples.abandoned,
-            not_converged: samples.pending.len(),
+            not_converged: samples.pending.len() + samples.timed_out as usize,
             poll_errors: samples.poll_errors,
         },
         drain_s: round3(drain.as_secs_f64()),
@@ -827,6 +850,30 @@ async fn drive(
         nrp,
         pacing,
     })
+}
+
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+
+    #[test]
+    fn followed_events_older_than_the_timeout_are_given_up_and_counted() {
+        let t0 = Instant::now();
+        let sample = |ms: u64| Sample {
+            service: "s".into(),
+            address: format!("10.0.0.{ms}"),
+            location: "10.1.0.1".into(),
+            acked_at: t0 + Duration::from_millis(ms),
+        };
+        let mut s = Samples {
+            pending: vec![sample(0), sample(5), sample(9)],
+            ..Samples::default()
+        };
+        s.give_up_older_than(Duration::from_millis(4), t0 + Duration::from_millis(10));
+        assert_eq!(s.timed_out, 2);
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.pending[0].address, "10.0.0.9");
+    }
 }
 
 #[cfg(test)]
