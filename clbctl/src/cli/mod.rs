@@ -17,6 +17,7 @@ pub mod apply;
 pub mod load;
 pub mod load_pacing;
 pub mod load_report;
+mod load_samples;
 pub mod state;
 pub mod status;
 pub mod time;
