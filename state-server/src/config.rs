@@ -142,6 +142,14 @@ pub struct Args {
     #[arg(long, env = "CLB_BATCH_LINGER", default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_linger: Duration,
 
+    /// Staggering location units in steady churn: while some are in flight and the last one
+    /// carried all that waited, the next starts no sooner than (a location unit's recent
+    /// duration ÷ --max-mutating-units-in-flight) × this after the last one, so the slots take
+    /// turns instead of calling in waves; a burst is not held. 0 = off (a unit goes as soon as
+    /// a slot is free); otherwise at least 1.
+    #[arg(long, env = "CLB_UNIT_HEADWAY", default_value = "1.05", value_name = "FACTOR", value_parser = headway_factor)]
+    pub unit_headway: Rate,
+
     /// Most updates accepted in one batch (Apply, one ApplyStream message, one resync chunk).
     #[arg(long, env = "CLB_MAX_ITEMS_PER_BATCH", default_value_t = 10_000)]
     pub max_items_per_batch: usize,
@@ -642,6 +650,7 @@ impl Args {
                 write_burst: self.write_burst,
                 batch_quiet: self.batch_quiet,
                 batch_linger: self.batch_linger,
+                unit_headway: self.unit_headway.0,
             },
             leader_elect: self.leader_elect,
         }
@@ -672,6 +681,21 @@ fn non_negative_rate(s: &str) -> Result<Rate, String> {
     } else {
         Err(format!(
             "{s:?}: must be 0 (no pacing) or more writes per second"
+        ))
+    }
+}
+
+/// Parses --unit-headway: 0 (off) or a finite factor of at least 1.
+fn headway_factor(s: &str) -> Result<Rate, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (e.g. 1.2, or 0 for off)"))?;
+    if v == 0.0 || (v.is_finite() && v >= 1.0) {
+        Ok(Rate(v))
+    } else {
+        Err(format!(
+            "{s:?}: must be 0 (off) or at least 1 (below 1 a slot's turn comes before it is free)"
         ))
     }
 }
@@ -748,6 +772,7 @@ mod tests {
             "--retry-max=20ms",
             "--anti-entropy-interval=7s",
             "--resync-wait=1m 30s",
+            "--unit-headway=1.5",
         ]);
         a.validate().unwrap();
         assert_eq!(a.listen, "127.0.0.1:1".parse().unwrap());
@@ -766,6 +791,19 @@ mod tests {
         assert_eq!(c.dispatch.retry_max, Duration::from_millis(20));
         assert_eq!(c.dispatch.anti_entropy_interval, Duration::from_secs(7));
         assert_eq!(c.resync_wait, Duration::from_secs(90));
+        assert_eq!(c.dispatch.unit_headway, 1.5);
+    }
+
+    #[test]
+    fn a_headway_is_off_or_at_least_one() {
+        assert_eq!(headway_factor("0").unwrap().0, 0.0);
+        assert_eq!(headway_factor("1").unwrap().0, 1.0);
+        let e = headway_factor("0.5").unwrap_err();
+        assert!(e.contains("\"0.5\": must be 0 (off) or at least 1"), "{e}");
+        let e = headway_factor("soon").unwrap_err();
+        assert!(e.contains("\"soon\" is not a number"), "{e}");
+        assert!(headway_factor("inf").is_err());
+        assert!(headway_factor("-1").is_err());
     }
 
     #[test]

@@ -153,6 +153,8 @@ pub struct GatewaySnapshot {
     pub write_budget: Option<u32>,
     /// The spacing of mutating units while the write budget is tight (zero: not pacing).
     pub batching_window: Duration,
+    /// The headway between location units in steady churn (zero: off or not measured yet).
+    pub unit_headway: Duration,
     /// What the restart gate holds back, by reason label (see [`crate::gate::HoldReason::label`]);
     /// a reason not listed holds back nothing.
     pub held_back: Vec<(&'static str, HeldBack)>,
@@ -174,6 +176,7 @@ struct GatewayGauges {
     workers: GatewayGauge,
     write_budget_remaining: GatewayGauge,
     batching_window_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
+    unit_headway_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
     removals_held_back: Family<HeldLabels, Gauge>,
     locations_held_back: Family<HeldLabels, Gauge>,
 }
@@ -352,6 +355,13 @@ impl Metrics {
             Unit::Seconds,
             gw.batching_window_seconds.clone(),
         );
+        server.register_with_unit(
+            "unit_headway",
+            "The spacing of location units in steady churn: a location unit's smoothed duration / \
+             the mutating slots x --unit-headway (0: off or not measured yet)",
+            Unit::Seconds,
+            gw.unit_headway_seconds.clone(),
+        );
 
         Self {
             registry,
@@ -488,6 +498,9 @@ impl Metrics {
         g.batching_window_seconds
             .get_or_create(&l)
             .set(s.batching_window.as_secs_f64());
+        g.unit_headway_seconds
+            .get_or_create(&l)
+            .set(s.unit_headway.as_secs_f64());
         g.staleness_seconds
             .get_or_create(&l)
             .set(s.staleness.as_secs_f64());
@@ -666,6 +679,7 @@ mod tests {
             workers: 2,
             write_budget: Some(17),
             batching_window: Duration::from_millis(333),
+            unit_headway: Duration::from_millis(52),
             held_back: vec![
                 (
                     "pod_writer",
@@ -704,6 +718,7 @@ mod tests {
             "clb_server_workers{gateway=\"east\"} 2",
             "clb_server_write_budget_remaining{gateway=\"east\"} 17",
             "clb_server_batching_window_seconds{gateway=\"east\"} 0.333",
+            "clb_server_unit_headway_seconds{gateway=\"east\"} 0.052",
             "clb_server_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
             "clb_server_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
             "clb_server_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",

@@ -597,6 +597,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 workers: serving as u64,
                 write_budget: gw.dispatch().remaining_writes(),
                 batching_window: gw.dispatch().batching_window().unwrap_or_default(),
+                unit_headway: gw.dispatch().unit_headway().unwrap_or_default(),
                 held_back,
                 gateway: name,
             }

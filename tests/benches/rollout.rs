@@ -58,6 +58,8 @@ struct Scenario {
     batch_linger: Duration,
     /// The state server's --batch-quiet.
     batch_quiet: Duration,
+    /// The state server's --unit-headway (0: units go as soon as a slot is free).
+    unit_headway: f64,
     auth: bool,
     /// Gateways the nodes are split over, each on its own emulator (1: today's single gateway).
     gateways: usize,
@@ -169,6 +171,7 @@ fn options_of(s: Scenario) -> Options {
                 max_locations_per_unit: s.max_locations_per_unit,
                 batch_linger: s.batch_linger,
                 batch_quiet: s.batch_quiet,
+                unit_headway: s.unit_headway,
                 ..DispatchConfig::default()
             },
             ..ServerConfig::default()
@@ -282,6 +285,7 @@ fn main() {
         max_locations_per_unit: defaults.max_locations_per_unit,
         batch_linger: defaults.batch_linger,
         batch_quiet: defaults.batch_quiet,
+        unit_headway: defaults.unit_headway,
         auth: false,
         gateways: 1,
     };
@@ -299,6 +303,16 @@ fn main() {
     if env_usize("CLB_BENCH_GATEWAYS_ONLY", 0) == 1 {
         let pairs = env_usize("CLB_BENCH_GATEWAY_PAIRS", 3);
         compare(&rt, packed, split, pairs);
+        return;
+    }
+    if env_usize("CLB_BENCH_HEADWAY_ONLY", 0) == 1 {
+        let pairs = env_usize("CLB_BENCH_HEADWAY_PAIRS", 3);
+        let unstaggered = Scenario {
+            name: "packed, units as soon as a slot is free (headway 0), 3 workers",
+            unit_headway: 0.0,
+            ..packed
+        };
+        compare(&rt, unstaggered, packed, pairs);
         return;
     }
     if env_usize("CLB_BENCH_BATCHING_ONLY", 0) == 1 {

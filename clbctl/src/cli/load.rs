@@ -140,6 +140,10 @@ pub struct LoadArgs {
     /// units back; 0 = units cut as soon as a slot is free).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_linger: Duration,
+    /// Embedded state server: its --unit-headway (location units in steady churn start at least
+    /// this × a unit's recent duration ÷ 4 apart; 0 = as soon as a slot is free).
+    #[arg(long, default_value_t = 1.05, value_name = "FACTOR")]
+    pub unit_headway: f64,
     /// Embedded system: most locations per work unit and per NRP call.
     #[arg(long, default_value_t = 1_000)]
     pub locations_per_call: usize,
@@ -445,6 +449,7 @@ pub fn embedded_options(args: &LoadArgs) -> Options {
                 max_locations_per_unit: args.locations_per_call.max(1),
                 write_pace: args.write_pace.max(0.0) * args.nrp_write_speedup,
                 batch_linger: args.batch_linger,
+                unit_headway: args.unit_headway.max(0.0),
                 retry_base: Duration::from_millis(20),
                 retry_max: Duration::from_secs(1),
                 ..DispatchConfig::default()

@@ -49,6 +49,12 @@ pub struct DispatchConfig {
     /// default): no holding, units are cut as soon as a slot is free — on the rollout bench
     /// holding did not help (0.55 s at 0, 0.54–0.60 s at 30–100 ms, 0.68–0.75 s at 200–300 ms).
     pub batch_linger: Duration,
+    /// Staggering (`stagger.rs`): while location units are in flight and the last one carried all
+    /// that waited, the next starts no sooner than a location unit's recent duration ÷
+    /// [`DispatchConfig::max_mutating_units_in_flight`] × this after the last start, so the slots
+    /// take turns instead of calling in waves. Above 1 so a slot is free again before its turn.
+    /// 0: units go as soon as a slot is free.
+    pub unit_headway: f64,
 }
 
 impl Default for DispatchConfig {
@@ -67,17 +73,19 @@ impl Default for DispatchConfig {
             write_burst: 50,
             batch_quiet: Duration::from_millis(3),
             batch_linger: Duration::ZERO,
+            unit_headway: 1.05,
         }
     }
 }
 
 #[cfg(test)]
 impl DispatchConfig {
-    /// The defaults with batching off: units are cut as soon as a slot is free (for tests of
-    /// other behaviour, which cut at one instant).
+    /// The defaults with batching and staggering off: units are cut as soon as a slot is free
+    /// (for tests of other behaviour, which cut at one instant).
     pub(crate) fn unbatched() -> Self {
         Self {
             batch_linger: Duration::ZERO,
+            unit_headway: 0.0,
             ..Self::default()
         }
     }

@@ -70,6 +70,7 @@ impl Dispatcher {
         let mut addresses = 0usize;
         let mut keep = Vec::new();
         let mut scanned = 0usize;
+        let mut full = false;
         let budget = self.pending_locations.len();
         let units = slots.min(budget / SPLIT_MIN_LOCATIONS).max(1);
         let share = budget.div_ceil(units);
@@ -110,6 +111,7 @@ impl Dispatcher {
                 if !admitted.held_back && !in_flight {
                     keep.push(location);
                 }
+                full = true;
                 break;
             }
             addresses += diff.addresses.len();
@@ -122,6 +124,10 @@ impl Dispatcher {
         if diffs.is_empty() {
             return None;
         }
+        // Ready work left behind (a bound or the share was reached before the queue was seen
+        // through): a burst, whose next unit is not held for the headway.
+        let left_behind = full || (diffs.len() >= most && scanned < budget);
+        self.stagger.started(now, left_behind);
         self.batching.cut();
         for name in diffs
             .iter()

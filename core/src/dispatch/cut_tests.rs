@@ -9,11 +9,15 @@ use crate::difftracker::Endpoint;
 /// A dispatcher with 4 free mutating slots over `locations` locations of one address each, NRP
 /// observed and the service created: what waits is the locations' first programming.
 fn service_created(locations: u8, now: Instant) -> (DiffTracker, Dispatcher) {
+    created_with(locations, now, DispatchConfig::unbatched())
+}
+
+fn created_with(locations: u8, now: Instant, config: DispatchConfig) -> (DiffTracker, Dispatcher) {
     let mut t = tracker_with(locations, 1);
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_mutating_units_in_flight: 4,
-            ..DispatchConfig::unbatched()
+            ..config
         },
         env(),
     );
@@ -96,4 +100,91 @@ fn a_partial_update_in_flight_holds_its_addresses_only() {
     assert!(d.next_unit(&mut t, 1, 8, now).is_none());
     let diff = t.pending_diff();
     assert!(diff.locations.is_empty(), "{diff:?}");
+}
+
+#[test]
+fn in_steady_churn_location_units_take_turns_a_headway_apart() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+    let config = DispatchConfig {
+        unit_headway: 1.2,
+        ..DispatchConfig::unbatched()
+    };
+    let (mut t, mut d) = created_with(3, t0, config);
+    // The endpoints of the three locations; `moved` of them have moved to a new address.
+    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
+        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
+        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
+        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+        (0..3)
+            .map(|i| Endpoint {
+                address: if i < moved { NEW[i] } else { OLD[i] },
+                location: AT[i],
+            })
+            .collect()
+    };
+    // The first programming goes at once and takes 200 ms: the headway is 200 / 4 × 1.2 = 60 ms.
+    let first = d.next_unit(&mut t, 1, 3, t0).expect("idle: at once");
+    d.on_report(&mut t, 1, applied(first.work_id), ms(200));
+    // A change with nothing in flight goes at once.
+    t.set_endpoints("svc", &eps(1)).unwrap();
+    let second = d
+        .next_unit(&mut t, 1, 4, ms(200))
+        .expect("nothing in flight");
+    // The next change, 10 ms later, waits for its turn although three slots are free.
+    t.set_endpoints("svc", &eps(2)).unwrap();
+    assert!(d.next_unit(&mut t, 2, 5, ms(210)).is_none(), "held");
+    assert_eq!(
+        d.next_deadline(ms(210)),
+        Some(ms(260)),
+        "woken for its turn"
+    );
+    // What arrives meanwhile joins it: one unit of both, not one each.
+    t.set_endpoints("svc", &eps(3)).unwrap();
+    let third = d.next_unit(&mut t, 2, 6, ms(260)).expect("its turn");
+    assert_eq!(third.work.len(), 2, "{third:?}");
+    d.on_report(&mut t, 1, applied(second.work_id), ms(400));
+    d.on_report(&mut t, 2, applied(third.work_id), ms(400));
+    assert!(t.pending_diff().locations.is_empty());
+}
+
+#[test]
+fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
+    let t0 = Instant::now();
+    let at = t0 + std::time::Duration::from_millis(200);
+    let config = DispatchConfig {
+        unit_headway: 1.2,
+        ..DispatchConfig::unbatched()
+    };
+    let (mut t, mut d) = created_with(100, t0, config);
+    // A burst: the first programming of 100 locations, spread over the free slots at once
+    // (each unit but the last leaves ready work behind), each unit measured at 200 ms.
+    let first: Vec<Unit> = (3..7)
+        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
+        .collect();
+    let sizes: Vec<usize> = first.iter().map(|u| u.work.len()).collect();
+    assert_eq!(sizes, vec![34, 33, 33]);
+    for u in &first {
+        d.on_report(&mut t, 1, applied(u.work_id), at);
+    }
+    assert_eq!(
+        d.stagger.headway(&d.config),
+        Some(std::time::Duration::from_millis(60))
+    );
+    // Every location changes at once: again one wave over the free slots, none held.
+    let moved: Vec<(String, String)> = (1..=100)
+        .map(|l| (format!("10.1.{l}.9"), format!("10.0.0.{l}")))
+        .collect();
+    let eps: Vec<Endpoint> = moved
+        .iter()
+        .map(|(a, l)| Endpoint {
+            address: a,
+            location: l,
+        })
+        .collect();
+    t.set_endpoints("svc", &eps).unwrap();
+    let sizes: Vec<usize> = (7..11)
+        .map_while(|id| d.next_unit(&mut t, 1, id, at).map(|u| u.work.len()))
+        .collect();
+    assert_eq!(sizes, vec![34, 33, 33]);
 }

@@ -23,9 +23,11 @@ mod env;
 mod flight;
 mod pacing;
 mod report;
+mod stagger;
 mod unit;
 use batching::Batching;
 use flight::LocationFlight;
+use stagger::Stagger;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -102,6 +104,8 @@ struct Backoff {
 #[derive(Debug)]
 struct InFlight {
     worker: u64,
+    /// When it was cut.
+    started: Instant,
     deadline: Instant,
     work: UnitWork,
 }
@@ -181,6 +185,7 @@ pub struct Dispatcher {
     observer: Arc<dyn DispatchObserver>,
     pacing: WriteBudget,
     batching: Batching,
+    stagger: Stagger,
 }
 
 impl Dispatcher {
@@ -214,6 +219,7 @@ impl Dispatcher {
             observer: env.observer,
             pacing: WriteBudget::new(),
             batching: Batching::default(),
+            stagger: Stagger::default(),
         }
     }
 
@@ -250,11 +256,19 @@ impl Dispatcher {
         let gathered = (!self.pending_locations.is_empty())
             .then(|| self.batching.ends(&self.config))
             .flatten();
+        // A spaced location unit goes once its headway has passed.
+        let spaced = (!self.pending_locations.is_empty())
+            .then(|| {
+                self.stagger
+                    .held_until(&self.config, self.location_units_in_flight(), now)
+            })
+            .flatten();
         leases
             .chain(backoffs)
             .chain(observe.into_iter().flatten())
             .chain(paced)
             .chain(gathered)
+            .chain(spaced)
             .filter(|t| *t > now)
             .min()
     }
@@ -286,6 +300,12 @@ impl Dispatcher {
     /// The remaining writes last reported, if any.
     pub fn remaining_writes(&self) -> Option<u32> {
         self.pacing.remaining()
+    }
+
+    /// The headway between location units in steady churn (`None`: staggering off or nothing
+    /// measured yet; contract §4.12).
+    pub fn unit_headway(&self) -> Option<Duration> {
+        self.stagger.headway(&self.config)
     }
 
     /// The spacing between mutating units while the write budget is tight: the batching window.
@@ -464,16 +484,23 @@ impl Dispatcher {
                     .batching
                     .held_until(&self.config, self.pending_locations.len(), room, now)
                     .is_some();
+                // While paced by the write budget, the budget spaces the units; otherwise, in
+                // steady churn, the headway does (`stagger.rs`).
+                let paced = self.pacing.window(&self.config).is_some();
+                let out = self.location_units_in_flight();
+                let spaced = !paced && self.stagger.held_until(&self.config, out, now).is_some();
                 // The backlog is spread over the free slots, unless calls are bounded by the
-                // write budget (then each unit carries all that waits) or not at all.
+                // write budget (then each unit carries all that waits) or not at all, or units
+                // take turns (a second unit beside this one would be a wave).
                 let slots = if self.config.max_mutating_units_in_flight == 0
-                    || self.pacing.window(&self.config).is_some()
+                    || paced
+                    || self.stagger.whole(&self.config, out)
                 {
                     1
                 } else {
                     room
                 };
-                if locations && !gathering {
+                if locations && !gathering && !spaced {
                     self.cut_locations(tracker, now, slots)
                 } else {
                     None
@@ -496,6 +523,7 @@ impl Dispatcher {
             work_id,
             InFlight {
                 worker,
+                started: now,
                 deadline,
                 work,
             },
@@ -531,6 +559,14 @@ impl Dispatcher {
                 UnitWork::Services(changes) => changes.len(),
             })
             .sum()
+    }
+
+    /// The location units in flight.
+    fn location_units_in_flight(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|u| matches!(u.work, UnitWork::Locations(_)))
+            .count()
     }
 
     /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).

@@ -69,6 +69,10 @@ impl Dispatcher {
             });
         }
         let unit = self.finish(report.work_id).expect("checked in flight");
+        if let UnitWork::Locations(_) = unit.work {
+            self.stagger
+                .finished(now.saturating_duration_since(unit.started));
+        }
         let ids = (report.work_id, worker);
         let kind = unit.work.kind().as_str();
         let services = match report.outcome {
