@@ -310,6 +310,11 @@ fn spread(mut xs: Vec<Duration>) -> String {
     )
 }
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     clb_tests::init_tracing();
     rustls::crypto::aws_lc_rs::default_provider()

@@ -57,6 +57,11 @@ async fn run(load: &[String], auth: bool) -> (LoadReport, Option<(usize, usize)>
     (report, on.map(|a| a.api.review_counts()))
 }
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()

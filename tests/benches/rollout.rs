@@ -251,6 +251,11 @@ fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -6,6 +6,11 @@ use clap::Parser;
 use clb_nrp_emulator::cli::Args;
 use clb_nrp_emulator::{Emulator, serve};
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // The TLS stack of reqwest/rustls is in the dependency tree: pick its provider explicitly.

@@ -6,6 +6,11 @@ use clb_state_server::config::Args;
 use clb_state_server::run::{self, KubeClients, Options};
 use clb_state_server::telemetry;
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

@@ -4,6 +4,11 @@
 use clap::Parser;
 use clb_sync_worker::cli::Args;
 
+/// The allocator of the shipped binaries: glibc's spent about a third of the CPU under load
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
