@@ -242,9 +242,11 @@ impl Oracle {
             .filter(|s| {
                 self.in_nrp(s) && (self.services.contains(*s) || self.egresses.contains_key(*s))
             })
-            .chain(a.outbound.iter().filter(|s| {
-                self.in_nrp(s) && self.egresses.contains_key(*s) && v6_ready(s)
-            }))
+            .chain(
+                a.outbound
+                    .iter()
+                    .filter(|s| self.in_nrp(s) && self.egresses.contains_key(*s) && v6_ready(s)),
+            )
             .cloned()
             .collect()
     }
@@ -340,7 +342,10 @@ impl Oracle {
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for a in keys {
-            let mut want = here.get(&a).map(|d| self.filtered(a, d)).unwrap_or_default();
+            let mut want = here
+                .get(&a)
+                .map(|d| self.filtered(a, d))
+                .unwrap_or_default();
             let have = nrp.get(&a).cloned().unwrap_or_default();
             if !allowed {
                 want.extend(have.iter().cloned());
