@@ -456,3 +456,23 @@ fn diffs_and_views_convert_to_proto() {
         v1::ServiceAction::Delete
     );
 }
+
+#[test]
+fn an_egress_change_carries_the_families_of_its_public_ips() {
+    let change = |kind, ipv6| difftracker::ServiceChange {
+        name: "eg".into(),
+        kind,
+        action: difftracker::ServiceAction::Create,
+        nat_gateway: None,
+        ipv6,
+    };
+    let v4 = v1::IpFamily::Ipv4 as i32;
+    let v6 = v1::IpFamily::Ipv6 as i32;
+    let s = service_change(&change(ServiceKind::Outbound, false), vec![], None);
+    assert_eq!(s.egress_families, vec![v4]);
+    let s = service_change(&change(ServiceKind::Outbound, true), vec![], None);
+    assert_eq!(s.egress_families, vec![v4, v6]);
+    // An inbound service's family is `ip_family`, never these.
+    let s = service_change(&change(ServiceKind::Inbound, true), vec![], None);
+    assert!(s.egress_families.is_empty());
+}

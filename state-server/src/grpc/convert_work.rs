@@ -66,6 +66,13 @@ pub fn service_change(
             ServiceKind::Outbound => change.nat_gateway.clone().unwrap_or_default(),
             ServiceKind::Inbound => String::new(),
         },
+        egress_families: match change.kind {
+            ServiceKind::Outbound if change.ipv6 => {
+                vec![v1::IpFamily::Ipv4 as i32, v1::IpFamily::Ipv6 as i32]
+            }
+            ServiceKind::Outbound => vec![v1::IpFamily::Ipv4 as i32],
+            ServiceKind::Inbound => Vec::new(),
+        },
     }
 }
 
