@@ -10,10 +10,13 @@
 //!   never touched); a terminating pod is marked not ready (after
 //!   [`KubeletConfig::ready_while_terminating`]) and removed when its grace
 //!   (`deletionGracePeriodSeconds`, capped by [`KubeletConfig::termination_grace`]) is over;
-//! - the **EndpointSlice controller**: one IPv4 slice `{service}-{hash}` per Service with a
-//!   selector, listing each matching pod of its namespace that has an IP (`ready`, `serving`,
-//!   `terminating` as the real controller derives them), its ports (a numeric or named
-//!   `targetPort` resolved);
+//! - the **EndpointSlice controller**: one slice per IP family of each Service with a selector
+//!   (`spec.ipFamilies`, IPv4 when absent; `addressType` the family; the IPv4 slice named
+//!   `{service}-{hash}`), listing each matching pod of its namespace that has an IP of that family
+//!   (`status.podIPs`, as a dual-stack CNI sets them; `ready`, `serving`, `terminating` as the real
+//!   controller derives them), its ports (a numeric or named `targetPort` resolved); a slice of a
+//!   family the Service no longer has is deleted. (The kubelet allocates IPv4 pod IPs only: a test
+//!   gives pods their IPv6 ones in `status.podIPs`, which the kubelet keeps.)
 //! - the **Deployment controller** (`apps/v1`, without ReplicaSets): pods
 //!   `{deployment}-{template hash}-{random}` owned by the Deployment, labelled with the
 //!   template's labels and `pod-template-hash`; the `RollingUpdate` strategy with `maxSurge` and

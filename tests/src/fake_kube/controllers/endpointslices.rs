@@ -14,7 +14,29 @@ fn labels_contain(obj: &Value, selector: &Map<String, Value>) -> bool {
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
-fn pod_ipv4(pod: &Value) -> Option<String> {
+/// The IP families of a Service's slices, as Kubernetes' controller makes them: one slice per
+/// family of `spec.ipFamilies` (IPv4 when absent, a Service from before dual-stack).
+fn service_families(svc: &Value) -> Vec<&'static str> {
+    let listed: Vec<&'static str> = svc
+        .pointer("/spec/ipFamilies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| match f.as_str() {
+            Some("IPv4") => Some("IPv4"),
+            Some("IPv6") => Some("IPv6"),
+            _ => None,
+        })
+        .collect();
+    if listed.is_empty() {
+        vec!["IPv4"]
+    } else {
+        listed
+    }
+}
+
+/// A pod's IP of `family` (`IPv4` or `IPv6`): from `status.podIPs`, else `status.podIP`.
+fn pod_ip_of(pod: &Value, family: &str) -> Option<String> {
     let listed = pod
         .pointer("/status/podIPs")
         .and_then(Value::as_array)
@@ -23,7 +45,10 @@ fn pod_ipv4(pod: &Value) -> Option<String> {
         .filter_map(|i| i.get("ip").and_then(Value::as_str));
     listed
         .chain(pointer_str(pod, "/status/podIP"))
-        .find(|ip| ip.parse::<Ipv4Addr>().is_ok())
+        .find(|ip| match family {
+            "IPv6" => ip.parse::<std::net::Ipv6Addr>().is_ok(),
+            _ => ip.parse::<Ipv4Addr>().is_ok(),
+        })
         .map(str::to_owned)
 }
 
@@ -39,10 +64,11 @@ fn named_port(pod: &Value, name: &str) -> Option<i64> {
         .as_i64()
 }
 
-/// The fields of a Service's slice the controller owns: labels, owner, address type, endpoints,
-/// ports.
+/// The fields of a Service's slice of `family` the controller owns: labels, owner, address type,
+/// endpoints (the pods' IPs of that family), ports.
 fn desired_slice(
     svc: &Value,
+    family: &str,
     selector: &Map<String, Value>,
     pods: &[&Value],
     zones: &HashMap<String, String>,
@@ -55,7 +81,7 @@ fn desired_slice(
         .filter(|p| {
             s(p, "/metadata/namespace") == ns && labels_contain(p, selector) && !terminal(p)
         })
-        .filter_map(|p| pod_ipv4(p).map(|ip| (*p, ip)))
+        .filter_map(|p| pod_ip_of(p, family).map(|ip| (*p, ip)))
         .collect();
     members.sort_by_key(|(p, _)| s(p, "/metadata/name"));
     let endpoints: Vec<Value> = members
@@ -125,7 +151,7 @@ fn desired_slice(
                 "uid": s(svc, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true,
             }],
         },
-        "addressType": "IPv4",
+        "addressType": family,
         "endpoints": endpoints,
         "ports": ports,
     })
@@ -177,44 +203,54 @@ impl Controller for EndpointSlices {
             {
                 continue;
             }
-            let desired = desired_slice(&svc, &selector, &pods, &zones);
-            let mine = managed.iter().find(|(k, sl)| {
-                k.0 == key.0
-                    && pointer_str(sl, "/metadata/labels/kubernetes.io~1service-name")
-                        == Some(key.1.as_str())
-            });
-            match mine {
-                Some((k, cur)) => {
-                    kept.insert(k.clone());
-                    if slice_differs(cur, &desired) {
-                        let mut next = cur.clone();
-                        for f in ["addressType", "endpoints", "ports"] {
-                            next[f] = desired[f].clone();
+            for family in service_families(&svc) {
+                let desired = desired_slice(&svc, family, &selector, &pods, &zones);
+                let mine = managed.iter().find(|(k, sl)| {
+                    k.0 == key.0
+                        && pointer_str(sl, "/metadata/labels/kubernetes.io~1service-name")
+                            == Some(key.1.as_str())
+                        && pointer_str(sl, "/addressType") == Some(family)
+                });
+                match mine {
+                    Some((k, cur)) => {
+                        kept.insert(k.clone());
+                        if slice_differs(cur, &desired) {
+                            let mut next = cur.clone();
+                            for f in ["addressType", "endpoints", "ports"] {
+                                next[f] = desired[f].clone();
+                            }
+                            for f in ["labels", "ownerReferences"] {
+                                next["metadata"][f] = desired["metadata"][f].clone();
+                            }
+                            inner.commit("endpointslices", k.clone(), Some(next));
                         }
-                        for f in ["labels", "ownerReferences"] {
-                            next["metadata"][f] = desired["metadata"][f].clone();
+                    }
+                    None => {
+                        // The IPv4 slice keeps the name it always had; another family's is
+                        // hashed with the family.
+                        let uid = s(&svc, "/metadata/uid");
+                        let seed = match family {
+                            "IPv4" => uid,
+                            f => format!("{uid}-{f}"),
+                        };
+                        let mut name = format!("{}-{}", key.1, short_hash(&seed));
+                        while inner.resources["endpointslices"]
+                            .objects
+                            .contains_key(&(key.0.clone(), name.clone()))
+                        {
+                            name = format!("{}-{}", key.1, random_suffix(5));
                         }
-                        inner.commit("endpointslices", k.clone(), Some(next));
+                        let mut slice = desired;
+                        let n = inner.rv + 1;
+                        slice["metadata"]["namespace"] = json!(key.0);
+                        slice["metadata"]["name"] = json!(name);
+                        slice["metadata"]["generateName"] = json!(format!("{}-", key.1));
+                        slice["metadata"]["uid"] = json!(format!("uid-endpointslices-{n}"));
+                        slice["metadata"]["creationTimestamp"] = json!(now());
+                        let k = (key.0.clone(), name);
+                        kept.insert(k.clone());
+                        inner.commit("endpointslices", k, Some(slice));
                     }
-                }
-                None => {
-                    let mut name = format!("{}-{}", key.1, short_hash(&s(&svc, "/metadata/uid")));
-                    while inner.resources["endpointslices"]
-                        .objects
-                        .contains_key(&(key.0.clone(), name.clone()))
-                    {
-                        name = format!("{}-{}", key.1, random_suffix(5));
-                    }
-                    let mut slice = desired;
-                    let n = inner.rv + 1;
-                    slice["metadata"]["namespace"] = json!(key.0);
-                    slice["metadata"]["name"] = json!(name);
-                    slice["metadata"]["generateName"] = json!(format!("{}-", key.1));
-                    slice["metadata"]["uid"] = json!(format!("uid-endpointslices-{n}"));
-                    slice["metadata"]["creationTimestamp"] = json!(now());
-                    let k = (key.0.clone(), name);
-                    kept.insert(k.clone());
-                    inner.commit("endpointslices", k, Some(slice));
                 }
             }
         }
