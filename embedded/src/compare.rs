@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use clb_nrp_emulator::Emulator;
-use clb_sync_worker::worker::{load_balancer_name, nat_gateway_name, public_ip_name};
+use clb_sync_worker::worker::{
+    load_balancer_name, nat_gateway_name, public_ip_name, public_ip_v6_name,
+};
 
 use crate::cluster::Expected;
 use crate::harness::GATEWAY;
@@ -126,16 +128,32 @@ pub fn compare_gateway(
         .map(|s| nat_gateway_name(s))
         .collect();
     set_diff(&mut errors, "NAT gateway", &want_nats, &nats);
-    let pips: BTreeSet<String> = dump
+    let mut pips: BTreeSet<String> = dump
         .public_ip_addresses
         .iter()
         .filter_map(|r| r.name.clone())
         .collect();
-    let want_pips = expected
+    let mut want_pips: BTreeSet<String> = expected
         .services()
         .iter()
         .map(|s| public_ip_name(s))
         .collect();
+    // An egress with IPv6 addresses has an IPv6 public IP too; one without may keep the one it had
+    // (it stays when the last IPv6 pod goes).
+    let v6_egresses: BTreeSet<&String> = expected
+        .addresses
+        .iter()
+        .filter(|((_, address), _)| address.contains(':'))
+        .flat_map(|(_, services)| services)
+        .collect();
+    for e in &expected.outbound {
+        let v6 = public_ip_v6_name(e);
+        if v6_egresses.contains(e) {
+            want_pips.insert(v6);
+        } else {
+            pips.remove(&v6);
+        }
+    }
     set_diff(&mut errors, "public IP", &want_pips, &pips);
     if errors.is_empty() {
         return Ok(());

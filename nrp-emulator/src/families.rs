@@ -66,7 +66,9 @@ impl NrpState {
     }
 
     /// Refuses the first address of `req` (in its order) that refers to a service of `g` whose
-    /// backend pool serves a public frontend of the other IP version (module documentation).
+    /// backend pool serves a public frontend of the other IP version (module documentation), or an
+    /// IPv6 address referring to an outbound service whose NAT gateway has no IPv6 public IP
+    /// (`natfamilies.rs`).
     pub(crate) fn check_frontend_versions(
         &self,
         g: &GatewayRec,
@@ -90,7 +92,8 @@ impl NrpState {
                 }
             }
         }
-        Ok(())
+        // And an outbound service's NAT gateway must have a public IP of the address's version.
+        self.check_outbound_versions(g, req)
     }
 }
 

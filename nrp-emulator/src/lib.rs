@@ -47,6 +47,7 @@ mod gateway;
 mod http;
 mod lro;
 pub mod metrics;
+mod natfamilies;
 mod natlink;
 mod ops;
 mod resources;

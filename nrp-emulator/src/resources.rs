@@ -143,6 +143,7 @@ impl NrpState {
                 && n.properties
                     .public_ip_addresses
                     .iter()
+                    .chain(&n.properties.public_ip_addresses_v6)
                     .any(|p| key_str(&p.id) == pip_key)
         });
         lbs.map(|(k, _)| k.clone())
@@ -496,8 +497,10 @@ impl NrpState {
             body.properties
                 .public_ip_addresses
                 .iter()
+                .chain(&body.properties.public_ip_addresses_v6)
                 .map(|p| p.id.as_str()),
-        )
+        )?;
+        self.check_nat_gateway_versions(id, body)
     }
 
     pub(crate) fn put_nat_gateway(

@@ -2,7 +2,8 @@
 //! (from PyPI, pinned) drives an emulator on loopback through `tests/conformance/sdk_conformance.py`
 //! — gateways (create/get/list/list_all/update_tags/delete), public IPs, load balancers, NAT
 //! gateways, updateServices and updateAddressLocations at both levels, paging, ARM errors, IPv6
-//! public IPs, a dual-stack load balancer and a dual-stack Service as one unit per family, 404 after
+//! public IPs, a dual-stack load balancer, a StandardV2 NAT gateway with an IPv6 public IP
+//! (`publicIpAddressesV6`), a dual-stack Service as one unit per family, 404 after
 //! delete — at each api-version, answered synchronously and as long-running operations.
 //!
 //! Each api-version is driven by the SDK release generated for it: 30.2.0 for 2025-05-01 (where the
@@ -20,7 +21,7 @@ use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator, Stats};
 const COMMON: [&str; 2] = ["azure-core==1.41.0", "azure-mgmt-core==1.6.0"];
 
 /// Steps of the script each run must pass (a run that executes fewer fails).
-const CASES: u64 = 24;
+const CASES: u64 = 25;
 
 fn python3() -> Option<PathBuf> {
     let out = Command::new("python3").arg("--version").output().ok()?;

@@ -106,3 +106,110 @@ async fn each_family_s_service_gets_a_public_ip_of_its_version() {
     );
     h.shutdown().await;
 }
+
+fn egress(name: &str, families: &[IpFamily]) -> v1::ServiceChange {
+    let mut c = outbound(name, Create);
+    c.egress_families = families.iter().map(|f| *f as i32).collect();
+    c
+}
+
+/// The public IPs of NAT gateway `natgw-{name}`: (IPv4 ids, IPv6 ids).
+fn nat_ips(h: &Harness, name: &str) -> (Vec<String>, Vec<String>) {
+    let dump = h.emulator().dump();
+    let nat = dump
+        .nat_gateways
+        .iter()
+        .find(|n| n.name.as_deref() == Some(&format!("natgw-{name}")))
+        .expect("NAT gateway");
+    assert_eq!(nat.sku.as_ref().unwrap().name, "StandardV2");
+    let ids = |l: &[clb_nrp::wire::SubResource]| l.iter().map(|s| s.id.clone()).collect();
+    (
+        ids(&nat.properties.public_ip_addresses),
+        ids(&nat.properties.public_ip_addresses_v6),
+    )
+}
+
+#[tokio::test]
+async fn an_egress_with_ipv6_pods_gets_an_ipv6_public_ip_on_its_nat_gateway() {
+    let mut h = Harness::default().await;
+    let mut conn = h.conn().await;
+    // IPv4 only (or a server from before the field): one IPv4 public IP.
+    let r = conn
+        .run(services(
+            1,
+            vec![egress("eg", &[]), egress("eg4", &[IpFamily::Ipv4])],
+        ))
+        .await;
+    assert_applied(&r);
+    let (v4, v6) = nat_ips(&h, "eg");
+    assert!(v4[0].ends_with("/publicIPAddresses/pip-eg") && v6.is_empty());
+    // An IPv6 address of the egress is refused while its NAT gateway has no IPv6 public IP.
+    let r = conn
+        .run(locations(
+            2,
+            vec![location("fd00::1", true, &[("fd01::1", &["eg"])])],
+        ))
+        .await;
+    assert_eq!(repair(&r).code, "OutboundServiceHasNoIpv6PublicIp");
+
+    // The creation sent again with IPv6: `pip-eg-v6`, attached as publicIpAddressesV6.
+    let r = conn
+        .run(services(
+            3,
+            vec![egress("eg", &[IpFamily::Ipv4, IpFamily::Ipv6])],
+        ))
+        .await;
+    assert_applied(&r);
+    let (v4, v6) = nat_ips(&h, "eg");
+    assert_eq!(v4.len(), 1);
+    assert!(v6[0].ends_with("/publicIPAddresses/pip-eg-v6"), "{v6:?}");
+    let dump = h.emulator().dump();
+    let pip6 = dump
+        .public_ip_addresses
+        .iter()
+        .find(|p| p.name.as_deref() == Some("pip-eg-v6"))
+        .unwrap();
+    assert_eq!(
+        pip6.properties.public_ip_address_version,
+        Some(IpVersion::V6)
+    );
+    assert_eq!(pip6.sku.as_ref().unwrap().name, "StandardV2");
+    let r = conn
+        .run(locations(
+            4,
+            vec![
+                location("fd00::1", true, &[("fd01::1", &["eg"])]),
+                location("10.0.0.1", true, &[("10.1.0.1", &["eg"])]),
+            ],
+        ))
+        .await;
+    assert_applied(&r);
+
+    // The deletion (after the drain) removes both public IPs.
+    let r = conn
+        .run(locations(
+            5,
+            vec![
+                location("fd00::1", true, &[]),
+                location("10.0.0.1", true, &[]),
+            ],
+        ))
+        .await;
+    assert_applied(&r);
+    assert_applied(
+        &conn
+            .run(services(
+                6,
+                vec![outbound("eg", Delete), outbound("eg4", Delete)],
+            ))
+            .await,
+    );
+    let dump = h.emulator().dump();
+    assert!(dump.nat_gateways.is_empty());
+    assert!(
+        dump.public_ip_addresses.is_empty(),
+        "{:?}",
+        dump.public_ip_addresses
+    );
+    h.shutdown().await;
+}

@@ -4,7 +4,9 @@
 //! converge with a frontend (public IP of the family's version), a load balancer and a backend pool
 //! per family, each family's addresses registered to its own service; the ingress lists both IPs,
 //! IPv4 first, each with `ipMode: VIP`; a Service switched from single- to dual-stack and back
-//! converges each way and the emulator's removal log never shows its IPv4 backends removed.
+//! converges each way and the emulator's removal log never shows its IPv4 backends removed. And
+//! with the fake API's EndpointSlice controller: a dual-stack Service selecting dual-stack pods
+//! gets one slice per family (`addressType` IPv4 and IPv6), and both families' addresses converge.
 //!
 //! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
 
@@ -12,9 +14,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use clb_nrp::wire::IpVersion;
-use clb_tests::fake_kube::FakeApi;
+use clb_tests::fake_kube::{ControllersConfig, FakeApi};
 use clb_tests::kube_objects::{
-    RunningWatcher, converge, endpoint as ep, eventually, node, service as svc, slice, test_config,
+    RunningWatcher, converge, endpoint as ep, eventually, node, pod, service as svc, slice,
+    test_config,
 };
 use clb_tests::{Expected, Harness, Options, init_tracing};
 use clb_watcher::{CONDITION_TYPE, Mode};
@@ -315,5 +318,108 @@ async fn a_service_switched_to_dual_stack_and_back_never_loses_its_ipv4_backends
         );
         assert_eq!(r.removed_services, vec![web6.clone()]);
     }
+    no_rule_broken(&h);
+}
+
+/// A running, ready pod labelled `app=dual-app` with one IP of each family (as a dual-stack CNI
+/// sets `status.podIPs`).
+fn dual_stack_pod(name: &str, node: &str, ips: &[&str]) -> Value {
+    let mut p = pod(name, node, ips, None);
+    p["metadata"]["labels"]["app"] = json!("dual-app");
+    p["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_endpoint_slice_controller_makes_a_slice_per_family_and_both_converge() {
+    let (h, fake, _w) = start().await;
+    let _controllers = fake.start_controllers(ControllersConfig {
+        kubelet: None,
+        deployments: false,
+        ..ControllersConfig::default()
+    });
+    fake.put(
+        "pods",
+        dual_stack_pod("web-a", "node-a", &["10.1.0.1", "fd01::1"]),
+    );
+    fake.put(
+        "pods",
+        dual_stack_pod("web-b", "node-b", &["10.1.0.2", "fd01::2"]),
+    );
+    // An IPv4-only pod: in the IPv4 slice only.
+    fake.put("pods", dual_stack_pod("web-c", "node-b", &["10.1.0.3"]));
+    fake.put(
+        "services",
+        svc(
+            "dual",
+            DUAL,
+            lb_spec(json!({"ipFamilyPolicy": "RequireDualStack", "selector": {"app": "dual-app"}})),
+        ),
+    );
+    let slices = eventually("a slice per family", || async {
+        let mut by_family = BTreeMap::new();
+        for sl in fake.objects("endpointslices") {
+            if sl["metadata"]["labels"]["kubernetes.io/service-name"] != "dual" {
+                continue;
+            }
+            let mut addresses: Vec<String> = sl["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e["addresses"][0].as_str().map(str::to_owned))
+                .collect();
+            addresses.sort();
+            by_family.insert(
+                sl["addressType"].as_str().unwrap_or("").to_owned(),
+                addresses,
+            );
+        }
+        match by_family.len() {
+            2 => Ok(by_family),
+            n => Err(format!("{n} slices: {by_family:?}")),
+        }
+    })
+    .await;
+    assert_eq!(slices["IPv4"], ["10.1.0.1", "10.1.0.2", "10.1.0.3"]);
+    assert_eq!(slices["IPv6"], ["fd01::1", "fd01::2"]);
+
+    let dual6 = v6(DUAL);
+    converge(
+        &h,
+        &expected(
+            &[
+                ("10.0.0.1", "10.1.0.1", DUAL),
+                ("10.0.0.2", "10.1.0.2", DUAL),
+                ("10.0.0.2", "10.1.0.3", DUAL),
+                ("fd00::1", "fd01::1", &dual6),
+                ("fd00::2", "fd01::2", &dual6),
+            ],
+            &[DUAL, &dual6],
+        ),
+    )
+    .await;
+    let (_, ip4, _) = unit_of(&h, DUAL);
+    let (_, ip6, _) = unit_of(&h, &dual6);
+    ingress_is(&fake, "dual", &[ip4, ip6]).await;
+
+    // Back to single-stack IPv4: the controller deletes the IPv6 slice.
+    let mut s = fake.get("services", "default", "dual").unwrap();
+    s["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+    s["spec"]["ipFamilies"] = json!(["IPv4"]);
+    fake.put("services", s);
+    eventually("the IPv6 slice is gone", || async {
+        let families: Vec<Value> = fake
+            .objects("endpointslices")
+            .into_iter()
+            .filter(|sl| sl["metadata"]["labels"]["kubernetes.io/service-name"] == "dual")
+            .map(|sl| sl["addressType"].clone())
+            .collect();
+        if families == [json!("IPv4")] {
+            Ok(())
+        } else {
+            Err(format!("{families:?}"))
+        }
+    })
+    .await;
     no_rule_broken(&h);
 }

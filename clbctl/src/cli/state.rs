@@ -138,8 +138,13 @@ pub fn render_location(l: &LocationView) -> String {
 
 /// A service as text: one row per property, desired and actual side by side.
 pub fn render_service(s: &ServiceView) -> String {
+    let family = if s.ip_family.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", s.ip_family)
+    };
     let mut out = format!(
-        "service {} ({}, gateway {}): {}\n",
+        "service {} ({}{family}, gateway {}): {}\n",
         s.id,
         s.kind,
         s.gateway,
@@ -215,13 +220,14 @@ pub fn render_diff(d: &DiffView) -> String {
         return out;
     }
     if !d.services.is_empty() {
-        let mut t = table(vec!["service", "kind", "action", "ports"]);
+        let mut t = table(vec!["service", "kind", "action", "families", "ports"]);
         for s in &d.services {
             let ports = s.ports.iter().map(PortView::label).collect::<Vec<_>>();
             t.add_row(vec![
                 Cell::new(&s.name),
                 Cell::new(&s.kind),
                 Cell::new(&s.action),
+                Cell::new(list(&s.families)),
                 Cell::new(list(&ports)),
             ]);
         }

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 
 use clb_proto::v1::{
-    AddressState, AddressUpdateAction, ErrorRecord, GatewayStatus, InitGates, LocationChange,
-    LocationState, PendingDiffResponse, Protocol, ServiceAction, ServiceChange, ServiceKind,
-    ServicePort, ServiceState, StatusResponse, WorkerStatus, WriterStatus,
+    AddressState, AddressUpdateAction, ErrorRecord, GatewayStatus, InitGates, IpFamily,
+    LocationChange, LocationState, PendingDiffResponse, Protocol, ServiceAction, ServiceChange,
+    ServiceKind, ServicePort, ServiceState, StatusResponse, WorkerStatus, WriterStatus,
 };
 use serde::Serialize;
 
@@ -19,6 +19,17 @@ pub fn kind_name(v: i32) -> String {
         Ok(ServiceKind::Inbound) => "inbound".into(),
         Ok(ServiceKind::Outbound) => "outbound".into(),
         Ok(ServiceKind::Unspecified) => "unspecified".into(),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
+/// The name of an `IpFamily` value: `IPv4`, `IPv6`, `unspecified` (an inbound service whose writer
+/// stated no family: IPv4 frontend, endpoints unchecked), `unknown(n)`.
+pub fn family_name(v: i32) -> String {
+    match IpFamily::try_from(v) {
+        Ok(IpFamily::Ipv4) => "IPv4".into(),
+        Ok(IpFamily::Ipv6) => "IPv6".into(),
+        Ok(IpFamily::Unspecified) => "unspecified".into(),
         Err(_) => format!("unknown({v})"),
     }
 }
@@ -470,6 +481,9 @@ pub struct ServiceView {
     pub ports: Vec<PortView>,
     /// Its frontend IP in NRP (inbound), empty while unknown.
     pub frontend_ip: String,
+    /// The IP family of an inbound service (`IPv4`, `IPv6`, `unspecified`); empty for an egress,
+    /// which has none (its pods may have both).
+    pub ip_family: String,
     /// Whether desired and actual agree (presence and counts).
     pub in_sync: bool,
 }
@@ -488,6 +502,11 @@ impl From<&ServiceState> for ServiceView {
             actual_locations: s.actual_locations,
             ports: s.ports.iter().map(PortView::from).collect(),
             frontend_ip: s.frontend_ip.clone(),
+            ip_family: if s.kind == ServiceKind::Outbound as i32 {
+                String::new()
+            } else {
+                family_name(s.ip_family)
+            },
             in_sync: s.desired == s.actual
                 && s.desired_addresses == s.actual_addresses
                 && s.desired_locations == s.actual_locations,
@@ -506,15 +525,28 @@ pub struct ServiceChangeView {
     pub action: String,
     /// Ports (inbound creation).
     pub ports: Vec<PortView>,
+    /// The families of the public IPs the change makes: an inbound creation's one family, an
+    /// egress's (`IPv4`, and `IPv6` once a pod of it has an IPv6 address); empty otherwise.
+    pub families: Vec<String>,
 }
 
 impl From<&ServiceChange> for ServiceChangeView {
     fn from(c: &ServiceChange) -> Self {
+        let inbound_create =
+            c.kind == ServiceKind::Inbound as i32 && c.action == ServiceAction::Create as i32;
+        let families = if c.kind == ServiceKind::Outbound as i32 {
+            c.egress_families.iter().map(|f| family_name(*f)).collect()
+        } else if inbound_create {
+            vec![family_name(c.ip_family)]
+        } else {
+            Vec::new()
+        };
         Self {
             name: c.name.clone(),
             kind: kind_name(c.kind),
             action: action_name(c.action),
             ports: c.ports.iter().map(PortView::from).collect(),
+            families,
         }
     }
 }

@@ -97,6 +97,10 @@ impl DiffTracker {
                 // The registration uses the resources a part-way saga left: nothing to clean up.
                 entry.leftover = false;
                 self.set_service_actual(sid, Some(change.kind));
+                // An egress created before its first IPv6 pod came is created again.
+                if self.record_egress_family(sid, change) {
+                    self.services.get_mut(sid).reprogram = true;
+                }
             }
             ServiceAction::Delete => {
                 let Some(sid) = self.services.id(&name) else {
@@ -109,7 +113,9 @@ impl DiffTracker {
                         count,
                     });
                 }
-                self.services.get_mut(sid).leftover = false;
+                let entry = self.services.get_mut(sid);
+                entry.leftover = false;
+                entry.nat_v6 = false;
                 self.set_service_actual(sid, None);
                 self.services.release_if_unused(sid);
             }
@@ -182,11 +188,23 @@ impl DiffTracker {
                 .into());
             }
         }
+        // Egresses that IPv6 addresses in NRP refer to: their NAT gateway has an IPv6 public IP.
+        let v6_refs: HashSet<String> = snapshot
+            .locations
+            .iter()
+            .flat_map(|(_, addresses)| addresses.iter())
+            .filter(|(a, _)| a.is_ipv6())
+            .flat_map(|(_, refs)| refs.iter().map(|r| r.to_ascii_lowercase()))
+            .collect();
         let mut summary = ObserveSummary::default();
         let mut ids = Vec::with_capacity(services.len());
         for (n, kind) in &services {
             let sid = self.services.intern(n, *kind).expect("kinds checked above");
-            if self.services.get(sid).actual != Some(*kind) {
+            let fresh = self.services.get(sid).actual != Some(*kind);
+            // Found anew (a restart): it has an IPv6 public IP when IPv6 addresses refer to it;
+            // known: what was recorded, or more.
+            let v6 = v6_refs.contains(n.as_str()) || (!fresh && self.services.get(sid).nat_v6);
+            if fresh {
                 summary.services_changed += 1;
                 // An egress bound to a brought NAT gateway, found in NRP without a creation
                 // recorded (a restart): which NAT gateway it is registered with is not known, so its
@@ -197,6 +215,7 @@ impl DiffTracker {
                 }
                 self.set_service_actual(sid, Some(*kind));
             }
+            self.observe_egress_family(sid, v6);
             ids.push(sid);
         }
         let stale: Vec<IpAddr> = self
@@ -229,7 +248,9 @@ impl DiffTracker {
         for sid in gone {
             summary.services_changed += 1;
             // The registration went without a recorded deletion: its resources may remain.
-            self.services.get_mut(sid).leftover = true;
+            let entry = self.services.get_mut(sid);
+            entry.leftover = true;
+            entry.nat_v6 = false;
             self.set_service_actual(sid, None);
         }
         Ok(summary)

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::DiffTracker;
 use super::error::{InvalidInput, Reason};
 use super::family::IpFamily;
-use super::identity::{EgressState, ServiceId, ServiceKind, normalize_identity};
+use super::identity::{ServiceId, ServiceKind, normalize_identity};
 use super::ip::{check_address_at, parse_address_at};
-use super::location::{LocationId, PodUid, Slot, insert_ref, remove_ref};
+use super::location::{LocationId, Slot, insert_ref, remove_ref};
 
 /// Add or remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,7 +70,7 @@ pub struct PodIpUpdate<'a> {
     pub nat_gateway: &'a str,
 }
 
-fn conflict(field: &str, value: &str, existing: ServiceKind) -> InvalidInput {
+pub(super) fn conflict(field: &str, value: &str, existing: ServiceKind) -> InvalidInput {
     InvalidInput::new(
         field,
         value,
@@ -375,8 +375,13 @@ impl DiffTracker {
                 let Some(sid) = self.services.id(&name) else {
                     return Ok(());
                 };
-                if self.services.get_mut(sid).egress.take().is_none() {
+                let entry = self.services.get_mut(sid);
+                if entry.egress.take().is_none() {
                     return Ok(());
+                }
+                // No pod needs an IPv6 public IP any more (`egress_family.rs`).
+                if entry.nat_gateway.is_none() {
+                    entry.reprogram = false;
                 }
                 self.revision += 1;
                 self.service_changed(sid);
@@ -584,123 +589,8 @@ impl DiffTracker {
         }
     }
 
-    /// Adds/updates or removes a pod. Adding sets the address's outbound identity (moving the pod's
-    /// count from its old egress to the new one); removing clears only the outbound identity, and
-    /// is a no-op for an unknown pod or one whose UID differs from the pod now at the address.
-    /// An add naming another NAT gateway than its egress is bound to is refused (`natgw.rs`).
-    pub fn update_pod(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
-        let result = parse_address_at("address", pod.address, "location", pod.location).and_then(
-            |(address, location)| {
-                self.update_pod_inner(
-                    op,
-                    address,
-                    location,
-                    pod.outbound_identity,
-                    pod.uid,
-                    pod.nat_gateway,
-                )
-            },
-        );
-        self.services.collect_unused();
-        result
-    }
-
-    /// [`DiffTracker::update_pod`] with parsed IPs.
-    pub fn update_pod_ip(
-        &mut self,
-        op: Operation,
-        pod: &PodIpUpdate<'_>,
-    ) -> Result<(), InvalidInput> {
-        let result = check_address_at("address", pod.address, "location", pod.location).and_then(
-            |(address, location)| {
-                self.update_pod_inner(
-                    op,
-                    address,
-                    location,
-                    pod.outbound_identity,
-                    pod.uid,
-                    pod.nat_gateway,
-                )
-            },
-        );
-        self.services.collect_unused();
-        result
-    }
-
-    fn update_pod_inner(
-        &mut self,
-        op: Operation,
-        address: IpAddr,
-        location: IpAddr,
-        outbound_identity: &str,
-        uid: &str,
-        nat_gateway: &str,
-    ) -> Result<(), InvalidInput> {
-        let uid = PodUid::of(uid);
-        match op {
-            Operation::Add => {
-                let outbound = if outbound_identity.is_empty() {
-                    None
-                } else {
-                    let name = normalize_identity("outbound_identity", outbound_identity)?;
-                    let sid = self
-                        .services
-                        .intern(&name, ServiceKind::Outbound)
-                        .map_err(|k| conflict("outbound_identity", outbound_identity, k))?;
-                    self.bind_nat_gateway(sid, nat_gateway)?;
-                    Some(sid)
-                };
-                self.move_if_elsewhere(address, location);
-                let mut old_outbound = None;
-                self.update_desired(location, address, |d| {
-                    old_outbound = d.outbound;
-                    d.outbound = outbound;
-                    d.pod = outbound.and(uid);
-                });
-                if old_outbound != outbound {
-                    if let Some(sid) = outbound {
-                        self.add_egress_pod(sid);
-                    }
-                    if let Some(old) = old_outbound {
-                        self.remove_egress_pod(old);
-                    }
-                }
-                if let Some(sid) = outbound {
-                    self.services.release_if_unused(sid);
-                }
-            }
-            Operation::Remove => {
-                if self
-                    .desired_at
-                    .get(&address)
-                    .map(|id| self.locations.ip(id))
-                    != Some(location)
-                {
-                    return Ok(());
-                }
-                let Some(current) = self.desired_slot(location, address) else {
-                    return Ok(());
-                };
-                let Some(old_outbound) = current.outbound else {
-                    return Ok(());
-                };
-                if let (Some(given), Some(held)) = (uid, current.pod)
-                    && given != held
-                {
-                    return Ok(());
-                }
-                self.update_desired(location, address, |d| {
-                    d.outbound = None;
-                    d.pod = None;
-                });
-                self.remove_egress_pod(old_outbound);
-            }
-        }
-        Ok(())
-    }
-
     /// The slot of an address desired at a location.
-    fn desired_slot(&self, location: IpAddr, address: IpAddr) -> Option<&Slot> {
+    pub(super) fn desired_slot(&self, location: IpAddr, address: IpAddr) -> Option<&Slot> {
         self.locations
             .get(&location)?
             .addresses
@@ -733,7 +623,7 @@ impl DiffTracker {
     }
 
     /// An address desired at another location moves here, with everything it carries.
-    fn move_if_elsewhere(&mut self, address: IpAddr, location: IpAddr) {
+    pub(super) fn move_if_elsewhere(&mut self, address: IpAddr, location: IpAddr) {
         // Desired here already (the usual update): it is desired nowhere else.
         if self.desired_slot(location, address).is_some() {
             return;
@@ -765,29 +655,5 @@ impl DiffTracker {
                 remove_ref(&mut d.inbound, sid);
             });
         }
-    }
-
-    fn add_egress_pod(&mut self, sid: ServiceId) {
-        let egress = self.services.get_mut(sid).egress.get_or_insert_default();
-        let was_desired = egress.declared || egress.pods > 0;
-        egress.pods += 1;
-        if !was_desired {
-            self.revision += 1;
-            self.service_changed(sid);
-        }
-    }
-
-    fn remove_egress_pod(&mut self, sid: ServiceId) {
-        let entry = self.services.get_mut(sid);
-        let Some(egress) = entry.egress.as_mut() else {
-            return;
-        };
-        egress.pods = egress.pods.saturating_sub(1);
-        if *egress == EgressState::default() {
-            entry.egress = None;
-            self.revision += 1;
-            self.service_changed(sid);
-        }
-        self.services.release_if_unused(sid);
     }
 }

@@ -80,6 +80,10 @@ pub struct ServiceChange {
     /// For an outbound identity: the NAT gateway its egress brings, when known (`natgw.rs`);
     /// `None`: one clb owns, or not known (an identity only observed since a restart).
     pub nat_gateway: Option<String>,
+    /// For an outbound identity: its NAT gateway must carry an IPv6 public IP (some of its pods
+    /// have IPv6 addresses, or NRP's NAT gateway already has one, which is kept:
+    /// `egress_family.rs`). False for an inbound identity (its family is the server's, per service).
+    pub ipv6: bool,
 }
 
 /// Where one service stands.
@@ -124,7 +128,7 @@ impl DiffTracker {
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for (address, slot) in loc.addresses.iter() {
-            let mut want = self.filtered(slot);
+            let mut want = self.filtered(address, slot);
             let have = slot.actual();
             if !allowed {
                 for id in have {
@@ -209,12 +213,14 @@ impl DiffTracker {
                 kind: e.kind,
                 action: ServiceAction::Create,
                 nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
+                ipv6: e.needs_ipv6(),
             }),
             (true, Some(_)) if e.reprogram => ServiceStatus::Pending(ServiceChange {
                 name: e.name.to_string(),
                 kind: e.kind,
                 action: ServiceAction::Create,
                 nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
+                ipv6: e.needs_ipv6(),
             }),
             (false, Some(kind)) if self.withheld.deletions_of(kind) => ServiceStatus::Withheld,
             (false, Some(_)) if e.actual_refs > 0 => ServiceStatus::AwaitingDrain {
@@ -225,6 +231,7 @@ impl DiffTracker {
                 kind,
                 action: ServiceAction::Delete,
                 nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
+                ipv6: e.needs_ipv6(),
             }),
             // Not registered, but a saga that stopped part-way may have left its resources: delete
             // again (nothing can refer to an unregistered service, so there is nothing to drain).
@@ -236,6 +243,7 @@ impl DiffTracker {
                 kind: e.kind,
                 action: ServiceAction::Delete,
                 nat_gateway: e.nat_gateway.as_deref().map(str::to_owned),
+                ipv6: e.needs_ipv6(),
             }),
             _ => ServiceStatus::InSync,
         }
@@ -253,11 +261,16 @@ impl DiffTracker {
 
     /// The desired ref of an address, keeping only services that NRP has **and** that are still
     /// desired (the readiness filter). The second half keeps a late endpoint update of a Service
-    /// being deleted from re-programming it, which would block its deletion forever.
-    pub(super) fn filtered(&self, slot: &Slot) -> RefBuf {
+    /// being deleted from re-programming it, which would block its deletion forever. An IPv6
+    /// address refers to an egress only once NRP's NAT gateway has an IPv6 public IP
+    /// (`egress_family.rs`).
+    pub(super) fn filtered(&self, address: IpAddr, slot: &Slot) -> RefBuf {
+        let v6 = address.is_ipv6();
         let ready = |id: ServiceId| {
             let e = self.services.get(id);
-            e.actual.is_some() && e.is_desired()
+            e.actual.is_some()
+                && e.is_desired()
+                && (!v6 || e.kind == ServiceKind::Inbound || e.nat_v6)
         };
         let mut refs = RefBuf::new();
         // The outbound id in its place among the inbound ones (sorted), each kept if ready.

@@ -87,6 +87,9 @@ impl ServiceId {
 pub(crate) struct EgressState {
     pub declared: bool,
     pub pods: u32,
+    /// How many of `pods` have an IPv6 address: the egress's NAT gateway needs an IPv6 public IP
+    /// while there is one (`egress_family.rs`).
+    pub v6_pods: u32,
 }
 
 /// Everything the tracker knows of one identity.
@@ -121,6 +124,10 @@ pub(crate) struct ServiceEntry {
     pub nat_gateway: Option<Box<str>>,
     /// Whether `nat_gateway` was stated by a pod (false for an identity only observed in NRP).
     pub nat_known: bool,
+    /// An outbound identity whose NAT gateway NRP has with an IPv6 public IP: a creation with
+    /// `ServiceChange::ipv6` was recorded, or an observation found IPv6 addresses referring to it.
+    /// Until then its IPv6 addresses are not sent with it (`egress_family.rs`).
+    pub nat_v6: bool,
     /// Desired addresses referring to it.
     pub desired_refs: u32,
     pub actual_refs: u32,
@@ -226,6 +233,7 @@ impl ServiceTable {
             frontend: None,
             nat_gateway: None,
             nat_known: false,
+            nat_v6: false,
             desired_refs: 0,
             actual_refs: 0,
             addresses: ServiceAddresses::default(),

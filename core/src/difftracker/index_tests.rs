@@ -427,6 +427,7 @@ fn an_egress_dirties_only_the_locations_its_pods_are_at_now() {
         kind: ServiceKind::Outbound,
         action: ServiceAction::Create,
         nat_gateway: None,
+        ipv6: false,
     })
     .unwrap();
     let dirty = t.take_dirty();

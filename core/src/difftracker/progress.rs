@@ -99,6 +99,7 @@ mod tests {
             kind,
             action,
             nat_gateway: None,
+            ipv6: false,
         }
     }
 

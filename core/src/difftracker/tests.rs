@@ -367,6 +367,7 @@ fn a_service_is_only_safe_to_delete_once_no_actual_address_refers_to_it() {
             kind: ServiceKind::Inbound,
             action: ServiceAction::Delete,
             nat_gateway: None,
+            ipv6: false,
         })
         .unwrap_err();
     assert!(matches!(err, ReportError::StillReferenced { count: 2, .. }));
@@ -401,6 +402,7 @@ fn a_service_becoming_ready_dirties_only_the_locations_that_use_it() {
         kind: ServiceKind::Inbound,
         action: ServiceAction::Create,
         nat_gateway: None,
+        ipv6: false,
     })
     .unwrap();
     let dirty = t.take_dirty();
@@ -447,6 +449,7 @@ fn withheld_removals_only_add_until_allowed() {
             kind: ServiceKind::Inbound,
             action: ServiceAction::Create,
             nat_gateway: None,
+            ipv6: false,
         })
         .unwrap();
     let diff = restarted.pending_diff();
@@ -556,6 +559,7 @@ fn a_reprogrammed_service_is_created_again_while_it_stays_in_nrp() {
         kind: ServiceKind::Inbound,
         action: ServiceAction::Create,
         nat_gateway: None,
+        ipv6: false,
     };
     let revision = t.revision();
     assert_eq!(t.reprogram_service("SVC-A"), Ok(true));

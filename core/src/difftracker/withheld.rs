@@ -159,8 +159,8 @@ impl DiffTracker {
         };
         loc.addresses
             .iter()
-            .filter(|(_, slot)| {
-                let want = self.filtered(slot);
+            .filter(|(address, slot)| {
+                let want = self.filtered(*address, slot);
                 slot.actual()
                     .iter()
                     .any(|id| want.binary_search(id).is_err())

@@ -240,6 +240,7 @@ fn a_creation_that_stopped_part_way_is_cleaned_up_once_not_desired() {
             kind: ServiceKind::Outbound,
             action: ServiceAction::Delete,
             nat_gateway: None,
+            ipv6: false,
         }
     );
     assert_ne!(c.work, del.work);

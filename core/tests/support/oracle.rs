@@ -34,6 +34,8 @@ pub struct Oracle {
     pub removals_allowed: bool,
     /// Desired inbound services to create again (their load balancer changed).
     pub reprogram: BTreeSet<String>,
+    /// Egresses whose NAT gateway NRP has with an IPv6 public IP (a creation with `ipv6`).
+    pub nat_v6: BTreeSet<String>,
 }
 
 impl Default for Oracle {
@@ -47,6 +49,7 @@ impl Default for Oracle {
             actual: BTreeMap::new(),
             removals_allowed: true,
             reprogram: BTreeSet::new(),
+            nat_v6: BTreeSet::new(),
         }
     }
 }
@@ -222,13 +225,28 @@ impl Oracle {
         self.load_balancers.contains(service) || self.nat_gateways.contains(service)
     }
 
-    fn filtered(&self, a: &OracleAddress) -> BTreeSet<String> {
+    /// Whether egress `name`'s NAT gateway must have an IPv6 public IP: a desired pod of it has an
+    /// IPv6 address, or NRP's has one (kept).
+    fn needs_v6(&self, name: &str) -> bool {
+        self.nat_v6.contains(name)
+            || self
+                .addresses
+                .iter()
+                .any(|(addr, a)| addr.is_ipv6() && a.outbound.as_deref() == Some(name))
+    }
+
+    fn filtered(&self, address: IpAddr, a: &OracleAddress) -> BTreeSet<String> {
+        let v6_ready = |s: &str| !address.is_ipv6() || self.nat_v6.contains(s);
         a.inbound
             .iter()
-            .chain(a.outbound.iter())
             .filter(|s| {
                 self.in_nrp(s) && (self.services.contains(*s) || self.egresses.contains_key(*s))
             })
+            .chain(
+                a.outbound
+                    .iter()
+                    .filter(|s| self.in_nrp(s) && self.egresses.contains_key(*s) && v6_ready(s)),
+            )
             .cloned()
             .collect()
     }
@@ -243,12 +261,16 @@ impl Oracle {
             .chain(self.egresses.keys().map(|e| (e, ServiceKind::Outbound)))
             .collect();
         for (name, kind) in &desired {
-            if !self.in_nrp(name) || self.reprogram.contains(*name) {
+            let outbound = *kind == ServiceKind::Outbound;
+            let v6 = outbound && self.needs_v6(name);
+            let lacks_v6 = v6 && !self.nat_v6.contains(*name);
+            if !self.in_nrp(name) || self.reprogram.contains(*name) || lacks_v6 {
                 services.push(ServiceChange {
                     name: (*name).clone(),
                     kind: *kind,
                     action: ServiceAction::Create,
                     nat_gateway: None,
+                    ipv6: v6,
                 });
             }
         }
@@ -269,6 +291,7 @@ impl Oracle {
                     kind,
                     action: ServiceAction::Delete,
                     nat_gateway: None,
+                    ipv6: kind == ServiceKind::Outbound && self.nat_v6.contains(name),
                 });
             }
         }
@@ -319,7 +342,10 @@ impl Oracle {
         let mut addresses = Vec::new();
         let mut anything_wanted = false;
         for a in keys {
-            let mut want = here.get(&a).map(|d| self.filtered(d)).unwrap_or_default();
+            let mut want = here
+                .get(&a)
+                .map(|d| self.filtered(a, d))
+                .unwrap_or_default();
             let have = nrp.get(&a).cloned().unwrap_or_default();
             if !allowed {
                 want.extend(have.iter().cloned());
@@ -364,6 +390,13 @@ impl Oracle {
             }
             ServiceAction::Delete => set.remove(&c.name),
         };
+        if c.kind == ServiceKind::Outbound {
+            if c.action == ServiceAction::Create && c.ipv6 {
+                self.nat_v6.insert(c.name.clone());
+            } else {
+                self.nat_v6.remove(&c.name);
+            }
+        }
     }
 
     /// NRP accepted a location update.

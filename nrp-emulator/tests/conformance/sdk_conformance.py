@@ -365,6 +365,56 @@ def ipv6_public_ip_and_dual_stack_load_balancer(c):
     c.client.public_ip_addresses.begin_delete(RG, "pip-v4", **c.kw).result()
 
 
+def nat_gateway_with_ipv6_public_ip(c):
+    """A StandardV2 NAT gateway with an IPv6 public IP (natGateway.json's publicIpAddressesV6) as the
+    SDK models it: created and read back; a Standard NAT gateway with one, and an IPv6 public
+    IP that is not StandardV2, refused (the emulator's codes: Azure publishes none)."""
+
+    def pip(name, version, sku):
+        body = m.PublicIPAddress(
+            location="eastus",
+            sku=m.PublicIPAddressSku(name=sku),
+            public_ip_allocation_method="Static",
+            public_ip_address_version=version,
+        )
+        return c.client.public_ip_addresses.begin_create_or_update(RG, name, body, **c.kw).result()
+
+    v4 = pip("pip-natv6", "IPv4", "StandardV2")
+    v6 = pip("pip-natv6-v6", "IPv6", "StandardV2")
+    eq(v6.sku.name, "StandardV2", "the IPv6 public IP's SKU")
+    eq(ipaddress.ip_address(v6.ip_address).version, 6, "the IPv6 public IP's address")
+
+    def nat(name, sku, v6_ids):
+        return c.client.nat_gateways.begin_create_or_update(
+            RG,
+            name,
+            m.NatGateway(
+                location="eastus",
+                sku=m.NatGatewaySku(name=sku),
+                public_ip_addresses=[m.SubResource(id=v4.id)],
+                public_ip_addresses_v6=[m.SubResource(id=i) for i in v6_ids],
+            ),
+            **c.kw,
+        ).result()
+
+    expect_error("NatGatewaySkuDoesNotSupportIpv6", 400, lambda: nat("natv6", "Standard", [v6.id]))
+    std6 = pip("pip-std-v6", "IPv6", "Standard")
+    expect_error(
+        "NatGatewayIpv6PublicIpSkuMismatch", 400, lambda: nat("natv6", "StandardV2", [std6.id])
+    )
+    expect_error("ResourceNotFound", 404, lambda: c.client.nat_gateways.get(RG, "natv6", **c.kw))
+    made = nat("natv6", "StandardV2", [v6.id])
+    eq(made.provisioning_state, "Succeeded", "NAT gateway provisioningState")
+    got = c.client.nat_gateways.get(RG, "natv6", **c.kw)
+    check(isinstance(got, m.NatGateway), "GET is a NatGateway")
+    eq(got.sku.name, "StandardV2", "the NAT gateway's SKU read back")
+    eq([p.id for p in got.public_ip_addresses_v6], [v6.id], "publicIpAddressesV6 read back")
+    eq([p.id for p in got.public_ip_addresses], [v4.id], "publicIpAddresses read back")
+    c.client.nat_gateways.begin_delete(RG, "natv6", **c.kw).result()
+    for name in ["pip-natv6", "pip-natv6-v6", "pip-std-v6"]:
+        c.client.public_ip_addresses.begin_delete(RG, name, **c.kw).result()
+
+
 def resources_for_services(c):
     for i in range(1, 6):
         pip = public_ip(c, f"pip-{i}")
@@ -686,6 +736,7 @@ CASES = [
     gateway_list_and_list_all_page,
     resources_create_get_delete,
     ipv6_public_ip_and_dual_stack_load_balancer,
+    nat_gateway_with_ipv6_public_ip,
     resources_for_services,
     services_partial_update_three_types,
     services_paged,

@@ -226,9 +226,17 @@ pub struct NatGateway {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NatGatewayProperties {
-    /// Public IP addresses used for SNAT.
+    /// Public IP addresses used for SNAT (IPv4).
     #[serde(default, rename = "publicIpAddresses")]
     pub public_ip_addresses: Vec<SubResource>,
+    /// IPv6 public IP addresses used for SNAT (`publicIpAddressesV6`): a `StandardV2` NAT
+    /// gateway's only (a `Standard` one is IPv4-only), each a `StandardV2` IPv6 public IP.
+    #[serde(
+        default,
+        rename = "publicIpAddressesV6",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub public_ip_addresses_v6: Vec<SubResource>,
     /// Idle timeout in minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_in_minutes: Option<u32>,

@@ -54,8 +54,8 @@ pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
 pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
 pub use observe::{frontends_of, snapshot_parts};
 pub use services::{
-    BACKEND_POOL_NAME, FRONTEND_NAME, load_balancer, load_balancer_name, nat_gateway_name,
-    public_ip_name,
+    BACKEND_POOL_NAME, FRONTEND_NAME, NAT_GATEWAY_SKU, load_balancer, load_balancer_name,
+    nat_gateway_name, public_ip_name, public_ip_v6_name,
 };
 pub use targets::{GatewayTarget, NrpTargets};
 pub use unit::lease_deadline;

@@ -7,12 +7,18 @@
 //!   pool, one rule per port/protocol whose backend port is the port's target port), register the service with its backend pool; the public IP's
 //!   address (NRP allocates it) goes back to the server as the service's frontend. The same saga
 //!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
-//! - outbound create: public IP `pip-{name}`, NAT gateway `natgw-{name}` on it, register the service
-//!   with the NAT gateway id;
+//! - outbound create: public IP `pip-{name}` (IPv4), and `pip-{name}-v6` (IPv6) when the change's
+//!   `egress_families` include IPv6 (pods of the egress have IPv6 addresses), NAT gateway
+//!   `natgw-{name}` (`StandardV2`, the NAT gateway SKU that takes IPv6 public IPs, with
+//!   `StandardV2` public IPs) on them (`publicIpAddresses`, `publicIpAddressesV6`), register the
+//!   service with the NAT gateway id. The IPv6 public IP is created and attached before the server
+//!   lets any IPv6 address refer to the egress (it sends those only once this creation is
+//!   recorded); a creation without IPv6 is never sent for an egress whose NAT gateway has one;
 //! - outbound create of an egress that brings its NAT gateway: see [`super::byo`] (link, register;
 //!   nothing created);
 //! - delete (sent only after the drain): unregister, then the load balancer or NAT gateway, then the
-//!   public IP; a brought NAT gateway is unlinked instead, never deleted.
+//!   public IP (an egress's IPv6 one too, whether or not it has one); a brought NAT gateway is
+//!   unlinked instead, never deleted.
 //!
 //! The changes of a unit run concurrently (bounded by the gateway's limiter). A saga that stops
 //! part-way reports the step it reached ([`v1::ServiceStep`] in `Report.service_progress`), so that
@@ -44,6 +50,16 @@ pub const BACKEND_POOL_NAME: &str = "backend";
 pub fn public_ip_name(name: &str) -> String {
     format!("pip-{name}")
 }
+
+/// Name of the IPv6 public IP of the NAT gateway of outbound service `name`: its IPv4 public IP's
+/// name plus `-v6`, as cloud-provider-azure names a NAT gateway's IPv6 public IP.
+pub fn public_ip_v6_name(name: &str) -> String {
+    format!("{}-v6", public_ip_name(name))
+}
+
+/// The SKU of the NAT gateways clb creates and of their public IPs: `StandardV2`, the NAT gateway
+/// SKU that takes IPv6 public IPs (a `Standard` one is IPv4-only and its SKU cannot change later).
+pub const NAT_GATEWAY_SKU: &str = "StandardV2";
 
 /// Name of the load balancer of inbound service `name`.
 pub fn load_balancer_name(name: &str) -> String {
@@ -119,10 +135,10 @@ pub fn ip_version(family: v1::IpFamily) -> &'static str {
 /// configuration has no version of its own (the REST specification's `privateIPAddressVersion`
 /// is that of a private frontend in a subnet), so an IPv6 service's load balancer is the same
 /// body on an IPv6 public IP.
-fn public_ip(region: &str, version: &str) -> PublicIpAddress {
+fn public_ip(region: &str, version: &str, sku: Sku) -> PublicIpAddress {
     PublicIpAddress {
         location: Some(region.into()),
-        sku: Some(Sku::standard()),
+        sku: Some(sku),
         properties: PublicIpAddressProperties {
             public_ip_allocation_method: Some("Static".into()),
             public_ip_address_version: Some(version.into()),
@@ -234,17 +250,16 @@ struct EnsuredIp {
     address: Option<String>,
 }
 
-/// Creates (or updates) the public IP of `name`. Its address is read-only and allocated by NRP:
-/// taken from the PUT's result, or, when that lacks it, from a GET of the public IP.
+/// Creates (or updates) the public IP `pip_name` as `body`. Its address is read-only and allocated by
+/// NRP: taken from the PUT's result, or, when that lacks it, from a GET of the public IP.
 async fn ensure_public_ip(
     ctx: &UnitCtx<'_>,
-    name: &str,
-    region: &str,
-    version: &str,
+    pip_name: &str,
+    body: &PublicIpAddress,
     progress: &Progress,
 ) -> Result<EnsuredIp, UnitError> {
-    let pip_name = public_ip_name(name);
-    let body = public_ip(region, version);
+    let pip_name = pip_name.to_owned();
+    let body = body.clone();
     let pip = ctx
         .mutate(|o| ctx.nrp().put_public_ip(&pip_name, &body, o))
         .await;
@@ -304,7 +319,8 @@ async fn create_inbound(
     let rules = rules(change)?;
     let region = ctx.ensure_gateway().await?;
     let version = ip_version(change.ip_family());
-    let pip = ensure_public_ip(ctx, &change.name, &region, version, progress).await?;
+    let body = public_ip(&region, version, Sku::standard());
+    let pip = ensure_public_ip(ctx, &public_ip_name(&change.name), &body, progress).await?;
     let pip_id = pip.id;
     let lb_name = load_balancer_name(&change.name);
     let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
@@ -328,6 +344,11 @@ async fn create_inbound(
     }))
 }
 
+/// Whether the NAT gateway of an outbound change needs an IPv6 public IP (its `egress_families`).
+pub fn egress_needs_ipv6(change: &ServiceChange) -> bool {
+    change.egress_families().any(|f| f == v1::IpFamily::Ipv6)
+}
+
 async fn create_outbound(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
@@ -337,18 +358,32 @@ async fn create_outbound(
         return super::byo::create(ctx, change, progress).await;
     }
     let region = ctx.ensure_gateway().await?;
-    let pip_id = ensure_public_ip(ctx, &change.name, &region, "IPv4", progress)
+    let sku = Sku {
+        name: NAT_GATEWAY_SKU.into(),
+        tier: Some("Regional".into()),
+    };
+    let body = public_ip(&region, "IPv4", sku.clone());
+    let pip_id = ensure_public_ip(ctx, &public_ip_name(&change.name), &body, progress)
         .await?
         .id;
+    let mut v6 = Vec::new();
+    if egress_needs_ipv6(change) {
+        let body = public_ip(&region, "IPv6", sku);
+        let id = ensure_public_ip(ctx, &public_ip_v6_name(&change.name), &body, progress)
+            .await?
+            .id;
+        v6.push(SubResource::new(&id));
+    }
     let nat_name = nat_gateway_name(&change.name);
     let body = NatGateway {
         location: Some(region.clone()),
         sku: Some(Sku {
-            name: "Standard".into(),
+            name: NAT_GATEWAY_SKU.into(),
             tier: None,
         }),
         properties: NatGatewayProperties {
             public_ip_addresses: vec![SubResource::new(&pip_id)],
+            public_ip_addresses_v6: v6,
             ..Default::default()
         },
         ..Default::default()
@@ -407,7 +442,13 @@ async fn delete(
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_nat_gateway(&nat, o)).await)?;
     }
     let pip = public_ip_name(&change.name);
-    gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
+    gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)?;
+    if !inbound {
+        // Whether or not the egress had one (a restarted server may not know).
+        let pip = public_ip_v6_name(&change.name);
+        gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)?;
+    }
+    Ok(())
 }
 
 /// Runs the saga of one change, noting in `progress` how far it got; an inbound creation returns
