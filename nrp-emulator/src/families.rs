@@ -6,7 +6,7 @@
 //! backend of a rule with a frontend of the other version could never receive traffic: refused.
 //! Checked with the one-version pool rule ([`crate::EmulatorConfig::single_ip_version_pools`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use crate::error::EmulatorError;
@@ -74,19 +74,24 @@ impl NrpState {
         g: &GatewayRec,
         req: &NormLocations,
     ) -> Result<(), EmulatorError> {
+        // A service's pools and their frontends are read once per request, not once per address
+        // (a call carries thousands of addresses for a few services).
+        let mut pools_of: HashMap<&str, Vec<(&str, Vec<Frontend>)>> = HashMap::new();
         for l in &req.locations {
             for (a, services) in &l.addresses {
                 for s in services {
                     let Some(rec) = g.services.get(s) else {
                         continue;
                     };
-                    for pool in &rec.backend_pools {
-                        if let Some(f) = self
-                            .pool_frontends(pool)
-                            .into_iter()
-                            .find(|f| f.version != family(*a))
-                        {
-                            return Err(mismatch(*a, l.location, s, pool, &f));
+                    let pools = pools_of.entry(s.as_str()).or_insert_with(|| {
+                        rec.backend_pools
+                            .iter()
+                            .map(|pool| (pool.as_str(), self.pool_frontends(pool)))
+                            .collect()
+                    });
+                    for (pool, frontends) in pools.iter() {
+                        if let Some(f) = frontends.iter().find(|f| f.version != family(*a)) {
+                            return Err(mismatch(*a, l.location, s, pool, f));
                         }
                     }
                 }
