@@ -870,6 +870,8 @@ pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceSt
         // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
         condition: None,
         ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
+        // An egress's brought NAT gateway: `admin::nat_gateway_of`.
+        ..v1::ServiceState::default()
     }
 }
 

@@ -280,6 +280,7 @@ impl Session {
         let remaining_writes = report.remaining_subscription_writes;
         let frontends = frontends_from_proto(&report);
         let rules = rules_from_proto(&report);
+        let missing_nat_gateways = missing_nat_gateways_from_proto(&report);
         let report = report_from_proto(report);
         self.port.reported();
         let handled = {
@@ -289,7 +290,11 @@ impl Session {
                 if let Some(remaining) = remaining_writes {
                     gw.note_remaining_writes(remaining);
                 }
-                let extras = ReportExtras { frontends, rules };
+                let extras = ReportExtras {
+                    frontends,
+                    rules,
+                    missing_nat_gateways,
+                };
                 gw.take_report(session, report, extras, Instant::now());
                 gw.log_gate_notes();
             } else {
@@ -313,6 +318,23 @@ impl Session {
             }
         }
     }
+}
+
+/// The outbound services an observe's part found without their brought NAT gateway, canonical; a
+/// name that is not an identity is left out.
+fn missing_nat_gateways_from_proto(r: &v1::Report) -> Vec<String> {
+    let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
+        return Vec::new();
+    };
+    o.snapshot
+        .iter()
+        .flat_map(|s| &s.missing_nat_gateways)
+        .filter_map(|n| {
+            clb_core::difftracker::identity::normalize_identity("service", n)
+                .ok()
+                .map(|n| n.into_owned())
+        })
+        .collect()
 }
 
 /// The name of a report's outcome, as recorded on the unit's span.
