@@ -731,10 +731,20 @@ impl Writer {
     /// `Writer.WatchServices`: a snapshot of the gateway's inbound services' states, then their
     /// changes (needs verb `write`).
     pub async fn watch_services(&mut self) -> Result<tonic::Streaming<ServiceStates>, ClientError> {
+        self.watch_services_with(false).await
+    }
+
+    /// [`Self::watch_services`], with the gateway's outbound services too when `include_outbound`
+    /// (each with the NAT gateway its egress brings).
+    pub async fn watch_services_with(
+        &mut self,
+        include_outbound: bool,
+    ) -> Result<tonic::Streaming<ServiceStates>, ClientError> {
         const RPC: &str = "Writer.WatchServices";
         let request = WatchServicesRequest {
             gateway: self.gateway.clone(),
             writer: self.name.clone(),
+            include_outbound,
         };
         let span = self.call_span(RPC, 0);
         Ok(self

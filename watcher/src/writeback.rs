@@ -283,6 +283,8 @@ struct WriteBack {
     pool_warned: HashMap<ObjKey, String>,
     /// Warning Events on PoolServices not published yet.
     pool_warnings: Vec<PoolServiceFacts>,
+    /// (gateway, egress) → the (reason, code) of the last NAT gateway Event published (`egress.rs`).
+    egress_reported: HashMap<(String, String), (&'static str, String)>,
     /// Whether the API server keeps `ipMode` in a Service's ingress (and the PoolService CRD in a
     /// PoolService's): true until the answer to a status write shows it dropped
     /// ([`ingress::drops_ip_mode`]); then the ingress is compared without it.
@@ -336,6 +338,7 @@ pub(crate) async fn run(
         pool_patched: HashMap::new(),
         pool_warned: HashMap::new(),
         pool_warnings: Vec::new(),
+        egress_reported: HashMap::new(),
         ip_mode_kept: true,
         pool_ip_mode_kept: true,
     };
@@ -358,9 +361,10 @@ pub(crate) async fn run(
             },
             Some(uids) = changed.recv() => {
                 // The server pushed new states: look at those Services now.
-                for id in uids {
-                    wb.poke(None, Some(crate::families::service_uid(&id)));
+                for id in &uids {
+                    wb.poke(None, Some(crate::families::service_uid(id)));
                 }
+                wb.egress_events(&uids).await;
                 wb.act().await;
             }
             _ = tokio::time::sleep_until(next) => wb.act().await,
@@ -1082,6 +1086,7 @@ fn now_seconds() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
+mod egress;
 mod pools;
 mod states;
 
