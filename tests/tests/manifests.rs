@@ -342,8 +342,9 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         args.pool_services,
     );
     assert!(
-        !watcher.contains(&("", "pods", "list")),
-        "the base runs node agents: the watcher must not read pods (components/watcher-pods does)"
+        !watcher.contains(&("", "pods", "watch")),
+        "the base runs node agents: the watcher must not watch pods (components/watcher-pods \
+         does; the write-back only lists egress pods for a NAT gateway Event)"
     );
     let watcher = &watcher[..];
     let agent: &[(&str, &str, &str)] = &[
@@ -768,7 +769,8 @@ fn only_the_projects_pods_reach_the_grpc_port() {
 
 /// The Kubernetes API calls of `clb-watcher` in cluster mode (docs/watcher.md): Services,
 /// EndpointSlices and Nodes are listed and watched; pods only with `--pods=true`; with
-/// `--write-back=true` the finalizer (a patch of the Service), its status, and Events on Services
+/// `--write-back=true` the finalizer (a patch of the Service), its status, egress pods listed for
+/// the Events about brought NAT gateways, and Events on Services
 /// (kube's recorder creates an Event, then patches it into a series); with `--pool-services=true`
 /// (and write-back) PoolServices are listed, watched, created and deleted, and their status patched.
 fn watcher_calls(
@@ -789,6 +791,8 @@ fn watcher_calls(
     }
     if write_back {
         calls.extend([
+            // The egress pods an Event about a brought NAT gateway regards.
+            ("", "pods", "list"),
             ("", "services", "patch"),
             ("", "services/status", "patch"),
             ("events.k8s.io", "events", "create"),
