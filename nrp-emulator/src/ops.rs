@@ -593,9 +593,10 @@ impl NrpState {
                 Ok(delete_result(self.delete_load_balancer(&id)?, Vec::new()))
             }
             Mutation::PutNatGateway(id, b) => put_result(self.put_nat_gateway(&id, b)?),
-            Mutation::DeleteNatGateway(id) => {
-                Ok(delete_result(self.delete_nat_gateway(&id, cfg)?, Vec::new()))
-            }
+            Mutation::DeleteNatGateway(id) => Ok(delete_result(
+                self.delete_nat_gateway(&id, cfg)?,
+                Vec::new(),
+            )),
         }
     }
 

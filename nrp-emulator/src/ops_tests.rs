@@ -26,8 +26,7 @@ fn routes() {
     ));
     let lower = p.to_ascii_lowercase();
     assert!(route(&Method::GET, &lower).is_ok());
-    let pips =
-        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses";
+    let pips = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses";
     let r = route(&Method::GET, pips).unwrap();
     assert_eq!(r.operation, "PublicIPAddresses_List");
     assert_eq!(r.target, Target::PublicIps("s".into(), "rg".into()));

@@ -180,4 +180,3 @@ async fn readyz_follows_readiness_and_healthz_does_not() {
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(get_status(addr, "/readyz").await, 200);
 }
-

@@ -61,7 +61,14 @@ async fn make_nat_gateway(h: &Harness, name: &str, sku: &str) {
 }
 
 /// Pod `namespace/name` of egress `egress` bringing NAT gateway `nat`, created at second `created`.
-fn egress_pod(namespace: &str, name: &str, ip: &str, egress: &str, nat: &str, created: i64) -> Value {
+fn egress_pod(
+    namespace: &str,
+    name: &str,
+    ip: &str,
+    egress: &str,
+    nat: &str,
+    created: i64,
+) -> Value {
     let mut p = pod(name, "n1", &[ip], Some(egress));
     p["metadata"]["namespace"] = json!(namespace);
     p["metadata"]["annotations"] = json!({ NAT_GATEWAY_ANNOTATION: nat });
@@ -83,7 +90,10 @@ fn events(fake: &FakeApi, reason: &str) -> Vec<(String, String)> {
                 "in the pod's namespace: {e}"
             );
             (
-                e["regarding"]["namespace"].as_str().unwrap_or("").to_owned(),
+                e["regarding"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
                 e["regarding"]["name"].as_str().unwrap_or("").to_owned(),
             )
         })
@@ -165,7 +175,10 @@ async fn linked_rejected_and_unreadable_events_regard_one_pod_per_namespace() {
         "pods",
         egress_pod("apps", "lost-0", "10.1.0.6", "lost", "no-such-natgw", 5),
     );
-    wait_for("Unreadable event", || !events(&fake, "Unreadable").is_empty()).await;
+    wait_for("Unreadable event", || {
+        !events(&fake, "Unreadable").is_empty()
+    })
+    .await;
     // A few read-backs later: still one Event per state change, not one per push or read-back.
     let lists = list_calls(&h);
     wait_for("two read-backs", || list_calls(&h) >= lists + 2).await;
@@ -177,7 +190,10 @@ async fn linked_rejected_and_unreadable_events_regard_one_pod_per_namespace() {
         ]
     );
     let linked = note(&fake, "Linked", "crawler-b");
-    assert!(linked.contains("natgw-v2") && linked.contains("crawler"), "{linked}");
+    assert!(
+        linked.contains("natgw-v2") && linked.contains("crawler"),
+        "{linked}"
+    );
     assert_eq!(
         events(&fake, "Rejected"),
         [("apps".to_owned(), "legacy-0".to_owned())]
@@ -200,13 +216,17 @@ async fn linked_rejected_and_unreadable_events_regard_one_pod_per_namespace() {
         let warning = matches!(e["reason"].as_str(), Some("Rejected" | "Unreadable"));
         assert_eq!(e["type"], if warning { "Warning" } else { "Normal" }, "{e}");
     }
-    assert!(!nat_exists(&h, "no-such-natgw"), "a missing NAT gateway is not created");
+    assert!(
+        !nat_exists(&h, "no-such-natgw"),
+        "a missing NAT gateway is not created"
+    );
     w.stop().await;
     h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_nat_gateway_deleted_out_of_band_is_reported_never_created_again_and_relinked_when_back() {
+async fn a_nat_gateway_deleted_out_of_band_is_reported_never_created_again_and_relinked_when_back()
+{
     let (h, fake, w) = start().await;
     make_nat_gateway(&h, "natgw-v2", "StandardV2").await;
     fake.put(
@@ -241,16 +261,18 @@ async fn a_nat_gateway_deleted_out_of_band_is_reported_never_created_again_and_r
     wait_for("three read-backs", || list_calls(&h) >= lists + 3).await;
     assert!(!nat_exists(&h, "natgw-v2"), "not created again");
     assert_eq!(nat_puts(&h), puts, "no PUT of a NAT gateway");
-    assert_eq!(events(&fake, "Deleted").len(), 1, "one Event, not one per read-back");
+    assert_eq!(
+        events(&fake, "Deleted").len(),
+        1,
+        "one Event, not one per read-back"
+    );
 
     // Its owner makes it again: clb links the new one and says so.
     make_nat_gateway(&h, "natgw-v2", "StandardV2").await;
     wait_for("linked again", || {
-        h.emulator()
-            .dump()
-            .nat_gateways
-            .iter()
-            .any(|n| n.name.as_deref() == Some("natgw-v2") && n.properties.service_gateway.is_some())
+        h.emulator().dump().nat_gateways.iter().any(|n| {
+            n.name.as_deref() == Some("natgw-v2") && n.properties.service_gateway.is_some()
+        })
     })
     .await;
     wait_for("the gauge back to 0", || missing_gauge(&h) == 0.0).await;

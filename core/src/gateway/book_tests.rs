@@ -42,11 +42,16 @@ impl OnReport for GatewayCore {
         rules: Vec<(String, Vec<Port>)>,
         now: Instant,
     ) -> bool {
-        self.take_report(worker, report, ReportExtras {
+        self.take_report(
+            worker,
+            report,
+            ReportExtras {
                 frontends,
                 rules,
                 ..ReportExtras::default()
-            }, now)
+            },
+            now,
+        )
     }
 }
 

@@ -523,7 +523,6 @@ impl GatewayCore {
         .min()
     }
 
-
     /// Counts a batch from `writer`.
     pub fn record_writes(&mut self, writer: &str, applied: u64, rejected: u64) {
         let w = self.writers.entry(writer.to_owned()).or_default();

@@ -179,10 +179,7 @@ impl GatewayCore {
     /// completed observe while NRP has the egress.
     pub fn nat_gateway_missing(&self, name: &str) -> bool {
         self.missing_nat.names.contains(name)
-            && self
-                .tracker
-                .service_view(name)
-                .is_some_and(|v| v.actual)
+            && self.tracker.service_view(name).is_some_and(|v| v.actual)
     }
 
     /// How many egresses' brought NAT gateway was missing at the last completed observe.

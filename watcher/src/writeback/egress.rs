@@ -80,7 +80,8 @@ impl NatEvent {
             });
         }
         let c = s.condition.clone().unwrap_or_default();
-        let reason = ProgrammingReason::try_from(c.reason).unwrap_or(ProgrammingReason::Unspecified);
+        let reason =
+            ProgrammingReason::try_from(c.reason).unwrap_or(ProgrammingReason::Unspecified);
         let failure = |type_: &'static str, text: &str| Self {
             type_: EventType::Warning,
             reason: type_,
@@ -193,7 +194,9 @@ impl WriteBack {
         let pods = match api.list(&ListParams::default().labels(EGRESS_LABEL)).await {
             Ok(list) => list.items,
             Err(e) => {
-                self.config.metrics.writeback_failure("listing the egress's pods");
+                self.config
+                    .metrics
+                    .writeback_failure("listing the egress's pods");
                 tracing::warn!(egress, reason = want.reason, error = %e,
                     "listing the egress's pods for its NAT gateway Event failed; the next change publishes");
                 return false;
@@ -260,7 +263,11 @@ mod tests {
         let e = NatEvent::of("east", &refused).unwrap();
         assert_eq!((e.reason, e.type_), ("Rejected", EventType::Warning));
         assert!(e.note.contains("NatGatewayNotStandardV2"), "{}", e.note);
-        assert!(e.note.contains("\"natgw-v2\"") && e.note.contains("\"east\""), "{}", e.note);
+        assert!(
+            e.note.contains("\"natgw-v2\"") && e.note.contains("\"east\""),
+            "{}",
+            e.note
+        );
         assert_eq!(
             reason(&state(R::Rejected, "NatGatewayNotFound", false)),
             Some("Unreadable")
@@ -269,7 +276,10 @@ mod tests {
             reason(&state(R::Retrying, "AuthorizationFailed", false)),
             Some("Unreadable")
         );
-        assert_eq!(reason(&state(R::Retrying, "InternalServerError", false)), None);
+        assert_eq!(
+            reason(&state(R::Retrying, "InternalServerError", false)),
+            None
+        );
         let mut missing = state(R::Programmed, "", true);
         missing.nat_gateway_missing = true;
         assert_eq!(reason(&missing), Some("Deleted"));
