@@ -23,8 +23,8 @@
 //! regarding one pod there: the oldest not being deleted (then by name), the one most likely to
 //! stay, so that `kubectl describe pod` and `kubectl get events -n <namespace>` show it where the
 //! pods' owners look. The pods are listed (label `kubernetes.azure.com/service-egress-gateway`,
-//! matched without regard to case as the egress name is) only when an Event is due. An egress
-//! with no pod gets no Event; its next change is published.
+//! matched without regard to case as the egress name is), once for the Events due at a push. An
+//! egress with no pod gets no Event; its next change is published.
 
 use std::collections::BTreeMap;
 
@@ -164,6 +164,7 @@ pub(crate) fn regarded(pods: &[Pod], egress: &str) -> Vec<ObjectReference> {
 impl WriteBack {
     /// Publishes the Events due for the egresses among `ids` (a push of the server changed them).
     pub(super) async fn egress_events(&mut self, ids: &[String]) {
+        let mut due = Vec::new();
         for gateway in self.all_gateways() {
             for id in ids {
                 let key = (gateway.clone(), id.clone());
@@ -177,31 +178,37 @@ impl WriteBack {
                 let Some(want) = NatEvent::of(&gateway, &state) else {
                     continue;
                 };
-                let done = (want.reason, want.code.clone());
-                if self.egress_reported.get(&key) == Some(&done) {
-                    continue;
-                }
-                if self.publish_on_pods(id, &want).await {
-                    self.egress_reported.insert(key, done);
+                if self.egress_reported.get(&key) != Some(&(want.reason, want.code.clone())) {
+                    due.push((key, want));
                 }
             }
         }
-    }
-
-    /// Publishes `want` on the regarded pods of `egress`; whether it was published anywhere.
-    async fn publish_on_pods(&mut self, egress: &str, want: &NatEvent) -> bool {
+        if due.is_empty() {
+            return;
+        }
+        // One listing for every Event due now.
         let api: Api<Pod> = Api::all(self.kube.clone());
         let pods = match api.list(&ListParams::default().labels(EGRESS_LABEL)).await {
             Ok(list) => list.items,
             Err(e) => {
                 self.config
                     .metrics
-                    .writeback_failure("listing the egress's pods");
-                tracing::warn!(egress, reason = want.reason, error = %e,
-                    "listing the egress's pods for its NAT gateway Event failed; the next change publishes");
-                return false;
+                    .writeback_failure("listing the egress pods");
+                tracing::warn!(error = %e, events = due.len(),
+                    "listing the egress pods for the NAT gateway Events failed; the next change publishes");
+                return;
             }
         };
+        for (key, want) in due {
+            if self.publish_on_pods(&pods, &key.1, &want).await {
+                self.egress_reported.insert(key, (want.reason, want.code));
+            }
+        }
+    }
+
+    /// Publishes `want` on the regarded pods of `egress` among `pods`; whether it was published
+    /// anywhere.
+    async fn publish_on_pods(&mut self, pods: &[Pod], egress: &str, want: &NatEvent) -> bool {
         let ev = Event {
             type_: want.type_,
             reason: want.reason.to_owned(),
@@ -210,7 +217,7 @@ impl WriteBack {
             secondary: None,
         };
         let mut published = false;
-        for pod in regarded(&pods, egress) {
+        for pod in regarded(pods, egress) {
             match self.publish_event(&ev, &pod).await {
                 Ok(()) => {
                     published = true;
