@@ -321,18 +321,26 @@ impl Session {
 }
 
 /// The outbound services an observe's part found without their brought NAT gateway, canonical; a
-/// name that is not an identity is left out.
+/// name that is not an identity is left out with a warning (the field, the value quoted, why).
 fn missing_nat_gateways_from_proto(r: &v1::Report) -> Vec<String> {
     let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
         return Vec::new();
     };
     o.snapshot
         .iter()
-        .flat_map(|s| &s.missing_nat_gateways)
-        .filter_map(|n| {
-            clb_core::difftracker::identity::normalize_identity("service", n)
-                .ok()
-                .map(|n| n.into_owned())
+        .flat_map(|s| s.missing_nat_gateways.iter().enumerate())
+        .filter_map(|(i, n)| {
+            let field = format!("observed.snapshot.missing_nat_gateways[{i}]");
+            match clb_core::difftracker::identity::normalize_identity(&field, n) {
+                Ok(n) => Some(n.into_owned()),
+                Err(e) => {
+                    warn!(
+                        work_id = r.work_id,
+                        "observe with a malformed egress name: ignored it: {e}"
+                    );
+                    None
+                }
+            }
         })
         .collect()
 }
@@ -346,5 +354,34 @@ fn report_outcome(report: &v1::Report) -> &'static str {
         Some(v1::report::Outcome::Terminal(_)) => "terminal",
         Some(v1::report::Outcome::Observed(_)) => "observed",
         None => "invalid",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_nat_gateways_are_canonical_and_a_malformed_name_is_left_out() {
+        let report = |names: &[&str]| v1::Report {
+            work_id: 7,
+            outcome: Some(v1::report::Outcome::Observed(v1::Observed {
+                snapshot: Some(v1::NrpSnapshot {
+                    missing_nat_gateways: names.iter().map(|n| (*n).to_owned()).collect(),
+                    ..v1::NrpSnapshot::default()
+                }),
+                last: true,
+            })),
+            ..v1::Report::default()
+        };
+        assert_eq!(
+            missing_nat_gateways_from_proto(&report(&["Crawler", "bad name", "eg-2"])),
+            ["crawler", "eg-2"]
+        );
+        let applied = v1::Report {
+            outcome: Some(v1::report::Outcome::Applied(v1::Applied::default())),
+            ..v1::Report::default()
+        };
+        assert!(missing_nat_gateways_from_proto(&applied).is_empty());
     }
 }
