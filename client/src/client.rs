@@ -16,17 +16,16 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::token::{CallInterceptor, TokenFile};
 use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
-    ApplyRequest, ClusterTopology, DiffQuery, ItemError, LocationQuery, LocationState,
-    LocationsRequest, PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope,
-    ServiceQuery, ServiceState, ServiceStates, SessionRequest, StatusRequest, StatusResponse,
-    Update, WatchServicesRequest, WriterSession, resync_request::Part,
+    ApplyRequest, ClusterTopology, DiffQuery, LocationQuery, LocationState, LocationsRequest,
+    PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
+    ServiceState, ServiceStates, SessionRequest, StatusRequest, StatusResponse, Update,
+    WatchServicesRequest, WriterSession, resync_request::Part,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -35,66 +34,17 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::Instrument as _;
 
+mod error;
+mod outcomes;
+pub use error::ClientError;
+pub use outcomes::{ApplyOutcome, Rejected, ResyncOutcome, scope};
+
 /// The channel every call goes over: it sends the caller's trace context (W3C `traceparent`) and
 /// its bearer token, if any ([`crate::token`]).
 type Traced = InterceptedService<Channel, CallInterceptor>;
 
 /// Updates per `Apply` batch and per resync chunk (below the server's default batch limit).
 pub const CHUNK: usize = 2_000;
-
-/// Why a call failed. Rejected items are not errors: they are in the outcome of the call.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The endpoint is not a valid URI, or its TLS settings are invalid.
-    #[error("invalid endpoint {endpoint:?}: {reason}")]
-    InvalidEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-        /// Why it is invalid.
-        reason: String,
-    },
-    /// No connection could be made within the retry budget.
-    #[error("cannot connect to {endpoint} after {attempts} attempt(s): {source}")]
-    Connect {
-        /// The endpoint.
-        endpoint: String,
-        /// How many attempts were made.
-        attempts: u32,
-        /// The last transport error.
-        #[source]
-        source: tonic::transport::Error,
-    },
-    /// The server answered with an error status.
-    #[error("{rpc}: {code:?}: {message}", code = .status.code(), message = .status.message())]
-    Rpc {
-        /// The RPC, e.g. `Writer.Apply`.
-        rpc: &'static str,
-        /// The status.
-        status: tonic::Status,
-    },
-    /// A stream ended before its answer.
-    #[error("{rpc}: the server closed the stream before answering batch {batch_id}")]
-    StreamClosed {
-        /// The RPC.
-        rpc: &'static str,
-        /// The batch that got no answer.
-        batch_id: u64,
-    },
-}
-
-impl ClientError {
-    /// The gRPC status of an `Rpc` error.
-    pub fn status(&self) -> Option<&tonic::Status> {
-        match self {
-            ClientError::Rpc { status, .. } => Some(status),
-            _ => None,
-        }
-    }
-
-    fn rpc(rpc: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
-        move |status| ClientError::Rpc { rpc, status }
-    }
-}
 
 /// TLS to the state server.
 #[derive(Debug, Clone, Default)]
@@ -339,131 +289,6 @@ impl Client {
             .await
             .map_err(ClientError::rpc("Admin.PendingDiff"))?
             .into_inner())
-    }
-}
-
-/// One rejected update: its position in what the caller passed, and the server's reason.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rejected {
-    /// Position of the update in the caller's list (or in the whole stream).
-    pub position: usize,
-    /// The server's error (field, value, reason).
-    pub error: ItemError,
-}
-
-impl fmt::Display for Rejected {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "update #{}: field {} = {:?}: {}",
-            self.position, self.error.field, self.error.value, self.error.reason
-        )
-    }
-}
-
-/// What an `Apply` (single, batched or streamed) did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ApplyOutcome {
-    /// The state revision after the last batch.
-    pub revision: u64,
-    /// Updates applied.
-    pub applied: u64,
-    /// Updates rejected (nothing of them was applied).
-    pub rejected: Vec<Rejected>,
-    /// Batches sent.
-    pub batches: u64,
-    /// The writer's session as the last batch's answer stated it (see [`Writer::watch_session`]).
-    pub session: Option<WriterSession>,
-}
-
-impl ApplyOutcome {
-    /// The rejected items, one per line (empty when none).
-    pub fn describe_rejected(&self) -> String {
-        describe(&self.rejected)
-    }
-
-    fn add(&mut self, offset: usize, r: clb_proto::v1::ApplyResponse) {
-        let clb_proto::v1::ApplyResponse {
-            revision,
-            applied,
-            rejected,
-            session,
-            ..
-        } = r;
-        if session.is_some() {
-            self.session = session;
-        }
-        self.revision = self.revision.max(revision);
-        self.applied += u64::from(applied);
-        self.batches += 1;
-        self.rejected
-            .extend(rejected.into_iter().map(|error| Rejected {
-                position: offset + error.index as usize,
-                error,
-            }));
-    }
-}
-
-/// What a `Resync` did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ResyncOutcome {
-    /// The state revision after the resync.
-    pub revision: u64,
-    /// Updates applied.
-    pub applied: u64,
-    /// Entries of the scope that the view no longer held, removed.
-    pub removed: u64,
-    /// Updates rejected.
-    pub rejected: Vec<Rejected>,
-    /// The writer's session after the resync (its `epoch` is the one later answers should show).
-    pub session: Option<WriterSession>,
-}
-
-impl ResyncOutcome {
-    /// The rejected items, one per line (empty when none).
-    pub fn describe_rejected(&self) -> String {
-        describe(&self.rejected)
-    }
-}
-
-fn describe(rejected: &[Rejected]) -> String {
-    rejected
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Resync scopes.
-pub mod scope {
-    use clb_proto::v1::ResyncScope;
-
-    /// Everything a cluster-wide watcher writes: services, egresses, endpoints and pods.
-    pub fn all() -> ResyncScope {
-        ResyncScope {
-            services: true,
-            egresses: true,
-            endpoints: true,
-            pods: true,
-            location: String::new(),
-        }
-    }
-
-    /// The pods of one location (a node agent's view of its node).
-    pub fn pods_at(location: &str) -> ResyncScope {
-        ResyncScope {
-            pods: true,
-            location: location.to_owned(),
-            ..ResyncScope::default()
-        }
-    }
-
-    /// The pods this writer wrote, at every location.
-    pub fn pods() -> ResyncScope {
-        ResyncScope {
-            pods: true,
-            ..ResyncScope::default()
-        }
     }
 }
 
@@ -731,10 +556,20 @@ impl Writer {
     /// `Writer.WatchServices`: a snapshot of the gateway's inbound services' states, then their
     /// changes (needs verb `write`).
     pub async fn watch_services(&mut self) -> Result<tonic::Streaming<ServiceStates>, ClientError> {
+        self.watch_services_with(false).await
+    }
+
+    /// [`Self::watch_services`], with the gateway's outbound services too when `include_outbound`
+    /// (each with the NAT gateway its egress brings).
+    pub async fn watch_services_with(
+        &mut self,
+        include_outbound: bool,
+    ) -> Result<tonic::Streaming<ServiceStates>, ClientError> {
         const RPC: &str = "Writer.WatchServices";
         let request = WatchServicesRequest {
             gateway: self.gateway.clone(),
             writer: self.name.clone(),
+            include_outbound,
         };
         let span = self.call_span(RPC, 0);
         Ok(self

@@ -64,6 +64,12 @@ pub struct EmulatorConfig {
     /// Opt-in, not Azure's behaviour: accept calls on a gateway that was never PUT (it is created on
     /// first use, in location `local`). Off (the default), such calls get `404 ResourceNotFound`.
     pub auto_create_gateways: bool,
+    /// Opt-in, not Azure's behaviour as the emulator models it: a DELETE of a NAT gateway that an
+    /// outbound registration uses succeeds (`InUseNatGatewayCannotBeDeleted` otherwise), and the
+    /// registration keeps naming the NAT gateway that is gone. It plays a NAT gateway deleted out of
+    /// band while a Service Gateway uses it (Azure's rule for a registration's NAT gateway is not
+    /// published).
+    pub delete_nat_gateways_in_use: bool,
     /// Refuse an `updateAddressLocations` that would give a service with load balancer backend pools
     /// addresses of both IP versions (`400 BackendPoolAddressesMustHaveSameIpVersion`), as Azure
     /// refuses a backend pool that mixes them, or an address of the other version than the public
@@ -109,6 +115,7 @@ impl Default for EmulatorConfig {
             lro_retry_after_secs: 0,
             page_size: 500,
             auto_create_gateways: false,
+            delete_nat_gateways_in_use: false,
             single_ip_version_pools: true,
             max_body_bytes: 64 << 20,
             removal_log_capacity: 1_000_000,

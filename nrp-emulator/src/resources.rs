@@ -534,7 +534,17 @@ impl NrpState {
             .ok_or_else(|| not_found(id))
     }
 
-    pub(crate) fn check_delete_nat_gateway(&self, id: &ResourceId) -> Result<(), EmulatorError> {
+    /// A NAT gateway an outbound registration uses cannot be deleted, unless
+    /// `cfg.delete_nat_gateways_in_use` (a NAT gateway deleted out of band: its registrations keep
+    /// naming it).
+    pub(crate) fn check_delete_nat_gateway(
+        &self,
+        id: &ResourceId,
+        cfg: &crate::config::EmulatorConfig,
+    ) -> Result<(), EmulatorError> {
+        if cfg.delete_nat_gateways_in_use {
+            return Ok(());
+        }
         if let Some(who) = self.service_references().get(&key_of(id)) {
             return Err(EmulatorError::bad_request(
                 "InUseNatGatewayCannotBeDeleted",
@@ -547,8 +557,12 @@ impl NrpState {
         Ok(())
     }
 
-    pub(crate) fn delete_nat_gateway(&mut self, id: &ResourceId) -> Result<bool, EmulatorError> {
-        self.check_delete_nat_gateway(id)?;
+    pub(crate) fn delete_nat_gateway(
+        &mut self,
+        id: &ResourceId,
+        cfg: &crate::config::EmulatorConfig,
+    ) -> Result<bool, EmulatorError> {
+        self.check_delete_nat_gateway(id, cfg)?;
         Ok(self.nat_gateways.remove(&key_of(id)).is_some())
     }
 }

@@ -1,7 +1,8 @@
 //! The emulator's rules for a NAT gateway's link to a Service Gateway (`properties.serviceGateway`),
 //! over loopback HTTP with the ARM client: only a StandardV2 NAT gateway may be linked, to a Service
 //! Gateway that exists; its SKU cannot change; a NAT gateway a registration uses cannot be unlinked
-//! until the registration goes; a registration naming a NAT gateway linked elsewhere is refused.
+//! until the registration goes (nor deleted, unless `delete_nat_gateways_in_use` plays an
+//! out-of-band deletion); a registration naming a NAT gateway linked elsewhere is refused.
 //! NAT gateways live in any resource group (the VNet's), and every other field is kept.
 
 use std::time::Duration;
@@ -192,4 +193,34 @@ async fn only_a_standard_v2_nat_gateway_links_to_a_gateway_that_exists_and_skus_
             .unwrap_err(),
         NrpError::NotFound { .. }
     ));
+}
+
+#[tokio::test]
+async fn a_nat_gateway_in_use_is_deleted_only_when_the_emulator_plays_an_out_of_band_deletion() {
+    let (server, c) = start().await;
+    let sg = gateway(&c, "sg").await;
+    let id = ResourceId::new(SUB, RG, ResourceKind::NatGateway, "byo").to_string();
+    c.put_nat_gateway("byo", &nat("StandardV2", Some(&sg)), opts())
+        .await
+        .expect("made linked");
+    register(&c, "sg", "eg", &id, false)
+        .await
+        .expect("registered");
+    let e = c.delete_nat_gateway("byo", opts()).await.unwrap_err();
+    assert_eq!(code(e), "InUseNatGatewayCannotBeDeleted");
+
+    let mut config = server.emulator().config();
+    config.delete_nat_gateways_in_use = true;
+    server.emulator().set_config(config).expect("valid config");
+    c.delete_nat_gateway("byo", opts())
+        .await
+        .expect("deleted out of band");
+    assert!(matches!(
+        c.get_nat_gateway("byo", opts()).await.unwrap_err(),
+        NrpError::NotFound { .. }
+    ));
+    // The registration still names it.
+    let dump = server.emulator().dump();
+    let svc = &dump.gateways[0].services[0];
+    assert_eq!(svc.nat_gateway_id.as_deref(), Some(id.as_str()));
 }

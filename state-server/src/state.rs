@@ -129,6 +129,9 @@ pub struct GatewaySnapshot {
     /// Every inbound service with its writer-facing state (condition included, locations not
     /// counted), by canonical name.
     pub services: HashMap<String, clb_proto::v1::ServiceState>,
+    /// Every outbound service, the same way (with its brought NAT gateway): what `WatchServices`
+    /// streams with `include_outbound`.
+    pub egresses: HashMap<String, clb_proto::v1::ServiceState>,
     /// Whether NRP was read back since the state started.
     pub nrp_observed: bool,
     /// The writers whose resync the server holds.
@@ -593,6 +596,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 dirty_locations: c.dirty_locations,
                 units_in_flight: gw.dispatch().units_in_flight() as u64,
                 parked_units: gw.dispatch().parked_units() as u64,
+                nat_gateways_missing: gw.missing_nat_gateways() as u64,
                 staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
                 workers: serving as u64,
                 write_budget: gw.dispatch().remaining_writes(),

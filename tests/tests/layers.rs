@@ -307,9 +307,20 @@ fn the_state_server_s_modules_import_no_circle_and_only_the_composition_root_imp
 
 #[test]
 fn the_grpc_layer_changes_gateways_only_through_the_core() {
-    let dir = root().join("state-server/src/grpc");
-    for entry in std::fs::read_dir(&dir).expect("grpc/ is readable") {
-        let path = entry.expect("directory entry").path();
+    // Every source file under grpc/, its modules' directories (grpc/convert/) included.
+    let mut dirs = vec![root().join("state-server/src/grpc")];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("grpc/ is readable") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    for path in files {
         let text = std::fs::read_to_string(&path).expect("source is readable");
         let code = text.split("#[cfg(test)]").next().unwrap_or_default();
         for forbidden in [

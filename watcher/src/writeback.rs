@@ -48,7 +48,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use clb_proto::v1::{ProgrammingReason, ServiceState};
+use clb_proto::v1::ServiceState;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -283,6 +283,8 @@ struct WriteBack {
     pool_warned: HashMap<ObjKey, String>,
     /// Warning Events on PoolServices not published yet.
     pool_warnings: Vec<PoolServiceFacts>,
+    /// (gateway, egress) → the (reason, code) of the last NAT gateway Event published (`egress.rs`).
+    egress_reported: HashMap<(String, String), (&'static str, String)>,
     /// Whether the API server keeps `ipMode` in a Service's ingress (and the PoolService CRD in a
     /// PoolService's): true until the answer to a status write shows it dropped
     /// ([`ingress::drops_ip_mode`]); then the ingress is compared without it.
@@ -336,6 +338,7 @@ pub(crate) async fn run(
         pool_patched: HashMap::new(),
         pool_warned: HashMap::new(),
         pool_warnings: Vec::new(),
+        egress_reported: HashMap::new(),
         ip_mode_kept: true,
         pool_ip_mode_kept: true,
     };
@@ -358,9 +361,10 @@ pub(crate) async fn run(
             },
             Some(uids) = changed.recv() => {
                 // The server pushed new states: look at those Services now.
-                for id in uids {
-                    wb.poke(None, Some(crate::families::service_uid(&id)));
+                for id in &uids {
+                    wb.poke(None, Some(crate::families::service_uid(id)));
                 }
+                wb.egress_events(&uids).await;
                 wb.act().await;
             }
             _ = tokio::time::sleep_until(next) => wb.act().await,
@@ -635,298 +639,6 @@ impl WriteBack {
         }
     }
 
-    /// The reference of our Events to the Service (no resourceVersion: the recorder keys its
-    /// series on the reference, and one Service's Events form one series per reason).
-    fn reference(facts: &ServiceFacts) -> ObjectReference {
-        ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Service".to_owned()),
-            name: Some(facts.key.name.clone()),
-            namespace: Some(facts.key.namespace.clone()),
-            uid: Some(facts.uid.clone()),
-            ..ObjectReference::default()
-        }
-    }
-
-    /// Publishes one Event on the Service (best effort: a failure is logged, never retried on
-    /// its own; the next change of the condition publishes again).
-    async fn publish(
-        &mut self,
-        facts: &ServiceFacts,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let ev = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1024)),
-            action: "Programming".to_owned(),
-            secondary: None,
-        };
-        match self.publish_event(&ev, &Self::reference(facts)).await {
-            Ok(()) => {
-                tracing::debug!(service = %facts.key, reason, "event published");
-            }
-            Err(e) => {
-                tracing::warn!(service = %facts.key, reason, error = %e, "publishing an event failed");
-            }
-        }
-    }
-
-    /// Publishes `ev` about `reference` with kube's recorder, which turns a repeat of the same
-    /// (type, reason, action, object) into a series of one Event: the right thing for the same
-    /// problem seen again, the wrong one for a *different* problem of the same reason (another
-    /// refused annotation value), whose count it would bump under the old message. So a note that
-    /// differs from the last one published under the same key starts a fresh recorder: a new Event
-    /// with the current message.
-    async fn publish_event(
-        &mut self,
-        ev: &Event,
-        reference: &ObjectReference,
-    ) -> Result<(), kube::Error> {
-        let key = (
-            format!(
-                "{}/{}/{}/{}",
-                reference.kind.as_deref().unwrap_or_default(),
-                reference.namespace.as_deref().unwrap_or_default(),
-                reference.name.as_deref().unwrap_or_default(),
-                reference.uid.as_deref().unwrap_or_default()
-            ),
-            format!("{:?}/{}", ev.type_, ev.reason),
-        );
-        let note = ev.note.clone().unwrap_or_default();
-        if self.event_notes.get(&key).is_some_and(|last| *last != note) {
-            self.recorder = Recorder::new(self.kube.clone(), self.reporter.clone());
-        }
-        self.event_notes.insert(key, note);
-        self.recorder.publish(ev, reference).await
-    }
-
-    /// Follows the server's report of an inbound Service: Events when its condition changes,
-    /// then one merge patch of the `status` subresource for the ingress and our condition when
-    /// either differs from what the watch shows.
-    async fn program(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let facts = self.records[key].facts.clone();
-        if let Some(e) = &facts.selection_error
-            && self.records[key].selection_warned.as_ref() != Some(e)
-        {
-            tracing::warn!(service = %key, "{e}");
-            self.publish(
-                &facts,
-                EventType::Warning,
-                "InvalidGatewaySelection",
-                e.clone(),
-            )
-            .await;
-            if let Some(r) = self.records.get_mut(key) {
-                r.selection_warned = Some(e.clone());
-            }
-        }
-        // Every selected gateway's report of every IP family's identity: the condition follows the
-        // first not programmed (else the first), the ingress lists every programmed frontend IP,
-        // IPv4 first. PoolServices follow the primary family's identity.
-        let mut states = Vec::new();
-        let mut by_gateway = BTreeMap::new();
-        let mut all = facts.gateways.clone();
-        for g in self.foreign_gateways(key) {
-            if !all.contains(&g) {
-                all.push(g);
-            }
-        }
-        for g in &all {
-            for (i, id) in facts.ids.iter().enumerate() {
-                let st = self.service_state(g, id)?;
-                if i == 0 {
-                    by_gateway.insert(g.clone(), st.clone());
-                }
-                states.push(st);
-            }
-        }
-        if self.config.pool_services {
-            self.reconcile_pools(key, &facts, &by_gateway).await;
-        }
-        let ips = ingress::ordered(
-            states
-                .iter()
-                .flatten()
-                .filter(|s| s.actual && !s.frontend_ip.is_empty())
-                .map(|s| s.frontend_ip.clone()),
-        );
-        let state = states
-            .iter()
-            .find(|s| {
-                !s.as_ref()
-                    .is_some_and(|s| s.actual && !s.frontend_ip.is_empty())
-            })
-            .or(states.first())
-            .cloned()
-            .flatten();
-        let record = &self.records[key];
-        let conflicts: Vec<String> = record.port_conflicts.values().cloned().collect();
-        let want = Wanted::of(state.as_ref(), &conflicts);
-
-        // Events: one per change of the reason (or error code), not per poll or retry. A Service
-        // that already shows this condition (a restarted watcher) gets none.
-        let event_key = (want.reason, want.error_code.clone());
-        let already = record.reported.as_ref() == Some(&event_key)
-            || (record.reported.is_none()
-                && ours(&facts.conditions)
-                    .is_some_and(|c| c.reason == want.reason && c.status == want.status));
-        if !already {
-            if let Some(type_) = want.event {
-                self.publish(&facts, type_, want.reason, want.message.clone())
-                    .await;
-            }
-            if let Some(r) = self.records.get_mut(key) {
-                r.reported = Some(event_key);
-            }
-        }
-        let due = self
-            .records
-            .get_mut(key)
-            .map(|r| std::mem::take(&mut r.conflicts_due))
-            .unwrap_or_default();
-        for m in due {
-            self.publish(&facts, EventType::Warning, "PortNameConflict", m)
-                .await;
-        }
-
-        // `ipMode` is compared too: an entry written without it (or by someone else) is rewritten.
-        let ingress_due =
-            !ips.is_empty() && !ingress::is_written(&facts.ingress, &ips, self.ip_mode_kept);
-        let condition = want.condition(&facts);
-        let condition_due = condition.is_some();
-        let settled = matches!(want.reason, "Programmed" | "RejectedByAzure")
-            && !ingress_due
-            && !condition_due;
-        if !ingress_due && !condition_due {
-            return Ok(Some(if settled {
-                self.config.recheck
-            } else {
-                self.pending_delay(key)
-            }));
-        }
-        let rv = facts.resource_version.clone();
-        if self.records[key].patched_at_rv.as_deref() == Some(rv.as_str()) {
-            // Our last patch is not in the watch yet.
-            return Ok(Some(self.pending_delay(key)));
-        }
-        let mut status = serde_json::Map::new();
-        if ingress_due {
-            status.insert(
-                "loadBalancer".into(),
-                json!({ "ingress": ingress::to_json(&ips) }),
-            );
-        }
-        if let Some(conditions) = condition {
-            status.insert("conditions".into(), json!(conditions));
-        }
-        let patch = json!({ "metadata": { "resourceVersion": rv }, "status": status });
-        match self
-            .api(key)
-            .patch_status(&key.name, &Self::params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(stored) => {
-                if ingress_due {
-                    let stored = ingress::entries(
-                        stored
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.load_balancer.as_ref()),
-                    );
-                    Self::note_ip_mode(&mut self.ip_mode_kept, &stored, "Service");
-                    tracing::info!(service = %key, ip = %ips.join(","), "status.loadBalancer.ingress set");
-                }
-                if condition_due {
-                    tracing::info!(service = %key, reason = want.reason, message = %want.message, "condition {CONDITION_TYPE} set");
-                }
-                if let Some(r) = self.records.get_mut(key) {
-                    r.patched_at_rv = Some(rv);
-                }
-                Ok(Some(self.pending_delay(key)))
-            }
-            Err(e) => self.kube_error(key, "patching the Service's status", e),
-        }
-    }
-
-    async fn cleanup(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let r = &self.records[key];
-        if r.patched_at_rv.as_deref() == Some(r.facts.resource_version.as_str()) {
-            return Ok(Some(self.config.poll));
-        }
-        let facts = r.facts.clone();
-        let mut still = None;
-        if !facts.uid.is_empty() {
-            // Every identity the Service may have had: a family removed just before may still be
-            // draining.
-            'gateways: for g in self.all_gateways() {
-                for id in crate::families::every_identity(&facts.uid) {
-                    if let Some(s) = self.service_state(&g, &id)?
-                        && (s.desired || s.actual)
-                    {
-                        still = Some(s);
-                        break 'gateways;
-                    }
-                }
-            }
-        }
-        if let Some(s) = still {
-            tracing::debug!(service = %key, desired = s.desired, actual = s.actual, "waiting for NRP to drop the service");
-            let held = s
-                .condition
-                .as_ref()
-                .filter(|c| c.reason == ProgrammingReason::HeldBack as i32);
-            let reported = self.records.get(key).and_then(|r| r.reported.clone());
-            match held {
-                Some(c) if reported.as_ref().is_none_or(|r| r.0 != "HeldBack") => {
-                    self.publish(&facts, EventType::Normal, "HeldBack", c.message.clone())
-                        .await;
-                    if let Some(r) = self.records.get_mut(key) {
-                        r.reported = Some(("HeldBack", String::new()));
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    if let Some(r) = self.records.get_mut(key) {
-                        r.reported = None;
-                    }
-                }
-            }
-            return Ok(Some(self.pending_delay(key)));
-        }
-        let mut rv = facts.resource_version.clone();
-        if !facts.deleting && !facts.ingress.is_empty() {
-            let patch = json!({ "status": { "loadBalancer": { "ingress": null } } });
-            match self
-                .api(key)
-                .patch_status(&key.name, &Self::params(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(svc) => {
-                    tracing::info!(service = %key, "status.loadBalancer.ingress cleared: no longer a load balancer of ours");
-                    rv = svc.metadata.resource_version.unwrap_or(rv);
-                }
-                Err(e) => return self.kube_error(key, "clearing status.loadBalancer.ingress", e),
-            }
-        }
-        let remaining: Vec<String> = facts
-            .finalizers
-            .iter()
-            .filter(|f| **f != self.config.finalizer)
-            .cloned()
-            .collect();
-        let r = self.patch_finalizers(key, remaining, &rv).await;
-        if let Ok(Some(_)) = &r {
-            tracing::info!(service = %key, uid = %facts.uid, "NRP no longer has the service; finalizer removed");
-            if let Some(rec) = self.records.get_mut(key) {
-                rec.patched_at_rv = Some(facts.resource_version);
-            }
-        }
-        r
-    }
-
     /// The state of service `uid` in `gateway` as the server's stream last pushed it (`Ok(None)`:
     /// the gateway does not know it; `Err(())`: its stream is down).
     fn service_state(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, ()> {
@@ -940,152 +652,16 @@ impl WriteBack {
     }
 }
 
-/// Our condition among `conditions`.
-fn ours(conditions: &[Condition]) -> Option<&Condition> {
-    conditions.iter().find(|c| c.type_ == CONDITION_TYPE)
-}
-
-/// `s` cut to at most `max` bytes (on a character boundary).
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push_str("...");
-    }
-    s
-}
-
-/// The condition (and Event) a Service is to show for what the server reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Wanted {
-    /// `"True"` or `"False"`.
-    pub status: &'static str,
-    /// CamelCase: `Programmed`, `Pending`, `RejectedByAzure`, `Throttled`, `Retrying`,
-    /// `HeldBack`, `PortNameConflict`.
-    pub reason: &'static str,
-    pub message: String,
-    /// The ARM error code, for the reasons that have one.
-    pub error_code: String,
-    /// The Event to publish when the condition changes to this one (`None`: no Event).
-    pub event: Option<EventType>,
-}
-
-impl Wanted {
-    /// From `GetService` (`None`: the server does not know the service yet) and the translator's
-    /// port-name conflicts of the Service.
-    pub(crate) fn of(state: Option<&ServiceState>, port_conflicts: &[String]) -> Self {
-        let pending = |message: &str| Self {
-            status: "False",
-            reason: "Pending",
-            message: message.to_owned(),
-            error_code: String::new(),
-            event: None,
-        };
-        let mut w = match state {
-            None => pending("waiting for the state server to take the Service"),
-            Some(s) => {
-                let c = s.condition.clone().unwrap_or_default();
-                let reason =
-                    ProgrammingReason::try_from(c.reason).unwrap_or(ProgrammingReason::Unspecified);
-                let failure = |reason: &'static str, text: &str| Self {
-                    status: "False",
-                    reason,
-                    message: format!("{text}: {}: {}", c.error_code, c.error_message),
-                    error_code: c.error_code.clone(),
-                    event: Some(EventType::Warning),
-                };
-                match reason {
-                    ProgrammingReason::Programmed if !s.frontend_ip.is_empty() => Self {
-                        status: "True",
-                        reason: "Programmed",
-                        message: format!(
-                            "programmed in Azure: frontend IP {}, {} backends",
-                            s.frontend_ip, s.actual_addresses
-                        ),
-                        error_code: String::new(),
-                        event: Some(EventType::Normal),
-                    },
-                    ProgrammingReason::Rejected => failure(
-                        "RejectedByAzure",
-                        "Azure rejected the load balancer; nothing is retried until the Service changes",
-                    ),
-                    ProgrammingReason::Throttled => {
-                        failure("Throttled", "Azure throttles the requests; retrying")
-                    }
-                    ProgrammingReason::Retrying => {
-                        failure("Retrying", "programming failed; retrying")
-                    }
-                    ProgrammingReason::HeldBack => Self {
-                        status: "False",
-                        reason: "HeldBack",
-                        message: c.message.clone(),
-                        error_code: String::new(),
-                        event: Some(EventType::Normal),
-                    },
-                    _ => pending("waiting for Azure to program the load balancer and its backends"),
-                }
-            }
-        };
-        if !port_conflicts.is_empty() {
-            let conflicts = port_conflicts.join("; ");
-            if matches!(w.reason, "Programmed" | "Pending") {
-                w.reason = "PortNameConflict";
-                w.event = None; // published per conflict (PortNameConflict Events)
-            }
-            w.message = format!("{}; port name conflict: {conflicts}", w.message);
-        }
-        w
-    }
-
-    /// The whole `status.conditions` list with ours replaced, when ours differs from the one the
-    /// Service shows (`None`: nothing to patch). `lastTransitionTime` changes only with the status.
-    pub(crate) fn condition(&self, facts: &ServiceFacts) -> Option<Vec<Condition>> {
-        let message = truncate(self.message.clone(), 32 * 1024);
-        let current = ours(&facts.conditions);
-        if let Some(c) = current
-            && c.status == self.status
-            && c.reason == self.reason
-            && c.message == message
-            && c.observed_generation == facts.generation
-        {
-            return None;
-        }
-        let last_transition_time = match current {
-            Some(c) if c.status == self.status => c.last_transition_time.clone(),
-            _ => Time(now_seconds()),
-        };
-        let mine = Condition {
-            type_: CONDITION_TYPE.to_owned(),
-            status: self.status.to_owned(),
-            reason: self.reason.to_owned(),
-            message,
-            last_transition_time,
-            observed_generation: facts.generation,
-        };
-        let mut list: Vec<Condition> = facts
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != CONDITION_TYPE)
-            .cloned()
-            .collect();
-        list.push(mine);
-        Some(list)
-    }
-}
-
-/// Now, to the second (`metav1.Time` is serialized in RFC 3339 seconds).
-fn now_seconds() -> k8s_openapi::jiff::Timestamp {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
-}
-
+mod egress;
 mod pools;
+mod program;
 mod states;
+mod wanted;
 
 use states::States;
+#[cfg(test)]
+use wanted::Wanted;
+use wanted::{now_seconds, truncate};
 
 #[cfg(test)]
 mod tests;

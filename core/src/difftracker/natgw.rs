@@ -89,6 +89,23 @@ impl DiffTracker {
         Ok(())
     }
 
+    /// Sends the creation of the outbound identity `name` (canonical) again, if NRP has it: its
+    /// brought NAT gateway was re-created after a read-back found it missing, and the new one is
+    /// to be linked (`gateway/report.rs`). Returns whether it was marked.
+    pub fn reprogram_egress(&mut self, name: &str) -> bool {
+        let Some(sid) = self.services.id(name) else {
+            return false;
+        };
+        let e = self.services.get_mut(sid);
+        if e.kind != super::identity::ServiceKind::Outbound || e.actual.is_none() {
+            return false;
+        }
+        e.reprogram = true;
+        self.revision += 1;
+        self.dirty_service(sid);
+        true
+    }
+
     /// The NAT gateway the outbound identity `name` brings, when a pod stated one.
     pub fn egress_nat_gateway(&self, name: &str) -> Option<&str> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use clb_core::difftracker::{ActualSnapshot, Operation};
-use clb_core::dispatch::UnitWork;
+use clb_core::dispatch::{Outcome, Report, UnitWork};
 
 fn gateway() -> GatewayCore {
     let config = GatewayConfig {
@@ -42,7 +42,16 @@ impl OnReport for GatewayCore {
         rules: Vec<(String, Vec<Port>)>,
         now: Instant,
     ) -> bool {
-        self.take_report(worker, report, ReportExtras { frontends, rules }, now)
+        self.take_report(
+            worker,
+            report,
+            ReportExtras {
+                frontends,
+                rules,
+                ..ReportExtras::default()
+            },
+            now,
+        )
     }
 }
 

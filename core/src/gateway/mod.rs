@@ -13,6 +13,7 @@
 
 pub mod condition;
 pub mod gate;
+mod report;
 pub mod update;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::difftracker::{
     DiffTracker, Operation, PodUpdate, ServiceAction, ServiceChange, ServiceKind,
 };
-use crate::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Expired, Outcome, Report, Unit};
+use crate::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Expired, Unit};
 use gate::{GateNote, GateView, Handover, RestartGate, Topology};
 use update::{ApplyOutcome, Item, ItemFault, ResyncOutcome, Rights, Update};
 
@@ -167,6 +168,8 @@ pub struct ReportExtras {
     pub frontends: Vec<(String, String)>,
     /// (service, rule ports) pairs of an observe's part.
     pub rules: Vec<(String, Vec<Port>)>,
+    /// Outbound services whose brought NAT gateway an observe's part found missing.
+    pub missing_nat_gateways: Vec<String>,
 }
 
 /// What a resync did: its outcome, whether each item of the view was applied, and what changed
@@ -188,6 +191,7 @@ pub struct ResyncDone {
 struct ObservedExtras {
     frontends: HashMap<String, String>,
     rules: HashMap<String, Vec<Port>>,
+    missing_nat_gateways: BTreeSet<String>,
 }
 
 /// One gateway: its DiffTracker, dispatcher, restart gate, writers and port book.
@@ -209,6 +213,8 @@ pub struct GatewayCore {
     ports_in_flight: HashMap<String, Vec<Port>>,
     /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
     observing: Option<(u64, ObservedExtras)>,
+    /// Brought NAT gateways deleted out of band: `report.rs`.
+    missing_nat: report::MissingNat,
     gate: RestartGate,
 }
 
@@ -228,6 +234,7 @@ impl GatewayCore {
             programmed_ports: HashMap::new(),
             ports_in_flight: HashMap::new(),
             observing: None,
+            missing_nat: report::MissingNat::default(),
             gate: RestartGate::new(config.expected_writers.clone(), config.resync_wait),
         }
     }
@@ -514,110 +521,6 @@ impl GatewayCore {
         .into_iter()
         .flatten()
         .min()
-    }
-
-    /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
-    /// the tracker follows. When an observe completes, each desired inbound service that NRP has
-    /// and whose rules were read back with other ports than the desired ones is created again.
-    /// Returns false when the report was ignored (not a unit leased to `worker`).
-    pub fn take_report(
-        &mut self,
-        worker: u64,
-        report: Report,
-        extras: ReportExtras,
-        now: Instant,
-    ) -> bool {
-        let work_id = report.work_id;
-        let observe_part = match &report.outcome {
-            Outcome::Observed { last, .. } => Some(*last),
-            _ => None,
-        };
-        let Some(folded) = self
-            .dispatch
-            .on_report(&mut self.tracker, worker, report, now)
-        else {
-            return false;
-        };
-        match observe_part {
-            Some(last) => {
-                // Only the union of the parts is complete: replace the frontends at the end.
-                let parts = match &mut self.observing {
-                    Some((id, parts)) if *id == work_id => parts,
-                    slot => &mut slot.insert((work_id, ObservedExtras::default())).1,
-                };
-                parts.frontends.extend(extras.frontends);
-                parts.rules.extend(extras.rules);
-                if last
-                    && let Some((_, observed)) = self.observing.take()
-                    && folded.observed
-                {
-                    self.frontends = observed.frontends;
-                    let tracker = &self.tracker;
-                    self.programmed_ports
-                        .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
-                    self.rules_observed(observed.rules);
-                }
-            }
-            None => {
-                let mut reported: HashMap<String, String> = extras.frontends.into_iter().collect();
-                for change in folded.services {
-                    self.service_recorded(&change, &mut reported);
-                }
-            }
-        }
-        self.update_gates(now);
-        true
-    }
-
-    fn rules_observed(&mut self, rules: HashMap<String, Vec<Port>>) {
-        for (name, ports) in rules {
-            let in_nrp = self
-                .tracker
-                .service_view(&name)
-                .is_some_and(|v| v.kind == ServiceKind::Inbound && v.actual);
-            if !in_nrp {
-                continue;
-            }
-            // The ports of a creation that ended without a report of it tell nothing: what NRP
-            // has is what was read.
-            if self.dispatch.service_creation_in_flight(&name) {
-                continue;
-            }
-            self.ports_in_flight.remove(&name);
-            self.programmed_ports.insert(name.clone(), ports);
-            // Ports no worker can program would fail the creation again after every observe.
-            if let Some(desired) = self.service_ports.get(&name).cloned()
-                && desired.iter().all(Port::programmable)
-            {
-                self.reprogram_if_changed(&name, &desired);
-            }
-        }
-    }
-
-    fn service_recorded(&mut self, change: &ServiceChange, reported: &mut HashMap<String, String>) {
-        if change.kind != ServiceKind::Inbound {
-            return;
-        }
-        let name = &change.name;
-        match change.action {
-            ServiceAction::Create => {
-                if let Some(ip) = reported.remove(name) {
-                    self.frontends.insert(name.clone(), ip);
-                }
-                if let Some(sent) = self.ports_in_flight.remove(name) {
-                    self.programmed_ports.insert(name.clone(), sent);
-                    // Changed while the creation was under way: send the new ports too.
-                    if let Some(desired) = self.service_ports.get(name).cloned() {
-                        self.reprogram_if_changed(name, &desired);
-                    }
-                }
-            }
-            ServiceAction::Delete => {
-                self.frontends.remove(name);
-                self.programmed_ports.remove(name);
-                self.ports_in_flight.remove(name);
-            }
-        }
     }
 
     /// Counts a batch from `writer`.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::difftracker::{ActualSnapshot, Endpoint, Operation};
-use crate::dispatch::UnitWork;
+use crate::dispatch::{Outcome, Report, UnitWork};
 
 fn config() -> GatewayConfig {
     GatewayConfig {
@@ -83,6 +83,7 @@ fn drain(g: &mut GatewayCore, now: Instant, next_id: &mut u64) -> Vec<UnitWork> 
             UnitWork::Services(_) => ReportExtras {
                 frontends: vec![("svc".into(), "20.0.0.1".into())],
                 rules: vec![],
+                ..ReportExtras::default()
             },
             _ => ReportExtras::default(),
         };
@@ -130,6 +131,7 @@ fn apply_lease_report_converges_and_the_creation_carries_the_desired_ports() {
         ReportExtras {
             frontends: vec![("svc".into(), "20.0.0.1".into())],
             rules: vec![],
+            ..ReportExtras::default()
         },
         t0,
     ));

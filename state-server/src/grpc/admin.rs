@@ -134,6 +134,7 @@ impl AdminService {
         })?;
         let mut state = service_state(&g, &view);
         state.condition = Some(service_condition(&g, &view, &state.frontend_ip));
+        nat_gateway_of(&g, &mut state);
         Ok(state)
     }
 
@@ -178,6 +179,19 @@ pub(crate) fn service_condition(
     frontend_ip: &str,
 ) -> ServiceCondition {
     condition_to_proto(g.service_condition(view, frontend_ip))
+}
+
+/// The brought NAT gateway of an outbound service's `state` and whether the last read-back found
+/// it missing (`GatewayCore::nat_gateway_missing`).
+pub(crate) fn nat_gateway_of(g: &Gateway, state: &mut clb_proto::v1::ServiceState) {
+    if state.kind == clb_proto::v1::ServiceKind::Outbound as i32 {
+        state.nat_gateway = g
+            .tracker()
+            .egress_nat_gateway(&state.id)
+            .unwrap_or_default()
+            .to_owned();
+        state.nat_gateway_missing = g.nat_gateway_missing(&state.id);
+    }
 }
 
 /// A condition as proto.

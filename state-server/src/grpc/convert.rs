@@ -14,24 +14,28 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clb_proto::v1::{
-    self, ItemError, ResyncScope, ServicePort, Update, endpoints_update::Change, update::Kind,
+    self, AddressChange, AddressState, ItemError, LocationChange, LocationState, ResyncScope,
+    ServicePort, Update, endpoints_update::Change, update::Kind,
 };
+use tracing::warn;
 
 use crate::gate::{GateView, NodeDecl, Topology};
 use crate::state::{Gateway, UnknownGateway, WorkerInfo};
+use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{
-    self, DiffTracker, InvalidInput, IpFamily, Operation, Reason, ServiceKind, ServiceView,
-    excerpt, quote,
+    self, ActualSnapshot, DiffTracker, InvalidInput, IpFamily, LocationDiff, LocationView,
+    Operation, Reason, ServiceKind, ServiceView, excerpt, quote,
 };
-use clb_core::dispatch;
+use clb_core::dispatch::{self, Outcome, Report, UnitWork};
 use clb_core::gateway::Scope;
 use clb_core::gateway::update::{
     EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
 };
+use clb_core::gateway::{Leased, Port, Protocol};
 
 /// A problem with the resync header as a whole (see [`resync_scope`]): the call fails
 /// with `INVALID_ARGUMENT`.
@@ -353,6 +357,163 @@ pub fn apply_update(
     applied.map_err(|fault| item_error_of(ItemFault { index, fault }))
 }
 
+/// The proto service kind.
+pub fn service_kind(kind: ServiceKind) -> v1::ServiceKind {
+    match kind {
+        ServiceKind::Inbound => v1::ServiceKind::Inbound,
+        ServiceKind::Outbound => v1::ServiceKind::Outbound,
+    }
+}
+
+/// The proto service action.
+pub fn service_action(action: difftracker::ServiceAction) -> v1::ServiceAction {
+    match action {
+        difftracker::ServiceAction::Create => v1::ServiceAction::Create,
+        difftracker::ServiceAction::Delete => v1::ServiceAction::Delete,
+    }
+}
+
+/// The proto address update action.
+pub fn address_update_action(action: difftracker::AddressUpdateAction) -> v1::AddressUpdateAction {
+    match action {
+        difftracker::AddressUpdateAction::Full => v1::AddressUpdateAction::FullUpdate,
+        difftracker::AddressUpdateAction::Partial => v1::AddressUpdateAction::PartialUpdate,
+    }
+}
+
+/// A domain service change as proto, with the ports of an inbound creation (the domain does not
+/// keep ports; the caller passes them, empty when unknown).
+pub fn service_change(
+    change: &difftracker::ServiceChange,
+    ports: Vec<ServicePort>,
+    family: Option<IpFamily>,
+) -> v1::ServiceChange {
+    let create_inbound =
+        change.kind == ServiceKind::Inbound && change.action == difftracker::ServiceAction::Create;
+    v1::ServiceChange {
+        name: change.name.clone(),
+        kind: service_kind(change.kind) as i32,
+        action: service_action(change.action) as i32,
+        ports: if create_inbound { ports } else { Vec::new() },
+        ip_family: if create_inbound {
+            ip_family_to_proto(family) as i32
+        } else {
+            0
+        },
+        nat_gateway: match change.kind {
+            ServiceKind::Outbound => change.nat_gateway.clone().unwrap_or_default(),
+            ServiceKind::Inbound => String::new(),
+        },
+        egress_families: match change.kind {
+            ServiceKind::Outbound if change.ipv6 => {
+                vec![v1::IpFamily::Ipv4 as i32, v1::IpFamily::Ipv6 as i32]
+            }
+            ServiceKind::Outbound => vec![v1::IpFamily::Ipv4 as i32],
+            ServiceKind::Inbound => Vec::new(),
+        },
+    }
+}
+
+/// A domain location diff as proto (canonical IP strings).
+pub fn location_change(diff: &LocationDiff) -> LocationChange {
+    LocationChange {
+        location: diff.location.to_string(),
+        action: address_update_action(diff.action) as i32,
+        addresses: diff
+            .addresses
+            .iter()
+            .map(|a| AddressChange {
+                address: a.address.to_string(),
+                services: a.services.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Both sides of a location as proto. The location is desired when one of its addresses is.
+pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
+    LocationState {
+        gateway: gateway.to_owned(),
+        location: view.location.to_string(),
+        desired: view.addresses.iter().any(|a| a.desired.is_some()),
+        actual: view.in_nrp,
+        addresses: view
+            .addresses
+            .iter()
+            .map(|a| AddressState {
+                address: a.address.to_string(),
+                desired: a.desired.is_some(),
+                actual: a.actual.is_some(),
+                desired_services: a.desired.clone().unwrap_or_default(),
+                actual_services: a.actual.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// A unit leased to a worker as the proto sent to it: a creation of an inbound service carries the
+/// service's desired ports ([`clb_core::gateway::GatewayCore::lease`] remembers them as in flight); `trace_context`
+/// is left for the session to fill.
+pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>]) -> v1::WorkUnit {
+    let Leased { unit, ports } = leased;
+    let work = match &unit.work {
+        UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
+        UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
+            changes: changes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let ports = ports.get(i).map_or(&[][..], Vec::as_slice);
+                    let family = families.get(i).copied().flatten();
+                    service_change(c, ports.iter().map(port_to_proto).collect(), family)
+                })
+                .collect(),
+        }),
+        UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
+            locations: diffs.iter().map(location_change).collect(),
+        }),
+    };
+    v1::WorkUnit {
+        work_id: unit.work_id,
+        gateway: gateway.to_owned(),
+        revision: unit.revision,
+        lease_deadline_unix_ms: unit.lease_deadline_unix_ms,
+        lease_duration_ms: unit.lease.as_millis() as u64,
+        attempt: unit.attempt,
+        work: Some(work),
+        trace_context: Default::default(),
+    }
+}
+
+/// A port from the wire; a protocol this server does not know is kept as its wire value (no rule
+/// can be made of it).
+pub fn port_from_proto(p: &ServicePort) -> Port {
+    let protocol = match v1::Protocol::try_from(p.protocol) {
+        Ok(v1::Protocol::Tcp) => Protocol::Tcp,
+        Ok(v1::Protocol::Udp) => Protocol::Udp,
+        _ => Protocol::Other(p.protocol),
+    };
+    Port {
+        protocol,
+        port: p.port,
+        target_port: p.target_port,
+    }
+}
+
+/// A port as the wire has it.
+pub fn port_to_proto(p: &Port) -> ServicePort {
+    let protocol = match p.protocol {
+        Protocol::Tcp => v1::Protocol::Tcp as i32,
+        Protocol::Udp => v1::Protocol::Udp as i32,
+        Protocol::Other(raw) => raw,
+    };
+    ServicePort {
+        port: p.port,
+        protocol,
+        target_port: p.target_port,
+    }
+}
+
 /// The scope of a resync header: at least one kind, and a location only for pods.
 pub fn resync_scope(scope: Option<&ResyncScope>) -> Result<Scope, HeaderError> {
     let empty = || HeaderError {
@@ -448,140 +609,13 @@ pub fn resync_topology(
     Ok(Some(Topology { nodes }))
 }
 
-/// The restart gate as proto.
-pub fn init_gates(view: GateView) -> v1::InitGates {
-    v1::InitGates {
-        nrp_observed: view.nrp_observed,
-        pending_writers: view.pending_writers,
-        removals_allowed: view.open,
-        cluster_view_resynced: view.cluster_view_writer.is_some(),
-        cluster_view_writer: view.cluster_view_writer.unwrap_or_default(),
-        topology_declared: view.topology_declared,
-        held: view
-            .holds
-            .into_iter()
-            .map(|h| v1::HeldRemovals {
-                reason: h.reason.label().to_owned(),
-                writer: h.reason.writer().unwrap_or_default().to_owned(),
-                locations: h.locations,
-                addresses: h.addresses,
-                services: h.services,
-                deadline_unix_ms: h.deadline_unix_ms.unwrap_or_default(),
-            })
-            .collect(),
-    }
-}
+mod report;
+mod status;
 
-/// One of the dispatcher's recent errors as proto; `worker_id` names the worker session.
-pub fn error_record(e: dispatch::ErrorRecord, worker_id: String) -> v1::ErrorRecord {
-    v1::ErrorRecord {
-        at_unix_ms: e.at_unix_ms,
-        work_id: e.work_id,
-        code: e.code,
-        message: e.message,
-        terminal: e.terminal,
-        worker_id,
-        unit: e.unit,
-    }
-}
-
-/// A connected worker as proto.
-pub fn worker_status(w: WorkerInfo) -> v1::WorkerStatus {
-    v1::WorkerStatus {
-        worker_id: w.worker_id,
-        capacity: w.capacity,
-        units_in_flight: w.units_in_flight,
-        connected_at_unix_ms: w.connected_at_unix_ms,
-        gateways: w.gateways,
-        last_report_unix_ms: w.last_report_unix_ms,
-        last_unit_unix_ms: w.last_unit_unix_ms,
-        lease_expiries: w.lease_expiries,
-        expiries_since_report: w.expiries_since_report,
-    }
-}
-
-/// A gateway's counts, gates and recent errors (newest first) as proto, at `now`; `worker_id`
-/// names a worker session.
-pub fn gateway_status(
-    g: &Gateway,
-    now: Instant,
-    worker_id: &dyn Fn(u64) -> String,
-) -> v1::GatewayStatus {
-    let c = g.tracker().counts();
-    let mut last_errors: Vec<v1::ErrorRecord> = g
-        .dispatch()
-        .last_errors()
-        .into_iter()
-        .map(|e| {
-            let worker = worker_id(e.worker);
-            error_record(e, worker)
-        })
-        .collect();
-    last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
-    let oldest = g.dispatch().oldest_pending_age(now).unwrap_or_default();
-    v1::GatewayStatus {
-        name: g.name().to_owned(),
-        revision: g.tracker().revision(),
-        desired_addresses: c.desired_addresses,
-        actual_addresses: c.actual_addresses,
-        desired_locations: c.desired_locations,
-        actual_locations: c.actual_locations,
-        desired_services: c.desired_services,
-        actual_services: c.actual_load_balancers,
-        desired_egresses: c.desired_egresses,
-        actual_nat_gateways: c.actual_nat_gateways,
-        dirty_locations: c.dirty_locations,
-        units_in_flight: g.dispatch().units_in_flight() as u64,
-        parked_units: g.dispatch().parked_units() as u64,
-        init: Some(init_gates(g.gate_view(now))),
-        last_errors,
-        oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
-/// One service of gateway `g` as proto: the tracker's view, and beside it the desired ports and
-/// the frontend IP of an inbound service (the frontend only while NRP has the service).
-pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
-    v1::ServiceState {
-        actual_locations: g.tracker().actual_locations_of(&view.name),
-        ..service_state_uncounted(g, view)
-    }
-}
-
-/// [`service_state`] without `actual_locations` (0), which costs a scan of every location: what
-/// the writers' stream of service states sends (`grpc/session.rs`).
-pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
-    let inbound = view.kind == ServiceKind::Inbound;
-    let ports = match g.service_ports(&view.name) {
-        Some(ports) if inbound => ports.iter().map(port_to_proto).collect(),
-        _ => Vec::new(),
-    };
-    let frontend_ip = match g.frontend(&view.name) {
-        Some(ip) if inbound && view.actual => ip.to_owned(),
-        _ => String::new(),
-    };
-    v1::ServiceState {
-        gateway: g.name().to_owned(),
-        id: view.name.clone(),
-        kind: service_kind(view.kind) as i32,
-        desired: view.desired,
-        actual: view.actual,
-        desired_addresses: u64::from(view.desired_addresses),
-        actual_addresses: u64::from(view.actual_addresses),
-        desired_locations: view.locations as u64,
-        actual_locations: 0,
-        ports,
-        frontend_ip,
-        // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
-        condition: None,
-        ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
-    }
-}
-
-#[path = "convert_work.rs"]
-mod work;
-pub use work::*;
+pub use report::{frontends_from_proto, report_from_proto, rules_from_proto, snapshot_from_proto};
+pub use status::{
+    error_record, gateway_status, init_gates, service_state, service_state_uncounted, worker_status,
+};
 
 #[cfg(test)]
-#[path = "convert_tests.rs"]
 mod tests;

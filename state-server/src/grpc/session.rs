@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::admin::service_condition;
+use super::admin::{nat_gateway_of, service_condition};
 use super::convert::{invalid_argument, service_state_uncounted};
 use crate::state::{Gateway, GatewayHandle, GatewaySnapshot, StateServer};
 
@@ -54,10 +54,12 @@ fn session_in(
 
 /// The snapshot of `g` at change counter `changes` (its task publishes it).
 pub fn snapshot(g: &Gateway, changes: u64) -> GatewaySnapshot {
-    let (services, nrp_observed) = read_services(g);
+    let (services, nrp_observed) = read_services(g, ServiceKind::Inbound);
+    let (egresses, _) = read_services(g, ServiceKind::Outbound);
     GatewaySnapshot {
         changes,
         services,
+        egresses,
         nrp_observed,
         resynced: g
             .writers()
@@ -204,25 +206,27 @@ pub fn watch_session(
 
 /// Every inbound service of `g` with its writer-facing state (condition included, locations not
 /// counted), and whether NRP was read back.
-fn read_services(g: &Gateway) -> (HashMap<String, ServiceState>, bool) {
+fn read_services(g: &Gateway, kind: ServiceKind) -> (HashMap<String, ServiceState>, bool) {
     let states = g
         .tracker()
-        .service_views(ServiceKind::Inbound)
+        .service_views(kind)
         .map(|view| {
             let mut st = service_state_uncounted(g, &view);
             st.condition = Some(service_condition(g, &view, &st.frontend_ip));
+            nat_gateway_of(g, &mut st);
             (view.name, st)
         })
         .collect();
     (states, g.gate().nrp_observed())
 }
 
-/// `WatchServices`: a snapshot of the gateway's inbound services, then their changes, until the
-/// epoch changes.
+/// `WatchServices`: a snapshot of the gateway's inbound services (and its outbound ones with
+/// `include_outbound`), then their changes, until the epoch changes.
 pub fn watch_services(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
     writer: String,
+    include_outbound: bool,
     mut shutdown: Shutdown,
 ) -> ServiceStatesStream {
     let stream = spawn_stream(move |tx| async move {
@@ -240,19 +244,24 @@ pub fn watch_services(
             }
             let snapshot = snapshots.borrow_and_update().clone();
             let session = session_in(&state, handle.name(), &snapshot, &writer);
-            let (now, observed) = (&snapshot.services, snapshot.nrp_observed);
-            let mut changed: Vec<ServiceState> = now
-                .iter()
-                .filter(|(id, st)| first || sent.services.get(*id) != Some(*st))
-                .map(|(_, st)| st.clone())
-                .collect();
+            let observed = snapshot.nrp_observed;
+            let mut changed = Vec::new();
+            let mut gone = Vec::new();
+            for (now, before) in [
+                (&snapshot.services, &sent.services),
+                (&snapshot.egresses, &sent.egresses),
+            ]
+            .into_iter()
+            .take(if include_outbound { 2 } else { 1 })
+            {
+                changed.extend(
+                    now.iter()
+                        .filter(|(id, st)| first || before.get(*id) != Some(*st))
+                        .map(|(_, st)| st.clone()),
+                );
+                gone.extend(before.keys().filter(|id| !now.contains_key(*id)).cloned());
+            }
             changed.sort_by(|a, b| a.id.cmp(&b.id));
-            let mut gone: Vec<String> = sent
-                .services
-                .keys()
-                .filter(|id| !now.contains_key(*id))
-                .cloned()
-                .collect();
             gone.sort();
             if first || !changed.is_empty() || !gone.is_empty() || observed != sent_observed {
                 let messages = split(changed, gone, first, observed, &session);

@@ -280,6 +280,7 @@ impl Session {
         let remaining_writes = report.remaining_subscription_writes;
         let frontends = frontends_from_proto(&report);
         let rules = rules_from_proto(&report);
+        let missing_nat_gateways = missing_nat_gateways_from_proto(&report);
         let report = report_from_proto(report);
         self.port.reported();
         let handled = {
@@ -289,7 +290,11 @@ impl Session {
                 if let Some(remaining) = remaining_writes {
                     gw.note_remaining_writes(remaining);
                 }
-                let extras = ReportExtras { frontends, rules };
+                let extras = ReportExtras {
+                    frontends,
+                    rules,
+                    missing_nat_gateways,
+                };
                 gw.take_report(session, report, extras, Instant::now());
                 gw.log_gate_notes();
             } else {
@@ -315,6 +320,31 @@ impl Session {
     }
 }
 
+/// The outbound services an observe's part found without their brought NAT gateway, canonical; a
+/// name that is not an identity is left out with a warning (the field, the value quoted, why).
+fn missing_nat_gateways_from_proto(r: &v1::Report) -> Vec<String> {
+    let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
+        return Vec::new();
+    };
+    o.snapshot
+        .iter()
+        .flat_map(|s| s.missing_nat_gateways.iter().enumerate())
+        .filter_map(|(i, n)| {
+            let field = format!("observed.snapshot.missing_nat_gateways[{i}]");
+            match clb_core::difftracker::identity::normalize_identity(&field, n) {
+                Ok(n) => Some(n.into_owned()),
+                Err(e) => {
+                    warn!(
+                        work_id = r.work_id,
+                        "observe with a malformed egress name: ignored it: {e}"
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 /// The name of a report's outcome, as recorded on the unit's span.
 fn report_outcome(report: &v1::Report) -> &'static str {
     match &report.outcome {
@@ -324,5 +354,34 @@ fn report_outcome(report: &v1::Report) -> &'static str {
         Some(v1::report::Outcome::Terminal(_)) => "terminal",
         Some(v1::report::Outcome::Observed(_)) => "observed",
         None => "invalid",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_nat_gateways_are_canonical_and_a_malformed_name_is_left_out() {
+        let report = |names: &[&str]| v1::Report {
+            work_id: 7,
+            outcome: Some(v1::report::Outcome::Observed(v1::Observed {
+                snapshot: Some(v1::NrpSnapshot {
+                    missing_nat_gateways: names.iter().map(|n| (*n).to_owned()).collect(),
+                    ..v1::NrpSnapshot::default()
+                }),
+                last: true,
+            })),
+            ..v1::Report::default()
+        };
+        assert_eq!(
+            missing_nat_gateways_from_proto(&report(&["Crawler", "bad name", "eg-2"])),
+            ["crawler", "eg-2"]
+        );
+        let applied = v1::Report {
+            outcome: Some(v1::report::Outcome::Applied(v1::Applied::default())),
+            ..v1::Report::default()
+        };
+        assert!(missing_nat_gateways_from_proto(&applied).is_empty());
     }
 }

@@ -579,6 +579,7 @@ impl Writer for WriterService {
             self.state.clone(),
             handle,
             req.writer.clone(),
+            req.include_outbound,
             self.shutdown.clone(),
         )))
     }

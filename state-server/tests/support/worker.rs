@@ -245,6 +245,7 @@ impl FakeNrp {
                         .collect(),
                 })
                 .collect(),
+            missing_nat_gateways: Vec::new(),
         }
     }
 }

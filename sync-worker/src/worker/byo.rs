@@ -266,3 +266,73 @@ pub(crate) async fn unlink(
     .await
     .map(drop)
 }
+
+/// Whether the registration's NAT gateway `nat` is a brought one: bringing is on for the gateway
+/// and it is not the `natgw-{service}` clb creates for the egress.
+fn brought_id(nat: &ResourceId, service: &str) -> bool {
+    !nat.name.eq_ignore_ascii_case(&nat_gateway_name(service))
+}
+
+/// The outbound services among `services` whose registration names a brought NAT gateway that a
+/// GET does not find (deleted out of band after it was linked): what an observe reports
+/// (`NrpSnapshot.missing_nat_gateways`). One GET per such service, only where bringing a NAT
+/// gateway is on. A NAT gateway that cannot be read for another reason is not listed (logged): the
+/// read-back says nothing of it. Nothing is created or changed here.
+pub(crate) async fn missing(ctx: &UnitCtx<'_>, services: &[GatewayService]) -> Vec<String> {
+    if ctx.nat_gateway_resource_group().is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for s in services {
+        if !s
+            .properties
+            .service_type
+            .as_ref()
+            .is_some_and(|t| t.is_outbound())
+        {
+            continue;
+        }
+        let Some(nat) = s
+            .properties
+            .public_nat_gateway_id
+            .as_deref()
+            .and_then(|id| ResourceId::parse(id).ok())
+            .filter(|id| brought_id(id, &s.name))
+        else {
+            continue;
+        };
+        match ctx
+            .read(|o| {
+                ctx.nrp()
+                    .get_nat_gateway_in(&nat.resource_group, &nat.name, o)
+            })
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {
+                tracing::warn!(egress = %s.name, nat_gateway = %nat,
+                    "the brought NAT gateway the egress is registered with is gone (deleted out of \
+                     band); it is not created again");
+                out.push(s.name.clone());
+            }
+            Err(e) => {
+                tracing::warn!(egress = %s.name, nat_gateway = %nat, error = ?e,
+                    "reading the brought NAT gateway back failed");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_nat_gateway_not_named_as_clbs_own_is_brought() {
+        let id = |name: &str| ResourceId::new("s", "rg", ResourceKind::NatGateway, name);
+        assert!(!brought_id(&id("natgw-eg"), "eg"));
+        assert!(!brought_id(&id("NATGW-eg"), "eg"));
+        assert!(brought_id(&id("natgw-shared-v2"), "eg"));
+    }
+}

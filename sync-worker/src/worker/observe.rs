@@ -1,7 +1,8 @@
 //! Observe work (anti-entropy): read the gateway's services and address locations back from NRP and
 //! report them as `Observed` parts, split when large. The frontends of the inbound services (the
-//! addresses of their public IPs `pip-{name}`, read with one listing) and the rules of their load
-//! balancers (`lb-{name}`, read with one listing) go in the first part.
+//! addresses of their public IPs `pip-{name}`, read with one listing), the rules of their load
+//! balancers (`lb-{name}`, read with one listing) and the outbound services whose brought NAT
+//! gateway is gone (one GET each, `byo::missing`) go in the first part.
 
 use std::collections::HashMap;
 
@@ -172,10 +173,11 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
         };
         let frontends = frontends_of(&inbound, &pips);
         let rules = rules_of(&inbound, &lbs);
-        Ok::<_, UnitError>((services, locations, frontends, rules))
+        let missing = super::byo::missing(ctx, &services).await;
+        Ok::<_, UnitError>((services, locations, frontends, rules, missing))
     };
     match read.await {
-        Ok((services, locations, frontends, rules)) => {
+        Ok((services, locations, frontends, rules, missing)) => {
             let mut parts = snapshot_parts(
                 services,
                 locations,
@@ -184,6 +186,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
             if let Some(first) = parts.first_mut() {
                 first.frontends = frontends;
                 first.rules = rules;
+                first.missing_nat_gateways = missing;
             }
             let n = parts.len();
             tracing::debug!(parts = n, "observed");

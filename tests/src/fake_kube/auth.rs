@@ -550,7 +550,7 @@ mod tests {
     async fn with_enforcement_requests_need_a_token_and_deploys_rbac() {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
         use k8s_openapi::api::core::v1::{Pod, Service};
-        use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+        use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
         let api = FakeApi::start().await;
         api.load_rbac(&Rendered::load(&[]));
         api.put(
@@ -590,13 +590,15 @@ mod tests {
         let (params, merge) = (PatchParams::default(), Patch::Merge(&status));
         let patch = || services.patch_status("x", &params, &merge);
         patch().await.expect("and patch their status");
+        // Pods: listed (the egress pods a NAT gateway Event regards), never changed by the base.
+        let pods = Api::<Pod>::namespaced(watcher.clone(), "default");
         let (code, reason, message) =
-            api_status(Api::<Pod>::all(watcher.clone()).list(&list).await);
+            api_status(pods.delete("x", &DeleteParams::default()).await.map(drop));
         assert_eq!((code, reason.as_str()), (403, "Forbidden"));
         assert_eq!(
             message,
-            "pods is forbidden: User \"system:serviceaccount:clb-system:clb-watcher\" cannot \
-             list resource \"pods\" in API group \"\" at the cluster scope"
+            "pods \"x\" is forbidden: User \"system:serviceaccount:clb-system:clb-watcher\" \
+             cannot delete resource \"pods\" in API group \"\" in the namespace \"default\""
         );
         // The state server reviews tokens (clb-state-server-auth); the watcher may not.
         let review = TokenReview {

@@ -1,5 +1,6 @@
 //! The programming state of the Services, pushed by the state server: one `Writer.WatchServices`
-//! stream per gateway the write-back follows (authorized by the watcher's verb `write`; no Admin
+//! stream per gateway the write-back follows, egresses included (`include_outbound`: the Events
+//! about brought NAT gateways, `egress.rs`) (authorized by the watcher's verb `write`; no Admin
 //! permission needed), kept in a local table that the write-back reads without a call. A change
 //! pokes the Services it concerns; a broken stream marks its gateway unknown (the write-back then
 //! waits, as it did for a failed call) and is re-opened after a short backoff, its first message a
@@ -8,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use clb_proto::v1::{ServiceState, ServiceStates};
+use clb_proto::v1::{ServiceKind, ServiceState, ServiceStates};
 use tokio::sync::mpsc;
 
 use super::Config;
@@ -23,6 +24,8 @@ struct GatewayStates {
     live: bool,
     nrp_observed: bool,
     services: HashMap<String, ServiceState>,
+    /// The outbound services (egresses), by name.
+    egresses: HashMap<String, ServiceState>,
 }
 
 /// The table of every followed gateway (cheap to clone: one table).
@@ -61,6 +64,15 @@ impl States {
         }
     }
 
+    /// The state of egress `name` in `gateway`, when its stream is live and knows it.
+    pub(crate) fn egress(&self, gateway: &str, name: &str) -> Option<ServiceState> {
+        let table = self.lock();
+        table
+            .get(gateway)
+            .filter(|g| g.live)
+            .and_then(|g| g.egresses.get(name).cloned())
+    }
+
     /// Whether each of `gateways` has read NRP back (its stream live): only then does an
     /// unknown service mean that NRP does not have it.
     pub(crate) fn nrp_observed(&self, gateways: &[String]) -> bool {
@@ -79,22 +91,24 @@ impl States {
         if m.snapshot {
             let listed: std::collections::HashSet<&str> =
                 m.services.iter().map(|s| s.id.as_str()).collect();
-            changed.extend(
-                g.services
-                    .keys()
-                    .filter(|k| !listed.contains(k.as_str()))
-                    .cloned(),
-            );
-            g.services.retain(|k, _| listed.contains(k.as_str()));
+            for map in [&mut g.services, &mut g.egresses] {
+                changed.extend(map.keys().filter(|k| !listed.contains(k.as_str())).cloned());
+                map.retain(|k, _| listed.contains(k.as_str()));
+            }
         }
         g.live = true;
         g.nrp_observed = m.nrp_observed;
         for s in m.services {
             changed.push(s.id.clone());
-            g.services.insert(s.id.clone(), s);
+            if s.kind == ServiceKind::Outbound as i32 {
+                g.egresses.insert(s.id.clone(), s);
+            } else {
+                g.services.insert(s.id.clone(), s);
+            }
         }
         for id in m.gone {
             g.services.remove(&id);
+            g.egresses.remove(&id);
             changed.push(id);
         }
         changed
@@ -124,7 +138,7 @@ impl States {
                     } else {
                         client.with_gateway(&gateway)
                     };
-                    match client.writer(writer).watch_services().await {
+                    match client.writer(writer).watch_services_with(true).await {
                         Err(e) => e,
                         Ok(mut stream) => loop {
                             match stream.message().await {
@@ -222,6 +236,31 @@ mod tests {
         );
         assert_eq!(changed, ["a", "c"]);
         assert_eq!(states.get("", "a"), Ok(None));
+        // Egresses are kept apart (by name), dropped by `gone` like the others.
+        let egress = ServiceState {
+            kind: ServiceKind::Outbound as i32,
+            nat_gateway: "natgw-v2".into(),
+            ..st("eg", true)
+        };
+        let changed = states.fold(
+            "",
+            ServiceStates {
+                services: vec![egress.clone()],
+                ..ServiceStates::default()
+            },
+        );
+        assert_eq!(changed, ["eg"]);
+        assert_eq!(states.egress("", "eg"), Some(egress));
+        assert_eq!(states.get("", "eg"), Ok(None), "not an inbound service");
+        let changed = states.fold(
+            "",
+            ServiceStates {
+                gone: vec!["eg".into()],
+                ..ServiceStates::default()
+            },
+        );
+        assert_eq!(changed, ["eg"]);
+        assert_eq!(states.egress("", "eg"), None);
         states.down("");
         assert_eq!(states.get("", "c"), Err(()));
         assert!(!states.nrp_observed(&[String::new()]));

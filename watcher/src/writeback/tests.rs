@@ -1,5 +1,5 @@
 use super::*;
-use clb_proto::v1::ServiceCondition;
+use clb_proto::v1::{ProgrammingReason, ServiceCondition};
 
 fn state(reason: ProgrammingReason, ip: &str, code: &str) -> ServiceState {
     ServiceState {

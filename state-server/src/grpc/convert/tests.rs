@@ -1,10 +1,6 @@
-//! Tests of `convert.rs`.
-use super::*;
-use std::time::Duration;
+//! Tests of `convert.rs`: writer input, worker traffic and reads, as proto.
 
-use clb_core::dispatch::{Outcome, Report};
-use clb_core::gateway::{Port, Protocol};
-use clb_proto::v1::{AddressChange, LocationChange};
+use super::*;
 use clb_proto::v1::{EgressUpdate, EndpointEdge, EndpointSet, EndpointsUpdate, ServiceUpdate};
 
 fn ep(address: &str, location: &str) -> v1::Endpoint {

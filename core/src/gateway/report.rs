@@ -1,0 +1,224 @@
+//! What a worker's report changes beside the DiffTracker (`GatewayCore::take_report`): the
+//! frontends and the port book of inbound services, and the brought NAT gateways an observe found
+//! deleted out of band.
+//!
+//! **A brought NAT gateway deleted out of band.** An observe GETs the NAT gateway each outbound
+//! registration that brings one names (`NrpSnapshot.missing_nat_gateways`); the egresses whose
+//! NAT gateway is gone are kept here, replaced by each completed observe, for as long as NRP still
+//! has the egress. Nothing is created: clb never creates a brought NAT gateway, and the egress is
+//! not programmed again while its NAT gateway is missing (its registration is left as it is; its
+//! deletion unregisters it and finds nothing to unlink). Each egress that becomes missing is
+//! counted ([`GatewayCore::nat_gateways_lost_total`]). When a later observe finds it again (its
+//! owner re-created it), the egress is created again, so that the saga links the new NAT gateway
+//! (the link went with the old one).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use super::{GatewayCore, ObservedExtras, Port, ReportExtras};
+use crate::difftracker::{ServiceAction, ServiceChange, ServiceKind};
+use crate::dispatch::{Outcome, Report};
+
+/// The egresses whose brought NAT gateway the last completed observe found missing.
+#[derive(Debug, Default)]
+pub(super) struct MissingNat {
+    /// Canonical egress names.
+    names: BTreeSet<String>,
+    /// How many times an egress became missing.
+    lost_total: u64,
+}
+
+impl MissingNat {
+    /// Replaces the set with `observed` (restricted to `live`: egresses NRP has that bring a NAT
+    /// gateway); returns the egresses found again (missing before, not now, still live).
+    pub(super) fn observed(
+        &mut self,
+        observed: BTreeSet<String>,
+        live: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let now: BTreeSet<String> = observed
+            .into_iter()
+            .map(|n| n.to_ascii_lowercase())
+            .filter(|n| live(n))
+            .collect();
+        self.lost_total += now.difference(&self.names).count() as u64;
+        let found: Vec<String> = self
+            .names
+            .difference(&now)
+            .filter(|n| live(n))
+            .cloned()
+            .collect();
+        self.names = now;
+        found
+    }
+}
+
+impl GatewayCore {
+    /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
+    /// the tracker follows. When an observe completes, each desired inbound service that NRP has
+    /// and whose rules were read back with other ports than the desired ones is created again.
+    /// Returns false when the report was ignored (not a unit leased to `worker`).
+    pub fn take_report(
+        &mut self,
+        worker: u64,
+        report: Report,
+        extras: ReportExtras,
+        now: Instant,
+    ) -> bool {
+        let work_id = report.work_id;
+        let observe_part = match &report.outcome {
+            Outcome::Observed { last, .. } => Some(*last),
+            _ => None,
+        };
+        let Some(folded) = self
+            .dispatch
+            .on_report(&mut self.tracker, worker, report, now)
+        else {
+            return false;
+        };
+        match observe_part {
+            Some(last) => {
+                // Only the union of the parts is complete: replace the frontends at the end.
+                let parts = match &mut self.observing {
+                    Some((id, parts)) if *id == work_id => parts,
+                    slot => &mut slot.insert((work_id, ObservedExtras::default())).1,
+                };
+                parts.frontends.extend(extras.frontends);
+                parts.rules.extend(extras.rules);
+                parts
+                    .missing_nat_gateways
+                    .extend(extras.missing_nat_gateways);
+                if last
+                    && let Some((_, observed)) = self.observing.take()
+                    && folded.observed
+                {
+                    self.frontends = observed.frontends;
+                    let tracker = &self.tracker;
+                    self.programmed_ports
+                        .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
+                    self.rules_observed(observed.rules);
+                    self.missing_nat_observed(observed.missing_nat_gateways);
+                }
+            }
+            None => {
+                let mut reported: HashMap<String, String> = extras.frontends.into_iter().collect();
+                for change in folded.services {
+                    self.service_recorded(&change, &mut reported);
+                }
+            }
+        }
+        self.update_gates(now);
+        true
+    }
+
+    fn rules_observed(&mut self, rules: HashMap<String, Vec<Port>>) {
+        for (name, ports) in rules {
+            let in_nrp = self
+                .tracker
+                .service_view(&name)
+                .is_some_and(|v| v.kind == ServiceKind::Inbound && v.actual);
+            if !in_nrp {
+                continue;
+            }
+            // The ports of a creation that ended without a report of it tell nothing: what NRP
+            // has is what was read.
+            if self.dispatch.service_creation_in_flight(&name) {
+                continue;
+            }
+            self.ports_in_flight.remove(&name);
+            self.programmed_ports.insert(name.clone(), ports);
+            // Ports no worker can program would fail the creation again after every observe.
+            if let Some(desired) = self.service_ports.get(&name).cloned()
+                && desired.iter().all(Port::programmable)
+            {
+                self.reprogram_if_changed(&name, &desired);
+            }
+        }
+    }
+
+    fn service_recorded(&mut self, change: &ServiceChange, reported: &mut HashMap<String, String>) {
+        if change.kind != ServiceKind::Inbound {
+            return;
+        }
+        let name = &change.name;
+        match change.action {
+            ServiceAction::Create => {
+                if let Some(ip) = reported.remove(name) {
+                    self.frontends.insert(name.clone(), ip);
+                }
+                if let Some(sent) = self.ports_in_flight.remove(name) {
+                    self.programmed_ports.insert(name.clone(), sent);
+                    // Changed while the creation was under way: send the new ports too.
+                    if let Some(desired) = self.service_ports.get(name).cloned() {
+                        self.reprogram_if_changed(name, &desired);
+                    }
+                }
+            }
+            ServiceAction::Delete => {
+                self.frontends.remove(name);
+                self.programmed_ports.remove(name);
+                self.ports_in_flight.remove(name);
+            }
+        }
+    }
+
+    fn missing_nat_observed(&mut self, observed: BTreeSet<String>) {
+        let tracker = &self.tracker;
+        let live = |name: &str| {
+            tracker
+                .service_view(name)
+                .is_some_and(|v| v.kind == ServiceKind::Outbound && v.actual)
+                && tracker.egress_nat_gateway(name).is_some()
+        };
+        for name in self.missing_nat.observed(observed, live) {
+            self.tracker.reprogram_egress(&name);
+        }
+    }
+
+    /// Whether the brought NAT gateway of egress `name` (canonical) was missing at the last
+    /// completed observe while NRP has the egress.
+    pub fn nat_gateway_missing(&self, name: &str) -> bool {
+        self.missing_nat.names.contains(name)
+            && self.tracker.service_view(name).is_some_and(|v| v.actual)
+    }
+
+    /// How many egresses' brought NAT gateway was missing at the last completed observe.
+    pub fn missing_nat_gateways(&self) -> usize {
+        self.missing_nat.names.len()
+    }
+
+    /// How many times an egress's brought NAT gateway was found missing (since the start).
+    pub fn nat_gateways_lost_total(&self) -> u64 {
+        self.missing_nat.lost_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn missing_egresses_are_counted_once_and_found_again_only_while_live() {
+        let mut m = MissingNat::default();
+        let all = |_: &str| true;
+        assert!(m.observed(set(&["EG", "gone"]), |n| n != "gone").is_empty());
+        assert_eq!(m.names, set(&["eg"]), "canonical, live only");
+        assert_eq!(m.lost_total, 1);
+        // Still missing: not counted again.
+        assert!(m.observed(set(&["eg"]), all).is_empty());
+        assert_eq!(m.lost_total, 1);
+        // Found again (re-created by its owner): reported, so that it is linked again.
+        assert_eq!(m.observed(set(&[]), all), vec!["eg".to_owned()]);
+        assert_eq!(m.lost_total, 1);
+        // Lost a second time: counted again.
+        m.observed(set(&["eg"]), all);
+        assert_eq!(m.lost_total, 2);
+        // Gone from NRP (deleted): dropped without being "found".
+        assert!(m.observed(set(&[]), |_| false).is_empty());
+        assert!(m.names.is_empty());
+    }
+}
