@@ -10,9 +10,11 @@
 //!   controller; no ownerReference of ours) exposes its Service (label [`LABEL_SERVICE_NAME`]) at
 //!   its pool's gateway (`spec.nodepoolName`, else label [`LABEL_POOL_NAME`]).
 //!
-//! Either way the watcher writes each one's status: `loadBalancer.ingress` (the pool's gateway's
-//! frontend IP once programmed) and a `Ready` condition.
+//! Either way the watcher writes each one's status ([`status_of`]): `loadBalancer.ingress` (the
+//! pool's gateway's frontend IP of each of the Service's IP families once programmed, IPv4 first)
+//! and a `Ready` condition (`True` once every family is programmed).
 
+use clb_proto::v1::{IpFamily, ServiceState};
 use k8s_openapi::api::core::v1::LoadBalancerStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -131,6 +133,77 @@ impl PoolServiceFacts {
     }
 }
 
+/// What the watcher writes on a PoolService: its gateway's report of each of the Service's IP
+/// families, as the Service's own status is (one PoolService per pool, listing every family).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PoolStatus {
+    /// `status.loadBalancer.ingress`: the frontend IP of every programmed family, IPv4 first.
+    pub ips: Vec<String>,
+    /// The `Ready` condition's status: `True` once every family is programmed.
+    pub ready: bool,
+    /// Its reason: `Programmed` or `Pending`.
+    pub reason: &'static str,
+    /// Its message: the gateway, and each family's frontend or that it is pending.
+    pub message: String,
+}
+
+/// The status of a PoolService at `gateway` from that gateway's report of each of the Service's
+/// identities (`families`: one per IP family, primary first; `None` while the gateway does not
+/// know it). A family is programmed when NRP has its service with a frontend IP.
+pub(crate) fn status_of(
+    gateway: &str,
+    families: &[(IpFamily, Option<ServiceState>)],
+) -> PoolStatus {
+    let programmed = |s: &Option<ServiceState>| {
+        s.as_ref()
+            .filter(|s| s.actual && !s.frontend_ip.is_empty())
+            .map(|s| s.frontend_ip.clone())
+    };
+    let ips = ingress::ordered(families.iter().filter_map(|(_, s)| programmed(s)));
+    let pending: Vec<&str> = families
+        .iter()
+        .filter(|(_, s)| programmed(s).is_none())
+        .map(|(f, _)| family_name(*f))
+        .collect();
+    // Families are named only when the Service has two.
+    let named = families.len() > 1;
+    let ready = !families.is_empty() && pending.is_empty();
+    let message = if ready {
+        let at: Vec<String> = ips
+            .iter()
+            .map(|ip| match (named, ip.parse::<std::net::IpAddr>()) {
+                (true, Ok(a)) => format!("{ip} ({})", if a.is_ipv6() { "IPv6" } else { "IPv4" }),
+                _ => ip.clone(),
+            })
+            .collect();
+        format!(
+            "gateway {gateway:?} serves the pool's load balancer at {}",
+            at.join(" and ")
+        )
+    } else if named {
+        format!(
+            "gateway {gateway:?} has not programmed the pool's {} load balancer yet",
+            pending.join(" and ")
+        )
+    } else {
+        format!("gateway {gateway:?} has not programmed the pool's load balancer yet")
+    };
+    PoolStatus {
+        ips,
+        ready,
+        reason: if ready { "Programmed" } else { "Pending" },
+        message,
+    }
+}
+
+fn family_name(f: IpFamily) -> &'static str {
+    match f {
+        IpFamily::Ipv6 => "IPv6",
+        IpFamily::Ipv4 => "IPv4",
+        _ => "unspecified-family",
+    }
+}
+
 /// The name of the PoolService of Service `service` in pool `pool`: `<service>-<pool>`, lowercased,
 /// characters a name may not hold replaced by `-`, cut to 253 characters.
 pub fn name_for(service: &str, pool: &str) -> String {
@@ -161,6 +234,122 @@ mod tests {
         assert_eq!(name_for("web", "pool-a"), "web-pool-a");
         assert_eq!(name_for("web", "Pool_A"), "web-pool-a");
         assert_eq!(name_for("web", &"x".repeat(300)).len(), 253);
+    }
+
+    fn at(family: IpFamily, ip: &str) -> (IpFamily, Option<ServiceState>) {
+        let state = ServiceState {
+            actual: !ip.is_empty(),
+            frontend_ip: ip.to_owned(),
+            ip_family: family as i32,
+            ..ServiceState::default()
+        };
+        (family, Some(state))
+    }
+
+    #[test]
+    fn a_single_stack_pool_service_shows_its_one_frontend() {
+        let s = status_of("a", &[at(IpFamily::Ipv4, "20.0.0.1")]);
+        assert_eq!(s.ips, ["20.0.0.1"]);
+        assert!(s.ready);
+        assert_eq!(s.reason, "Programmed");
+        assert_eq!(
+            s.message,
+            "gateway \"a\" serves the pool's load balancer at 20.0.0.1"
+        );
+        // No stated family (an API server before dual stack): the same.
+        let s = status_of("a", &[at(IpFamily::Unspecified, "20.0.0.1")]);
+        assert_eq!(
+            (s.ips.as_slice(), s.ready),
+            (&["20.0.0.1".to_owned()][..], true)
+        );
+        let s = status_of("a", &[(IpFamily::Ipv6, None)]);
+        assert!(s.ips.is_empty() && !s.ready);
+        assert_eq!(s.reason, "Pending");
+        assert!(!s.message.contains("IPv6"), "{}", s.message);
+        // Nothing known at all is not ready.
+        assert!(!status_of("a", &[]).ready);
+    }
+
+    #[test]
+    fn a_dual_stack_pool_service_lists_every_family_ipv4_first() {
+        for families in [
+            vec![
+                at(IpFamily::Ipv4, "20.0.0.1"),
+                at(IpFamily::Ipv6, "2001:db8::1"),
+            ],
+            vec![
+                at(IpFamily::Ipv6, "2001:db8::1"),
+                at(IpFamily::Ipv4, "20.0.0.1"),
+            ],
+        ] {
+            let s = status_of("a", &families);
+            assert_eq!(s.ips, ["20.0.0.1", "2001:db8::1"], "IPv4 first");
+            assert!(s.ready);
+            assert_eq!(
+                s.message,
+                "gateway \"a\" serves the pool's load balancer at 20.0.0.1 (IPv4) and \
+                 2001:db8::1 (IPv6)"
+            );
+            // What is written reads back as written: both entries with ipMode VIP.
+            let json = serde_json::json!({ "ingress": ingress::to_json(&s.ips) });
+            let read: LoadBalancerStatus = serde_json::from_value(json).unwrap();
+            assert!(ingress::is_written(
+                &ingress::entries(Some(&read)),
+                &s.ips,
+                true
+            ));
+        }
+    }
+
+    #[test]
+    fn a_pool_service_is_ready_only_once_every_family_is() {
+        // IPv6 (secondary) not programmed yet: the IPv4 frontend is listed, not ready.
+        let s = status_of(
+            "a",
+            &[at(IpFamily::Ipv4, "20.0.0.1"), at(IpFamily::Ipv6, "")],
+        );
+        assert_eq!(s.ips, ["20.0.0.1"]);
+        assert!(!s.ready);
+        assert_eq!(s.reason, "Pending");
+        assert_eq!(
+            s.message,
+            "gateway \"a\" has not programmed the pool's IPv6 load balancer yet"
+        );
+        // The gateway does not know the secondary identity at all yet.
+        let s = status_of(
+            "a",
+            &[(IpFamily::Ipv6, None), at(IpFamily::Ipv4, "20.0.0.1")],
+        );
+        assert_eq!((s.ips.len(), s.ready), (1, false));
+        assert!(s.message.contains("IPv6"), "{}", s.message);
+        // Neither.
+        let s = status_of("a", &[(IpFamily::Ipv4, None), (IpFamily::Ipv6, None)]);
+        assert!(s.ips.is_empty() && !s.ready);
+        assert!(s.message.contains("IPv4 and IPv6"), "{}", s.message);
+    }
+
+    #[test]
+    fn a_family_removed_from_the_service_leaves_the_pool_service() {
+        // Dual → single: the write-back asks with the primary family only; its frontend alone is
+        // listed, and the status is ready on it alone.
+        let dual = status_of(
+            "a",
+            &[
+                at(IpFamily::Ipv4, "20.0.0.1"),
+                at(IpFamily::Ipv6, "2001:db8::1"),
+            ],
+        );
+        let single = status_of("a", &[at(IpFamily::Ipv4, "20.0.0.1")]);
+        assert_eq!(single.ips, ["20.0.0.1"]);
+        assert!(single.ready);
+        let dual_entries = {
+            let json = serde_json::json!({ "ingress": ingress::to_json(&dual.ips) });
+            ingress::entries(Some(&serde_json::from_value(json).unwrap()))
+        };
+        assert!(
+            !ingress::is_written(&dual_entries, &single.ips, true),
+            "the dual-stack ingress is rewritten"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use clb_proto::v1::ServiceState;
+use clb_proto::v1::{IpFamily, ServiceState};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -87,8 +87,9 @@ const ACK_WAIT: Duration = Duration::from_millis(10);
 pub(crate) struct ServiceFacts {
     pub key: ObjKey,
     pub uid: String,
-    /// Its inbound identities, one per IP family, primary first (`crate::families`).
-    pub ids: Vec<String>,
+    /// Its inbound identities, one per IP family, primary first, each with its family
+    /// (`crate::families`).
+    pub ids: Vec<(String, IpFamily)>,
     pub resource_version: String,
     /// A LoadBalancer Service of our class.
     pub ours: bool,
@@ -133,10 +134,7 @@ impl ServiceFacts {
                 Err(e) => (Vec::new(), Some(e.to_string())),
             },
         };
-        let ids = crate::families::identities(&uid, &crate::families::of_service(key, svc))
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let ids = crate::families::identities(&uid, &crate::families::of_service(key, svc));
         Some(Self {
             gateways,
             selection_error,

@@ -37,12 +37,13 @@ impl WriteBack {
 
     /// Creates the PoolServices of Service `key` in its selected gateways' pools, deletes the ones
     /// of pools no longer selected, and writes the status of every PoolService of the Service
-    /// (`states`: each gateway's report). Failures are logged and retried at the next poll.
+    /// (`states`: each gateway's report of each IP family's identity, primary first). Failures are
+    /// logged and retried at the next poll.
     pub(super) async fn reconcile_pools(
         &mut self,
         key: &ObjKey,
         facts: &ServiceFacts,
-        states: &BTreeMap<String, Option<ServiceState>>,
+        states: &BTreeMap<String, Vec<(IpFamily, Option<ServiceState>)>>,
     ) {
         let Some(gateways) = self.config.gateways.clone() else {
             return;
@@ -134,8 +135,9 @@ impl WriteBack {
             let Some(g) = p.pool.as_deref().and_then(|pool| gateways.by_pool(pool)) else {
                 continue;
             };
-            let state = states.get(&g.name).cloned().flatten();
-            self.pool_status(&p, &g.name, state.as_ref()).await;
+            let families = states.get(&g.name).map(Vec::as_slice).unwrap_or_default();
+            let want = poolservice::status_of(&g.name, families);
+            self.pool_status(&p, want).await;
         }
     }
 
@@ -200,30 +202,20 @@ impl WriteBack {
         }
     }
 
-    /// Writes a PoolService's status from its gateway's report: the frontend IP once programmed,
-    /// and the `Ready` condition.
+    /// Writes a PoolService's status (`want`, from its gateway's report of every IP family): the
+    /// frontend IPs of the programmed families, and the `Ready` condition.
     pub(super) async fn pool_status(
         &mut self,
         p: &PoolServiceFacts,
-        gateway: &str,
-        state: Option<&ServiceState>,
+        want: poolservice::PoolStatus,
     ) {
-        let ip = state
-            .filter(|s| s.actual && !s.frontend_ip.is_empty())
-            .map(|s| s.frontend_ip.clone());
-        let (status, reason, message) = match &ip {
-            Some(ip) => (
-                "True",
-                "Programmed",
-                format!("gateway {gateway:?} serves the pool's load balancer at {ip}"),
-            ),
-            None => (
-                "False",
-                "Pending",
-                format!("gateway {gateway:?} has not programmed the pool's load balancer yet"),
-            ),
-        };
-        let want_ingress: Vec<String> = ip.iter().cloned().collect();
+        let poolservice::PoolStatus {
+            ips: want_ingress,
+            ready,
+            reason,
+            message,
+        } = want;
+        let status = if ready { "True" } else { "False" };
         let current = p.conditions.iter().find(|c| c.type_ == poolservice::READY);
         let condition_due = current.is_none_or(|c| c.status != status || c.reason != reason);
         let ingress_written =
@@ -271,7 +263,7 @@ impl WriteBack {
                     );
                     Self::note_ip_mode(&mut self.pool_ip_mode_kept, &stored, "PoolService");
                 }
-                tracing::info!(poolservice = %p.key, ready = status, ip = ?ip, "PoolService status written");
+                tracing::info!(poolservice = %p.key, ready = status, ip = %want_ingress.join(","), "PoolService status written");
                 self.pool_patched
                     .insert(p.key.clone(), p.resource_version.clone());
             }

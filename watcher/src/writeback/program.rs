@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clb_proto::v1::ProgrammingReason;
+use clb_proto::v1::{IpFamily, ProgrammingReason, ServiceState};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Patch;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -107,9 +107,10 @@ impl WriteBack {
         }
         // Every selected gateway's report of every IP family's identity: the condition follows the
         // first not programmed (else the first), the ingress lists every programmed frontend IP,
-        // IPv4 first. PoolServices follow the primary family's identity.
+        // IPv4 first. Each PoolService gets its gateway's report of every family the same way.
         let mut states = Vec::new();
-        let mut by_gateway = BTreeMap::new();
+        let mut by_gateway: BTreeMap<String, Vec<(IpFamily, Option<ServiceState>)>> =
+            BTreeMap::new();
         let mut all = facts.gateways.clone();
         for g in self.foreign_gateways(key) {
             if !all.contains(&g) {
@@ -117,11 +118,12 @@ impl WriteBack {
             }
         }
         for g in &all {
-            for (i, id) in facts.ids.iter().enumerate() {
+            for (id, family) in &facts.ids {
                 let st = self.service_state(g, id)?;
-                if i == 0 {
-                    by_gateway.insert(g.clone(), st.clone());
-                }
+                by_gateway
+                    .entry(g.clone())
+                    .or_default()
+                    .push((*family, st.clone()));
                 states.push(st);
             }
         }

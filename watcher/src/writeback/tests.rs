@@ -24,7 +24,7 @@ fn facts(conditions: Vec<Condition>) -> ServiceFacts {
             name: "web".into(),
         },
         uid: "u".into(),
-        ids: vec!["u".into()],
+        ids: vec![("u".into(), IpFamily::Unspecified)],
         resource_version: "7".into(),
         ours: true,
         deleting: false,
