@@ -6,7 +6,8 @@
 //! `resourceVersion` precondition: `409 Conflict`; for leader election), `events.k8s.io/v1`
 //! Events (create and merge patch, namespaced, validated as the API server does: [`FakeApi::events`]),
 //! OpenYurt's PoolService CRD (`network.openyurt.io/v1alpha1`: list, watch, create, delete, merge
-//! patch of the object and of its `status` subresource),
+//! patch of the object and of its `status` subresource; every write pruned against deploy/'s CRD
+//! schema as the API server does: `fake_kube/prune.rs`, [`FakeApi::pruned`]),
 //! `metadata.generation` (set on create, bumped when the spec changes), status conditions validated
 //! as the API server does (`422 Invalid`), a Service's `status.loadBalancer.ingress` defaulted and
 //! validated as the API server does (`ipMode`; or dropped: [`FakeApi::ip_mode_gate_off`]), clients that can be cut off from the API
@@ -38,6 +39,7 @@ use tokio_stream::wrappers::ReceiverStream;
 mod auth;
 pub mod controllers;
 mod families;
+pub mod prune;
 mod workloads;
 
 pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
@@ -111,6 +113,8 @@ struct Inner {
     /// The cluster's primary IP family (`fake_kube/families.rs`): `IPv4` unless
     /// [`FakeApi::set_primary_family`].
     primary_family: &'static str,
+    /// Every field pruned from a PoolService (`fake_kube/prune.rs`): (namespace/name, path).
+    pruned: Vec<(String, String)>,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -289,6 +293,14 @@ impl Inner {
             };
             o["metadata"]["generation"] = json!(generation);
             o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            if plural == "poolservices" {
+                // A custom resource: pruned against its CRD's structural schema (deploy/'s).
+                let name = format!("{}/{}", key.0, key.1);
+                for path in prune::prune_object(prune::pool_service_schema(), &mut o) {
+                    tracing::warn!(poolservice = %name, %path, "the fake API pruned a field the CRD's schema does not specify");
+                    self.pruned.push((name.clone(), path));
+                }
+            }
             o["kind"] = json!(res.kind);
             o["apiVersion"] = json!(res.api_version);
             o
@@ -365,6 +377,7 @@ impl FakeApi {
             workloads: workloads::Workloads::default(),
             ip_mode_gate_off: false,
             primary_family: "IPv4",
+            pruned: Vec::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -479,6 +492,12 @@ impl FakeApi {
         self.lock()
             .conflicts
             .insert(name.to_owned(), finalizer.to_owned());
+    }
+
+    /// Every field pruned from a PoolService on a write, as (namespace/name, path): what
+    /// deploy/'s CRD schema does not specify (`fake_kube/prune.rs`).
+    pub fn pruned(&self) -> Vec<(String, String)> {
+        self.lock().pruned.clone()
     }
 
     /// The API server runs with the `LoadBalancerIPMode` feature gate off (Kubernetes 1.29 and
