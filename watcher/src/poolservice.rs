@@ -10,7 +10,7 @@
 //!   controller; no ownerReference of ours) exposes its Service (label [`LABEL_SERVICE_NAME`]) at
 //!   its pool's gateway (`spec.nodepoolName`, else label [`LABEL_POOL_NAME`]).
 //!
-//! Either way the watcher writes each one's status ([`status_of`]): `loadBalancer.ingress` (the
+//! Either way the watcher writes each one's status (`status_of`): `loadBalancer.ingress` (the
 //! pool's gateway's frontend IP of each of the Service's IP families once programmed, IPv4 first)
 //! and a `Ready` condition (`True` once every family is programmed).
 
