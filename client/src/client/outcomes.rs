@@ -35,7 +35,7 @@ pub struct ApplyOutcome {
     pub rejected: Vec<Rejected>,
     /// Batches sent.
     pub batches: u64,
-    /// The writer's session as the last batch's answer stated it (see [`Writer::watch_session`]).
+    /// The writer's session as the last batch's answer stated it (see [`super::Writer::watch_session`]).
     pub session: Option<WriterSession>,
 }
 
