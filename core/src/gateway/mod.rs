@@ -159,7 +159,7 @@ pub struct Leased {
     pub ports: Vec<Vec<Port>>,
 }
 
-/// What a report carries beside the dispatcher's [`Report`]: the frontends it names (for a
+/// What a report carries beside the dispatcher's [`Report`](crate::dispatch::Report): the frontends it names (for a
 /// service unit, those of its creations; for an observe, those of this part), as canonical
 /// (service, IP) pairs, and the load balancer rules of an observe's part.
 #[derive(Debug, Clone, Default)]
