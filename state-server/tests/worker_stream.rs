@@ -444,6 +444,7 @@ async fn a_retryable_failure_comes_back_and_a_terminal_one_is_parked_and_reporte
         v1::report::Outcome::Terminal(v1::Terminal {
             code: "InvalidResourceReference".into(),
             message: "no such pool".into(),
+            changes: Vec::new(),
         }),
     )
     .await;

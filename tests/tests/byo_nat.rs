@@ -440,3 +440,39 @@ async fn the_registered_nat_gateway_is_the_one_unlinked() {
     );
     h.shutdown().await;
 }
+
+/// Two egresses refused in the same service unit (the first unit a worker gets carries both
+/// creations): each is parked with its own code and message, not the unit's decisive one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egresses_refused_in_one_unit_each_keep_their_own_error() {
+    clb_tests::init_tracing();
+    let log = DeletionLog::new();
+    let mut options = Options::e2e();
+    options.workers = 0;
+    options.nat_gateway_resource_group = Some(VNET_RG.into());
+    let mut h = Harness::start(options).await;
+    make_nat_gateway(&h, "old-natgw", "Standard").await;
+    let mut watcher = h.watcher().await;
+    let mut both = pods("egress-std", "old-natgw", &["10.1.0.1"]);
+    both.extend(pods("egress-gone", "no-such-natgw", &["10.1.0.2"]));
+    watcher.resync_ok(both).await;
+    // Only now a worker: both creations wait, and go in one unit.
+    h.spawn_worker_with("w0", |n| log.wrap(n));
+    let client = h.client().await;
+    let condition = |s: clb_proto::v1::ServiceState| s.condition.unwrap_or_default();
+    let end = Instant::now() + PATIENCE;
+    let (std, gone) = loop {
+        let std = condition(client.service("egress-std").await.expect("known"));
+        let gone = condition(client.service("egress-gone").await.expect("known"));
+        if !std.error_code.is_empty() && !gone.error_code.is_empty() {
+            break (std, gone);
+        }
+        assert!(Instant::now() < end, "timed out: {std:?} {gone:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(std.error_code, "NatGatewayNotStandardV2", "{std:?}");
+    assert!(std.error_message.contains("old-natgw"), "{std:?}");
+    assert_eq!(gone.error_code, "NatGatewayNotFound", "{gone:?}");
+    assert!(gone.error_message.contains("no-such-natgw"), "{gone:?}");
+    h.shutdown().await;
+}

@@ -40,7 +40,7 @@ pub use config::DispatchConfig;
 pub use cut::SPLIT_MIN_LOCATIONS;
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
 pub use pacing::WriteBudget;
-pub use unit::{Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
+pub use unit::{ChangeError, Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
 
 /// An error kept for status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -263,6 +263,7 @@ fn only_terminal_failures_park_and_parks_are_counted_by_code() {
             Outcome::Terminal {
                 code: "InvalidAddress".into(),
                 message: "not an IP".into(),
+                changes: Vec::new(),
             },
         ),
         now,
@@ -345,4 +346,66 @@ fn a_repair_reported_during_an_observe_waits_for_the_next_one() {
         .next_unit(&mut t, 1, 4, later)
         .expect("the creation again");
     assert_eq!(again.work, c.work);
+}
+
+#[test]
+fn changes_refused_together_are_parked_each_with_its_own_error() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    for s in ["eg-a", "eg-b", "eg-c"] {
+        t.update_service(Operation::Add, s).unwrap();
+    }
+    let mut d = Dispatcher::new(config(), env());
+    let o = d.next_unit(&mut t, 1, 1, now).expect("observe first");
+    d.on_report(&mut t, 1, observed(o.work_id, &[], vec![]), now);
+    let u = d.next_unit(&mut t, 1, 2, now).expect("the creations");
+    let UnitWork::Services(changes) = &u.work else {
+        panic!("{u:?}")
+    };
+    let names: Vec<&str> = changes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    // The first goes through; the second is refused for a reason of its own, the third with the
+    // unit's (decisive) error.
+    let folded = d.on_report(
+        &mut t,
+        1,
+        Report {
+            work_id: u.work_id,
+            applied: vec![0],
+            progress: vec![],
+            outcome: Outcome::Terminal {
+                code: "NatGatewayNotFound".into(),
+                message: "missing".into(),
+                changes: vec![
+                    ChangeError {
+                        index: 1,
+                        code: "NatGatewayNotStandardV2".into(),
+                        message: "Standard".into(),
+                    },
+                    ChangeError {
+                        index: 2,
+                        code: "NatGatewayNotFound".into(),
+                        message: "missing".into(),
+                    },
+                ],
+            },
+        },
+        now,
+    );
+    assert!(folded.is_some());
+    let parked = |name: &str| {
+        d.parked_service(name)
+            .map(|e| (e.code.clone(), e.message.clone()))
+    };
+    assert_eq!(parked(names[0]), None, "applied");
+    assert_eq!(
+        parked(names[1]),
+        Some(("NatGatewayNotStandardV2".into(), "Standard".into()))
+    );
+    assert_eq!(
+        parked(names[2]),
+        Some(("NatGatewayNotFound".into(), "missing".into()))
+    );
+    assert_eq!(d.stats().parked.get("NatGatewayNotStandardV2"), Some(&1));
+    assert_eq!(d.stats().parked.get("NatGatewayNotFound"), Some(&1));
 }

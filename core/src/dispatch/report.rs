@@ -127,7 +127,11 @@ impl Dispatcher {
                 self.observe_after_report();
                 recorded
             }
-            Outcome::Terminal { code, message } => {
+            Outcome::Terminal {
+                code,
+                message,
+                changes,
+            } => {
                 self.count(kind, "terminal", &code);
                 self.error(ids, &unit.work, &code, &message, true, now);
                 let recorded = self.record(
@@ -144,11 +148,20 @@ impl Dispatcher {
                 let record = self.errors.back().cloned().expect("just pushed");
                 for (i, key) in unit.work.keys().into_iter().enumerate() {
                     if !report.applied.contains(&(i as u32)) {
+                        // A change refused for a reason of its own is parked with it.
+                        let record = match changes.iter().find(|c| c.index == i as u32) {
+                            Some(own) => ErrorRecord {
+                                code: own.code.clone(),
+                                message: own.message.clone(),
+                                ..record.clone()
+                            },
+                            None => record.clone(),
+                        };
                         self.backoff.remove(&key);
                         self.dispatches.remove(&key);
                         self.failing.remove(&key);
-                        self.parked.insert(key, record.clone());
-                        *self.stats.parked.entry(code.clone()).or_default() += 1;
+                        *self.stats.parked.entry(record.code.clone()).or_default() += 1;
+                        self.parked.insert(key, record);
                     }
                 }
                 recorded

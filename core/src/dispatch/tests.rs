@@ -575,6 +575,7 @@ fn failing_and_parked_lookups_follow_the_reports() {
         Outcome::Terminal {
             code: "InvalidAddress".into(),
             message: "not an IP".into(),
+            changes: Vec::new(),
         },
     );
     assert_eq!(d.failing_locations().count(), 0);

@@ -112,6 +112,9 @@ pub enum Outcome {
         code: String,
         /// Message.
         message: String,
+        /// For a service unit: the changes parked with an error of their own (a change not
+        /// listed and not applied is parked with `code` and `message`).
+        changes: Vec<ChangeError>,
     },
     /// Part of what an observe unit read (the last part completes it).
     Observed {
@@ -120,6 +123,17 @@ pub enum Outcome {
         /// Whether this is the final part.
         last: bool,
     },
+}
+
+/// The terminal error of one change of a service unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeError {
+    /// The change's index in the unit.
+    pub index: u32,
+    /// Its error code.
+    pub code: String,
+    /// Its message.
+    pub message: String,
 }
 
 /// A worker's report on one unit.

@@ -238,6 +238,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
         Outcome::Terminal {
             code: "InvalidResourceName".into(),
             message: "resource name is invalid".into(),
+            changes: Vec::new(),
         },
     );
     let c = condition(g);

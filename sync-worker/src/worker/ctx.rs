@@ -117,7 +117,11 @@ impl UnitError {
                 code,
                 message,
             }),
-            Handling::Park => report::Outcome::Terminal(v1::Terminal { code, message }),
+            Handling::Park => report::Outcome::Terminal(v1::Terminal {
+                code,
+                message,
+                changes: Vec::new(),
+            }),
         }
     }
 }

@@ -504,6 +504,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
     .await;
     let mut applied = Vec::new();
     let mut errors = Vec::new();
+    let mut own = Vec::new();
     let mut frontends = Vec::new();
     let mut steps = Vec::new();
     for (i, r, step) in results {
@@ -514,6 +515,13 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
                 frontends.extend(frontend);
             }
             Err(e) => {
+                if let v1::report::Outcome::Terminal(t) = e.outcome() {
+                    own.push(v1::ChangeError {
+                        index,
+                        code: t.code,
+                        message: t.message,
+                    });
+                }
                 errors.push(e);
                 if let Some(step) = step {
                     steps.push(ServiceProgress {
@@ -525,6 +533,10 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
         }
     }
     let mut report = partial_report(work_id, applied, errors);
+    // Parked: each change that failed for good keeps its own error.
+    if let Some(v1::report::Outcome::Terminal(t)) = &mut report.outcome {
+        t.changes = own;
+    }
     report.frontends = frontends;
     report.service_progress = steps;
     report

@@ -2,6 +2,7 @@
 //! carries beside (frontends, load balancer rules).
 
 use super::*;
+use clb_core::dispatch::ChangeError;
 
 /// The frontends a report carries (for a service unit, or in an observe's snapshot) as canonical
 /// (service, IP) pairs. A malformed entry is left out: it cannot be true of NRP, and the next
@@ -81,6 +82,15 @@ pub fn report_from_proto(r: v1::Report) -> Report {
         Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
             code: e.code,
             message: e.message,
+            changes: e
+                .changes
+                .into_iter()
+                .map(|c| ChangeError {
+                    index: c.index,
+                    code: c.code,
+                    message: c.message,
+                })
+                .collect(),
         },
         Some(v1::report::Outcome::Observed(o)) => {
             match snapshot_from_proto(o.snapshot.unwrap_or_default()) {

@@ -338,6 +338,31 @@ fn reports_convert_from_proto() {
             message: "slow down".into(),
         }
     );
+    let parked = report_from_proto(v1::Report {
+        work_id: 11,
+        outcome: Some(v1::report::Outcome::Terminal(v1::Terminal {
+            code: "NatGatewayNotFound".into(),
+            message: "missing".into(),
+            changes: vec![v1::ChangeError {
+                index: 1,
+                code: "NatGatewayNotStandardV2".into(),
+                message: "Standard".into(),
+            }],
+        })),
+        ..v1::Report::default()
+    });
+    assert_eq!(
+        parked.outcome,
+        Outcome::Terminal {
+            code: "NatGatewayNotFound".into(),
+            message: "missing".into(),
+            changes: vec![clb_core::dispatch::ChangeError {
+                index: 1,
+                code: "NatGatewayNotStandardV2".into(),
+                message: "Standard".into(),
+            }],
+        }
+    );
     let missing = report_from_proto(v1::Report {
         work_id: 9,
         ..v1::Report::default()
