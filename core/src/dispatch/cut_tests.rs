@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::tests::{applied, env, observed, tracker_with};
+use super::tests::{applied, env, observed, set_all, tracker_with};
 use super::*;
 use crate::difftracker::Endpoint;
 
@@ -175,14 +175,7 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
     let moved: Vec<(String, String)> = (1..=100)
         .map(|l| (format!("10.1.{l}.9"), format!("10.0.0.{l}")))
         .collect();
-    let eps: Vec<Endpoint> = moved
-        .iter()
-        .map(|(a, l)| Endpoint {
-            address: a,
-            location: l,
-        })
-        .collect();
-    t.set_endpoints("svc", &eps).unwrap();
+    set_all(&mut t, &moved);
     let sizes: Vec<usize> = (7..11)
         .map_while(|id| d.next_unit(&mut t, 1, id, at).map(|u| u.work.len()))
         .collect();

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::tests::{applied, env, observed, tracker_with};
+use super::tests::{applied, env, observed, set_all, tracker_with};
 use super::*;
 use crate::difftracker::Endpoint;
 
@@ -47,14 +47,7 @@ fn a_tight_write_budget_spaces_mutating_units_and_each_carries_what_accumulated(
     let eps: Vec<(String, String)> = (1..=50)
         .map(|l| (format!("10.1.{l}.1"), format!("10.0.0.{l}")))
         .collect();
-    let eps: Vec<Endpoint> = eps
-        .iter()
-        .map(|(a, l)| Endpoint {
-            address: a,
-            location: l,
-        })
-        .collect();
-    t.set_endpoints("svc", &eps).unwrap();
+    set_all(&mut t, &eps);
     assert!(d.next_unit(&mut t, 1, 5, t0 + ms(600)).is_none());
     assert_eq!(d.next_deadline(t0 + ms(600)), Some(t0 + ms(1000)));
     let next = d

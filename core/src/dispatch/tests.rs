@@ -46,7 +46,13 @@ pub(super) fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
             (1..=per_location).map(move |p| (format!("10.1.{l}.{p}"), format!("10.0.0.{l}")))
         })
         .collect();
-    let eps: Vec<Endpoint> = eps
+    set_all(&mut t, &eps);
+    t
+}
+
+/// Sets `svc`'s endpoints to the (address, location) pairs.
+pub(super) fn set_all(t: &mut DiffTracker, pairs: &[(String, String)]) {
+    let eps: Vec<Endpoint> = pairs
         .iter()
         .map(|(a, l)| Endpoint {
             address: a,
@@ -54,7 +60,6 @@ pub(super) fn tracker_with(locations: u8, per_location: u8) -> DiffTracker {
         })
         .collect();
     t.set_endpoints("svc", &eps).unwrap();
-    t
 }
 
 #[test]
