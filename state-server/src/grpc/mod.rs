@@ -18,7 +18,6 @@ use clb_proto::v1::admin_server::AdminServer;
 use clb_proto::v1::worker_server::WorkerServer;
 use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ServerTlsConfig;
 use tracing::info;
 use writer::WriterService;
@@ -110,10 +109,17 @@ pub async fn serve_with(
         .add_service(worker)
         .add_service(writer)
         .add_service(admin)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        })
+        // TCP_NODELAY on every accepted connection: a unit (or an acknowledgement) is a small
+        // write after a pause, which Nagle's algorithm would hold until the peer's delayed ACK —
+        // ≈ 40 ms for one unit in ten at 20,000 pods/s. Tonic applies its own `tcp_nodelay` only to
+        // listeners it binds itself.
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                shutdown.await;
+                let _ = stop_tx.send(true);
+            },
+        )
         .await;
     health_task.abort();
     result
