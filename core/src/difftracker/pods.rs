@@ -16,20 +16,9 @@ impl DiffTracker {
     /// is a no-op for an unknown pod or one whose UID differs from the pod now at the address.
     /// An add naming another NAT gateway than its egress is bound to is refused (`natgw.rs`).
     pub fn update_pod(&mut self, op: Operation, pod: &PodUpdate<'_>) -> Result<(), InvalidInput> {
-        let result = parse_address_at("address", pod.address, "location", pod.location).and_then(
-            |(address, location)| {
-                self.update_pod_inner(
-                    op,
-                    address,
-                    location,
-                    pod.outbound_identity,
-                    pod.uid,
-                    pod.nat_gateway,
-                )
-            },
-        );
-        self.services.collect_unused();
-        result
+        let at = parse_address_at("address", pod.address, "location", pod.location);
+        let pod = (pod.outbound_identity, pod.uid, pod.nat_gateway);
+        self.update_pod_at(op, at, pod)
     }
 
     /// [`DiffTracker::update_pod`] with parsed IPs.
@@ -38,18 +27,22 @@ impl DiffTracker {
         op: Operation,
         pod: &PodIpUpdate<'_>,
     ) -> Result<(), InvalidInput> {
-        let result = check_address_at("address", pod.address, "location", pod.location).and_then(
-            |(address, location)| {
-                self.update_pod_inner(
-                    op,
-                    address,
-                    location,
-                    pod.outbound_identity,
-                    pod.uid,
-                    pod.nat_gateway,
-                )
-            },
-        );
+        let at = check_address_at("address", pod.address, "location", pod.location);
+        let pod = (pod.outbound_identity, pod.uid, pod.nat_gateway);
+        self.update_pod_at(op, at, pod)
+    }
+
+    /// Applies a pod whose (address, location) was parsed or checked into `at`; `pod` is its
+    /// (outbound identity, UID, NAT gateway).
+    fn update_pod_at(
+        &mut self,
+        op: Operation,
+        at: Result<(IpAddr, IpAddr), InvalidInput>,
+        (identity, uid, nat_gateway): (&str, &str, &str),
+    ) -> Result<(), InvalidInput> {
+        let result = at.and_then(|(address, location)| {
+            self.update_pod_inner(op, address, location, identity, uid, nat_gateway)
+        });
         self.services.collect_unused();
         result
     }
