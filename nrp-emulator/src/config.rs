@@ -21,7 +21,8 @@ pub enum ThrottleResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmulatorConfig {
-    /// Latency added to every ARM call, in milliseconds.
+    /// Latency of every ARM call, in milliseconds, counted from the request's arrival (reading and
+    /// parsing it are part of it, as they are of Azure's).
     pub latency_ms: u64,
     /// Latency added per address carried by an `updateAddressLocations` call, in microseconds.
     pub latency_per_address_us: u64,

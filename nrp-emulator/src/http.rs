@@ -169,10 +169,14 @@ fn take_write(
 
 /// Sleeps for `d` unless the server shuts down first (then fails with 503).
 async fn pause(st: &AppState, d: Duration) -> Result<(), EmulatorError> {
-    if d.is_zero() {
+    pause_until(st, tokio::time::Instant::now() + d).await
+}
+
+/// Sleeps until `deadline` unless the server shuts down first (then fails with 503).
+async fn pause_until(st: &AppState, deadline: tokio::time::Instant) -> Result<(), EmulatorError> {
+    if deadline <= tokio::time::Instant::now() {
         return Ok(());
     }
-    let deadline = tokio::time::Instant::now() + d;
     let mut rx = st.shutdown.clone();
     tokio::select! {
         () = tokio::time::sleep_until(deadline) => Ok(()),
@@ -205,6 +209,9 @@ async fn handle(
     operation: &mut &'static str,
     remaining_writes: &mut Option<u32>,
 ) -> Result<Response, EmulatorError> {
+    // A call's latency counts from its arrival: reading and parsing its body are part of it, as
+    // they are of Azure's (on a loaded machine they would otherwise be added to the model).
+    let arrived = tokio::time::Instant::now();
     let query = parse_query(uri.query());
     let route = route(method, uri.path())?;
     *operation = route.operation;
@@ -217,6 +224,7 @@ async fn handle(
         base: &base,
         uri,
         version,
+        arrived,
     };
     match &route.target {
         Target::OperationStatus(id) => return operation_status(st, id),
@@ -248,6 +256,8 @@ struct Call<'a> {
     base: &'a str,
     uri: &'a Uri,
     version: ApiVersion,
+    /// When the request arrived: its latency counts from then.
+    arrived: tokio::time::Instant,
 }
 
 impl Call<'_> {
@@ -332,7 +342,7 @@ async fn execute(
     let auto = cfg.auto_create_gateways;
     match op {
         Op::Read(r) => {
-            pause(st, latency(cfg, 0)).await?;
+            pause_until(st, call.arrived + latency(cfg, 0)).await?;
             let applied = lock(&st.emu.inner.state).read(r, auto, cfg.page_size)?;
             // The next page is asked for at the api-version of this request.
             let next = applied
@@ -356,7 +366,7 @@ async fn execute(
                 }
             }
             let _permit = acquire(st, &m, cfg)?;
-            pause(st, latency(cfg, m.address_count())).await?;
+            pause_until(st, call.arrived + latency(cfg, m.address_count())).await?;
             let applied = st.emu.apply(m, cfg, call.version)?;
             Ok(respond(applied, None))
         }
@@ -433,13 +443,13 @@ fn start_operation(
     let resource = m.resource().clone();
     let is_put = m.is_put();
     let (status_url, result_url) = operation_urls(call, &resource.subscription, &id);
-    let delay = latency(cfg, m.address_count());
+    let done_at = call.arrived + latency(cfg, m.address_count());
     let emu = st.emu.clone();
     let cfg2 = cfg.clone();
     let op_id = id.clone();
     let version = call.version;
     tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep_until(done_at).await;
         let outcome = emu.apply(m, &cfg2, version).map(|a| (a.status, a.body));
         lock(&emu.inner.operations).finish(&op_id, outcome);
         drop(permit);

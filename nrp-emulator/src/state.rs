@@ -134,34 +134,51 @@ impl GatewayRec {
         services: BTreeSet<String>,
         cause: RemovalCause,
     ) -> Option<RemovalDraft> {
-        let loc = self.locations.entry(location).or_default();
-        let old = if services.is_empty() {
-            loc.remove(&address).unwrap_or_default()
-        } else {
-            loc.insert(address, services.clone()).unwrap_or_default()
-        };
-        if loc.is_empty() {
-            self.locations.remove(&location);
-        }
         let f = family(address);
-        for s in old.difference(&services) {
-            if let Some(n) = self.refs.get_mut(s) {
-                n[f] = n[f].saturating_sub(1);
-                if *n == [0, 0] {
-                    self.refs.remove(s);
+        let loc = self.locations.entry(location).or_default();
+        // The reference counts and the removal are taken from the old set before the new one
+        // replaces it (no copy of either).
+        let mut removed = Vec::new();
+        if let Some(old) = loc.get(&address) {
+            for s in old.difference(&services) {
+                if let Some(n) = self.refs.get_mut(s) {
+                    n[f] = n[f].saturating_sub(1);
+                    if *n == [0, 0] {
+                        self.refs.remove(s);
+                    }
+                }
+                removed.push(s.clone());
+            }
+        }
+        let old = loc.get(&address);
+        for s in services
+            .iter()
+            .filter(|s| !old.is_some_and(|o| o.contains(*s)))
+        {
+            match self.refs.get_mut(s) {
+                Some(n) => n[f] += 1,
+                None => {
+                    let mut n = [0, 0];
+                    n[f] = 1;
+                    self.refs.insert(s.clone(), n);
                 }
             }
         }
-        for s in services.difference(&old) {
-            self.refs.entry(s.clone()).or_default()[f] += 1;
+        let address_removed = services.is_empty();
+        if address_removed {
+            loc.remove(&address);
+        } else {
+            loc.insert(address, services);
         }
-        let removed: Vec<String> = old.difference(&services).cloned().collect();
+        if loc.is_empty() {
+            self.locations.remove(&location);
+        }
         (!removed.is_empty()).then(|| RemovalDraft {
             gateway: self.id.name.clone(),
             location,
             address,
             removed_services: removed,
-            address_removed: services.is_empty(),
+            address_removed,
             cause,
         })
     }

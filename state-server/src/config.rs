@@ -136,10 +136,10 @@ pub struct Args {
     #[arg(long, env = "CLB_BATCH_QUIET", default_value = "3ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_quiet: Duration,
 
-    /// The longest a burst holds location units back, from its first change; 0 (the default) =
-    /// no holding: units are cut as soon as a slot is free (holding did not help the rollout
-    /// bench; see docs/benchmarks.md).
-    #[arg(long, env = "CLB_BATCH_LINGER", default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
+    /// The longest a burst holds location units back, from its first change (a rollout's writes
+    /// then go out in one wave of full units: 4 NRP calls instead of 8 on the rollout bench, see
+    /// docs/benchmarks.md); 0 = no holding: units are cut as soon as a slot is free.
+    #[arg(long, env = "CLB_BATCH_LINGER", default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_linger: Duration,
 
     /// Staggering location units in steady churn: while some are in flight and the last one

@@ -144,12 +144,20 @@ async fn a_pod_never_programmed_fails_open_after_the_bound_with_a_warning_event(
         "{note}"
     );
     assert_eq!(events[0]["type"], "Warning");
-    let text = metrics.encode();
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("clb_watcher_readiness_gate_total{reason=\"Timeout\"} 1")),
-        "{text}"
-    );
+    // Counted once the watcher has seen its patch answered, which may be just after the fake API
+    // shows it.
+    eventually("the Timeout counted", || async {
+        let text = metrics.encode();
+        if text
+            .lines()
+            .any(|l| l.starts_with("clb_watcher_readiness_gate_total{reason=\"Timeout\"} 1"))
+        {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
     w.stop().await;
     controllers.stop().await;
     h.shutdown().await;

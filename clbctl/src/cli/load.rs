@@ -138,7 +138,7 @@ pub struct LoadArgs {
     pub write_pace: f64,
     /// Embedded state server: its --batch-linger (the longest a burst of changes holds location
     /// units back; 0 = units cut as soon as a slot is free).
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_linger: Duration,
     /// Embedded state server: its --unit-headway (location units in steady churn start at least
     /// this × a unit's recent duration ÷ 4 apart; 0 = as soon as a slot is free).

@@ -118,14 +118,66 @@ impl Diff {
     }
 }
 
+/// What a location's diff is (see `DiffTracker::scan_location`).
+enum Scan {
+    /// Nothing to send.
+    InSync,
+    /// Nothing here can be programmed any more: the whole location goes.
+    DeleteAll,
+    /// These addresses, as a full replacement or a partial update.
+    Send(AddressUpdateAction),
+}
+
 impl DiffTracker {
     /// The change `location` needs now, in time proportional to that location; `None` if in sync.
     pub fn location_diff(&self, location: IpAddr) -> Option<LocationDiff> {
-        let loc = self.locations.get(&location)?;
-        let allowed = !self.withheld.location(location);
-        let full = allowed && !loc.in_nrp;
         // The location's addresses are kept sorted by IP, so the output is sorted too.
         let mut addresses = Vec::new();
+        let action = match self.scan_location(location, |address, want| {
+            addresses.push(AddressUpdate {
+                address,
+                services: self.names(want),
+            })
+        }) {
+            Scan::InSync => return None,
+            // Nothing here can be programmed any more: delete the whole location.
+            Scan::DeleteAll => {
+                return Some(LocationDiff {
+                    location,
+                    action: AddressUpdateAction::Full,
+                    addresses: Vec::new(),
+                });
+            }
+            Scan::Send(action) => action,
+        };
+        Some(LocationDiff {
+            location,
+            action,
+            addresses,
+        })
+    }
+
+    /// How many addresses [`DiffTracker::location_diff`] would carry for `location` now (a
+    /// deletion of the whole location counts 1; 0: in sync), without building it: what a
+    /// dispatcher weighs a backlog by.
+    pub fn location_diff_len(&self, location: IpAddr) -> usize {
+        let mut n = 0;
+        match self.scan_location(location, |_, _| n += 1) {
+            Scan::InSync => 0,
+            Scan::DeleteAll => 1,
+            Scan::Send(_) => n,
+        }
+    }
+
+    /// Walks `location`'s addresses, calling `send` with each address its diff carries and the
+    /// refs it wants there (in IP order), and says what the diff is.
+    fn scan_location(&self, location: IpAddr, mut send: impl FnMut(IpAddr, &[ServiceId])) -> Scan {
+        let Some(loc) = self.locations.get(&location) else {
+            return Scan::InSync;
+        };
+        let allowed = !self.withheld.location(location);
+        let full = allowed && !loc.in_nrp;
+        let mut sent = false;
         let mut anything_wanted = false;
         for (address, slot) in loc.addresses.iter() {
             let mut want = self.filtered(address, slot);
@@ -138,38 +190,25 @@ impl DiffTracker {
                 }
             }
             anything_wanted |= !want.is_empty();
-            let send = if full {
+            let changed = if full {
                 !want.is_empty()
             } else {
                 want[..] != *have
             };
-            if send {
-                addresses.push(AddressUpdate {
-                    address,
-                    services: self.names(&want),
-                });
+            if changed {
+                sent = true;
+                send(address, &want);
             }
         }
         if allowed && loc.in_nrp && !anything_wanted {
-            // Nothing here can be programmed any more: delete the whole location.
-            return Some(LocationDiff {
-                location,
-                action: AddressUpdateAction::Full,
-                addresses: Vec::new(),
-            });
+            Scan::DeleteAll
+        } else if !sent {
+            Scan::InSync
+        } else if full {
+            Scan::Send(AddressUpdateAction::Full)
+        } else {
+            Scan::Send(AddressUpdateAction::Partial)
         }
-        if addresses.is_empty() {
-            return None;
-        }
-        Some(LocationDiff {
-            location,
-            action: if full {
-                AddressUpdateAction::Full
-            } else {
-                AddressUpdateAction::Partial
-            },
-            addresses,
-        })
     }
 
     /// Where a service (any case) stands.

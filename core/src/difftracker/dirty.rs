@@ -62,6 +62,11 @@ impl<K: Hash + Eq + Clone> DirtyQueue<K> {
         self.order.is_empty()
     }
 
+    /// The keys waiting, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &K> + '_ {
+        self.order.iter()
+    }
+
     /// Takes every key, oldest first.
     pub fn drain(&mut self) -> impl Iterator<Item = K> + '_ {
         self.members.clear();

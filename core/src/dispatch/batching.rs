@@ -19,9 +19,14 @@ pub(super) struct Batching {
 }
 
 impl Batching {
-    /// Notes that changes to locations were taken in at `now`.
-    pub(super) fn changed(&mut self, now: Instant) {
-        let first = self.burst.map_or(now, |(first, _)| first);
+    /// Notes that changes to locations were taken in at `now`. A change after a quiet interval
+    /// starts a new burst, even when the last one was never cut (its locations needed no call,
+    /// or they wait for a slot): otherwise its linger would be spent before it began.
+    pub(super) fn changed(&mut self, config: &DispatchConfig, now: Instant) {
+        let first = match self.burst {
+            Some((first, last)) if now <= last + config.batch_quiet => first,
+            _ => now,
+        };
         self.burst = Some((first, now));
     }
 
@@ -78,7 +83,7 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut b = Batching::default();
         assert_eq!(b.held_until(&c, 1, 4, t0), None, "no burst, no hold");
-        b.changed(t0);
+        b.changed(&c, t0);
         assert_eq!(
             b.held_until(&c, 1, 4, t0),
             Some(ms(3)),
@@ -87,10 +92,10 @@ mod tests {
         assert_eq!(b.held_until(&c, 1, 4, ms(3)), None, "quiet: cut");
         // A stream of changes 1 ms apart keeps holding, up to the linger.
         for n in 1..=99 {
-            b.changed(ms(n));
+            b.changed(&c, ms(n));
         }
         assert_eq!(b.held_until(&c, 5, 4, ms(99)), Some(ms(100)));
-        b.changed(ms(100));
+        b.changed(&c, ms(100));
         assert_eq!(
             b.held_until(&c, 5, 4, ms(100)),
             None,
@@ -101,11 +106,30 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_that_went_quiet_uncut_does_not_spend_the_next_ones_linger() {
+        let c = config(3, 100);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut b = Batching::default();
+        // A burst whose locations needed no call: never cut.
+        b.changed(&c, t0);
+        b.changed(&c, ms(2));
+        // The next burst, long after: held for its own quiet interval, not cut at once.
+        b.changed(&c, ms(500));
+        assert_eq!(b.held_until(&c, 1, 4, ms(500)), Some(ms(503)));
+        // And its linger counts from its own first change.
+        for n in 501..=598 {
+            b.changed(&c, ms(n));
+        }
+        assert_eq!(b.held_until(&c, 1, 4, ms(598)), Some(ms(600)));
+    }
+
+    #[test]
     fn enough_waiting_to_fill_every_free_slot_is_not_held() {
         let c = config(3, 100);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(t0);
+        b.changed(&c, t0);
         assert!(b.held_until(&c, 39, 4, t0).is_some());
         assert_eq!(b.held_until(&c, 40, 4, t0), None, "4 slots × 10 locations");
         assert_eq!(b.held_until(&c, 10, 1, t0), None, "1 slot × 10 locations");
@@ -116,7 +140,7 @@ mod tests {
         let c = config(3, 0);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(t0);
+        b.changed(&c, t0);
         assert_eq!(b.held_until(&c, 1, 4, t0), None);
         assert_eq!(b.ends(&c), None);
     }

@@ -3,13 +3,17 @@
 use std::time::Instant;
 
 use super::{Dispatcher, Key, UnitWork};
-use crate::difftracker::{DiffTracker, LocationDiff, ServiceAction, ServiceChange, ServiceStatus};
+use crate::difftracker::{
+    AddressUpdateAction, DiffTracker, LocationDiff, ServiceAction, ServiceChange, ServiceStatus,
+};
 
-/// The fewest locations a backlog is split into a unit for, when it is spread over free slots.
-/// Each split costs one more write of the subscription's budget and a call's fixed latency
-/// (≈ 100 ms); it pays when the unit's per-address time (≈ 0.05 ms each) is comparable: 32
-/// locations of a typical ~40 changed addresses are ≈ 1,300 addresses, ≈ 64 ms.
-pub const SPLIT_MIN_LOCATIONS: usize = 32;
+/// The fewest addresses a backlog is split into a unit for, when it is spread over free slots.
+/// Each split costs one more write of the subscription's budget and holds one more slot for a
+/// call's fixed latency (≈ 100 ms); it pays when the unit's per-address time (≈ 0.05 ms each) is
+/// comparable: 1,000 addresses are ≈ 50 ms. Counted in addresses, not locations: the first
+/// changes of a rollout touch hundreds of locations with one or two addresses each, and four thin
+/// units of them would hold every slot for a call while the rest of the rollout arrives.
+pub const SPLIT_MIN_ADDRESSES: usize = 1_000;
 
 impl Dispatcher {
     pub(super) fn cut_services(
@@ -57,9 +61,12 @@ impl Dispatcher {
     }
 
     /// Cuts a location unit: the pending locations in order, up to the unit bounds and to this
-    /// unit's share of what waits (`slots` free mutating slots: a large backlog is spread over
-    /// them, so one wave carries it rather than one wide unit and idle slots; a small one stays
-    /// whole, see [`SPLIT_MIN_LOCATIONS`]).
+    /// unit's share of what waits. With `slots` free mutating slots a large backlog is spread over
+    /// them in even shares of addresses, so one wave carries it and its calls end together; a
+    /// small one stays whole (see [`SPLIT_MIN_ADDRESSES`]). A partial update that would overflow
+    /// the share is split: the unit takes the addresses that fit, the rest stays pending (NRP
+    /// applies a partial update per address, and `flight.rs` keeps the two parts apart). A full
+    /// replacement is never split.
     pub(super) fn cut_locations(
         &mut self,
         tracker: &DiffTracker,
@@ -70,12 +77,12 @@ impl Dispatcher {
         let mut addresses = 0usize;
         let mut keep = Vec::new();
         let mut scanned = 0usize;
-        let mut full = false;
+        // Stopped with ready work behind (a bound or the share reached).
+        let mut stopped = false;
         let budget = self.pending_locations.len();
-        let units = slots.min(budget / SPLIT_MIN_LOCATIONS).max(1);
-        let share = budget.div_ceil(units);
-        let most = self.config.max_locations_per_unit.clamp(1, share.max(1));
-        while diffs.len() < most && scanned < budget {
+        let (share, everything) = self.share_of_wave(tracker, now, slots);
+        let most = self.config.max_locations_per_unit.max(1);
+        while diffs.len() < most && addresses < share && scanned < budget {
             let Some(location) = self.pending_locations.pop() else {
                 break;
             };
@@ -99,25 +106,36 @@ impl Dispatcher {
                 continue;
             };
             let admitted = self.flight.admit(diff);
-            if admitted.held_back || in_flight {
-                keep.push(location);
-            }
-            let Some(diff) = admitted.diff else {
-                continue;
-            };
-            if !diffs.is_empty()
-                && addresses + diff.addresses.len() > self.config.max_addresses_per_unit
-            {
-                if !admitted.held_back && !in_flight {
+            let mut stays = admitted.held_back || in_flight;
+            let Some(mut diff) = admitted.diff else {
+                if stays {
                     keep.push(location);
                 }
-                full = true;
-                break;
+                continue;
+            };
+            let room = share - addresses;
+            if diff.addresses.len() > room {
+                if diff.action == AddressUpdateAction::Partial {
+                    // Take what fits; the rest goes in another unit.
+                    diff.addresses.truncate(room);
+                    stays = true;
+                    stopped = true;
+                } else if !diffs.is_empty() {
+                    // A full replacement goes whole: in the next unit.
+                    keep.push(location);
+                    stopped = true;
+                    break;
+                }
+                // Else a full replacement larger than the share goes alone.
+            }
+            if stays {
+                keep.push(location);
             }
             addresses += diff.addresses.len();
             self.flight.take(&diff);
             diffs.push(diff);
         }
+        stopped |= scanned < budget && (diffs.len() >= most || (addresses >= share && !everything));
         for location in keep.into_iter().rev() {
             self.pending_locations.push_front(location);
         }
@@ -126,7 +144,7 @@ impl Dispatcher {
         }
         // Ready work left behind (a bound or the share was reached before the queue was seen
         // through): a burst, whose next unit is not held for the headway.
-        let left_behind = full || (diffs.len() >= most && scanned < budget);
+        let left_behind = stopped;
         self.stagger.started(now, left_behind);
         self.batching.cut();
         for name in diffs
@@ -136,5 +154,31 @@ impl Dispatcher {
             *self.service_refs_in_flight.entry(name.clone()).or_default() += 1;
         }
         Some(UnitWork::Locations(diffs))
+    }
+
+    /// The addresses the next location unit may carry, and whether that is all the ready backlog:
+    /// the unit bound, or with `slots` > 1 free slots an even share of the ready backlog over as
+    /// many units as it is worth splitting into (at least [`SPLIT_MIN_ADDRESSES`] each). The
+    /// backlog is weighed without building its diffs (less what is in flight), and only until it
+    /// fills every free slot.
+    fn share_of_wave(&self, tracker: &DiffTracker, now: Instant, slots: usize) -> (usize, bool) {
+        let bound = self.config.max_addresses_per_unit.max(1);
+        if slots <= 1 {
+            return (bound, false);
+        }
+        let fills = bound.saturating_mul(slots);
+        let mut backlog = 0usize;
+        for &location in self.pending_locations.iter() {
+            if self.ready(&Key::Location(location), now) {
+                let len = tracker.location_diff_len(location);
+                backlog += self.flight.may_go(location, len);
+                if backlog >= fills {
+                    return (bound, false);
+                }
+            }
+        }
+        let units = slots.min(backlog / SPLIT_MIN_ADDRESSES).max(1);
+        let share = backlog.div_ceil(units).clamp(1, bound);
+        (share, share >= backlog)
     }
 }

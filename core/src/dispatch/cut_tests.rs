@@ -6,14 +6,19 @@ use super::tests::{applied, env, observed, set_all, tracker_with};
 use super::*;
 use crate::difftracker::Endpoint;
 
-/// A dispatcher with 4 free mutating slots over `locations` locations of one address each, NRP
-/// observed and the service created: what waits is the locations' first programming.
-fn service_created(locations: u8, now: Instant) -> (DiffTracker, Dispatcher) {
-    created_with(locations, now, DispatchConfig::unbatched())
+/// A dispatcher with 4 free mutating slots over `locations` locations of `per_location` addresses
+/// each, NRP observed and the service created: what waits is the locations' first programming.
+fn service_created(locations: u8, per_location: u8, now: Instant) -> (DiffTracker, Dispatcher) {
+    created_with(locations, per_location, now, DispatchConfig::unbatched())
 }
 
-fn created_with(locations: u8, now: Instant, config: DispatchConfig) -> (DiffTracker, Dispatcher) {
-    let mut t = tracker_with(locations, 1);
+fn created_with(
+    locations: u8,
+    per_location: u8,
+    now: Instant,
+    config: DispatchConfig,
+) -> (DiffTracker, Dispatcher) {
+    let mut t = tracker_with(locations, per_location);
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_mutating_units_in_flight: 4,
@@ -28,36 +33,95 @@ fn created_with(locations: u8, now: Instant, config: DispatchConfig) -> (DiffTra
     (t, d)
 }
 
+/// The addresses each location unit cut at `now` carries, until none is cut.
+fn wave(
+    t: &mut DiffTracker,
+    d: &mut Dispatcher,
+    ids: std::ops::Range<u64>,
+    now: Instant,
+) -> Vec<usize> {
+    ids.map_while(|id| d.next_unit(t, 1, id, now))
+        .map(|u| match &u.work {
+            UnitWork::Locations(diffs) => diffs.iter().map(|d| d.addresses.len()).sum(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 #[test]
 fn a_backlog_is_spread_over_the_free_slots_in_one_wave() {
     let now = Instant::now();
-    let (mut t, mut d) = service_created(100, now);
-    let mut sizes = Vec::new();
-    for id in 3..10 {
-        let Some(u) = d.next_unit(&mut t, 1, id, now) else {
-            break;
-        };
-        sizes.push(u.work.len());
-    }
-    // 100 locations, 4 free slots, at least 32 locations a split: 3 units of 34, 33, 33 — one
-    // wave, no unit thinner than a split is worth.
-    assert_eq!(sizes, vec![34, 33, 33]);
+    let (mut t, mut d) = service_created(90, 40, now);
+    // 3,600 addresses, 4 free slots, at least 1,000 addresses a split: 3 even units of 30
+    // locations — one wave, no unit thinner than a split is worth.
+    let sizes: Vec<usize> = (3..10)
+        .map_while(|id| d.next_unit(&mut t, 1, id, now))
+        .map(|u| u.work.len())
+        .collect();
+    assert_eq!(sizes, vec![30, 30, 30]);
     assert!(d.next_unit(&mut t, 1, 10, now).is_none(), "nothing is left");
 }
 
 #[test]
-fn a_small_backlog_stays_whole_whatever_the_free_slots() {
+fn a_small_backlog_stays_whole_whatever_the_free_slots_and_locations() {
     let now = Instant::now();
-    let (mut t, mut d) = service_created(40, now);
-    // 40 locations: splitting them would cost writes for little time; one unit.
+    let (mut t, mut d) = service_created(40, 1, now);
+    // 40 addresses: splitting them would cost writes for little time; one unit.
     let u = d.next_unit(&mut t, 1, 3, now).expect("a location unit");
     assert_eq!(u.work.len(), 40);
+    // So are 200 locations of one address each (the first writes of a rollout): four thin units
+    // would hold every slot for a call's fixed latency.
+    let (mut t, mut d) = service_created(200, 1, now);
+    assert_eq!(wave(&mut t, &mut d, 3..10, now), vec![200]);
+}
+
+#[test]
+fn a_partial_update_is_split_to_fill_even_shares() {
+    let now = Instant::now();
+    let config = DispatchConfig {
+        max_addresses_per_unit: 1_000,
+        ..DispatchConfig::unbatched()
+    };
+    let (mut t, mut d) = created_with(1, 1, now, config);
+    let first = d.next_unit(&mut t, 1, 3, now).unwrap();
+    d.on_report(&mut t, 1, applied(first.work_id), now);
+    // 3,000 addresses join the one location (in NRP now: a partial update): three units of
+    // 1,000, one per slot, rather than one of 1,000 and the rest a call later.
+    let joined: Vec<(String, String)> = (0..3_000u32)
+        .map(|i| {
+            (
+                format!("10.2.{}.{}", i / 250, i % 250 + 1),
+                "10.0.0.1".to_owned(),
+            )
+        })
+        .chain(std::iter::once((
+            "10.1.1.1".to_owned(),
+            "10.0.0.1".to_owned(),
+        )))
+        .collect();
+    set_all(&mut t, &joined);
+    let units: Vec<Unit> = (4..10)
+        .map_while(|id| d.next_unit(&mut t, 1, id, now))
+        .collect();
+    let sizes: Vec<usize> = units
+        .iter()
+        .map(|u| match &u.work {
+            UnitWork::Locations(diffs) => diffs.iter().map(|d| d.addresses.len()).sum(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, vec![1_000, 1_000, 1_000]);
+    for u in &units {
+        d.on_report(&mut t, 1, applied(u.work_id), now);
+    }
+    let diff = t.pending_diff();
+    assert!(diff.locations.is_empty(), "{diff:?}");
 }
 
 #[test]
 fn a_partial_update_in_flight_holds_its_addresses_only() {
     let now = Instant::now();
-    let (mut t, mut d) = service_created(1, now);
+    let (mut t, mut d) = service_created(1, 1, now);
     // The location's first programming (a full replacement) goes and lands.
     let first = d.next_unit(&mut t, 1, 3, now).unwrap();
     d.on_report(&mut t, 1, applied(first.work_id), now);
@@ -110,7 +174,7 @@ fn in_steady_churn_location_units_take_turns_a_headway_apart() {
         unit_headway: 1.2,
         ..DispatchConfig::unbatched()
     };
-    let (mut t, mut d) = created_with(3, t0, config);
+    let (mut t, mut d) = created_with(3, 1, t0, config);
     // The endpoints of the three locations; `moved` of them have moved to a new address.
     let eps = |moved: usize| -> Vec<Endpoint<'static>> {
         const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
@@ -156,14 +220,14 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
         unit_headway: 1.2,
         ..DispatchConfig::unbatched()
     };
-    let (mut t, mut d) = created_with(100, t0, config);
-    // A burst: the first programming of 100 locations, spread over the free slots at once
+    let (mut t, mut d) = created_with(90, 40, t0, config);
+    // A burst: the first programming of 90 locations, spread over the free slots at once
     // (each unit but the last leaves ready work behind), each unit measured at 200 ms.
     let first: Vec<Unit> = (3..7)
         .map_while(|id| d.next_unit(&mut t, 1, id, t0))
         .collect();
     let sizes: Vec<usize> = first.iter().map(|u| u.work.len()).collect();
-    assert_eq!(sizes, vec![34, 33, 33]);
+    assert_eq!(sizes, vec![30, 30, 30]);
     for u in &first {
         d.on_report(&mut t, 1, applied(u.work_id), at);
     }
@@ -171,13 +235,11 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
         d.stagger.headway(&d.config),
         Some(std::time::Duration::from_millis(60))
     );
-    // Every location changes at once: again one wave over the free slots, none held.
-    let moved: Vec<(String, String)> = (1..=100)
-        .map(|l| (format!("10.1.{l}.9"), format!("10.0.0.{l}")))
+    // Every address is replaced at once (80 changes a location, 7,200 in all, partial updates):
+    // again one wave over the free slots, none held, in even shares.
+    let moved: Vec<(String, String)> = (1..=90u32)
+        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
         .collect();
     set_all(&mut t, &moved);
-    let sizes: Vec<usize> = (7..11)
-        .map_while(|id| d.next_unit(&mut t, 1, id, at).map(|u| u.work.len()))
-        .collect();
-    assert_eq!(sizes, vec![34, 33, 33]);
+    assert_eq!(wave(&mut t, &mut d, 7..12, at), vec![1_800; 4]);
 }

@@ -64,6 +64,16 @@ impl LocationFlight {
         }
     }
 
+    /// Of a location's diff of `len` addresses, about how many may go beside the units in flight
+    /// (exact when the addresses in flight are all still in the diff, as in a burst).
+    pub(super) fn may_go(&self, location: IpAddr, len: usize) -> usize {
+        match self.held.get(&location) {
+            None => len,
+            Some(held) if held.full => 0,
+            Some(held) => len.saturating_sub(held.addresses.len()),
+        }
+    }
+
     /// Notes that `diff` was cut.
     pub(super) fn take(&mut self, diff: &LocationDiff) {
         let held = self.held.entry(diff.location).or_default();

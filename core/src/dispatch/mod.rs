@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::difftracker::dirty::DirtyQueue as Queue;
 use crate::difftracker::{ActualSnapshot, DiffTracker, ServiceAction, ServiceChange, ServiceStep};
 pub use config::DispatchConfig;
-pub use cut::SPLIT_MIN_LOCATIONS;
+pub use cut::SPLIT_MIN_ADDRESSES;
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
 pub use pacing::WriteBudget;
 pub use unit::{ChangeError, Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
@@ -412,7 +412,7 @@ impl Dispatcher {
     fn absorb(&mut self, tracker: &mut DiffTracker, now: Instant) {
         let dirty = tracker.take_dirty();
         if !dirty.locations.is_empty() {
-            self.batching.changed(now);
+            self.batching.changed(&self.config, now);
         }
         for l in dirty.locations {
             let key = Key::Location(l);

@@ -240,16 +240,14 @@ fn a_burst_of_writes_is_gathered_into_one_wave_and_the_deadline_says_when() {
     drain(&mut g, t0 + ms(3), &mut next);
     assert!(converged(&g));
 
-    // A burst: one location more every half millisecond, as a rollout streams in.
+    // A burst: one location more every half millisecond, as a rollout streams in, 20
+    // addresses each.
     let us = Duration::from_micros;
     let mut endpoints: Vec<(String, String)> = Vec::new();
     let mut now = t0;
     for n in 0..150u64 {
         now = t0 + ms(10) + us(500 * n);
-        endpoints.push((
-            format!("10.2.{}.{}", n / 200, n % 200 + 1),
-            format!("10.0.1.{n}"),
-        ));
+        endpoints.extend((1..=20).map(|p| (format!("10.2.{n}.{p}"), format!("10.0.1.{n}"))));
         let eps: Vec<Endpoint> = endpoints
             .iter()
             .map(|(a, l)| Endpoint {
@@ -262,7 +260,8 @@ fn a_burst_of_writes_is_gathered_into_one_wave_and_the_deadline_says_when() {
         assert!(g.lease(1, next, now).is_none(), "gathering at change {n}");
         assert_eq!(g.next_deadline(now), Some(now + ms(3)), "quiet ends it");
     }
-    // Quiet: the burst goes as one wave of 4 units over the 4 free slots.
+    // Quiet: the burst goes as one wave over the free slots, in even shares of addresses (3,000
+    // addresses: 3 units of at least 1,000; a location's first programming is not split).
     let quiet = now + ms(3);
     g.tick(quiet);
     let mut wave = Vec::new();
@@ -271,5 +270,5 @@ fn a_burst_of_writes_is_gathered_into_one_wave_and_the_deadline_says_when() {
         wave.push(leased.unit.work.len());
     }
     // 150 new locations, and the first one, whose endpoints the new set no longer names.
-    assert_eq!(wave, vec![38, 38, 38, 37]);
+    assert_eq!(wave, vec![51, 50, 50]);
 }
