@@ -2,10 +2,12 @@
 //! wide units carries it instead of a first wave of thin ones (each NRP call has a fixed cost,
 //! and a location in flight cannot be sent again until its call ends).
 //!
-//! While changes to locations keep arriving less than [`DispatchConfig::batch_quiet`] apart, a
-//! location unit is not cut — unless the burst started [`DispatchConfig::batch_linger`] ago, or
-//! the locations waiting already fill a unit for every free slot. An isolated change waits one
-//! quiet interval; a steady stream waits at most the linger.
+//! While no location unit is in flight and changes to locations keep arriving less than
+//! [`DispatchConfig::batch_quiet`] apart, a location unit is not cut — unless the burst started
+//! [`DispatchConfig::batch_linger`] ago, or the locations waiting already fill a unit for every
+//! free slot. An isolated change waits one quiet interval. With location units in flight (steady
+//! churn) nothing is gathered: the headway of `stagger.rs` spaces the units, and holding a
+//! continuous stream to the linger would only make them wider and later.
 
 use std::time::Instant;
 

@@ -243,3 +243,48 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
     set_all(&mut t, &moved);
     assert_eq!(wave(&mut t, &mut d, 7..12, at), vec![1_800; 4]);
 }
+
+#[test]
+fn a_burst_is_gathered_from_idle_only_not_beside_units_in_flight() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+    let config = DispatchConfig {
+        batch_quiet: std::time::Duration::from_millis(3),
+        batch_linger: std::time::Duration::from_millis(100),
+        unit_headway: 0.0,
+        ..DispatchConfig::default()
+    };
+    let (mut t, mut d) = created_with(3, 1, t0, config);
+    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
+        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
+        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
+        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+        (0..3)
+            .map(|i| Endpoint {
+                address: if i < moved { NEW[i] } else { OLD[i] },
+                location: AT[i],
+            })
+            .collect()
+    };
+    // Idle: the first programming waits one quiet interval, then goes.
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0).is_none(),
+        "gathering from idle"
+    );
+    let first = d.next_unit(&mut t, 1, 3, ms(3)).expect("quiet");
+    d.on_report(&mut t, 1, applied(first.work_id), ms(10));
+    // Idle again: a change is gathered.
+    t.set_endpoints("svc", &eps(1)).unwrap();
+    assert!(d.next_unit(&mut t, 1, 4, ms(20)).is_none(), "gathering");
+    let a = d.next_unit(&mut t, 1, 4, ms(23)).expect("quiet");
+    // With a location unit in flight, the next change goes at once: nothing is gathered beside
+    // units in flight (steady churn is spaced by the headway, not held to the linger).
+    t.set_endpoints("svc", &eps(2)).unwrap();
+    let b = d
+        .next_unit(&mut t, 2, 5, ms(24))
+        .expect("not held beside a unit in flight");
+    assert_eq!(b.work.len(), 1);
+    d.on_report(&mut t, 1, applied(a.work_id), ms(200));
+    d.on_report(&mut t, 2, applied(b.work_id), ms(200));
+    assert!(t.pending_diff().locations.is_empty());
+}

@@ -252,8 +252,8 @@ impl Dispatcher {
         let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
             .then(|| self.pacing.held_until(&self.config, now))
             .flatten();
-        // A burst being gathered is cut once it goes quiet or has lingered enough.
-        let gathered = (!self.pending_locations.is_empty())
+        // A burst being gathered (from idle) is cut once it goes quiet or has lingered enough.
+        let gathered = (!self.pending_locations.is_empty() && self.location_units_in_flight() == 0)
             .then(|| self.batching.ends(&self.config))
             .flatten();
         // A spaced location unit goes once its headway has passed.
@@ -480,14 +480,18 @@ impl Dispatcher {
                 return None;
             }
             self.cut_services(tracker, now, room, hold).or_else(|| {
-                let gathering = self
-                    .batching
-                    .held_until(&self.config, self.pending_locations.len(), room, now)
-                    .is_some();
-                // While paced by the write budget, the budget spaces the units; otherwise, in
-                // steady churn, the headway does (`stagger.rs`).
-                let paced = self.pacing.window(&self.config).is_some();
+                // A burst is gathered only from idle: with location units in flight (steady
+                // churn), the headway spaces the units instead (`stagger.rs`), and holding to the
+                // linger would only widen them.
                 let out = self.location_units_in_flight();
+                let gathering = out == 0
+                    && self
+                        .batching
+                        .held_until(&self.config, self.pending_locations.len(), room, now)
+                        .is_some();
+                // While paced by the write budget, the budget spaces the units; otherwise, in
+                // steady churn, the headway does.
+                let paced = self.pacing.window(&self.config).is_some();
                 let spaced = !paced && self.stagger.held_until(&self.config, out, now).is_some();
                 // The backlog is spread over the free slots, unless calls are bounded by the
                 // write budget (then each unit carries all that waits) or not at all, or units
