@@ -130,10 +130,11 @@ pub struct Args {
     #[arg(long, env = "CLB_WRITE_BURST", default_value_t = 50)]
     pub write_burst: u32,
 
-    /// Location units are held back while changes to locations keep arriving less than this
-    /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units. An
-    /// isolated change waits this long.
-    #[arg(long, env = "CLB_BATCH_QUIET", default_value = "3ms", value_name = "DURATION", value_parser = parse_duration)]
+    /// From idle, location units are held back while changes to locations keep arriving less
+    /// than this apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide
+    /// units. An isolated change after a quiet time waits this long. 3 ms was too short on a
+    /// loaded machine: a pause of a few ms in a rollout's stream of writes cut it into two waves.
+    #[arg(long, env = "CLB_BATCH_QUIET", default_value = "10ms", value_name = "DURATION", value_parser = parse_duration)]
     pub batch_quiet: Duration,
 
     /// The longest a burst holds location units back, from its first change (a rollout's writes

@@ -2,12 +2,15 @@
 //! wide units carries it instead of a first wave of thin ones (each NRP call has a fixed cost,
 //! and a location in flight cannot be sent again until its call ends).
 //!
-//! While no location unit is in flight and changes to locations keep arriving less than
-//! [`DispatchConfig::batch_quiet`] apart, a location unit is not cut — unless the burst started
-//! [`DispatchConfig::batch_linger`] ago, or the locations waiting already fill a unit for every
-//! free slot. An isolated change waits one quiet interval. With location units in flight (steady
-//! churn) nothing is gathered: the headway of `stagger.rs` spaces the units, and holding a
-//! continuous stream to the linger would only make them wider and later.
+//! A burst that began from idle (nothing waiting, no location unit in flight) is gathered: while
+//! its changes keep arriving less than [`DispatchConfig::batch_quiet`] apart, no location unit is
+//! cut — unless the burst started [`DispatchConfig::batch_linger`] ago, or the locations waiting
+//! already fill a unit for every free slot. An isolated change waits one quiet interval.
+//!
+//! Changes that begin while units are in flight (steady churn) are not gathered, even once those
+//! units have all ended: the headway of `stagger.rs` spaces the units, and holding a continuous
+//! stream to the linger would make them wider and later — and, held at the moment the slots
+//! empty, cut them all at once, a wave that ends all at once and empties the slots again.
 
 use std::time::Instant;
 
@@ -18,18 +21,31 @@ use super::DispatchConfig;
 pub(super) struct Batching {
     /// When the first change of the burst was taken in, and the last.
     burst: Option<(Instant, Instant)>,
+    /// Whether the burst began from idle (only such a burst is gathered). Kept after the burst is
+    /// cut, until the next burst begins: the wave that carries it is spread over the free slots.
+    from_idle: bool,
 }
 
 impl Batching {
     /// Notes that changes to locations were taken in at `now`. A change after a quiet interval
     /// starts a new burst, even when the last one was never cut (its locations needed no call,
     /// or they wait for a slot): otherwise its linger would be spent before it began.
-    pub(super) fn changed(&mut self, config: &DispatchConfig, now: Instant) {
+    /// `idle`: nothing waited and no location unit was in flight before these changes.
+    pub(super) fn changed(&mut self, config: &DispatchConfig, now: Instant, idle: bool) {
         let first = match self.burst {
             Some((first, last)) if now <= last + config.batch_quiet => first,
-            _ => now,
+            _ => {
+                self.from_idle = idle;
+                now
+            }
         };
         self.burst = Some((first, now));
+    }
+
+    /// Whether the backlog began from idle, so that its wave is spread over the free slots (what
+    /// builds up beside units in flight is not: `stagger.rs` spaces it).
+    pub(super) fn spreads(&self) -> bool {
+        self.from_idle
     }
 
     /// A location unit was cut: the burst is on its way.
@@ -40,7 +56,7 @@ impl Batching {
     /// When the burst stops holding location units back, if it does (`None`: batching off or no
     /// burst).
     pub(super) fn ends(&self, config: &DispatchConfig) -> Option<Instant> {
-        if config.batch_linger.is_zero() {
+        if config.batch_linger.is_zero() || !self.from_idle {
             return None;
         }
         let (first, last) = self.burst?;
@@ -85,7 +101,7 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut b = Batching::default();
         assert_eq!(b.held_until(&c, 1, 4, t0), None, "no burst, no hold");
-        b.changed(&c, t0);
+        b.changed(&c, t0, true);
         assert_eq!(
             b.held_until(&c, 1, 4, t0),
             Some(ms(3)),
@@ -94,10 +110,10 @@ mod tests {
         assert_eq!(b.held_until(&c, 1, 4, ms(3)), None, "quiet: cut");
         // A stream of changes 1 ms apart keeps holding, up to the linger.
         for n in 1..=99 {
-            b.changed(&c, ms(n));
+            b.changed(&c, ms(n), true);
         }
         assert_eq!(b.held_until(&c, 5, 4, ms(99)), Some(ms(100)));
-        b.changed(&c, ms(100));
+        b.changed(&c, ms(100), true);
         assert_eq!(
             b.held_until(&c, 5, 4, ms(100)),
             None,
@@ -114,14 +130,14 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut b = Batching::default();
         // A burst whose locations needed no call: never cut.
-        b.changed(&c, t0);
-        b.changed(&c, ms(2));
+        b.changed(&c, t0, true);
+        b.changed(&c, ms(2), true);
         // The next burst, long after: held for its own quiet interval, not cut at once.
-        b.changed(&c, ms(500));
+        b.changed(&c, ms(500), true);
         assert_eq!(b.held_until(&c, 1, 4, ms(500)), Some(ms(503)));
         // And its linger counts from its own first change.
         for n in 501..=598 {
-            b.changed(&c, ms(n));
+            b.changed(&c, ms(n), true);
         }
         assert_eq!(b.held_until(&c, 1, 4, ms(598)), Some(ms(600)));
     }
@@ -131,10 +147,23 @@ mod tests {
         let c = config(3, 100);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(&c, t0);
+        b.changed(&c, t0, true);
         assert!(b.held_until(&c, 39, 4, t0).is_some());
         assert_eq!(b.held_until(&c, 40, 4, t0), None, "4 slots × 10 locations");
         assert_eq!(b.held_until(&c, 10, 1, t0), None, "1 slot × 10 locations");
+    }
+
+    #[test]
+    fn a_burst_that_began_beside_units_in_flight_is_not_gathered() {
+        let c = config(3, 100);
+        let t0 = Instant::now();
+        let mut b = Batching::default();
+        b.changed(&c, t0, false);
+        assert_eq!(b.held_until(&c, 1, 4, t0), None);
+        assert_eq!(b.ends(&c), None);
+        // Still the same burst when the slots have emptied: not gathered either.
+        b.changed(&c, t0 + Duration::from_millis(2), true);
+        assert_eq!(b.held_until(&c, 1, 4, t0 + Duration::from_millis(2)), None);
     }
 
     #[test]
@@ -142,7 +171,7 @@ mod tests {
         let c = config(3, 0);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(&c, t0);
+        b.changed(&c, t0, true);
         assert_eq!(b.held_until(&c, 1, 4, t0), None);
         assert_eq!(b.ends(&c), None);
     }

@@ -41,9 +41,11 @@ pub struct DispatchConfig {
     /// the estimate and for other writers of the subscription (with 100 it was exactly 1,000,
     /// and a 5-minute run met one 429).
     pub write_burst: u32,
-    /// Location units are held back while changes to locations keep arriving less than this
-    /// apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide units
-    /// rather than thin ones that each pay a call's fixed cost. An isolated change waits this long.
+    /// From idle, location units are held back while changes to locations keep arriving less
+    /// than this apart (a burst: a rollout, a resync), so the burst goes out in one wave of wide
+    /// units rather than thin ones that each pay a call's fixed cost. An isolated change after a
+    /// quiet time waits this long (default 10 ms: at 3 ms a pause of a few ms in a rollout's
+    /// stream of writes on a loaded machine cut it into two waves, 6–8 calls instead of 4).
     pub batch_quiet: Duration,
     /// The longest a burst holds location units back, from its first change (default 100 ms).
     /// Zero: no holding, units are cut as soon as a slot is free — then the first writes of a
@@ -72,7 +74,7 @@ impl Default for DispatchConfig {
             write_pace: 3.0,
             write_reserve: 20,
             write_burst: 50,
-            batch_quiet: Duration::from_millis(3),
+            batch_quiet: Duration::from_millis(10),
             batch_linger: Duration::from_millis(100),
             unit_headway: 1.05,
         }

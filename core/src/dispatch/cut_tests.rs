@@ -235,13 +235,14 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
         d.stagger.headway(&d.config),
         Some(std::time::Duration::from_millis(60))
     );
-    // Every address is replaced at once (80 changes a location, 7,200 in all, partial updates):
-    // again one wave over the free slots, none held, in even shares.
+    // Later, from idle, every address is replaced at once (80 changes a location, 7,200 in all,
+    // partial updates): again one wave over the free slots, none held, in even shares.
+    let later = at + std::time::Duration::from_millis(50);
     let moved: Vec<(String, String)> = (1..=90u32)
         .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
         .collect();
     set_all(&mut t, &moved);
-    assert_eq!(wave(&mut t, &mut d, 7..12, at), vec![1_800; 4]);
+    assert_eq!(wave(&mut t, &mut d, 7..12, later), vec![1_800; 4]);
 }
 
 #[test]
@@ -287,4 +288,32 @@ fn a_burst_is_gathered_from_idle_only_not_beside_units_in_flight() {
     d.on_report(&mut t, 1, applied(a.work_id), ms(200));
     d.on_report(&mut t, 2, applied(b.work_id), ms(200));
     assert!(t.pending_diff().locations.is_empty());
+}
+
+#[test]
+fn a_backlog_built_beside_units_in_flight_is_not_spread_into_a_wave() {
+    let t0 = Instant::now();
+    let at = t0 + std::time::Duration::from_millis(200);
+    let config = DispatchConfig {
+        unit_headway: 1.2,
+        ..DispatchConfig::unbatched()
+    };
+    let (mut t, mut d) = created_with(90, 40, t0, config);
+    // A burst from idle: spread over the free slots.
+    let first: Vec<Unit> = (3..7)
+        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
+        .collect();
+    assert_eq!(first.len(), 3);
+    // Every address is replaced while that wave is in flight (steady churn piling up).
+    let moved: Vec<(String, String)> = (1..=90u32)
+        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
+        .collect();
+    set_all(&mut t, &moved);
+    d.take_changes(&mut t, t0 + std::time::Duration::from_millis(50));
+    for u in &first {
+        d.on_report(&mut t, 1, applied(u.work_id), at);
+    }
+    // The slots are free, but the 7,200 changes did not begin from idle: one unit up to the bound
+    // and the rest at once (a unit that left work behind is not held), not four that end together.
+    assert_eq!(wave(&mut t, &mut d, 7..12, at), vec![5_000, 2_200]);
 }

@@ -186,6 +186,8 @@ pub struct Dispatcher {
     pacing: WriteBudget,
     batching: Batching,
     stagger: Stagger,
+    /// When the last location unit ended (reported, taken back or expired).
+    last_location_end: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -220,6 +222,7 @@ impl Dispatcher {
             pacing: WriteBudget::new(),
             batching: Batching::default(),
             stagger: Stagger::default(),
+            last_location_end: None,
         }
     }
 
@@ -412,7 +415,13 @@ impl Dispatcher {
     fn absorb(&mut self, tracker: &mut DiffTracker, now: Instant) {
         let dirty = tracker.take_dirty();
         if !dirty.locations.is_empty() {
-            self.batching.changed(&self.config, now);
+            // From idle: no location unit is in flight, or has ended, for a quiet interval (not
+            // the backlog left when a wave of units has just ended together).
+            let idle = self.location_units_in_flight() == 0
+                && self
+                    .last_location_end
+                    .is_none_or(|t| now >= t + self.config.batch_quiet);
+            self.batching.changed(&self.config, now, idle);
         }
         for l in dirty.locations {
             let key = Key::Location(l);
@@ -480,9 +489,8 @@ impl Dispatcher {
                 return None;
             }
             self.cut_services(tracker, now, room, hold).or_else(|| {
-                // A burst is gathered only from idle: with location units in flight (steady
-                // churn), the headway spaces the units instead (`stagger.rs`), and holding to the
-                // linger would only widen them.
+                // A burst is gathered only if it began from idle (`batching.rs`); in steady churn
+                // the headway spaces the units instead (`stagger.rs`).
                 let out = self.location_units_in_flight();
                 let gathering = out == 0
                     && self
@@ -495,10 +503,16 @@ impl Dispatcher {
                 let spaced = !paced && self.stagger.held_until(&self.config, out, now).is_some();
                 // The backlog is spread over the free slots, unless calls are bounded by the
                 // write budget (then each unit carries all that waits) or not at all, or units
-                // take turns (a second unit beside this one would be a wave).
+                // take turns (a second unit beside this one would be a wave), or the backlog did
+                // not begin from idle: in steady churn, what built up while all slots were busy
+                // goes as one unit (up to the bound) and the next a headway later — spread, it
+                // would be a wave of units that end together, and the next backlog would be
+                // spread again.
+                let staggered = self.stagger.headway(&self.config).is_some();
                 let slots = if self.config.max_mutating_units_in_flight == 0
                     || paced
                     || self.stagger.whole(&self.config, out)
+                    || (staggered && !self.batching.spreads())
                 {
                     1
                 } else {
@@ -581,8 +595,8 @@ impl Dispatcher {
         }
     }
 
-    /// Frees what a unit held and returns it.
-    fn finish(&mut self, work_id: u64) -> Option<InFlight> {
+    /// Frees what a unit held (at `now`) and returns it.
+    fn finish(&mut self, work_id: u64, now: Instant) -> Option<InFlight> {
         let unit = self.in_flight.remove(&work_id)?;
         match &unit.work {
             UnitWork::Observe => self.observe.in_flight = None,
@@ -592,6 +606,7 @@ impl Dispatcher {
                 }
             }
             UnitWork::Locations(diffs) => {
+                self.last_location_end = Some(now);
                 for d in diffs {
                     self.flight.release(d);
                     for name in d.addresses.iter().flat_map(|a| a.services.iter()) {

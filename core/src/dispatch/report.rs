@@ -68,7 +68,7 @@ impl Dispatcher {
                 observed,
             });
         }
-        let unit = self.finish(report.work_id).expect("checked in flight");
+        let unit = self.finish(report.work_id, now).expect("checked in flight");
         if let UnitWork::Locations(_) = unit.work {
             self.stagger
                 .finished(now.saturating_duration_since(unit.started));
@@ -191,7 +191,7 @@ impl Dispatcher {
         if !last {
             return false;
         }
-        self.finish(ids.0);
+        self.finish(ids.0, now);
         let snapshot = std::mem::take(&mut self.observe.parts);
         match tracker.observe(&snapshot) {
             Ok(_) => {
@@ -339,7 +339,7 @@ impl Dispatcher {
             .map(|(id, _)| *id)
             .collect();
         for id in &ids {
-            if let Some(unit) = self.finish(*id) {
+            if let Some(unit) = self.finish(*id, now) {
                 if !matches!(unit.work, UnitWork::Observe) {
                     self.observe_after_uncertainty(now);
                 }
@@ -360,7 +360,7 @@ impl Dispatcher {
             .collect();
         let mut expired = Vec::with_capacity(ids.len());
         for id in &ids {
-            if let Some(unit) = self.finish(*id) {
+            if let Some(unit) = self.finish(*id, now) {
                 let kind = unit.work.kind().as_str();
                 self.count(kind, "lease_expired", "LeaseExpired");
                 let message = format!(

@@ -26,6 +26,9 @@ use super::DispatchConfig;
 /// The weight of the newest duration in the smoothed estimate.
 const NEWEST: f64 = 0.2;
 
+/// How many times the estimate a duration must be to replace it rather than be averaged in.
+const JUMP: f64 = 2.0;
+
 /// What the spacing of location units is derived from.
 #[derive(Debug, Default)]
 pub(super) struct Stagger {
@@ -44,11 +47,14 @@ impl Stagger {
         self.left_behind = left_behind;
     }
 
-    /// A location unit was reported after `took`.
+    /// A location unit was reported after `took`. A duration more than [`JUMP`] times the
+    /// estimate replaces it: the calls' cost has changed (NRP slowed down, or the first loaded
+    /// calls after cheap ones), and averaging up to it would space units far too closely for the
+    /// many reports it takes, so that they bunch into waves meanwhile.
     pub(super) fn finished(&mut self, took: Duration) {
         self.duration = Some(match self.duration {
-            None => took,
-            Some(d) => d.mul_f64(1.0 - NEWEST) + took.mul_f64(NEWEST),
+            Some(d) if took <= d.mul_f64(JUMP) => d.mul_f64(1.0 - NEWEST) + took.mul_f64(NEWEST),
+            _ => took,
         });
     }
 
@@ -119,9 +125,21 @@ mod tests {
     fn the_duration_is_smoothed() {
         let mut s = Stagger::default();
         s.finished(ms(100));
-        s.finished(ms(600));
-        // 0.8 × 100 + 0.2 × 600.
-        assert_eq!(s.duration, Some(ms(200)));
+        s.finished(ms(200));
+        // 0.8 × 100 + 0.2 × 200.
+        assert_eq!(s.duration, Some(ms(120)));
+        s.finished(ms(20));
+        // 0.8 × 120 + 0.2 × 20: a fall is averaged in.
+        assert_eq!(s.duration, Some(ms(100)));
+    }
+
+    #[test]
+    fn a_jump_in_the_duration_replaces_the_estimate() {
+        let mut s = Stagger::default();
+        // Cheap calls, then the first loaded one: the estimate is the new cost at once.
+        s.finished(ms(20));
+        s.finished(ms(250));
+        assert_eq!(s.duration, Some(ms(250)));
     }
 
     #[test]
