@@ -2,10 +2,14 @@
 //! wide units carries it instead of a first wave of thin ones (each NRP call has a fixed cost,
 //! and a location in flight cannot be sent again until its call ends).
 //!
-//! A burst that began from idle (nothing waiting, no location unit in flight) is gathered: while
-//! its changes keep arriving less than [`DispatchConfig::batch_quiet`] apart, no location unit is
-//! cut — unless the burst started [`DispatchConfig::batch_linger`] ago, or the locations waiting
-//! already fill a unit for every free slot. An isolated change waits one quiet interval.
+//! A burst that began from idle (no location unit in flight or ended for a quiet interval) is
+//! gathered: while its changes keep arriving less than [`DispatchConfig::batch_quiet`] apart, no
+//! location unit is cut — unless the burst started [`DispatchConfig::batch_linger`] ago, or the
+//! locations waiting already fill a unit for every free slot, or (checked by the dispatcher) its
+//! first quiet interval brought less than a split's worth of addresses
+//! ([`super::SPLIT_MIN_ADDRESSES`]): a trickle, such as steady churn starting, goes as it comes
+//! and is then spaced by `stagger.rs`; holding it would only delay it. An isolated change waits
+//! one quiet interval.
 //!
 //! Changes that begin while units are in flight (steady churn) are not gathered, even once those
 //! units have all ended: the headway of `stagger.rs` spaces the units, and holding a continuous
@@ -40,6 +44,11 @@ impl Batching {
             }
         };
         self.burst = Some((first, now));
+    }
+
+    /// When the burst began, if one is open.
+    pub(super) fn began(&self) -> Option<Instant> {
+        self.burst.map(|(first, _)| first)
     }
 
     /// Whether the backlog began from idle, so that its wave is spread over the free slots (what

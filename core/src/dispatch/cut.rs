@@ -156,6 +156,32 @@ impl Dispatcher {
         Some(UnitWork::Locations(diffs))
     }
 
+    /// Whether the burst being gathered is a trickle: its first quiet interval has passed and it
+    /// brought less than a split's worth of ready addresses ([`SPLIT_MIN_ADDRESSES`]), so holding
+    /// it longer would delay it for no wider wave (steady churn starting, a slow rollout).
+    pub(super) fn trickle(&self, tracker: &DiffTracker, now: Instant) -> bool {
+        self.batching
+            .began()
+            .is_some_and(|first| now >= first + self.config.batch_quiet)
+            && self.ready_backlog(tracker, now, SPLIT_MIN_ADDRESSES) < SPLIT_MIN_ADDRESSES
+    }
+
+    /// The ready backlog's addresses (less what is in flight), weighed without building the
+    /// diffs, counted only up to `cap`.
+    fn ready_backlog(&self, tracker: &DiffTracker, now: Instant, cap: usize) -> usize {
+        let mut backlog = 0usize;
+        for &location in self.pending_locations.iter() {
+            if self.ready(&Key::Location(location), now) {
+                let len = tracker.location_diff_len(location);
+                backlog += self.flight.may_go(location, len);
+                if backlog >= cap {
+                    break;
+                }
+            }
+        }
+        backlog
+    }
+
     /// The addresses the next location unit may carry, and whether that is all the ready backlog:
     /// the unit bound, or with `slots` > 1 free slots an even share of the ready backlog over as
     /// many units as it is worth splitting into (at least [`SPLIT_MIN_ADDRESSES`] each). The
@@ -167,15 +193,9 @@ impl Dispatcher {
             return (bound, false);
         }
         let fills = bound.saturating_mul(slots);
-        let mut backlog = 0usize;
-        for &location in self.pending_locations.iter() {
-            if self.ready(&Key::Location(location), now) {
-                let len = tracker.location_diff_len(location);
-                backlog += self.flight.may_go(location, len);
-                if backlog >= fills {
-                    return (bound, false);
-                }
-            }
+        let backlog = self.ready_backlog(tracker, now, fills);
+        if backlog >= fills {
+            return (bound, false);
         }
         let units = slots.min(backlog / SPLIT_MIN_ADDRESSES).max(1);
         let share = backlog.div_ceil(units).clamp(1, bound);

@@ -317,3 +317,47 @@ fn a_backlog_built_beside_units_in_flight_is_not_spread_into_a_wave() {
     // and the rest at once (a unit that left work behind is not held), not four that end together.
     assert_eq!(wave(&mut t, &mut d, 7..12, at), vec![5_000, 2_200]);
 }
+
+#[test]
+fn a_trickle_from_idle_is_not_held_past_its_first_quiet_interval() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+    let config = DispatchConfig {
+        batch_quiet: std::time::Duration::from_millis(10),
+        batch_linger: std::time::Duration::from_millis(100),
+        unit_headway: 0.0,
+        ..DispatchConfig::default()
+    };
+    let (mut t, mut d) = created_with(3, 1, t0, config);
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0).is_none(),
+        "gathering from idle"
+    );
+    let first = d.next_unit(&mut t, 1, 3, ms(10)).expect("quiet");
+    d.on_report(&mut t, 1, applied(first.work_id), ms(20));
+    // Long after, steady churn starts: a change every 5 ms, a few addresses each.
+    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
+        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
+        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
+        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+        (0..3)
+            .map(|i| Endpoint {
+                address: if i < moved { NEW[i] } else { OLD[i] },
+                location: AT[i],
+            })
+            .collect()
+    };
+    t.set_endpoints("svc", &eps(1)).unwrap();
+    assert!(d.next_unit(&mut t, 1, 4, ms(100)).is_none(), "gathering");
+    t.set_endpoints("svc", &eps(2)).unwrap();
+    assert!(
+        d.next_unit(&mut t, 1, 4, ms(105)).is_none(),
+        "within its first quiet interval"
+    );
+    assert_eq!(d.next_deadline(ms(105)), Some(ms(110)), "woken to weigh it");
+    t.set_endpoints("svc", &eps(3)).unwrap();
+    // 6 addresses in the first 10 ms: a trickle, cut although the changes keep coming (the
+    // linger would have held them until 200 ms).
+    let u = d.next_unit(&mut t, 1, 4, ms(110)).expect("a trickle goes");
+    assert_eq!(u.work.len(), 3);
+}

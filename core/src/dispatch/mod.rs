@@ -255,9 +255,17 @@ impl Dispatcher {
         let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
             .then(|| self.pacing.held_until(&self.config, now))
             .flatten();
-        // A burst being gathered (from idle) is cut once it goes quiet or has lingered enough.
-        let gathered = (!self.pending_locations.is_empty() && self.location_units_in_flight() == 0)
+        // A burst being gathered (from idle) is cut once it goes quiet or has lingered enough, or
+        // after its first quiet interval if it is a trickle.
+        let gathering = !self.pending_locations.is_empty() && self.location_units_in_flight() == 0;
+        let gathered = gathering
             .then(|| self.batching.ends(&self.config))
+            .flatten()
+            .into_iter()
+            .flat_map(|ends| {
+                let trickle_checked = self.batching.began().map(|t| t + self.config.batch_quiet);
+                [Some(ends), trickle_checked]
+            })
             .flatten();
         // A spaced location unit goes once its headway has passed.
         let spaced = (!self.pending_locations.is_empty())
@@ -496,7 +504,8 @@ impl Dispatcher {
                     && self
                         .batching
                         .held_until(&self.config, self.pending_locations.len(), room, now)
-                        .is_some();
+                        .is_some()
+                    && !self.trickle(tracker, now);
                 // While paced by the write budget, the budget spaces the units; otherwise, in
                 // steady churn, the headway does.
                 let paced = self.pacing.window(&self.config).is_some();
