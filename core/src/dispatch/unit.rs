@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::difftracker::{ActualSnapshot, LocationDiff, ServiceChange, ServiceStep};
+use super::Key;
+use crate::difftracker::{ActualSnapshot, LocationDiff, ServiceAction, ServiceChange, ServiceStep};
 
 /// What a unit asks a worker to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,39 @@ impl UnitWork {
     /// True if it carries no change (an observe unit).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// What the unit carries, in short, for status and logs: its kind and first key, and how many
+    /// more (`locations 10.0.0.1 +2 more`, `services delete svc-a`, `observe`).
+    pub fn summary(&self) -> String {
+        let (kind, first) = match self {
+            UnitWork::Observe => return "observe".to_owned(),
+            UnitWork::Services(c) => (
+                "services",
+                c.first().map(|c| {
+                    let op = match c.action {
+                        ServiceAction::Create => "create",
+                        ServiceAction::Delete => "delete",
+                    };
+                    format!("{op} {}", c.name)
+                }),
+            ),
+            UnitWork::Locations(d) => ("locations", d.first().map(|d| d.location.to_string())),
+        };
+        let first = first.unwrap_or_default();
+        match self.len() {
+            0 | 1 => format!("{kind} {first}"),
+            n => format!("{kind} {first} +{} more", n - 1),
+        }
+    }
+
+    /// The one-in-flight keys of what this unit carries, in order.
+    pub(super) fn keys(&self) -> Vec<Key> {
+        match self {
+            UnitWork::Observe => Vec::new(),
+            UnitWork::Services(c) => c.iter().map(|c| Key::Service(c.name.clone())).collect(),
+            UnitWork::Locations(d) => d.iter().map(|d| Key::Location(d.location)).collect(),
+        }
     }
 }
 
