@@ -33,6 +33,58 @@ fn created_with(
     (t, d)
 }
 
+/// The endpoints of the three locations of `created_with(3, 1, ..)`; the first `n` of them have
+/// moved to a new address.
+fn moved(n: usize) -> Vec<Endpoint<'static>> {
+    const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
+    const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
+    const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+    (0..3)
+        .map(|i| Endpoint {
+            address: if i < n { NEW[i] } else { OLD[i] },
+            location: AT[i],
+        })
+        .collect()
+}
+
+/// Three locations programmed with gathering on (quiet `quiet_ms`, linger 100 ms, no headway):
+/// their first programming, from idle, waited one quiet interval, went, and landed at
+/// `t0 + 2 × quiet`. Returns `t0` too.
+fn programmed_gathering(quiet_ms: u64) -> (DiffTracker, Dispatcher, Instant) {
+    let t0 = Instant::now();
+    let quiet = std::time::Duration::from_millis(quiet_ms);
+    let config = DispatchConfig {
+        batch_quiet: quiet,
+        batch_linger: std::time::Duration::from_millis(100),
+        unit_headway: 0.0,
+        ..DispatchConfig::default()
+    };
+    let (mut t, mut d) = created_with(3, 1, t0, config);
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0).is_none(),
+        "gathering from idle"
+    );
+    let first = d.next_unit(&mut t, 1, 3, t0 + quiet).expect("quiet");
+    d.on_report(&mut t, 1, applied(first.work_id), t0 + 2 * quiet);
+    (t, d, t0)
+}
+
+/// Staggering on (a headway of 1.2), batching off.
+fn staggered() -> DispatchConfig {
+    DispatchConfig {
+        unit_headway: 1.2,
+        ..DispatchConfig::unbatched()
+    }
+}
+
+/// Every address of `created_with(90, 40, ..)` replaced by a new one at the same location (80
+/// changes a location, 7,200 in all).
+fn all_replaced() -> Vec<(String, String)> {
+    (1..=90u32)
+        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
+        .collect()
+}
+
 /// The addresses each location unit cut at `now` carries, until none is cut.
 fn wave(
     t: &mut DiffTracker,
@@ -175,28 +227,16 @@ fn in_steady_churn_location_units_take_turns_a_headway_apart() {
         ..DispatchConfig::unbatched()
     };
     let (mut t, mut d) = created_with(3, 1, t0, config);
-    // The endpoints of the three locations; `moved` of them have moved to a new address.
-    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
-        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
-        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
-        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
-        (0..3)
-            .map(|i| Endpoint {
-                address: if i < moved { NEW[i] } else { OLD[i] },
-                location: AT[i],
-            })
-            .collect()
-    };
     // The first programming goes at once and takes 200 ms: the headway is 200 / 4 × 1.2 = 60 ms.
     let first = d.next_unit(&mut t, 1, 3, t0).expect("idle: at once");
     d.on_report(&mut t, 1, applied(first.work_id), ms(200));
     // A change with nothing in flight goes at once.
-    t.set_endpoints("svc", &eps(1)).unwrap();
+    t.set_endpoints("svc", &moved(1)).unwrap();
     let second = d
         .next_unit(&mut t, 1, 4, ms(200))
         .expect("nothing in flight");
     // The next change, 10 ms later, waits for its turn although three slots are free.
-    t.set_endpoints("svc", &eps(2)).unwrap();
+    t.set_endpoints("svc", &moved(2)).unwrap();
     assert!(d.next_unit(&mut t, 2, 5, ms(210)).is_none(), "held");
     assert_eq!(
         d.next_deadline(ms(210)),
@@ -204,7 +244,7 @@ fn in_steady_churn_location_units_take_turns_a_headway_apart() {
         "woken for its turn"
     );
     // What arrives meanwhile joins it: one unit of both, not one each.
-    t.set_endpoints("svc", &eps(3)).unwrap();
+    t.set_endpoints("svc", &moved(3)).unwrap();
     let third = d.next_unit(&mut t, 2, 6, ms(260)).expect("its turn");
     assert_eq!(third.work.len(), 2, "{third:?}");
     d.on_report(&mut t, 1, applied(second.work_id), ms(400));
@@ -216,11 +256,7 @@ fn in_steady_churn_location_units_take_turns_a_headway_apart() {
 fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
     let t0 = Instant::now();
     let at = t0 + std::time::Duration::from_millis(200);
-    let config = DispatchConfig {
-        unit_headway: 1.2,
-        ..DispatchConfig::unbatched()
-    };
-    let (mut t, mut d) = created_with(90, 40, t0, config);
+    let (mut t, mut d) = created_with(90, 40, t0, staggered());
     // A burst: the first programming of 90 locations, spread over the free slots at once
     // (each unit but the last leaves ready work behind), each unit measured at 200 ms.
     let first: Vec<Unit> = (3..7)
@@ -238,49 +274,21 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
     // Later, from idle, every address is replaced at once (80 changes a location, 7,200 in all,
     // partial updates): again one wave over the free slots, none held, in even shares.
     let later = at + std::time::Duration::from_millis(50);
-    let moved: Vec<(String, String)> = (1..=90u32)
-        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
-        .collect();
-    set_all(&mut t, &moved);
+    set_all(&mut t, &all_replaced());
     assert_eq!(wave(&mut t, &mut d, 7..12, later), vec![1_800; 4]);
 }
 
 #[test]
 fn a_burst_is_gathered_from_idle_only_not_beside_units_in_flight() {
-    let t0 = Instant::now();
+    let (mut t, mut d, t0) = programmed_gathering(3);
     let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
-    let config = DispatchConfig {
-        batch_quiet: std::time::Duration::from_millis(3),
-        batch_linger: std::time::Duration::from_millis(100),
-        unit_headway: 0.0,
-        ..DispatchConfig::default()
-    };
-    let (mut t, mut d) = created_with(3, 1, t0, config);
-    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
-        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
-        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
-        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
-        (0..3)
-            .map(|i| Endpoint {
-                address: if i < moved { NEW[i] } else { OLD[i] },
-                location: AT[i],
-            })
-            .collect()
-    };
-    // Idle: the first programming waits one quiet interval, then goes.
-    assert!(
-        d.next_unit(&mut t, 1, 3, t0).is_none(),
-        "gathering from idle"
-    );
-    let first = d.next_unit(&mut t, 1, 3, ms(3)).expect("quiet");
-    d.on_report(&mut t, 1, applied(first.work_id), ms(10));
     // Idle again: a change is gathered.
-    t.set_endpoints("svc", &eps(1)).unwrap();
+    t.set_endpoints("svc", &moved(1)).unwrap();
     assert!(d.next_unit(&mut t, 1, 4, ms(20)).is_none(), "gathering");
     let a = d.next_unit(&mut t, 1, 4, ms(23)).expect("quiet");
     // With a location unit in flight, the next change goes at once: nothing is gathered beside
     // units in flight (steady churn is spaced by the headway, not held to the linger).
-    t.set_endpoints("svc", &eps(2)).unwrap();
+    t.set_endpoints("svc", &moved(2)).unwrap();
     let b = d
         .next_unit(&mut t, 2, 5, ms(24))
         .expect("not held beside a unit in flight");
@@ -294,21 +302,14 @@ fn a_burst_is_gathered_from_idle_only_not_beside_units_in_flight() {
 fn a_backlog_built_beside_units_in_flight_is_not_spread_into_a_wave() {
     let t0 = Instant::now();
     let at = t0 + std::time::Duration::from_millis(200);
-    let config = DispatchConfig {
-        unit_headway: 1.2,
-        ..DispatchConfig::unbatched()
-    };
-    let (mut t, mut d) = created_with(90, 40, t0, config);
+    let (mut t, mut d) = created_with(90, 40, t0, staggered());
     // A burst from idle: spread over the free slots.
     let first: Vec<Unit> = (3..7)
         .map_while(|id| d.next_unit(&mut t, 1, id, t0))
         .collect();
     assert_eq!(first.len(), 3);
     // Every address is replaced while that wave is in flight (steady churn piling up).
-    let moved: Vec<(String, String)> = (1..=90u32)
-        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
-        .collect();
-    set_all(&mut t, &moved);
+    set_all(&mut t, &all_replaced());
     d.take_changes(&mut t, t0 + std::time::Duration::from_millis(50));
     for u in &first {
         d.on_report(&mut t, 1, applied(u.work_id), at);
@@ -320,42 +321,18 @@ fn a_backlog_built_beside_units_in_flight_is_not_spread_into_a_wave() {
 
 #[test]
 fn a_trickle_from_idle_is_not_held_past_its_first_quiet_interval() {
-    let t0 = Instant::now();
+    let (mut t, mut d, t0) = programmed_gathering(10);
     let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
-    let config = DispatchConfig {
-        batch_quiet: std::time::Duration::from_millis(10),
-        batch_linger: std::time::Duration::from_millis(100),
-        unit_headway: 0.0,
-        ..DispatchConfig::default()
-    };
-    let (mut t, mut d) = created_with(3, 1, t0, config);
-    assert!(
-        d.next_unit(&mut t, 1, 3, t0).is_none(),
-        "gathering from idle"
-    );
-    let first = d.next_unit(&mut t, 1, 3, ms(10)).expect("quiet");
-    d.on_report(&mut t, 1, applied(first.work_id), ms(20));
     // Long after, steady churn starts: a change every 5 ms, a few addresses each.
-    let eps = |moved: usize| -> Vec<Endpoint<'static>> {
-        const OLD: [&str; 3] = ["10.1.1.1", "10.1.2.1", "10.1.3.1"];
-        const NEW: [&str; 3] = ["10.1.1.9", "10.1.2.9", "10.1.3.9"];
-        const AT: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
-        (0..3)
-            .map(|i| Endpoint {
-                address: if i < moved { NEW[i] } else { OLD[i] },
-                location: AT[i],
-            })
-            .collect()
-    };
-    t.set_endpoints("svc", &eps(1)).unwrap();
+    t.set_endpoints("svc", &moved(1)).unwrap();
     assert!(d.next_unit(&mut t, 1, 4, ms(100)).is_none(), "gathering");
-    t.set_endpoints("svc", &eps(2)).unwrap();
+    t.set_endpoints("svc", &moved(2)).unwrap();
     assert!(
         d.next_unit(&mut t, 1, 4, ms(105)).is_none(),
         "within its first quiet interval"
     );
     assert_eq!(d.next_deadline(ms(105)), Some(ms(110)), "woken to weigh it");
-    t.set_endpoints("svc", &eps(3)).unwrap();
+    t.set_endpoints("svc", &moved(3)).unwrap();
     // 6 addresses in the first 10 ms: a trickle, cut although the changes keep coming (the
     // linger would have held them until 200 ms).
     let u = d.next_unit(&mut t, 1, 4, ms(110)).expect("a trickle goes");
