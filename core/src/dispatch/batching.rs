@@ -34,10 +34,24 @@ impl Batching {
     /// Notes that changes to locations were taken in at `now`. A change after a quiet interval
     /// starts a new burst, even when the last one was never cut (its locations needed no call,
     /// or they wait for a slot): otherwise its linger would be spent before it began.
-    /// `idle`: nothing waited and no location unit was in flight before these changes.
-    pub(super) fn changed(&mut self, config: &DispatchConfig, now: Instant, idle: bool) {
+    /// `idle`: no location unit was in flight before these changes, or ended within a quiet
+    /// interval. `waiting`: location work was already pending.
+    ///
+    /// A change after a quiet interval starts a new burst — unless the last one was never cut
+    /// and its work still waits: then it is the same backlog, whose linger counts from its first
+    /// change. (Writes about a quiet interval apart would otherwise each start a burst, and the
+    /// linger would never bind.) A burst never cut whose locations needed no call leaves nothing
+    /// waiting, so the next one starts afresh.
+    pub(super) fn changed(
+        &mut self,
+        config: &DispatchConfig,
+        now: Instant,
+        idle: bool,
+        waiting: bool,
+    ) {
         let first = match self.burst {
             Some((first, last)) if now <= last + config.batch_quiet => first,
+            Some((first, _)) if waiting => first,
             _ => {
                 self.from_idle = idle;
                 now
@@ -110,7 +124,7 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut b = Batching::default();
         assert_eq!(b.held_until(&c, 1, 4, t0), None, "no burst, no hold");
-        b.changed(&c, t0, true);
+        b.changed(&c, t0, true, false);
         assert_eq!(
             b.held_until(&c, 1, 4, t0),
             Some(ms(3)),
@@ -119,10 +133,10 @@ mod tests {
         assert_eq!(b.held_until(&c, 1, 4, ms(3)), None, "quiet: cut");
         // A stream of changes 1 ms apart keeps holding, up to the linger.
         for n in 1..=99 {
-            b.changed(&c, ms(n), true);
+            b.changed(&c, ms(n), true, false);
         }
         assert_eq!(b.held_until(&c, 5, 4, ms(99)), Some(ms(100)));
-        b.changed(&c, ms(100), true);
+        b.changed(&c, ms(100), true, false);
         assert_eq!(
             b.held_until(&c, 5, 4, ms(100)),
             None,
@@ -139,14 +153,14 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut b = Batching::default();
         // A burst whose locations needed no call: never cut.
-        b.changed(&c, t0, true);
-        b.changed(&c, ms(2), true);
+        b.changed(&c, t0, true, false);
+        b.changed(&c, ms(2), true, false);
         // The next burst, long after: held for its own quiet interval, not cut at once.
-        b.changed(&c, ms(500), true);
+        b.changed(&c, ms(500), true, false);
         assert_eq!(b.held_until(&c, 1, 4, ms(500)), Some(ms(503)));
         // And its linger counts from its own first change.
         for n in 501..=598 {
-            b.changed(&c, ms(n), true);
+            b.changed(&c, ms(n), true, false);
         }
         assert_eq!(b.held_until(&c, 1, 4, ms(598)), Some(ms(600)));
     }
@@ -156,7 +170,7 @@ mod tests {
         let c = config(3, 100);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(&c, t0, true);
+        b.changed(&c, t0, true, false);
         assert!(b.held_until(&c, 39, 4, t0).is_some());
         assert_eq!(b.held_until(&c, 40, 4, t0), None, "4 slots × 10 locations");
         assert_eq!(b.held_until(&c, 10, 1, t0), None, "1 slot × 10 locations");
@@ -167,12 +181,34 @@ mod tests {
         let c = config(3, 100);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(&c, t0, false);
+        b.changed(&c, t0, false, false);
         assert_eq!(b.held_until(&c, 1, 4, t0), None);
         assert_eq!(b.ends(&c), None);
         // Still the same burst when the slots have emptied: not gathered either.
-        b.changed(&c, t0 + Duration::from_millis(2), true);
+        b.changed(&c, t0 + Duration::from_millis(2), true, false);
         assert_eq!(b.held_until(&c, 1, 4, t0 + Duration::from_millis(2)), None);
+    }
+
+    #[test]
+    fn writes_a_quiet_interval_apart_onto_an_uncut_backlog_are_one_burst() {
+        let c = config(3, 100);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut b = Batching::default();
+        b.changed(&c, t0, true, false);
+        // Each write a little more than a quiet interval after the last, the backlog not cut:
+        // still the burst of t0, so its linger binds at 100 ms.
+        for n in (4..=96).step_by(4) {
+            b.changed(&c, ms(n), true, true);
+        }
+        assert_eq!(b.began(), Some(t0));
+        assert_eq!(b.held_until(&c, 1, 4, ms(96)), Some(ms(99)));
+        b.changed(&c, ms(100), true, true);
+        assert_eq!(
+            b.held_until(&c, 1, 4, ms(100)),
+            None,
+            "the linger bounds it"
+        );
     }
 
     #[test]
@@ -180,7 +216,7 @@ mod tests {
         let c = config(3, 0);
         let t0 = Instant::now();
         let mut b = Batching::default();
-        b.changed(&c, t0, true);
+        b.changed(&c, t0, true, false);
         assert_eq!(b.held_until(&c, 1, 4, t0), None);
         assert_eq!(b.ends(&c), None);
     }

@@ -429,7 +429,8 @@ impl Dispatcher {
                 && self
                     .last_location_end
                     .is_none_or(|t| now >= t + self.config.batch_quiet);
-            self.batching.changed(&self.config, now, idle);
+            let waiting = !self.pending_locations.is_empty();
+            self.batching.changed(&self.config, now, idle, waiting);
         }
         for l in dirty.locations {
             let key = Key::Location(l);
