@@ -86,6 +86,18 @@ impl Batching {
         Some((last + config.batch_quiet).min(first + config.batch_linger))
     }
 
+    /// When a gathered burst is to be looked at again after `now`: at the end of its first quiet
+    /// interval (to weigh it: a trickle is cut then), then when it ends (`None`: not gathered).
+    pub(super) fn next_look(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
+        let ends = self.ends(config)?;
+        let weighed = self.began()? + config.batch_quiet;
+        Some(if weighed > now {
+            weighed.min(ends)
+        } else {
+            ends
+        })
+    }
+
     /// Until when location units are held back at `now`, with `pending` locations waiting and
     /// room for `room` more mutating calls (`None`: cut now).
     pub(super) fn held_until(

@@ -259,13 +259,7 @@ impl Dispatcher {
         // after its first quiet interval if it is a trickle.
         let gathering = !self.pending_locations.is_empty() && self.location_units_in_flight() == 0;
         let gathered = gathering
-            .then(|| self.batching.ends(&self.config))
-            .flatten()
-            .into_iter()
-            .flat_map(|ends| {
-                let trickle_checked = self.batching.began().map(|t| t + self.config.batch_quiet);
-                [Some(ends), trickle_checked]
-            })
+            .then(|| self.batching.next_look(&self.config, now))
             .flatten();
         // A spaced location unit goes once its headway has passed.
         let spaced = (!self.pending_locations.is_empty())
