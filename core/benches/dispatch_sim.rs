@@ -8,7 +8,12 @@
 //! ```sh
 //! cargo bench -p clb-core --bench dispatch_sim
 //! CLB_SIM_HEADWAYS=0,1.05,1.2 CLB_SIM_RATES=2000,20000 CLB_SIM_OVERHEAD_MS=20 cargo bench -p clb-core --bench dispatch_sim
+//! CLB_SIM_JITTER_MS=0,20 CLB_SIM_FREE_START=1 cargo bench -p clb-core --bench dispatch_sim
 //! ```
+//!
+//! `CLB_SIM_JITTER_MS`: each unit's time gets a further 0 to that many ms, at random (a shared,
+//! loaded machine). `CLB_SIM_FREE_START=1`: the initial cluster is programmed at no cost, as
+//! `clbctl load` does, so the churn begins with a duration estimate from cheap calls.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -83,9 +88,31 @@ struct Outcomes {
     addresses: u64,
 }
 
-/// One run at `rate` churn events per second with `headway` and a worker-side `overhead_ms` per
-/// unit (report, scheduling).
-fn run(rate: f64, headway: f64, overhead_ms: f64) -> Outcomes {
+/// The shape of one simulated run.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Churn events per second.
+    rate: f64,
+    /// `DispatchConfig::unit_headway`.
+    headway: f64,
+    /// A worker-side cost per unit (report, scheduling), ms.
+    overhead_ms: f64,
+    /// At most this many ms more per unit, uniformly at random.
+    jitter_ms: f64,
+    /// The initial cluster is programmed at no cost.
+    free_start: bool,
+}
+
+/// One run of `shape`.
+fn run(shape: Shape) -> Outcomes {
+    let Shape {
+        rate,
+        headway,
+        overhead_ms,
+        jitter_ms,
+        free_start,
+    } = shape;
+    let mut noise = 0x9e37_79b9_7f4a_7c15u64;
     let t0 = Instant::now();
     let mut t = DiffTracker::new();
     let mut m = Model {
@@ -192,14 +219,22 @@ fn run(rate: f64, headway: f64, overhead_ms: f64) -> Outcomes {
                         .collect();
                     out.calls += 1;
                     out.addresses += addresses.len() as u64;
-                    let us = CALL_MS * 1000.0 + PER_ADDRESS_US * addresses.len() as f64;
+                    let us = if free_start && warm_up == u64::MAX {
+                        0.0
+                    } else {
+                        CALL_MS * 1000.0 + PER_ADDRESS_US * addresses.len() as f64
+                    };
                     carried.insert(unit.work_id, addresses);
                     us as u64
                 }
             };
+            noise ^= noise << 13;
+            noise ^= noise >> 7;
+            noise ^= noise << 17;
+            let jitter_us = (noise % 1_000_000) as f64 / 1_000_000.0 * jitter_ms * 1000.0;
             due.insert(
                 (
-                    now_us + took_us + (overhead_ms * 1000.0) as u64,
+                    now_us + took_us + (overhead_ms * 1000.0 + jitter_us) as u64,
                     unit.work_id,
                 ),
                 (),
@@ -223,6 +258,8 @@ fn main() {
     let rates = env_list("CLB_SIM_RATES", "2000,20000");
     let headways = env_list("CLB_SIM_HEADWAYS", "0,1.05,1.2");
     let overheads = env_list("CLB_SIM_OVERHEAD_MS", "5");
+    let jitters = env_list("CLB_SIM_JITTER_MS", "0");
+    let free_start = std::env::var("CLB_SIM_FREE_START").is_ok_and(|v| v == "1");
     println!(
         "dispatch_sim: {PODS} pods, {LOCATIONS} locations, {SERVICES} services, {SLOTS} slots, \
          calls of {CALL_MS} ms + {} ms per address, {SECONDS} s of churn once the cluster is programmed",
@@ -230,24 +267,32 @@ fn main() {
     );
     println!();
     println!(
-        "| churn/s | overhead per unit | headway | p50 | p90 | p99 | max | calls | addresses per call |"
+        "| churn/s | overhead per unit | jitter | headway | p50 | p90 | p99 | max | calls | addresses per call |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &rate in &rates {
-        for &overhead in &overheads {
-            for &headway in &headways {
-                let mut o = run(rate, headway, overhead);
-                o.latencies_ms.sort_by(f64::total_cmp);
-                let l = &o.latencies_ms;
-                println!(
-                    "| {rate} | {overhead} ms | {headway} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {:.0} |",
-                    percentile(l, 50.0),
-                    percentile(l, 90.0),
-                    percentile(l, 99.0),
-                    l.last().copied().unwrap_or(f64::NAN),
-                    o.calls,
-                    o.addresses as f64 / o.calls.max(1) as f64
-                );
+        for &overhead_ms in &overheads {
+            for &jitter_ms in &jitters {
+                for &headway in &headways {
+                    let mut o = run(Shape {
+                        rate,
+                        headway,
+                        overhead_ms,
+                        jitter_ms,
+                        free_start,
+                    });
+                    o.latencies_ms.sort_by(f64::total_cmp);
+                    let l = &o.latencies_ms;
+                    println!(
+                        "| {rate} | {overhead_ms} ms | {jitter_ms} ms | {headway} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {:.0} |",
+                        percentile(l, 50.0),
+                        percentile(l, 90.0),
+                        percentile(l, 99.0),
+                        l.last().copied().unwrap_or(f64::NAN),
+                        o.calls,
+                        o.addresses as f64 / o.calls.max(1) as f64
+                    );
+                }
             }
         }
     }

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use super::stagger::LateTurn;
 use super::{Dispatcher, Key, UnitWork};
 use crate::difftracker::{
     AddressUpdateAction, DiffTracker, LocationDiff, ServiceAction, ServiceChange, ServiceStatus,
@@ -66,12 +67,13 @@ impl Dispatcher {
     /// small one stays whole (see [`SPLIT_MIN_ADDRESSES`]). A partial update that would overflow
     /// the share is split: the unit takes the addresses that fit, the rest stays pending (NRP
     /// applies a partial update per address, and `flight.rs` keeps the two parts apart). A full
-    /// replacement is never split.
+    /// replacement is never split. A `late` turn takes its share of the backlog (`stagger.rs`).
     pub(super) fn cut_locations(
         &mut self,
         tracker: &DiffTracker,
         now: Instant,
         slots: usize,
+        late: Option<LateTurn>,
     ) -> Option<UnitWork> {
         let mut diffs: Vec<LocationDiff> = Vec::new();
         let mut addresses = 0usize;
@@ -80,7 +82,10 @@ impl Dispatcher {
         // Stopped with ready work behind (a bound or the share reached).
         let mut stopped = false;
         let budget = self.pending_locations.len();
-        let (share, everything) = self.share_of_wave(tracker, now, slots);
+        let (share, everything) = match late {
+            Some(turn) => self.share_of_turn(tracker, now, turn.share),
+            None => self.share_of_wave(tracker, now, slots),
+        };
         let most = self.config.max_locations_per_unit.max(1);
         while diffs.len() < most && addresses < share && scanned < budget {
             let Some(location) = self.pending_locations.pop() else {
@@ -144,8 +149,11 @@ impl Dispatcher {
         }
         // Ready work left behind (a bound or the share was reached before the queue was seen
         // through): a burst, whose next unit is not held for the headway.
-        let left_behind = stopped;
-        self.stagger.started(now, left_behind);
+        // A late turn leaves what came after it for the next turn, a headway after this one's.
+        match late {
+            Some(turn) => self.stagger.started(turn.due, false),
+            None => self.stagger.started(now, stopped),
+        }
         self.batching.cut();
         for name in diffs
             .iter()
@@ -168,7 +176,7 @@ impl Dispatcher {
 
     /// The ready backlog's addresses (less what is in flight), weighed without building the
     /// diffs, counted only up to `cap`.
-    fn ready_backlog(&self, tracker: &DiffTracker, now: Instant, cap: usize) -> usize {
+    pub(super) fn ready_backlog(&self, tracker: &DiffTracker, now: Instant, cap: usize) -> usize {
         let mut backlog = 0usize;
         for &location in self.pending_locations.iter() {
             if self.ready(&Key::Location(location), now) {
@@ -180,6 +188,15 @@ impl Dispatcher {
             }
         }
         backlog
+    }
+
+    /// The addresses a late turn carries (its `share` of the ready backlog, at least 1, at most
+    /// the unit bound), and whether that is all of it.
+    fn share_of_turn(&self, tracker: &DiffTracker, now: Instant, share: f64) -> (usize, bool) {
+        let bound = self.config.max_addresses_per_unit.max(1);
+        let backlog = self.ready_backlog(tracker, now, usize::MAX);
+        let take = ((backlog as f64 * share).ceil() as usize).clamp(1, bound);
+        (take, take >= backlog)
     }
 
     /// The addresses the next location unit may carry, and whether that is all the ready backlog:

@@ -338,3 +338,64 @@ fn a_trickle_from_idle_is_not_held_past_its_first_quiet_interval() {
     let u = d.next_unit(&mut t, 1, 4, ms(110)).expect("a trickle goes");
     assert_eq!(u.work.len(), 3);
 }
+
+/// The endpoints of `created_with(90, 40, ..)` with the addresses of locations `from..=to`
+/// replaced by new ones at the same location (80 changes a location).
+fn replaced(from: u32, to: u32) -> Vec<(String, String)> {
+    (1..=90u32)
+        .flat_map(|l| {
+            let net = if (from..=to).contains(&l) { 2 } else { 1 };
+            (1..=40u32).map(move |p| (format!("10.{net}.{l}.{p}"), format!("10.0.0.{l}")))
+        })
+        .collect()
+}
+
+#[test]
+fn a_late_turn_takes_what_had_built_up_by_its_time_and_keeps_the_schedule() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+    let (mut t, mut d) = created_with(90, 40, t0, staggered());
+    let first: Vec<Unit> = (3..7)
+        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
+        .collect();
+    for u in &first {
+        d.on_report(&mut t, 1, applied(u.work_id), ms(200));
+    }
+    // Steady churn: a location moves every 60 ms, each in its turn (headway 200 / 4 × 1.2).
+    let mut out = Vec::new();
+    for (k, at) in [(1, 200), (2, 260), (3, 320), (4, 380)] {
+        set_all(&mut t, &replaced(1, k));
+        out.push(
+            d.next_unit(&mut t, 1, 10 + u64::from(k), ms(at))
+                .expect("its turn"),
+        );
+    }
+    // Then 60 locations move (4,800 changes). The turn due at 440 finds every slot busy; the
+    // first slot frees at 470, and the unit then takes what had built up by its turn: the
+    // backlog in proportion to the time (the headway over the time since the last turn), not
+    // all of it.
+    set_all(&mut t, &replaced(1, 64));
+    assert!(
+        d.next_unit(&mut t, 1, 20, ms(440)).is_none(),
+        "every slot busy"
+    );
+    d.on_report(&mut t, 1, applied(out[0].work_id), ms(470));
+    // The estimate is now 0.8 × 200 + 0.2 × 270 = 214 ms: a headway of 64.2 ms.
+    let headway = 64.2;
+    assert_eq!(d.ready_backlog(&t, ms(470), usize::MAX), 4_800);
+    let late = wave(&mut t, &mut d, 20..22, ms(470));
+    let expected = 4_800.0 * headway / (470.0 - 380.0);
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert!(
+        (late[0] as f64 - expected).abs() <= 1.0,
+        "{late:?}, expected {expected}"
+    );
+    // The rest waits for the next turn, a headway after the one due (444.2 ms), though a slot
+    // frees before it: with the estimate at 219.2 ms, at 509.96 ms.
+    d.on_report(&mut t, 1, applied(out[1].work_id), ms(500));
+    assert!(
+        d.next_unit(&mut t, 1, 22, ms(509)).is_none(),
+        "held for its turn"
+    );
+    assert_eq!(wave(&mut t, &mut d, 22..24, ms(510)), vec![4_800 - late[0]]);
+}

@@ -522,8 +522,11 @@ impl Dispatcher {
                 } else {
                     room
                 };
+                let late = (slots == 1)
+                    .then(|| self.stagger.late_turn(&self.config, out, now))
+                    .flatten();
                 if locations && !gathering && !spaced {
-                    self.cut_locations(tracker, now, slots)
+                    self.cut_locations(tracker, now, slots, late)
                 } else {
                     None
                 }
