@@ -84,10 +84,18 @@ impl Stats {
     }
 }
 
-/// The bounded log of removals.
+/// Entries per chunk of the removal log.
+const CHUNK: usize = 4_096;
+
+/// The bounded log of removals. Kept as drafts (addresses as `IpAddr`) in chunks of [`CHUNK`]
+/// and formatted when read: a call that removes thousands of addresses appends without an
+/// allocation per address, and the log never moves its entries to grow (one contiguous buffer of
+/// up to a million entries did, inside the call that crossed a power of two — milliseconds on the
+/// state lock, added to that call's modelled latency).
 #[derive(Debug, Default)]
 pub(crate) struct RemovalLog {
-    entries: VecDeque<Removal>,
+    chunks: VecDeque<Vec<(u64, RemovalDraft)>>,
+    len: usize,
     next_seq: u64,
     dropped: u64,
 }
@@ -96,24 +104,46 @@ impl RemovalLog {
     pub(crate) fn push(&mut self, drafts: Vec<RemovalDraft>, capacity: usize) {
         for d in drafts {
             self.next_seq += 1;
-            self.entries.push_back(Removal {
-                seq: self.next_seq,
-                gateway: d.gateway,
-                location: d.location.to_string(),
-                address: d.address.to_string(),
-                removed_services: d.removed_services,
-                address_removed: d.address_removed,
-                cause: d.cause,
-            });
+            match self.chunks.back_mut() {
+                Some(chunk) if chunk.len() < CHUNK => chunk.push((self.next_seq, d)),
+                _ => {
+                    let mut chunk = Vec::with_capacity(CHUNK);
+                    chunk.push((self.next_seq, d));
+                    self.chunks.push_back(chunk);
+                }
+            }
+            self.len += 1;
         }
-        while self.entries.len() > capacity {
-            self.entries.pop_front();
-            self.dropped += 1;
+        while self.len > capacity {
+            let excess = self.len - capacity;
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            let n = excess.min(front.len());
+            if n == front.len() {
+                self.chunks.pop_front();
+            } else {
+                front.drain(..n);
+            }
+            self.len -= n;
+            self.dropped += n as u64;
         }
     }
 
     pub(crate) fn entries(&self) -> Vec<Removal> {
-        self.entries.iter().cloned().collect()
+        self.chunks
+            .iter()
+            .flatten()
+            .map(|(seq, d)| Removal {
+                seq: *seq,
+                gateway: d.gateway.clone(),
+                location: d.location.to_string(),
+                address: d.address.to_string(),
+                removed_services: d.removed_services.clone(),
+                address_removed: d.address_removed,
+                cause: d.cause,
+            })
+            .collect()
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -125,8 +155,51 @@ impl RemovalLog {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.entries.clear();
+        self.chunks.clear();
+        self.len = 0;
         self.dropped = 0;
         self.next_seq = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::RemovalCause;
+
+    fn drafts(n: u32) -> Vec<RemovalDraft> {
+        (0..n)
+            .map(|i| RemovalDraft {
+                gateway: "gw".into(),
+                location: "10.0.0.1".parse().unwrap(),
+                address: std::net::IpAddr::from(std::net::Ipv4Addr::from(0x0a01_0000 + i)),
+                removed_services: vec!["svc".into()],
+                address_removed: true,
+                cause: RemovalCause::AddressUpdate,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_log_keeps_the_newest_entries_up_to_its_capacity_across_chunks() {
+        let mut log = RemovalLog::default();
+        log.push(drafts(3 * CHUNK as u32), 10_000);
+        log.push(drafts(CHUNK as u32 + 7), 10_000);
+        let total = 4 * CHUNK as u64 + 7;
+        assert_eq!(log.total(), total);
+        assert_eq!(log.dropped(), total - 10_000);
+        let entries = log.entries();
+        assert_eq!(entries.len(), 10_000);
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, ((total - 9_999)..=total).collect::<Vec<_>>());
+        assert_eq!(
+            entries[9_999].address, "10.1.16.6",
+            "the last of the second push"
+        );
+        assert_eq!(entries[0].location, "10.0.0.1");
+        log.clear();
+        assert!(log.entries().is_empty());
+        log.push(drafts(2), 1);
+        assert_eq!((log.entries().len(), log.dropped(), log.total()), (1, 1, 2));
     }
 }
