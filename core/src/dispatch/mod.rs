@@ -522,7 +522,8 @@ impl Dispatcher {
                 } else {
                     room
                 };
-                let late = (slots == 1)
+                // A late turn is one slot freeing after its time; several free at once are not.
+                let late = (slots == 1 && room == 1)
                     .then(|| self.stagger.late_turn(&self.config, out, now))
                     .flatten();
                 if locations && !gathering && !spaced {

@@ -40,7 +40,12 @@ const NEWEST: f64 = 0.2;
 const JUMP: f64 = 2.0;
 
 /// How many headways late a turn may come and still keep its width (see the module's text).
-const LATE_TURNS: f64 = 2.0;
+const LATE_TURNS: f64 = 1.0;
+
+/// How late a turn must come, in headways, to keep its width: a turn a little late (a wake-up a
+/// millisecond after its time) takes everything, as leaving a sliver of the backlog behind would
+/// split a location for nothing.
+const LATE_MIN: f64 = 0.1;
 
 /// A turn that came after its time, every slot having been busy then.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -121,7 +126,7 @@ impl Stagger {
         let headway = self.headway(config)?;
         let due = last + headway;
         let late = now.checked_duration_since(due)?;
-        if late.is_zero() || late >= headway.mul_f64(LATE_TURNS) {
+        if late < headway.mul_f64(LATE_MIN) || late >= headway.mul_f64(LATE_TURNS) {
             return None;
         }
         Some(LateTurn {
@@ -180,11 +185,12 @@ mod tests {
         assert_eq!(turn.due, t0 + ms(50));
         assert!((turn.share - 50.0 / 75.0).abs() < 1e-9, "{}", turn.share);
         assert_eq!(s.late_turn(&c, 4, t0 + ms(50)), None, "on time");
+        assert_eq!(s.late_turn(&c, 4, t0 + ms(54)), None, "a sliver late");
         assert_eq!(s.late_turn(&c, 4, t0 + ms(20)), None, "not yet due");
         assert_eq!(
             s.late_turn(&c, 4, t0 + ms(150)),
             None,
-            "two headways late: everything goes"
+            "a whole headway late: everything goes"
         );
         assert_eq!(s.late_turn(&c, 0, t0 + ms(75)), None, "nothing in flight");
         s.started(t0, true);
