@@ -77,7 +77,13 @@ impl Dispatcher {
     ) -> Option<UnitWork> {
         let mut diffs: Vec<LocationDiff> = Vec::new();
         let mut addresses = 0usize;
+        // Locations that go back to the front of the queue (not served, or split: their rest goes
+        // first next time) and to its back (served whole, still pending while in flight): a
+        // location served goes behind those the unit did not reach, so that units cut short (a
+        // share, a bound) take turns over the locations instead of serving the same ones first
+        // every time.
         let mut keep = Vec::new();
+        let mut served = Vec::new();
         let mut scanned = 0usize;
         // Stopped with ready work behind (a bound or the share reached).
         let mut stopped = false;
@@ -111,7 +117,7 @@ impl Dispatcher {
                 continue;
             };
             let admitted = self.flight.admit(diff);
-            let mut stays = admitted.held_back || in_flight;
+            let stays = admitted.held_back || in_flight;
             let Some(mut diff) = admitted.diff else {
                 if stays {
                     keep.push(location);
@@ -119,11 +125,12 @@ impl Dispatcher {
                 continue;
             };
             let room = share - addresses;
+            let mut split = false;
             if diff.addresses.len() > room {
                 if diff.action == AddressUpdateAction::Partial {
                     // Take what fits; the rest goes in another unit.
                     diff.addresses.truncate(room);
-                    stays = true;
+                    split = true;
                     stopped = true;
                 } else if !diffs.is_empty() {
                     // A full replacement goes whole: in the next unit.
@@ -133,8 +140,10 @@ impl Dispatcher {
                 }
                 // Else a full replacement larger than the share goes alone.
             }
-            if stays {
+            if split {
                 keep.push(location);
+            } else if stays {
+                served.push(location);
             }
             addresses += diff.addresses.len();
             self.flight.take(&diff);
@@ -143,6 +152,9 @@ impl Dispatcher {
         stopped |= scanned < budget && (diffs.len() >= most || (addresses >= share && !everything));
         for location in keep.into_iter().rev() {
             self.pending_locations.push_front(location);
+        }
+        for location in served {
+            self.pending_locations.push(location);
         }
         if diffs.is_empty() {
             return None;

@@ -399,3 +399,73 @@ fn a_late_turn_takes_what_had_built_up_by_its_time_and_keeps_the_schedule() {
     );
     assert_eq!(wave(&mut t, &mut d, 22..24, ms(510)), vec![4_800 - late[0]]);
 }
+
+/// The endpoints of `created_with(10, 40, ..)` with the first `replaced[l - 1]` addresses of
+/// location `l` replaced by new ones (2 changes a location for each).
+fn replaced_at(replaced: &[u32; 10]) -> Vec<(String, String)> {
+    (1..=10u32)
+        .flat_map(|l| {
+            let k = replaced[l as usize - 1];
+            (1..=40u32).map(move |p| {
+                let net = if p <= k { 2 } else { 1 };
+                (format!("10.{net}.{l}.{p}"), format!("10.0.0.{l}"))
+            })
+        })
+        .collect()
+}
+
+/// The locations a location unit carries.
+fn locations_of(u: &Unit) -> Vec<IpAddr> {
+    match &u.work {
+        UnitWork::Locations(diffs) => diffs.iter().map(|d| d.location).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn units_cut_short_take_turns_over_the_locations() {
+    let now = Instant::now();
+    let config = DispatchConfig {
+        max_addresses_per_unit: 6,
+        ..DispatchConfig::unbatched()
+    };
+    let (mut t, mut d) = created_with(10, 40, now, config);
+    let first = d
+        .next_unit(&mut t, 1, 3, now)
+        .expect("the first programming");
+    d.on_report(&mut t, 1, applied(first.work_id), now);
+    let mut id = 4;
+    while let Some(u) = d.next_unit(&mut t, 1, id, now) {
+        d.on_report(&mut t, 1, applied(u.work_id), now);
+        id += 1;
+    }
+    assert!(t.pending_diff().locations.is_empty(), "all programmed");
+    // Every location changes (2 addresses each): 4 units of at most 6 addresses hold the 4 slots.
+    let mut replaced = [1u32; 10];
+    set_all(&mut t, &replaced_at(&replaced));
+    let wave: Vec<Unit> = (20..24)
+        .map_while(|id| d.next_unit(&mut t, 1, id, now))
+        .collect();
+    assert_eq!(wave.len(), 4);
+    // The first ends; the locations of the other three change again, beside what is in flight.
+    d.on_report(&mut t, 1, applied(wave[0].work_id), now);
+    let done = locations_of(&wave[0]);
+    let again = |replaced: &mut [u32; 10]| {
+        for l in 1..=10u8 {
+            if !done.contains(&IpAddr::from([10, 0, 0, l])) {
+                replaced[l as usize - 1] += 1;
+            }
+        }
+    };
+    again(&mut replaced);
+    set_all(&mut t, &replaced_at(&replaced));
+    let e = locations_of(&d.next_unit(&mut t, 1, 24, now).expect("a unit"));
+    // The second ends and they change once more. What the last unit served (in flight, and
+    // pending still) goes behind what it did not reach: the next unit takes other locations, not
+    // the same ones first again.
+    d.on_report(&mut t, 1, applied(wave[1].work_id), now);
+    again(&mut replaced);
+    set_all(&mut t, &replaced_at(&replaced));
+    let f = locations_of(&d.next_unit(&mut t, 1, 25, now).expect("a unit"));
+    assert!(f.iter().all(|l| !e.contains(l)), "{e:?} then {f:?}");
+}
