@@ -366,9 +366,20 @@ async fn execute(
                 }
             }
             let _permit = acquire(st, &m, cfg)?;
-            pause_until(st, call.arrived + latency(cfg, m.address_count())).await?;
-            let applied = st.emu.apply(m, cfg, call.version)?;
-            Ok(respond(applied, None))
+            // The emulator's own apply is part of the modelled latency (`ApplyCost`): it starts
+            // so as to end with it, and the answer still waits for the latency's end.
+            let addresses = m.address_count();
+            let end = call.arrived + latency(cfg, addresses);
+            let cost = &st.emu.inner.apply_cost;
+            let start = end
+                .checked_sub(cost.estimate(addresses))
+                .map_or(call.arrived, |t| t.max(call.arrived));
+            pause_until(st, start).await?;
+            let begun = tokio::time::Instant::now();
+            let applied = st.emu.apply(m, cfg, call.version);
+            cost.record(addresses, begun.elapsed());
+            pause_until(st, end).await?;
+            Ok(respond(applied?, None))
         }
     }
 }

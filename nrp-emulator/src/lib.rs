@@ -88,6 +88,7 @@ struct Inner {
     limiter: Arc<Limiter>,
     operations: Mutex<Operations>,
     budgets: Mutex<WriteBudgets>,
+    apply_cost: faults::ApplyCost,
 }
 
 /// A handle on one emulated NRP: cheap to clone (an `Arc` inside); every clone sees the same state.
@@ -128,6 +129,7 @@ impl Emulator {
                 limiter: Arc::new(Limiter::default()),
                 operations: Mutex::new(Operations::default()),
                 budgets: Mutex::new(WriteBudgets::default()),
+                apply_cost: faults::ApplyCost::default(),
             }),
         }
     }
