@@ -167,11 +167,13 @@ impl Dispatcher {
             None => self.stagger.started(now, stopped),
         }
         self.batching.cut();
-        for name in diffs
-            .iter()
-            .flat_map(|d| d.addresses.iter().flat_map(|a| a.services.iter()))
-        {
-            *self.service_refs_in_flight.entry(name.clone()).or_default() += 1;
+        for (name, n) in service_refs(&diffs) {
+            match self.service_refs_in_flight.get_mut(name) {
+                Some(count) => *count += n,
+                None => {
+                    self.service_refs_in_flight.insert(name.to_owned(), n);
+                }
+            }
         }
         Some(UnitWork::Locations(diffs))
     }
@@ -230,4 +232,17 @@ impl Dispatcher {
         let share = backlog.div_ceil(units).clamp(1, bound);
         (share, share >= backlog)
     }
+}
+
+/// How many addresses of `diffs` refer to each service: counted per unit, so that the count of
+/// refs in flight is updated once per service, not once per address.
+pub(super) fn service_refs(diffs: &[LocationDiff]) -> foldhash::HashMap<&str, u32> {
+    let mut refs = foldhash::HashMap::default();
+    for name in diffs
+        .iter()
+        .flat_map(|d| d.addresses.iter().flat_map(|a| a.services.iter()))
+    {
+        *refs.entry(name.as_str()).or_default() += 1;
+    }
+    refs
 }

@@ -3,7 +3,7 @@
 //! addresses it carries, so a change to another address of the same location can go in another
 //! unit meanwhile instead of waiting a whole call (NRP applies a partial update per address).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::difftracker::{AddressUpdateAction, LocationDiff};

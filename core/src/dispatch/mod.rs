@@ -617,12 +617,12 @@ impl Dispatcher {
                 self.last_location_end = Some(now);
                 for d in diffs {
                     self.flight.release(d);
-                    for name in d.addresses.iter().flat_map(|a| a.services.iter()) {
-                        if let Some(n) = self.service_refs_in_flight.get_mut(name) {
-                            *n -= 1;
-                            if *n == 0 {
-                                self.service_refs_in_flight.remove(name);
-                            }
+                }
+                for (name, n) in cut::service_refs(diffs) {
+                    if let Some(count) = self.service_refs_in_flight.get_mut(name) {
+                        *count = count.saturating_sub(n);
+                        if *count == 0 {
+                            self.service_refs_in_flight.remove(name);
                         }
                     }
                 }
