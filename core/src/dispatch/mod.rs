@@ -29,7 +29,8 @@ use batching::Batching;
 use flight::LocationFlight;
 use stagger::Stagger;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -196,17 +197,17 @@ impl Dispatcher {
     pub fn new(config: DispatchConfig, env: DispatchEnv) -> Self {
         Self {
             config,
-            in_flight: HashMap::new(),
-            busy: HashSet::new(),
+            in_flight: HashMap::default(),
+            busy: HashSet::default(),
             flight: LocationFlight::default(),
-            service_refs_in_flight: HashMap::new(),
+            service_refs_in_flight: HashMap::default(),
             pending_locations: Queue::default(),
             pending_services: Queue::default(),
-            pending_since: HashMap::new(),
-            backoff: HashMap::new(),
-            parked: HashMap::new(),
-            failing: HashMap::new(),
-            awaiting_read_back: HashMap::new(),
+            pending_since: HashMap::default(),
+            backoff: HashMap::default(),
+            parked: HashMap::default(),
+            failing: HashMap::default(),
+            awaiting_read_back: HashMap::default(),
             reports: 0,
             observe: ObserveState {
                 asap: true,
@@ -214,7 +215,7 @@ impl Dispatcher {
             },
             errors: VecDeque::new(),
             stats: DispatchStats::default(),
-            dispatches: HashMap::new(),
+            dispatches: HashMap::default(),
             observe_dispatches: 0,
             wall: env.wall,
             jitter: env.jitter,
