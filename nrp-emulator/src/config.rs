@@ -22,7 +22,8 @@ pub enum ThrottleResponse {
 #[serde(default, deny_unknown_fields)]
 pub struct EmulatorConfig {
     /// Latency of every ARM call, in milliseconds, counted from the request's arrival (reading and
-    /// parsing it are part of it, as they are of Azure's).
+    /// parsing it are part of it, as they are of Azure's, and so is applying it: the apply starts
+    /// about its learnt duration before the latency ends, and the answer waits for the end).
     pub latency_ms: u64,
     /// Latency added per address carried by an `updateAddressLocations` call, in microseconds.
     pub latency_per_address_us: u64,
