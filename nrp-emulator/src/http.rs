@@ -367,13 +367,14 @@ async fn execute(
             }
             let _permit = acquire(st, &m, cfg)?;
             // The emulator's own apply is part of the modelled latency (`ApplyCost`): it starts
-            // so as to end with it, and the answer still waits for the latency's end.
+            // so as to end with it — never before half the latency, so that a wrong estimate
+            // cannot show a change much before its call ends — and the answer still waits for
+            // the latency's end.
             let addresses = m.address_count();
-            let end = call.arrived + latency(cfg, addresses);
+            let modelled = latency(cfg, addresses);
+            let end = call.arrived + modelled;
             let cost = &st.emu.inner.apply_cost;
-            let start = end
-                .checked_sub(cost.estimate(addresses))
-                .map_or(call.arrived, |t| t.max(call.arrived));
+            let start = end - cost.estimate(addresses).min(modelled / 2);
             pause_until(st, start).await?;
             let begun = tokio::time::Instant::now();
             let applied = st.emu.apply(m, cfg, call.version);
