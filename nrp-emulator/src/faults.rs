@@ -221,11 +221,6 @@ mod tests {
         assert_eq!(l.max_observed(), 2);
         assert_eq!(l.in_flight(), 3);
     }
-}
-
-#[cfg(test)]
-mod apply_cost_tests {
-    use super::*;
 
     #[test]
     fn the_apply_cost_is_learnt_per_address_and_smoothed() {

@@ -77,12 +77,32 @@ fn staggered() -> DispatchConfig {
     }
 }
 
+/// The endpoints of `created_with(locations, per_location, ..)` with address `p` of location
+/// `l` replaced by a new one at the same location where `new(l, p)` (2 changes each).
+fn endpoints(
+    locations: u32,
+    per_location: u32,
+    new: impl Fn(u32, u32) -> bool,
+) -> Vec<(String, String)> {
+    (1..=locations)
+        .flat_map(|l| (1..=per_location).map(move |p| (l, p)))
+        .map(|(l, p)| {
+            let net = if new(l, p) { 2 } else { 1 };
+            (format!("10.{net}.{l}.{p}"), format!("10.0.0.{l}"))
+        })
+        .collect()
+}
+
 /// Every address of `created_with(90, 40, ..)` replaced by a new one at the same location (80
 /// changes a location, 7,200 in all).
 fn all_replaced() -> Vec<(String, String)> {
-    (1..=90u32)
-        .flat_map(|l| (1..=40u32).map(move |p| (format!("10.2.{l}.{p}"), format!("10.0.0.{l}"))))
-        .collect()
+    endpoints(90, 40, |_, _| true)
+}
+
+/// The first wave of `created_with(90, 40, ..)` at `t0`: its first programming, a burst spread
+/// over the free slots.
+fn first_wave(t: &mut DiffTracker, d: &mut Dispatcher, t0: Instant) -> Vec<Unit> {
+    (3..7).map_while(|id| d.next_unit(t, 1, id, t0)).collect()
 }
 
 /// The addresses each location unit cut at `now` carries, until none is cut.
@@ -259,9 +279,7 @@ fn a_burst_is_spread_over_the_free_slots_whatever_the_headway() {
     let (mut t, mut d) = created_with(90, 40, t0, staggered());
     // A burst: the first programming of 90 locations, spread over the free slots at once
     // (each unit but the last leaves ready work behind), each unit measured at 200 ms.
-    let first: Vec<Unit> = (3..7)
-        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
-        .collect();
+    let first = first_wave(&mut t, &mut d, t0);
     let sizes: Vec<usize> = first.iter().map(|u| u.work.len()).collect();
     assert_eq!(sizes, vec![30, 30, 30]);
     for u in &first {
@@ -304,9 +322,7 @@ fn a_backlog_built_beside_units_in_flight_is_not_spread_into_a_wave() {
     let at = t0 + std::time::Duration::from_millis(200);
     let (mut t, mut d) = created_with(90, 40, t0, staggered());
     // A burst from idle: spread over the free slots.
-    let first: Vec<Unit> = (3..7)
-        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
-        .collect();
+    let first = first_wave(&mut t, &mut d, t0);
     assert_eq!(first.len(), 3);
     // Every address is replaced while that wave is in flight (steady churn piling up).
     set_all(&mut t, &all_replaced());
@@ -342,12 +358,7 @@ fn a_trickle_from_idle_is_not_held_past_its_first_quiet_interval() {
 /// The endpoints of `created_with(90, 40, ..)` with the addresses of locations `from..=to`
 /// replaced by new ones at the same location (80 changes a location).
 fn replaced(from: u32, to: u32) -> Vec<(String, String)> {
-    (1..=90u32)
-        .flat_map(|l| {
-            let net = if (from..=to).contains(&l) { 2 } else { 1 };
-            (1..=40u32).map(move |p| (format!("10.{net}.{l}.{p}"), format!("10.0.0.{l}")))
-        })
-        .collect()
+    endpoints(90, 40, |l, _| (from..=to).contains(&l))
 }
 
 #[test]
@@ -355,9 +366,7 @@ fn a_late_turn_takes_what_had_built_up_by_its_time_and_keeps_the_schedule() {
     let t0 = Instant::now();
     let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
     let (mut t, mut d) = created_with(90, 40, t0, staggered());
-    let first: Vec<Unit> = (3..7)
-        .map_while(|id| d.next_unit(&mut t, 1, id, t0))
-        .collect();
+    let first = first_wave(&mut t, &mut d, t0);
     for u in &first {
         d.on_report(&mut t, 1, applied(u.work_id), ms(200));
     }
@@ -403,15 +412,7 @@ fn a_late_turn_takes_what_had_built_up_by_its_time_and_keeps_the_schedule() {
 /// The endpoints of `created_with(10, 40, ..)` with the first `replaced[l - 1]` addresses of
 /// location `l` replaced by new ones (2 changes a location for each).
 fn replaced_at(replaced: &[u32; 10]) -> Vec<(String, String)> {
-    (1..=10u32)
-        .flat_map(|l| {
-            let k = replaced[l as usize - 1];
-            (1..=40u32).map(move |p| {
-                let net = if p <= k { 2 } else { 1 };
-                (format!("10.{net}.{l}.{p}"), format!("10.0.0.{l}"))
-            })
-        })
-        .collect()
+    endpoints(10, 40, |l, p| p <= replaced[l as usize - 1])
 }
 
 /// The locations a location unit carries.
