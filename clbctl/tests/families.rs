@@ -46,6 +46,7 @@ fn service(id: &str, family: v1::IpFamily) -> Update {
                 target_port: 0,
             }],
             ip_family: family as i32,
+            settings: None,
         })),
     }
 }

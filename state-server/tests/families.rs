@@ -30,6 +30,7 @@ fn service(id: &str, family: i32) -> Update {
                 target_port: 0,
             }],
             ip_family: family,
+            settings: None,
         })),
     }
 }

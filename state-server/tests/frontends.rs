@@ -390,6 +390,7 @@ fn with_rules(
                     target_port: 0,
                 })
                 .collect(),
+            settings: None,
         });
     }
     snapshot

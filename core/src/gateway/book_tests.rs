@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::lb::port_set;
 use super::*;
 use clb_core::difftracker::{ActualSnapshot, Operation};
 use clb_core::dispatch::{Outcome, Report, UnitWork};
@@ -28,7 +29,7 @@ trait OnReport {
         worker: u64,
         report: Report,
         frontends: Vec<(String, String)>,
-        rules: Vec<(String, Vec<Port>)>,
+        rules: Vec<(String, LbSpec)>,
         now: Instant,
     ) -> bool;
 }
@@ -39,7 +40,7 @@ impl OnReport for GatewayCore {
         worker: u64,
         report: Report,
         frontends: Vec<(String, String)>,
-        rules: Vec<(String, Vec<Port>)>,
+        rules: Vec<(String, LbSpec)>,
         now: Instant,
     ) -> bool {
         self.take_report(
@@ -139,6 +140,14 @@ fn an_observe_replaces_the_frontends_with_the_union_of_its_parts_at_the_last_par
     assert!(g.frontends.is_empty(), "{:?}", g.frontends);
 }
 
+/// A load balancer as a read-back that did not report its settings has it.
+fn read(ports: Vec<Port>) -> LbSpec {
+    LbSpec {
+        ports,
+        settings: None,
+    }
+}
+
 fn ports(list: &[(Protocol, u32)]) -> Vec<Port> {
     list.iter()
         .map(|&(protocol, port)| Port {
@@ -175,7 +184,8 @@ fn observed_rules_create_again_only_a_desired_service_read_back_with_other_ports
     let mut g = gateway();
     let now = Instant::now();
     g.tracker.update_service(Operation::Add, "a").unwrap();
-    g.service_ports.insert("a".into(), ports(&[(Tcp, 80)]));
+    g.service_specs
+        .insert("a".into(), LbSpec::ports(ports(&[(Tcp, 80)])));
     let unit = g.dispatch.next_unit(&mut g.tracker, 1, 7, now).unwrap();
     assert_eq!(unit.work, UnitWork::Observe);
     // A creation of `a` is in flight (with the desired ports): its report decides.
@@ -183,19 +193,20 @@ fn observed_rules_create_again_only_a_desired_service_read_back_with_other_ports
     let UnitWork::Services(changes) = &unit.work else {
         panic!("{:?}", unit.work)
     };
-    assert_eq!(g.ports_for(&changes[0]), ports(&[(Tcp, 80)]));
+    assert_eq!(g.spec_for(&changes[0]), LbSpec::ports(ports(&[(Tcp, 80)])));
     for s in ["b", "c", "d"] {
         g.tracker.update_service(Operation::Add, s).unwrap();
-        g.service_ports.insert(s.into(), ports(&[(Tcp, 80)]));
+        g.service_specs
+            .insert(s.into(), LbSpec::ports(ports(&[(Tcp, 80)])));
     }
-    g.service_ports
-        .insert("c".into(), ports(&[(unspecified, 80)]));
+    g.service_specs
+        .insert("c".into(), LbSpec::ports(ports(&[(unspecified, 80)])));
     let before = g.tracker.revision();
     let rules = vec![
-        ("a".to_string(), ports(&[(Tcp, 1)])),
-        ("c".to_string(), ports(&[(Tcp, 1)])),
-        ("d".to_string(), ports(&[(Tcp, 80), (Tcp, 80)])),
-        ("gone".to_string(), ports(&[(Tcp, 1)])),
+        ("a".to_string(), read(ports(&[(Tcp, 1)]))),
+        ("c".to_string(), read(ports(&[(Tcp, 1)]))),
+        ("d".to_string(), read(ports(&[(Tcp, 80), (Tcp, 80)]))),
+        ("gone".to_string(), read(ports(&[(Tcp, 1)]))),
     ];
     let lbs = ["a", "b", "c", "d"];
     assert!(g.on_report(1, observed(7, &lbs, true), Vec::new(), rules, now));
@@ -204,16 +215,16 @@ fn observed_rules_create_again_only_a_desired_service_read_back_with_other_ports
         before,
         "in flight (a), no rules read (b), unprogrammable (c), the same (d): nothing to do"
     );
-    assert!(!g.programmed_ports.contains_key("a"));
-    assert!(!g.programmed_ports.contains_key("b"));
-    assert!(!g.programmed_ports.contains_key("gone"), "not in NRP");
-    assert_eq!(g.programmed_ports["c"], ports(&[(Tcp, 1)]));
+    assert!(!g.programmed.contains_key("a"));
+    assert!(!g.programmed.contains_key("b"));
+    assert!(!g.programmed.contains_key("gone"), "not in NRP");
+    assert_eq!(g.programmed["c"].ports, ports(&[(Tcp, 1)]));
 
     // b's rules read back, with another protocol: b is created again (and only b).
     g.dispatch.request_observe();
     let unit = g.dispatch.next_unit(&mut g.tracker, 1, 8, now).unwrap();
     assert_eq!(unit.work, UnitWork::Observe);
-    let rules = vec![("b".to_string(), ports(&[(Udp, 80)]))];
+    let rules = vec![("b".to_string(), read(ports(&[(Udp, 80)])))];
     assert!(g.on_report(1, observed(8, &lbs, true), Vec::new(), rules, now));
     assert!(g.tracker.revision() > before, "b is created again");
 }
@@ -226,7 +237,8 @@ fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
     let mut g = gateway();
     let now = Instant::now();
     g.tracker.update_service(Operation::Add, "a").unwrap();
-    g.service_ports.insert("a".into(), ports(&[(Tcp, 80)]));
+    g.service_specs
+        .insert("a".into(), LbSpec::ports(ports(&[(Tcp, 80)])));
     let unit = g.dispatch.next_unit(&mut g.tracker, 1, 1, now).unwrap();
     assert_eq!(unit.work, UnitWork::Observe);
     assert!(g.on_report(1, observed(1, &[], true), Vec::new(), Vec::new(), now));
@@ -234,7 +246,7 @@ fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
     let UnitWork::Services(changes) = &unit.work else {
         panic!("{:?}", unit.work)
     };
-    g.ports_for(&changes[0]);
+    g.spec_for(&changes[0]);
     let unconfirmed = Report {
         work_id: 2,
         applied: Vec::new(),
@@ -250,15 +262,76 @@ fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
     let later = now + Duration::from_secs(60);
     let unit = g.dispatch.next_unit(&mut g.tracker, 1, 3, later).unwrap();
     assert_eq!(unit.work, UnitWork::Observe);
-    let rules = vec![("a".to_string(), ports(&[(Tcp, 80)]))];
+    let rules = vec![("a".to_string(), read(ports(&[(Tcp, 80)])))];
     assert!(g.on_report(1, observed(3, &["a"], true), Vec::new(), rules, later));
     assert!(
         g.tracker.service_view("a").is_some_and(|v| v.actual),
         "in NRP"
     );
-    assert_eq!(g.programmed_ports.get("a"), Some(&ports(&[(Tcp, 80)])));
+    assert_eq!(
+        g.programmed.get("a").map(|s| &s.ports),
+        Some(&ports(&[(Tcp, 80)]))
+    );
     // The port changes: the service is created again.
     let before = g.tracker.revision();
-    g.ports_desired("a", Some(ports(&[(Tcp, 1000)])));
+    g.spec_desired("a", Some(LbSpec::ports(ports(&[(Tcp, 1000)]))));
     assert!(g.tracker.revision() > before, "a is created again");
+}
+
+/// Issue 33: a change of a load balancer's settings (not only of its ports) creates the service
+/// again, both when a writer changes it and when a read-back finds NRP's settings other than the
+/// desired ones; a read-back that matches them changes nothing.
+#[test]
+fn settings_that_differ_from_the_programmed_ones_create_the_service_again() {
+    use Protocol::Tcp;
+    let mut g = gateway();
+    let now = Instant::now();
+    g.tracker.update_service(Operation::Add, "a").unwrap();
+    let desired = LbSpec {
+        ports: ports(&[(Tcp, 80)]),
+        settings: Some(LbSettings {
+            idle_timeout_minutes: 15,
+            ..LbSettings::default()
+        }),
+    };
+    g.spec_desired("a", Some(desired.clone()));
+    let unit = g.dispatch.next_unit(&mut g.tracker, 1, 1, now).unwrap();
+    assert_eq!(unit.work, UnitWork::Observe);
+    assert!(g.on_report(1, observed(1, &["a"], true), Vec::new(), Vec::new(), now));
+    // NRP has it with the desired settings: nothing to do.
+    g.dispatch.request_observe();
+    let unit = g.dispatch.next_unit(&mut g.tracker, 1, 2, now).unwrap();
+    assert_eq!(unit.work, UnitWork::Observe);
+    let before = g.tracker.revision();
+    let same = vec![("a".to_string(), desired.clone())];
+    assert!(g.on_report(1, observed(2, &["a"], true), Vec::new(), same, now));
+    assert_eq!(g.tracker.revision(), before);
+    // A read-back finds the idle timeout changed out of band: created again.
+    g.dispatch.request_observe();
+    let unit = g.dispatch.next_unit(&mut g.tracker, 1, 3, now).unwrap();
+    assert_eq!(unit.work, UnitWork::Observe);
+    let drifted = LbSpec {
+        settings: Some(LbSettings::default()),
+        ..desired.clone()
+    };
+    let rules = vec![("a".to_string(), drifted)];
+    assert!(g.on_report(1, observed(3, &["a"], true), Vec::new(), rules, now));
+    assert!(g.tracker.revision() > before, "drift repaired");
+    // Programmed as desired again; then the writer asks for affinity: created again.
+    g.programmed.insert("a".into(), desired.clone());
+    let before = g.tracker.revision();
+    g.spec_desired("a", Some(desired.clone()));
+    let affinity = LbSpec {
+        settings: Some(LbSettings {
+            idle_timeout_minutes: 15,
+            source_ip_affinity: true,
+            ..LbSettings::default()
+        }),
+        ..desired
+    };
+    g.spec_desired("a", Some(affinity));
+    assert!(
+        g.tracker.revision() > before,
+        "created again for the new settings"
+    );
 }

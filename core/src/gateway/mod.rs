@@ -13,6 +13,7 @@
 
 pub mod condition;
 pub mod gate;
+pub mod lb;
 mod report;
 pub mod update;
 
@@ -26,6 +27,7 @@ use crate::difftracker::{
 };
 use crate::dispatch::{DispatchConfig, DispatchEnv, Dispatcher, Expired, Unit};
 use gate::{GateNote, GateView, Handover, RestartGate, Topology};
+pub use lb::{Frontend, LbSettings, LbSpec};
 use update::{ApplyOutcome, Item, ItemFault, ResyncOutcome, Rights, Update};
 
 /// The part of the desired state a resync covers.
@@ -117,16 +119,6 @@ impl Port {
     }
 }
 
-/// Ports as a set of (protocol, port, backend port): the order and repetition of a list do not
-/// change the rules, and a target port of 0 is the port itself, so a change of the target port
-/// re-creates the rules as a port change does.
-fn port_set(ports: &[Port]) -> BTreeSet<(Protocol, u32, u32)> {
-    ports
-        .iter()
-        .map(|p| (p.protocol, p.port, p.backend_port()))
-        .collect()
-}
-
 /// What the server knows of one writer of a gateway.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriterRecord {
@@ -149,14 +141,14 @@ pub struct GatewayConfig {
     pub dispatch: DispatchConfig,
 }
 
-/// A unit leased to a worker, with the ports each of its service changes carries (empty but for
-/// the creation of an inbound service).
+/// A unit leased to a worker, with the load balancer each of its service changes carries (empty
+/// but for the creation of an inbound service).
 #[derive(Debug, Clone)]
 pub struct Leased {
     /// The unit.
     pub unit: Unit,
     /// For a services unit, one entry per change, in order; empty otherwise.
-    pub ports: Vec<Vec<Port>>,
+    pub specs: Vec<LbSpec>,
 }
 
 /// What a report carries beside the dispatcher's [`Report`](crate::dispatch::Report): the frontends it names (for a
@@ -166,8 +158,8 @@ pub struct Leased {
 pub struct ReportExtras {
     /// (service, frontend IP) pairs.
     pub frontends: Vec<(String, String)>,
-    /// (service, rule ports) pairs of an observe's part.
-    pub rules: Vec<(String, Vec<Port>)>,
+    /// (service, load balancer as read back) pairs of an observe's part.
+    pub rules: Vec<(String, LbSpec)>,
     /// Outbound services whose brought NAT gateway an observe's part found missing.
     pub missing_nat_gateways: Vec<String>,
 }
@@ -190,7 +182,7 @@ pub struct ResyncDone {
 #[derive(Debug, Default)]
 struct ObservedExtras {
     frontends: HashMap<String, String>,
-    rules: HashMap<String, Vec<Port>>,
+    rules: HashMap<String, LbSpec>,
     missing_nat_gateways: BTreeSet<String>,
 }
 
@@ -201,16 +193,17 @@ pub struct GatewayCore {
     tracker: DiffTracker,
     dispatch: Dispatcher,
     writers: BTreeMap<String, WriterRecord>,
-    /// Desired ports of inbound identities (canonical name).
-    service_ports: HashMap<String, Vec<Port>>,
+    /// Desired load balancers (ports and settings) of inbound identities (canonical name).
+    service_specs: HashMap<String, LbSpec>,
     /// Frontend IPs of inbound identities as NRP last reported them: set by the report of a
     /// service's creation, replaced by each completed observe, dropped with its deletion.
     frontends: HashMap<String, String>,
-    /// The ports each inbound identity's rules were last created with in NRP, as far as seen.
-    programmed_ports: HashMap<String, Vec<Port>>,
-    /// The ports the creation unit in flight for a service carries. An entry may outlive its unit
-    /// (a creation that failed or was not confirmed): the dispatcher says what is in flight.
-    ports_in_flight: HashMap<String, Vec<Port>>,
+    /// The load balancer each inbound identity was last created with in NRP, as far as seen.
+    programmed: HashMap<String, LbSpec>,
+    /// The load balancer the creation unit in flight for a service carries. An entry may outlive
+    /// its unit (a creation that failed or was not confirmed): the dispatcher says what is in
+    /// flight.
+    in_flight: HashMap<String, LbSpec>,
     /// What the parts received so far of an observe unit (by work id) carried beside the snapshot.
     observing: Option<(u64, ObservedExtras)>,
     /// Brought NAT gateways deleted out of band: `report.rs`.
@@ -229,10 +222,10 @@ impl GatewayCore {
             tracker,
             dispatch: Dispatcher::new(config.dispatch.clone(), env),
             writers: BTreeMap::new(),
-            service_ports: HashMap::new(),
+            service_specs: HashMap::new(),
             frontends: HashMap::new(),
-            programmed_ports: HashMap::new(),
-            ports_in_flight: HashMap::new(),
+            programmed: HashMap::new(),
+            in_flight: HashMap::new(),
             observing: None,
             missing_nat: report::MissingNat::default(),
             gate: RestartGate::new(config.expected_writers.clone(), config.resync_wait),
@@ -250,7 +243,7 @@ impl GatewayCore {
     }
 
     /// The desired state, to apply writers' updates to (the writer edge validates and applies
-    /// them one by one; see [`GatewayCore::ports_desired`] for what goes beside).
+    /// them one by one; see [`GatewayCore::spec_desired`] for what goes beside).
     pub fn tracker_mut(&mut self) -> &mut DiffTracker {
         &mut self.tracker
     }
@@ -289,7 +282,14 @@ impl GatewayCore {
 
     /// The desired ports of an inbound service.
     pub fn service_ports(&self, name: &str) -> Option<&[Port]> {
-        self.service_ports.get(name).map(Vec::as_slice)
+        self.service_specs.get(name).map(|s| s.ports.as_slice())
+    }
+
+    /// The desired settings of an inbound service's load balancer.
+    pub fn service_settings(&self, name: &str) -> Option<&LbSettings> {
+        self.service_specs
+            .get(name)
+            .and_then(|s| s.settings.as_ref())
     }
 
     /// The frontend IP NRP reported for an inbound service.
@@ -370,17 +370,21 @@ impl GatewayCore {
         }
     }
 
-    /// Keeps the port book in step with an applied update.
+    /// Keeps the book in step with an applied update.
     fn ports_of(&mut self, update: &Update<'_>) {
         if let Update::Service {
             operation,
             id,
             ports,
+            settings,
             ..
         } = update
         {
-            let ports = (*operation == Operation::Add).then(|| ports.clone());
-            self.ports_desired(id, ports);
+            let spec = (*operation == Operation::Add).then(|| LbSpec {
+                ports: ports.clone(),
+                settings: Some(settings.clone()),
+            });
+            self.spec_desired(id, spec);
         }
     }
 
@@ -420,18 +424,18 @@ impl GatewayCore {
         }
     }
 
-    /// Records the ports of an inbound service an applied update added (`Some`) or removed
-    /// (`None`). When the ports of a service NRP has differ from those it was created with, the
-    /// service is created again.
-    pub fn ports_desired(&mut self, service: &str, ports: Option<Vec<Port>>) {
+    /// Records the load balancer of an inbound service an applied update added (`Some`) or
+    /// removed (`None`). When the load balancer of a service NRP has differs from the one it was
+    /// created with (ports or settings), the service is created again.
+    pub fn spec_desired(&mut self, service: &str, spec: Option<LbSpec>) {
         let id = service.to_ascii_lowercase();
-        match ports {
-            Some(ports) => {
-                self.reprogram_if_changed(&id, &ports);
-                self.service_ports.insert(id, ports);
+        match spec {
+            Some(spec) => {
+                self.reprogram_if_changed(&id, &spec);
+                self.service_specs.insert(id, spec);
             }
             None => {
-                self.service_ports.remove(&id);
+                self.service_specs.remove(&id);
             }
         }
     }
@@ -444,47 +448,46 @@ impl GatewayCore {
             .desired_inbound_identities()
             .into_iter()
             .collect();
-        self.service_ports.retain(|name, _| desired.contains(name));
+        self.service_specs.retain(|name, _| desired.contains(name));
     }
 
-    fn reprogram_if_changed(&mut self, id: &str, desired: &[Port]) {
+    fn reprogram_if_changed(&mut self, id: &str, desired: &LbSpec) {
         let changed = self
-            .programmed_ports
+            .programmed
             .get(id)
-            .is_some_and(|have| port_set(have) != port_set(desired));
+            .is_some_and(|have| have.differs_from(desired));
         if changed {
             let _ = self.tracker.reprogram_service(id);
         }
     }
 
     /// Leases the next unit to `worker`, if there is work; the creation of an inbound service
-    /// carries its desired ports (remembered as in flight, so that its report tells which rules
-    /// NRP got).
+    /// carries its desired load balancer (remembered as in flight, so that its report tells which
+    /// rules and frontend NRP got).
     pub fn lease(&mut self, worker: u64, work_id: u64, now: Instant) -> Option<Leased> {
         let unit = self
             .dispatch
             .next_unit(&mut self.tracker, worker, work_id, now)?;
-        let ports = match &unit.work {
+        let specs = match &unit.work {
             crate::dispatch::UnitWork::Services(changes) => {
-                changes.iter().map(|c| self.ports_for(c)).collect()
+                changes.iter().map(|c| self.spec_for(c)).collect()
             }
             _ => Vec::new(),
         };
-        Some(Leased { unit, ports })
+        Some(Leased { unit, specs })
     }
 
-    fn ports_for(&mut self, change: &ServiceChange) -> Vec<Port> {
+    fn spec_for(&mut self, change: &ServiceChange) -> LbSpec {
         if change.kind != ServiceKind::Inbound || change.action != ServiceAction::Create {
-            return Vec::new();
+            return LbSpec::default();
         }
-        let ports = self
-            .service_ports
+        let spec = self
+            .service_specs
             .get(&change.name)
             .cloned()
-            .unwrap_or_default();
-        self.ports_in_flight
-            .insert(change.name.clone(), ports.clone());
-        ports
+            .unwrap_or_else(|| LbSpec::ports(Vec::new()));
+        self.in_flight.insert(change.name.clone(), spec.clone());
+        spec
     }
 
     /// Whether `work_id` is leased out.

@@ -15,7 +15,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use super::{GatewayCore, ObservedExtras, Port, ReportExtras};
+use super::{GatewayCore, LbSpec, ObservedExtras, ReportExtras};
 use crate::difftracker::{ServiceAction, ServiceChange, ServiceKind};
 use crate::dispatch::{Outcome, Report};
 
@@ -94,7 +94,7 @@ impl GatewayCore {
                 {
                     self.frontends = observed.frontends;
                     let tracker = &self.tracker;
-                    self.programmed_ports
+                    self.programmed
                         .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
                     self.rules_observed(observed.rules);
                     self.missing_nat_observed(observed.missing_nat_gateways);
@@ -111,8 +111,8 @@ impl GatewayCore {
         true
     }
 
-    fn rules_observed(&mut self, rules: HashMap<String, Vec<Port>>) {
-        for (name, ports) in rules {
+    fn rules_observed(&mut self, rules: HashMap<String, LbSpec>) {
+        for (name, read) in rules {
             let in_nrp = self
                 .tracker
                 .service_view(&name)
@@ -125,11 +125,11 @@ impl GatewayCore {
             if self.dispatch.service_creation_in_flight(&name) {
                 continue;
             }
-            self.ports_in_flight.remove(&name);
-            self.programmed_ports.insert(name.clone(), ports);
+            self.in_flight.remove(&name);
+            self.programmed.insert(name.clone(), read);
             // Ports no worker can program would fail the creation again after every observe.
-            if let Some(desired) = self.service_ports.get(&name).cloned()
-                && desired.iter().all(Port::programmable)
+            if let Some(desired) = self.service_specs.get(&name).cloned()
+                && desired.programmable()
             {
                 self.reprogram_if_changed(&name, &desired);
             }
@@ -146,18 +146,18 @@ impl GatewayCore {
                 if let Some(ip) = reported.remove(name) {
                     self.frontends.insert(name.clone(), ip);
                 }
-                if let Some(sent) = self.ports_in_flight.remove(name) {
-                    self.programmed_ports.insert(name.clone(), sent);
-                    // Changed while the creation was under way: send the new ports too.
-                    if let Some(desired) = self.service_ports.get(name).cloned() {
+                if let Some(sent) = self.in_flight.remove(name) {
+                    self.programmed.insert(name.clone(), sent);
+                    // Changed while the creation was under way: send the new load balancer too.
+                    if let Some(desired) = self.service_specs.get(name).cloned() {
                         self.reprogram_if_changed(name, &desired);
                     }
                 }
             }
             ServiceAction::Delete => {
                 self.frontends.remove(name);
-                self.programmed_ports.remove(name);
-                self.ports_in_flight.remove(name);
+                self.programmed.remove(name);
+                self.in_flight.remove(name);
             }
         }
     }

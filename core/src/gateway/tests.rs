@@ -48,7 +48,7 @@ fn apply_view(g: &mut GatewayCore) {
     g.tracker_mut()
         .update_service(Operation::Add, "svc")
         .unwrap();
-    g.ports_desired("svc", Some(vec![tcp(80)]));
+    g.spec_desired("svc", Some(LbSpec::ports(vec![tcp(80)])));
     g.tracker_mut()
         .set_endpoints(
             "svc",
@@ -124,7 +124,7 @@ fn apply_lease_report_converges_and_the_creation_carries_the_desired_ports() {
     ));
     let create = g.lease(1, 2, t0).expect("the service's creation");
     assert!(matches!(create.unit.work, UnitWork::Services(_)));
-    assert_eq!(create.ports, vec![vec![tcp(80)]]);
+    assert_eq!(create.specs, vec![LbSpec::ports(vec![tcp(80)])]);
     assert!(g.take_report(
         1,
         report(2, Outcome::Applied),
@@ -163,7 +163,7 @@ fn a_port_change_creates_the_service_again_with_the_new_ports() {
     drain(&mut g, t0, &mut next);
     assert!(converged(&g));
 
-    g.ports_desired("svc", Some(vec![tcp(80), tcp(443)]));
+    g.spec_desired("svc", Some(LbSpec::ports(vec![tcp(80), tcp(443)])));
     let again = g.lease(1, next, t0).expect("the service is created again");
     match &again.unit.work {
         UnitWork::Services(changes) => {
@@ -172,7 +172,7 @@ fn a_port_change_creates_the_service_again_with_the_new_ports() {
         }
         other => panic!("expected a services unit, got {other:?}"),
     }
-    assert_eq!(again.ports, vec![vec![tcp(80), tcp(443)]]);
+    assert_eq!(again.specs, vec![LbSpec::ports(vec![tcp(80), tcp(443)])]);
     // The same ports in another order, or a target port equal to the port, change nothing.
     assert!(g.take_report(
         1,
@@ -180,15 +180,15 @@ fn a_port_change_creates_the_service_again_with_the_new_ports() {
         ReportExtras::default(),
         t0
     ));
-    g.ports_desired(
+    g.spec_desired(
         "svc",
-        Some(vec![
+        Some(LbSpec::ports(vec![
             Port {
                 target_port: 443,
                 ..tcp(443)
             },
             tcp(80),
-        ]),
+        ])),
     );
     assert!(g.lease(1, next + 1, t0).is_none(), "nothing to do");
 }

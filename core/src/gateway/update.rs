@@ -77,6 +77,8 @@ pub enum Update<'a> {
         ports: Vec<Port>,
         /// Its IP family (for an add); `None`: not stated.
         family: Option<IpFamily>,
+        /// Its load balancer's settings (for an add; already checked).
+        settings: super::LbSettings,
     },
     /// Declares or removes an egress.
     Egress {

@@ -21,6 +21,7 @@ use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::quote;
 use clb_core::difftracker::view::ServiceView;
+use clb_core::gateway::LbSpec;
 use clb_core::gateway::condition::{Condition, ConditionReason};
 
 /// Entries of each `PendingDiff` list when the query leaves the limit to the server.
@@ -158,7 +159,7 @@ impl AdminService {
                 .services
                 .iter()
                 .take(limit)
-                .map(|s| service_change(s, Vec::new(), g.tracker().service_family(&s.name)))
+                .map(|s| service_change(s, &LbSpec::default(), g.tracker().service_family(&s.name)))
                 .collect(),
             locations: diff
                 .locations

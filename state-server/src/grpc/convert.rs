@@ -35,7 +35,7 @@ use clb_core::gateway::Scope;
 use clb_core::gateway::update::{
     EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
 };
-use clb_core::gateway::{Leased, Port, Protocol};
+use clb_core::gateway::{LbSettings, LbSpec, Leased, Port, Protocol};
 
 /// A problem with the resync header as a whole (see [`resync_scope`]): the call fails
 /// with `INVALID_ARGUMENT`.
@@ -266,11 +266,17 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
             } else {
                 None
             };
+            let settings = if op == Operation::Add {
+                settings_from_proto(s.settings.as_ref(), family).map_err(refuse)?
+            } else {
+                LbSettings::default()
+            };
             Ok(GatewayUpdate::Service {
                 operation: op,
                 id: &s.id,
                 ports,
                 family,
+                settings,
             })
         }
         Kind::Egress(e) => {
@@ -381,11 +387,11 @@ pub fn address_update_action(action: difftracker::AddressUpdateAction) -> v1::Ad
     }
 }
 
-/// A domain service change as proto, with the ports of an inbound creation (the domain does not
-/// keep ports; the caller passes them, empty when unknown).
+/// A domain service change as proto, with the load balancer (ports and settings) of an inbound
+/// creation (the DiffTracker does not keep them; the caller passes them, empty when unknown).
 pub fn service_change(
     change: &difftracker::ServiceChange,
-    ports: Vec<ServicePort>,
+    spec: &LbSpec,
     family: Option<IpFamily>,
 ) -> v1::ServiceChange {
     let create_inbound =
@@ -394,7 +400,16 @@ pub fn service_change(
         name: change.name.clone(),
         kind: service_kind(change.kind) as i32,
         action: service_action(change.action) as i32,
-        ports: if create_inbound { ports } else { Vec::new() },
+        ports: if create_inbound {
+            spec.ports.iter().map(port_to_proto).collect()
+        } else {
+            Vec::new()
+        },
+        settings: spec
+            .settings
+            .as_ref()
+            .filter(|_| create_inbound)
+            .map(settings_to_proto),
         ip_family: if create_inbound {
             ip_family_to_proto(family) as i32
         } else {
@@ -455,7 +470,8 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
 /// service's desired ports ([`clb_core::gateway::GatewayCore::lease`] remembers them as in flight); `trace_context`
 /// is left for the session to fill.
 pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>]) -> v1::WorkUnit {
-    let Leased { unit, ports } = leased;
+    let Leased { unit, specs } = leased;
+    let none = LbSpec::default();
     let work = match &unit.work {
         UnitWork::Observe => v1::work_unit::Work::Observe(v1::ObserveWork {}),
         UnitWork::Services(changes) => v1::work_unit::Work::Services(v1::ServiceWork {
@@ -463,9 +479,9 @@ pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    let ports = ports.get(i).map_or(&[][..], Vec::as_slice);
+                    let spec = specs.get(i).unwrap_or(&none);
                     let family = families.get(i).copied().flatten();
-                    service_change(c, ports.iter().map(port_to_proto).collect(), family)
+                    service_change(c, spec, family)
                 })
                 .collect(),
         }),
@@ -610,9 +626,11 @@ pub fn resync_topology(
 }
 
 mod report;
+mod settings;
 mod status;
 
 pub use report::{frontends_from_proto, report_from_proto, rules_from_proto, snapshot_from_proto};
+pub use settings::{settings_from_proto, settings_to_proto};
 pub use status::{
     error_record, gateway_status, init_gates, service_state, service_state_uncounted, worker_status,
 };

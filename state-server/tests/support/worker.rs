@@ -243,6 +243,7 @@ impl FakeNrp {
                                 .unwrap_or(port),
                         })
                         .collect(),
+                    settings: None,
                 })
                 .collect(),
             missing_nat_gateways: Vec::new(),

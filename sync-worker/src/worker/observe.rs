@@ -123,6 +123,7 @@ pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
             Some(ServiceRules {
                 service: (*service).to_owned(),
                 ports,
+                settings: None,
             })
         })
         .collect();

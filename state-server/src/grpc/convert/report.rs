@@ -35,18 +35,21 @@ pub fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
 
 /// The load balancer rules an observe's part carries, as (canonical service, ports) pairs. An
 /// entry with a malformed service name is left out (so that service's rules are not compared).
-pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, Vec<Port>)> {
+pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, LbSpec)> {
     let Some(v1::report::Outcome::Observed(o)) = &r.outcome else {
         return Vec::new();
     };
     let listed = o.snapshot.as_ref().map_or(&[][..], |s| s.rules.as_slice());
-    let rules: Vec<(String, Vec<Port>)> = listed
+    let rules: Vec<(String, LbSpec)> = listed
         .iter()
         .filter_map(|s| {
             let service = normalize_identity("service", &s.service).ok()?;
             Some((
                 service.into_owned(),
-                s.ports.iter().map(port_from_proto).collect(),
+                LbSpec {
+                    ports: s.ports.iter().map(port_from_proto).collect(),
+                    settings: super::settings::observed_settings_from_proto(s.settings.as_ref()),
+                },
             ))
         })
         .collect();

@@ -399,6 +399,7 @@ fn reports_convert_from_proto() {
                         protocol: 1,
                         target_port: 0,
                     }],
+                    settings: None,
                 }],
                 ..v1::NrpSnapshot::default()
             }),
@@ -414,11 +415,14 @@ fn reports_convert_from_proto() {
         rules_from_proto(&observed),
         vec![(
             "svc-a".to_string(),
-            vec![Port {
-                port: 80,
-                protocol: Protocol::Tcp,
-                target_port: 0,
-            }]
+            LbSpec {
+                ports: vec![Port {
+                    port: 80,
+                    protocol: Protocol::Tcp,
+                    target_port: 0,
+                }],
+                settings: None,
+            }
         )]
     );
     let Outcome::Observed { snapshot, last } = report_from_proto(observed).outcome else {
@@ -441,16 +445,16 @@ fn diffs_and_views_convert_to_proto() {
     apply_update(&mut t, &service(1, "svc-a", vec![]), 0).unwrap();
     apply_update(&mut t, &level("svc-a", vec![ep("10.1.0.1", "10.0.0.1")]), 1).unwrap();
     let diff = t.pending_diff();
-    let tcp = ServicePort {
+    let tcp = Port {
         port: 443,
-        protocol: 1,
+        protocol: Protocol::Tcp,
         target_port: 0,
     };
-    let s = service_change(&diff.services[0], vec![tcp], None);
+    let s = service_change(&diff.services[0], &LbSpec::ports(vec![tcp]), None);
     assert_eq!(s.name, "svc-a");
     assert_eq!(s.kind, v1::ServiceKind::Inbound as i32);
     assert_eq!(s.action, v1::ServiceAction::Create as i32);
-    assert_eq!(s.ports, vec![tcp]);
+    assert_eq!(s.ports, vec![port_to_proto(&tcp)]);
     t.record_service_applied(&diff.services[0]).unwrap();
     let loc = t.pending_diff().locations[0].clone();
     let l = location_change(&loc);
@@ -489,11 +493,23 @@ fn an_egress_change_carries_the_families_of_its_public_ips() {
     };
     let v4 = v1::IpFamily::Ipv4 as i32;
     let v6 = v1::IpFamily::Ipv6 as i32;
-    let s = service_change(&change(ServiceKind::Outbound, false), vec![], None);
+    let s = service_change(
+        &change(ServiceKind::Outbound, false),
+        &LbSpec::default(),
+        None,
+    );
     assert_eq!(s.egress_families, vec![v4]);
-    let s = service_change(&change(ServiceKind::Outbound, true), vec![], None);
+    let s = service_change(
+        &change(ServiceKind::Outbound, true),
+        &LbSpec::default(),
+        None,
+    );
     assert_eq!(s.egress_families, vec![v4, v6]);
     // An inbound service's family is `ip_family`, never these.
-    let s = service_change(&change(ServiceKind::Inbound, true), vec![], None);
+    let s = service_change(
+        &change(ServiceKind::Inbound, true),
+        &LbSpec::default(),
+        None,
+    );
     assert!(s.egress_families.is_empty());
 }
