@@ -2,8 +2,9 @@
 
 use clb_proto::v1::update::Kind;
 use clb_proto::v1::{
-    EgressUpdate, Endpoint, EndpointEdge, EndpointSet, EndpointsUpdate, IpFamily, Operation,
-    PodUpdate, Protocol, ServicePort, ServiceUpdate, Update, endpoints_update::Change,
+    EgressUpdate, Endpoint, EndpointEdge, EndpointSet, EndpointsUpdate, IpFamily,
+    LoadBalancerSettings, Operation, PodUpdate, Protocol, ServicePort, ServiceUpdate, Update,
+    endpoints_update::Change,
 };
 
 /// A `(port, protocol)` pair of an inbound service; the pods listen on the same port (target port
@@ -36,6 +37,23 @@ pub fn service_add(id: &str, ports: &[ServicePort]) -> Update {
 /// frontend is a public IP of that version and its endpoints must be of that family.
 pub fn service_add_family(id: &str, ports: &[ServicePort], family: IpFamily) -> Update {
     service(Operation::Add, id, ports.to_vec(), family)
+}
+
+/// Declares the inbound service `id` of IP family `family` (`Unspecified`: none stated) with its
+/// load balancer ports and settings (default settings are not sent).
+pub fn service_add_with(
+    id: &str,
+    ports: &[ServicePort],
+    family: IpFamily,
+    settings: &LoadBalancerSettings,
+) -> Update {
+    let mut update = service(Operation::Add, id, ports.to_vec(), family);
+    if let Some(Kind::Service(s)) = &mut update.kind
+        && *settings != LoadBalancerSettings::default()
+    {
+        s.settings = Some(settings.clone());
+    }
+    update
 }
 
 /// Withdraws the inbound service `id`.

@@ -49,6 +49,8 @@ pub fn endpoint_url(url: &str, tls: bool) -> String {
     }
 }
 
+pub mod azure_names;
+
 /// The fully qualified gRPC names of the three services, as they appear on the wire and in
 /// reflection.
 pub mod service_names {

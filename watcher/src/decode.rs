@@ -340,6 +340,8 @@ pub(crate) struct ServiceRecord {
     pub ports: Vec<PortRecord>,
     /// Its IP families, primary first (`crate::families::of_service`; empty: none stated).
     pub families: Vec<clb_proto::v1::IpFamily>,
+    /// What clb programs of its settings (`crate::settings::admit`).
+    pub admission: crate::settings::Admission,
 }
 
 /// Where a Service port's traffic goes on the pods: its `targetPort`.
@@ -449,10 +451,20 @@ pub(crate) fn service(
         tracing::debug!(service = %key, "Service waits for its finalizer before it is programmed");
     }
     if wanted && finalized {
+        let families = crate::families::of_service(key, svc);
+        // A refused Service is not programmed: what was sent for it goes (the write-back says why).
+        let admission = match crate::settings::admit(svc, &families) {
+            Ok(a) => a,
+            Err(refusal) => {
+                tracing::debug!(service = %key, reason = refusal.reason, "Service refused: {}", refusal.message());
+                return Decoded::Ignored;
+            }
+        };
         Decoded::Record(ServiceRecord {
             uid: uid.to_owned(),
             ports: port_records(key, svc),
-            families: crate::families::of_service(key, svc),
+            families,
+            admission,
         })
     } else {
         Decoded::Ignored

@@ -26,6 +26,7 @@ pub mod ingress;
 pub mod metrics;
 pub mod poolservice;
 pub mod routing;
+pub mod settings;
 pub mod translate;
 pub mod webhook;
 

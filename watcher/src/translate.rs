@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use clb_proto::v1::{IpFamily, ServicePort, Update};
+use clb_proto::v1::{IpFamily, LoadBalancerSettings, ServicePort, Update};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -104,6 +104,8 @@ struct SentUnit {
     family: IpFamily,
     /// address → location, of its family.
     endpoints: BTreeMap<IpAddr, IpAddr>,
+    /// Its load balancer's settings (`crate::settings`).
+    settings: LoadBalancerSettings,
 }
 
 /// The endpoints of a Service as [`Translator::endpoints_of`] finds them, per family (index 0:
@@ -671,8 +673,10 @@ impl Translator {
         self.conflicts_now(key, conflicts);
         let units: Vec<SentUnit> = families::identities(&want.uid, &want.families)
             .into_iter()
-            .map(|(id, family)| SentUnit {
+            .enumerate()
+            .map(|(i, (id, family))| SentUnit {
                 endpoints: found.of_family(family),
+                settings: want.admission.settings(family, i == 0),
                 id,
                 family,
             })
@@ -698,7 +702,8 @@ impl Translator {
         }
         for unit in &units {
             let before = sent.units.iter().find(|u| u.id == unit.id);
-            let add = before.is_none_or(|b| b.family != unit.family) || ports_changed;
+            let add = before.is_none_or(|b| b.family != unit.family || b.settings != unit.settings)
+                || ports_changed;
             let was = before.map_or(&EMPTY, |u| &u.endpoints);
             let set = *was != unit.endpoints && !(before.is_none() && unit.endpoints.is_empty());
             // A family stated for an identity sent without one (the Service got `ipFamilies`):
@@ -1211,10 +1216,7 @@ static EMPTY: BTreeMap<IpAddr, IpAddr> = BTreeMap::new();
 
 /// The `service_add` of one identity: with its family, when one is stated.
 fn service_add(unit: &SentUnit, ports: &[ServicePort]) -> Update {
-    match unit.family {
-        IpFamily::Unspecified => updates::service_add(&unit.id, ports),
-        family => updates::service_add_family(&unit.id, ports, family),
-    }
+    updates::service_add_with(&unit.id, ports, unit.family, &unit.settings)
 }
 
 fn level(uid: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {

@@ -11,8 +11,6 @@ use super::{Port, Protocol};
 
 /// The idle timeout of a rule when none is set, in minutes (Azure's default).
 pub const DEFAULT_IDLE_TIMEOUT_MINUTES: u32 = 4;
-/// The longest idle timeout Azure's Container Load Balancer takes, in minutes.
-pub const MAX_IDLE_TIMEOUT_MINUTES: u32 = 30;
 
 /// Where the frontend's public IP comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

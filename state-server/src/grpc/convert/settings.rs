@@ -6,71 +6,19 @@
 use std::net::IpAddr;
 
 use clb_core::difftracker::IpFamily;
-use clb_core::gateway::lb::{DEFAULT_IDLE_TIMEOUT_MINUTES, MAX_IDLE_TIMEOUT_MINUTES};
+use clb_core::gateway::lb::DEFAULT_IDLE_TIMEOUT_MINUTES;
 use clb_core::gateway::update::Fault;
 use clb_core::gateway::{Frontend, LbSettings};
+use clb_proto::azure_names::{
+    MAX_IDLE_TIMEOUT_MINUTES, dns_label_error, resource_group_error, resource_name_error,
+};
 use clb_proto::v1;
-
-/// Longest Azure resource name (a public IP's).
-const MAX_NAME_LEN: usize = 80;
-/// Longest Azure resource group name.
-const MAX_RESOURCE_GROUP_LEN: usize = 90;
 
 fn fault(field: &str, value: impl Into<String>, reason: impl Into<String>) -> Fault {
     Fault::Field {
         field: format!("service.settings.{field}"),
         value: value.into(),
         reason: reason.into(),
-    }
-}
-
-/// Why `label` is not a DNS label Azure takes for a public IP (`dnsSettings.domainNameLabel`:
-/// 3 to 63 characters of lower-case letters, digits and hyphens, starting with a letter, ending
-/// with a letter or digit), if it is not.
-pub fn dns_label_error(label: &str) -> Option<&'static str> {
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    if !(3..=63).contains(&label.len()) {
-        Some("must be 3 to 63 characters")
-    } else if !label.chars().all(ok_char) {
-        Some("may hold only lower-case letters, digits and hyphens")
-    } else if !label.starts_with(|c: char| c.is_ascii_lowercase()) {
-        Some("must start with a lower-case letter")
-    } else if label.ends_with('-') {
-        Some("must end with a letter or digit")
-    } else {
-        None
-    }
-}
-
-/// Why `name` is not an Azure public IP name (1 to 80 characters of letters, digits, `_`, `.` and
-/// `-`, starting with a letter or digit, ending with a letter, digit or `_`), if it is not.
-pub fn resource_name_error(name: &str) -> Option<&'static str> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-    if name.is_empty() || name.len() > MAX_NAME_LEN {
-        Some("must be 1 to 80 characters")
-    } else if !name.chars().all(ok_char) {
-        Some("may hold only letters, digits, '_', '.' and '-'")
-    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        Some("must start with a letter or digit")
-    } else if name.ends_with(['.', '-']) {
-        Some("must end with a letter, digit or '_'")
-    } else {
-        None
-    }
-}
-
-/// Why `group` is not an Azure resource group name (1 to 90 characters of letters, digits, `_`,
-/// `-`, `.`, `(` and `)`, not ending with `.`), if it is not.
-pub fn resource_group_error(group: &str) -> Option<&'static str> {
-    let ok_char = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')');
-    if group.is_empty() || group.len() > MAX_RESOURCE_GROUP_LEN {
-        Some("must be 1 to 90 characters")
-    } else if !group.chars().all(ok_char) {
-        Some("may hold only letters, digits, '_', '-', '.', '(' and ')'")
-    } else if group.ends_with('.') {
-        Some("must not end with '.'")
-    } else {
-        None
     }
 }
 
