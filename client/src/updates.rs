@@ -50,6 +50,7 @@ fn service(op: Operation, id: &str, ports: Vec<ServicePort>, family: IpFamily) -
             id: id.to_owned(),
             ports,
             ip_family: family as i32,
+            settings: None,
         })),
     }
 }

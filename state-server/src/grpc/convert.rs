@@ -411,6 +411,7 @@ pub fn service_change(
             ServiceKind::Outbound => vec![v1::IpFamily::Ipv4 as i32],
             ServiceKind::Inbound => Vec::new(),
         },
+        settings: None,
     }
 }
 
