@@ -21,7 +21,7 @@ use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator, Stats};
 const COMMON: [&str; 2] = ["azure-core==1.41.0", "azure-mgmt-core==1.6.0"];
 
 /// Steps of the script each run must pass (a run that executes fewer fails).
-const CASES: u64 = 25;
+const CASES: u64 = 27;
 
 fn python3() -> Option<PathBuf> {
     let out = Command::new("python3").arg("--version").output().ok()?;

@@ -131,6 +131,27 @@ pub trait Nrp: Send + Sync {
         Ok(found)
     }
 
+    /// `GET …/resourceGroups/{resource_group}/…/publicIPAddresses/{name}`: a public IP of the
+    /// client's subscription in any resource group (a brought one, which may live outside the
+    /// gateway's). Read only: clb never writes a public IP it does not own.
+    async fn get_public_ip_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError>;
+
+    /// The public IP of the client's resource group whose allocated address is `address` (compared
+    /// as IP addresses, so that `2001:DB8::1` finds `2001:db8::1`), if any: a brought public IP named
+    /// by its address. [`azure::ArmClient`] reads one listing of the resource group
+    /// (`GET …/publicIPAddresses`, following `nextLink` to the last page). An `address` that is not
+    /// an IP address finds nothing.
+    async fn find_public_ip_by_address(
+        &self,
+        address: &str,
+        opts: CallOptions,
+    ) -> Result<Option<PublicIpAddress>, NrpError>;
+
     /// `GET …/loadBalancers/{name}`.
     async fn get_load_balancer(
         &self,

@@ -24,7 +24,8 @@ pub use ids::{ResourceId, ResourceIdError, ResourceKind};
 pub use resources::{
     BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, LoadBalancer,
     LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties, NatGateway,
-    NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, TransportProtocol,
+    NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, PublicIpDnsSettings,
+    TransportProtocol,
 };
 
 /// api-version `2025-05-01`: `updateServices` and `updateAddressLocations` are long-running
@@ -408,6 +409,50 @@ impl ServiceType {
 
 string_enum_serde!(ServiceType);
 
+/// `LoadDistribution` of a load-balancing rule (`loadBalancer.json`): how new connections spread
+/// over the backends. An extensible enum (`modelAsString`): a value this crate does not know is kept
+/// in [`LoadDistribution::Other`], never a parse error; the server refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LoadDistribution {
+    /// `Default`: a hash of the 5-tuple (source IP and port, destination IP and port, protocol).
+    Default,
+    /// `SourceIP`: a hash of (source IP, destination IP): every connection of a client reaches the
+    /// same backend.
+    SourceIp,
+    /// `SourceIPProtocol`: a hash of (source IP, destination IP, protocol).
+    SourceIpProtocol,
+    /// A value this crate does not know, as it came.
+    Other(String),
+}
+
+impl LoadDistribution {
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Default => "Default",
+            Self::SourceIp => "SourceIP",
+            Self::SourceIpProtocol => "SourceIPProtocol",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The value named `s` (known values compared case-insensitively, as the SDKs do).
+    pub fn from_wire(s: &str) -> Self {
+        [Self::Default, Self::SourceIp, Self::SourceIpProtocol]
+            .into_iter()
+            .find(|d| d.as_str().eq_ignore_ascii_case(s))
+            .unwrap_or_else(|| Self::Other(s.to_string()))
+    }
+}
+
+string_enum_serde!(LoadDistribution);
+
+impl std::fmt::Display for LoadDistribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `IPVersion` of the Network spec (`network.json`): `publicIPAddressVersion` of a public IP address
 /// (`publicIpAddress.json`; IPv4 when absent). An extensible enum (`modelAsString`): a value this
 /// crate does not know is kept in [`IpVersion::Other`], never a parse error; the server refuses it.
@@ -650,6 +695,55 @@ mod tests {
                 .backend_port,
             8080
         );
+    }
+
+    #[test]
+    fn rule_settings_and_dns_settings_use_arm_field_names() {
+        let rule: LoadBalancingRuleProperties = serde_json::from_str(
+            r#"{"protocol":"Tcp","frontendPort":80,"backendPort":80,"idleTimeoutInMinutes":10,
+            "enableTcpReset":true,"enableFloatingIP":false,"loadDistribution":"sourceip"}"#,
+        )
+        .unwrap();
+        assert_eq!(rule.enable_tcp_reset, Some(true));
+        assert_eq!(rule.load_distribution, Some(LoadDistribution::SourceIp));
+        let v = serde_json::to_value(&rule).unwrap();
+        assert_eq!(v["loadDistribution"], "SourceIP");
+        assert_eq!(v["enableTcpReset"], true);
+        assert_eq!(v["enableFloatingIP"], false);
+        let other: LoadDistribution = serde_json::from_str(r#""Sticky""#).unwrap();
+        assert_eq!(other, LoadDistribution::Other("Sticky".into()));
+        assert_eq!(serde_json::to_value(&other).unwrap(), "Sticky");
+        assert_eq!(
+            LoadDistribution::from_wire("SOURCEIPPROTOCOL").as_str(),
+            "SourceIPProtocol"
+        );
+
+        let pip: PublicIpAddress = serde_json::from_str(
+            r#"{"properties":{"dnsSettings":{"domainNameLabel":"shop","fqdn":"shop.eastus.cloudapp.azure.com",
+            "domainNameLabelScope":"TenantReuse"},"ipConfiguration":{"id":"/f"},"natGateway":{"id":"/n"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(pip.properties.domain_name_label(), Some("shop"));
+        assert_eq!(
+            pip.properties.ip_configuration,
+            Some(SubResource::new("/f"))
+        );
+        assert_eq!(pip.properties.nat_gateway, Some(SubResource::new("/n")));
+        let v = serde_json::to_value(&pip).unwrap();
+        assert_eq!(
+            v["properties"]["dnsSettings"]["fqdn"],
+            "shop.eastus.cloudapp.azure.com"
+        );
+        assert_eq!(
+            v["properties"]["dnsSettings"]["domainNameLabelScope"], "TenantReuse",
+            "kept"
+        );
+        let none: PublicIpAddress =
+            serde_json::from_str(r#"{"properties":{"dnsSettings":{"domainNameLabel":""}}}"#)
+                .unwrap();
+        assert_eq!(none.properties.domain_name_label(), None);
+        let bare = serde_json::to_value(PublicIpAddress::default()).unwrap();
+        assert!(bare["properties"].get("dnsSettings").is_none());
     }
 
     #[test]

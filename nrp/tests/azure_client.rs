@@ -871,3 +871,100 @@ async fn connection_refused_is_a_transport_error() {
     let err = client.get_public_ip("", opts()).await.unwrap_err();
     assert!(matches!(err, NrpError::Validation { .. }), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_public_ip_is_read_in_another_resource_group() {
+    let (base, seen) = serve(|req, _| {
+        if req.path.contains("/resourceGroups/rg-other/") && req.path.ends_with("/pip-brought") {
+            Reply::json(
+                200,
+                json!({"name": "pip-brought", "sku": {"name": "StandardV2"},
+                       "properties": {"ipAddress": "20.1.2.3", "publicIPAllocationMethod": "Static",
+                       "ipConfiguration": {"id": "/x/frontendIPConfigurations/f"}}}),
+            )
+        } else {
+            Reply::arm_error(404, "ResourceNotFound", "no")
+        }
+    })
+    .await;
+    let client = client(&base);
+    let pip = client
+        .get_public_ip_in("rg-other", "pip-brought", opts())
+        .await
+        .unwrap();
+    assert_eq!(pip.properties.ip_address.as_deref(), Some("20.1.2.3"));
+    assert_eq!(
+        pip.properties.ip_configuration.map(|c| c.id),
+        Some("/x/frontendIPConfigurations/f".to_string())
+    );
+    let missing = client
+        .get_public_ip_in("rg-1", "pip-brought", opts())
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, NrpError::NotFound { .. }), "{missing:?}");
+    let empty = client.get_public_ip_in("", "pip-brought", opts()).await;
+    assert!(
+        matches!(&empty, Err(NrpError::Validation { code, .. }) if code == "InvalidResourceName"),
+        "{empty:?}"
+    );
+    let reqs = requests(&seen);
+    assert_eq!(reqs.len(), 2, "nothing is sent for an empty resource group");
+    assert_eq!(
+        reqs[0].path,
+        "/subscriptions/sub-1/resourceGroups/rg-other/providers/Microsoft.Network/publicIPAddresses/pip-brought"
+    );
+    assert_eq!(reqs[0].method, Method::GET);
+}
+
+#[tokio::test]
+async fn a_public_ip_is_found_by_its_address_across_pages() {
+    let (base, seen) = serve(|req, _| {
+        let pip = |name: &str, ip: &str| json!({"name": name, "properties": {"ipAddress": ip}});
+        if req.query.contains("skipToken=2") {
+            Reply::json(
+                200,
+                json!({"value": [pip("c", "2001:db8:c1b::7"), pip("d", "20.0.0.4")]}),
+            )
+        } else {
+            Reply::json(
+                200,
+                json!({"value": [pip("a", "20.0.0.1"), {"name": "b", "properties": {}}],
+                       "nextLink": format!("{}{}?api-version=2026-03-01&skipToken=2", req.origin(), req.path)}),
+            )
+        }
+    })
+    .await;
+    let client = client(&base);
+    let found = client
+        .find_public_ip_by_address("2001:DB8:C1B:0::7", opts())
+        .await
+        .unwrap();
+    assert_eq!(found.and_then(|p| p.name).as_deref(), Some("c"));
+    let found = client
+        .find_public_ip_by_address(" 20.0.0.1", opts())
+        .await
+        .unwrap();
+    assert_eq!(found.and_then(|p| p.name).as_deref(), Some("a"));
+    assert_eq!(
+        client
+            .find_public_ip_by_address("20.0.0.9", opts())
+            .await
+            .unwrap(),
+        None
+    );
+    let sent = requests(&seen).len();
+    assert_eq!(
+        client
+            .find_public_ip_by_address("not-an-ip", opts())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        requests(&seen).len(),
+        sent,
+        "nothing is listed for a non-address"
+    );
+    let reqs = requests(&seen);
+    assert_eq!(reqs[0].path, format!("{RG}/publicIPAddresses"));
+}

@@ -411,6 +411,31 @@ impl Nrp for MeteredNrp {
         .await
     }
 
+    async fn get_public_ip_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        self.call(
+            "get_public_ip_in",
+            self.inner.get_public_ip_in(resource_group, name, opts),
+        )
+        .await
+    }
+
+    async fn find_public_ip_by_address(
+        &self,
+        address: &str,
+        opts: CallOptions,
+    ) -> Result<Option<PublicIpAddress>, NrpError> {
+        self.call(
+            "find_public_ip_by_address",
+            self.inner.find_public_ip_by_address(address, opts),
+        )
+        .await
+    }
+
     async fn get_nat_gateway_in(
         &self,
         resource_group: &str,

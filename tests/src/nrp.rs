@@ -210,6 +210,27 @@ impl Nrp for Detached {
             .await
     }
 
+    async fn get_public_ip_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        let (g, x) = (resource_group.to_owned(), name.to_owned());
+        self.run(|n| async move { n.get_public_ip_in(&g, &x, opts).await })
+            .await
+    }
+
+    async fn find_public_ip_by_address(
+        &self,
+        address: &str,
+        opts: CallOptions,
+    ) -> Result<Option<PublicIpAddress>, NrpError> {
+        let a = address.to_owned();
+        self.run(|n| async move { n.find_public_ip_by_address(&a, opts).await })
+            .await
+    }
+
     async fn get_nat_gateway_in(
         &self,
         resource_group: &str,

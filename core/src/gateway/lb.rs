@@ -66,7 +66,12 @@ impl Frontend {
                     address: want_ip,
                 },
             ) => match (&want_name, want_ip) {
-                (Some(_), _) => eq(&have_name, &want_name) && eq(&have_rg, &want_rg),
+                // A read-back names the gateway's resource group `None`: a desired group that is
+                // named may be that one, which only the worker knows, so it is taken as matching
+                // (a writer's change of it is still compared with what the creation carried).
+                (Some(_), _) => {
+                    eq(&have_name, &want_name) && (have_rg.is_none() || eq(&have_rg, &want_rg))
+                }
                 (None, Some(ip)) => have_ip == Some(ip),
                 (None, None) => false,
             },
@@ -279,6 +284,18 @@ mod tests {
         };
         assert!(!read.differs_from(&by_name(Some("rg-ips"))));
         assert!(read.differs_from(&by_name(None)), "another resource group");
+        let in_gateway_group = spec(LbSettings {
+            frontend: Frontend::Brought {
+                name: Some("mine".into()),
+                resource_group: None,
+                address: Some("20.1.2.3".parse().unwrap()),
+            },
+            ..LbSettings::default()
+        });
+        assert!(
+            !in_gateway_group.differs_from(&by_name(Some("mc-rg"))),
+            "the gateway's own group, named: cannot tell, taken as the same"
+        );
         assert!(!read.differs_from(&by_address("20.1.2.3")));
         assert!(read.differs_from(&by_address("20.1.2.4")));
         // clb's own public IP is not a brought one.

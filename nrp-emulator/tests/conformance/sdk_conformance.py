@@ -415,6 +415,104 @@ def nat_gateway_with_ipv6_public_ip(c):
         c.client.public_ip_addresses.begin_delete(RG, name, **c.kw).result()
 
 
+def load_balancer_rule_settings(c):
+    """A Container Load Balancer's rule settings as the SDK models them (loadBalancer.json):
+    idleTimeoutInMinutes, enableTcpReset, enableFloatingIP and loadDistribution on a frontend whose
+    public IP is StandardV2, read back; an idle timeout outside 4 to 30 refused; the public IP says
+    which frontend uses it (ipConfiguration)."""
+    pip = c.client.public_ip_addresses.begin_create_or_update(
+        RG,
+        "pip-clb",
+        m.PublicIPAddress(
+            location="eastus",
+            sku=m.PublicIPAddressSku(name="StandardV2", tier="Regional"),
+            public_ip_allocation_method="Static",
+        ),
+        **c.kw,
+    ).result()
+    eq(pip.sku.name, "StandardV2", "the public IP's SKU")
+    lb_id = c.rid("loadBalancers", "lb-clb")
+
+    def body(idle, distribution):
+        return m.LoadBalancer(
+            location="eastus",
+            sku=m.LoadBalancerSku(name="Standard"),
+            frontend_ip_configurations=[
+                m.FrontendIPConfiguration(name="fe", public_ip_address=m.PublicIPAddress(id=pip.id))
+            ],
+            backend_address_pools=[m.BackendAddressPool(name="pool")],
+            load_balancing_rules=[
+                m.LoadBalancingRule(
+                    name="tcp-80",
+                    frontend_ip_configuration=m.SubResource(id=lb_id + "/frontendIPConfigurations/fe"),
+                    backend_address_pool=m.SubResource(id=lb_id + "/backendAddressPools/pool"),
+                    protocol="Tcp",
+                    frontend_port=80,
+                    backend_port=8080,
+                    idle_timeout_in_minutes=idle,
+                    enable_tcp_reset=True,
+                    enable_floating_ip=False,
+                    load_distribution=distribution,
+                )
+            ],
+        )
+
+    expect_error(
+        "LoadBalancingRuleIdleTimeoutOutOfRange",
+        400,
+        lambda: c.client.load_balancers.begin_create_or_update(
+            RG, "lb-clb", body(31, "Default"), **c.kw
+        ).result(),
+    )
+    expect_error(
+        "ResourceNotFound", 404, lambda: c.client.load_balancers.get(RG, "lb-clb", **c.kw)
+    )
+    c.client.load_balancers.begin_create_or_update(
+        RG, "lb-clb", body(17, m.LoadDistribution.SOURCE_IP), **c.kw
+    ).result()
+    rule = c.client.load_balancers.get(RG, "lb-clb", **c.kw).load_balancing_rules[0]
+    eq(rule.idle_timeout_in_minutes, 17, "idleTimeoutInMinutes read back")
+    eq(rule.enable_tcp_reset, True, "enableTcpReset read back")
+    eq(rule.enable_floating_ip, False, "enableFloatingIP read back")
+    eq(rule.load_distribution, "SourceIP", "loadDistribution read back")
+    got = c.client.public_ip_addresses.get(RG, "pip-clb", **c.kw)
+    eq(got.ip_configuration.id, lb_id + "/frontendIPConfigurations/fe", "ipConfiguration")
+    c.client.load_balancers.begin_delete(RG, "lb-clb", **c.kw).result()
+    got = c.client.public_ip_addresses.get(RG, "pip-clb", **c.kw)
+    eq(got.ip_configuration, None, "no ipConfiguration once the load balancer is gone")
+    c.client.public_ip_addresses.begin_delete(RG, "pip-clb", **c.kw).result()
+
+
+def public_ip_dns_settings(c):
+    """A public IP's dnsSettings as the SDK models them (PublicIPAddressDnsSettings): the label kept,
+    the fqdn Azure's; an invalid label and one another public IP of the region has refused with
+    Azure's codes; a PUT without dnsSettings removes the label."""
+
+    def put(name, label, rg=RG):
+        return c.client.public_ip_addresses.begin_create_or_update(
+            rg,
+            name,
+            m.PublicIPAddress(
+                location="eastus",
+                sku=m.PublicIPAddressSku(name="StandardV2"),
+                public_ip_allocation_method="Static",
+                dns_settings=m.PublicIPAddressDnsSettings(domain_name_label=label) if label else None,
+            ),
+            **c.kw,
+        ).result()
+
+    made = put("pip-dns", "clb-sdk-shop")
+    eq(made.dns_settings.domain_name_label, "clb-sdk-shop", "domainNameLabel")
+    eq(made.dns_settings.fqdn, "clb-sdk-shop.eastus.cloudapp.azure.com", "fqdn")
+    got = c.client.public_ip_addresses.get(RG, "pip-dns", **c.kw)
+    eq(got.dns_settings.fqdn, "clb-sdk-shop.eastus.cloudapp.azure.com", "fqdn read back")
+    expect_error("InvalidDomainNameLabel", 400, lambda: put("pip-dns-2", "Not_A_Label"))
+    expect_error("DnsRecordInUse", 400, lambda: put("pip-dns-2", "clb-sdk-shop", RG2))
+    put("pip-dns", None)
+    eq(c.client.public_ip_addresses.get(RG, "pip-dns", **c.kw).dns_settings, None, "label removed")
+    c.client.public_ip_addresses.begin_delete(RG, "pip-dns", **c.kw).result()
+
+
 def resources_for_services(c):
     for i in range(1, 6):
         pip = public_ip(c, f"pip-{i}")
@@ -737,6 +835,8 @@ CASES = [
     resources_create_get_delete,
     ipv6_public_ip_and_dual_stack_load_balancer,
     nat_gateway_with_ipv6_public_ip,
+    load_balancer_rule_settings,
+    public_ip_dns_settings,
     resources_for_services,
     services_partial_update_three_types,
     services_paged,

@@ -427,12 +427,15 @@ impl ArmClient {
         self.put_url(&url, body, opts).await
     }
 
-    /// The URL of the NAT gateway `name` in the resource group `resource_group`.
-    fn nat_gateway_url_in(&self, resource_group: &str, name: &str) -> Result<Url, NrpError> {
-        for (what, v) in [
-            ("resource group", resource_group),
-            ("natGateways name", name),
-        ] {
+    /// The URL of the resource `name` of `kind` in the resource group `resource_group`.
+    fn resource_url_in(
+        &self,
+        kind: ResourceKind,
+        resource_group: &str,
+        name: &str,
+    ) -> Result<Url, NrpError> {
+        let what = format!("{} name", kind.segment());
+        for (what, v) in [("resource group", resource_group), (what.as_str(), name)] {
             if v.trim().is_empty() {
                 return Err(NrpError::Validation {
                     code: "InvalidResourceName".into(),
@@ -442,7 +445,7 @@ impl ArmClient {
         }
         self.path_url_in(
             resource_group,
-            ResourceKind::NatGateway,
+            kind,
             &[Some(name)],
             &self.config.api_version,
         )
@@ -630,6 +633,34 @@ impl Nrp for ArmClient {
         Ok(all)
     }
 
+    async fn get_public_ip_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        let url = self.resource_url_in(ResourceKind::PublicIpAddress, resource_group, name)?;
+        self.get_json(&url, opts).await
+    }
+
+    async fn find_public_ip_by_address(
+        &self,
+        address: &str,
+        opts: CallOptions,
+    ) -> Result<Option<PublicIpAddress>, NrpError> {
+        let Ok(wanted) = address.trim().parse::<std::net::IpAddr>() else {
+            return Ok(None);
+        };
+        let all = self.list_public_ips(opts).await?;
+        Ok(all.into_iter().find(|p| {
+            p.properties
+                .ip_address
+                .as_deref()
+                .and_then(|ip| ip.trim().parse::<std::net::IpAddr>().ok())
+                == Some(wanted)
+        }))
+    }
+
     async fn get_load_balancer(
         &self,
         name: &str,
@@ -699,7 +730,7 @@ impl Nrp for ArmClient {
         name: &str,
         opts: CallOptions,
     ) -> Result<NatGateway, NrpError> {
-        let url = self.nat_gateway_url_in(resource_group, name)?;
+        let url = self.resource_url_in(ResourceKind::NatGateway, resource_group, name)?;
         self.get_json(&url, opts).await
     }
 
@@ -710,7 +741,7 @@ impl Nrp for ArmClient {
         body: &NatGateway,
         opts: CallOptions,
     ) -> Result<NatGateway, NrpError> {
-        let url = self.nat_gateway_url_in(resource_group, name)?;
+        let url = self.resource_url_in(ResourceKind::NatGateway, resource_group, name)?;
         self.put_url(&url, body, opts).await
     }
 }

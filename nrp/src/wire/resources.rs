@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{IpVersion, Sku, SubResource};
+use super::{IpVersion, LoadDistribution, Sku, SubResource};
 
 /// A `Microsoft.Network/publicIPAddresses` resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -56,6 +56,51 @@ pub struct PublicIpAddressProperties {
     /// Read-only provisioning state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning_state: Option<String>,
+    /// The DNS name of the address (`dnsSettings`): a `domainNameLabel` makes Azure publish
+    /// `{label}.{region}.cloudapp.azure.com` (`fqdn`, read-only). Absent: no DNS name (a PUT
+    /// without it removes a label the public IP had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_settings: Option<PublicIpDnsSettings>,
+    /// The IP configuration that uses the public IP (read-only, set by Azure on GET): for a load
+    /// balancer's public frontend, the frontend IP configuration's id
+    /// (`…/loadBalancers/{lb}/frontendIPConfigurations/{frontend}`). Absent: no IP configuration
+    /// uses it.
+    #[serde(
+        default,
+        rename = "ipConfiguration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ip_configuration: Option<SubResource>,
+    /// The NAT gateway that uses the public IP (`natGateway`, set by Azure on GET when one does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_gateway: Option<SubResource>,
+}
+
+impl PublicIpAddressProperties {
+    /// The DNS label (`dnsSettings.domainNameLabel`), if any (an empty one is none).
+    pub fn domain_name_label(&self) -> Option<&str> {
+        self.dns_settings
+            .as_ref()
+            .and_then(|d| d.domain_name_label.as_deref())
+            .filter(|l| !l.is_empty())
+    }
+}
+
+/// `PublicIPAddressDnsSettings`: the DNS name of a public IP.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicIpDnsSettings {
+    /// The label: `{label}.{region}.cloudapp.azure.com` resolves to the address. Lower-case letters,
+    /// digits and hyphens, 3 to 63 characters, starting with a letter and ending with a letter or
+    /// digit (`^[a-z][a-z0-9-]{1,61}[a-z0-9]$`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_name_label: Option<String>,
+    /// The fully qualified name Azure made of the label (read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fqdn: Option<String>,
+    /// Every other field as NRP sent it (`reverseFqdn`, `domainNameLabelScope`, …).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A `Microsoft.Network/loadBalancers` resource.
@@ -192,6 +237,14 @@ pub struct LoadBalancingRuleProperties {
     /// Whether outbound SNAT is disabled for this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_outbound_snat: Option<bool>,
+    /// Whether a TCP reset goes to both ends of a connection that idles out (`enableTcpReset`; a
+    /// TCP rule's setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_tcp_reset: Option<bool>,
+    /// How new connections spread over the backends (`loadDistribution`; Azure's default is
+    /// `Default`, a 5-tuple hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_distribution: Option<LoadDistribution>,
 }
 
 /// A `Microsoft.Network/natGateways` resource.

@@ -43,7 +43,7 @@ fn cut(s: &str) -> String {
 }
 
 /// The Service Gateway's ARM id, as NRP has it.
-async fn gateway_id(ctx: &UnitCtx<'_>) -> Result<ResourceId, UnitError> {
+pub(crate) async fn gateway_id(ctx: &UnitCtx<'_>) -> Result<ResourceId, UnitError> {
     ctx.ensure_gateway().await?;
     let gw = ctx
         .read(|o| ctx.nrp().get_service_gateway(ctx.resource(), o))

@@ -86,6 +86,7 @@ pub const ERRORS: &[ErrorRow] = &[
     row("ServiceUnavailable", 503, Retry, "NRP is unavailable for a while (Retry-After)"),
     row("(other 5xx)", 500, Retry, "a server-side failure (502, …) or a malformed success (MissingResourceId, InvalidResponseBody, InvalidNextLink, TooManyPages)"),
     row("PublicIPCountLimitReached", 400, Retry, "no public address left; frees up as services are deleted"),
+    row("DnsRecordInUse", 400, Retry, "another public IP of the region has the DNS label clb's own public IP is to get: frees up when that one drops it"),
     row("InvalidResourceReference", 400, Retry, "the request names a load balancer, pool or NAT gateway NRP lacks (deleted meanwhile): the saga creates its resources again from its first step"),
     row("AuthorizationFailed", 403, Retry, "the worker's identity lacks a permission: an operator fixes it, the work goes on by itself"),
     row("(other 401/403)", 401, Retry, "the token is refused (InvalidAuthenticationToken, …): an operator fixes it"),
@@ -124,6 +125,9 @@ pub const ERRORS: &[ErrorRow] = &[
     row("MissingPublicNatGatewayId", 400, Park, "an outbound service without a NAT gateway: a worker bug"),
     row("InvalidLoadBalancingRule", 400, Park, "a rule NRP refuses"),
     row("RulesUseSameFrontendIpAndPort", 400, Park, "two rules on one frontend port and protocol"),
+    row("LoadBalancingRuleIdleTimeoutOutOfRange", 400, Park, "a rule's idle timeout outside 4 to 30 minutes (the worker refuses one before any call)"),
+    row("InvalidLoadDistribution", 400, Park, "a rule's loadDistribution NRP does not know: a worker bug"),
+    row("InvalidDomainNameLabel", 400, Park, "a DNS label Azure refuses (the worker refuses one before any call)"),
     row("InvalidPublicIPAddressVersion", 400, Park, "a public IP of an unknown IP version: a worker bug"),
     row("InvalidResourceName", 400, Park, "a resource name ARM refuses (a service name that makes an invalid lb-/natgw-/pip- name)"),
     row("LocationRequired", 400, Park, "a resource without a region: a configuration error"),
@@ -135,7 +139,7 @@ pub const ERRORS: &[ErrorRow] = &[
     row("RequestBodyTooLarge", 413, Park, "a call larger than NRP accepts: the limits are misconfigured"),
     row("(501)", 501, Park, "NRP does not implement the operation"),
     local("InvalidWorkUnit", Park, "the unit carries no work: a server bug"),
-    local("InvalidServiceChange", Park, "a service change without a name, kind or action, or a port no rule can have"),
+    local("InvalidServiceChange", Park, "a service change without a name, kind or action, a port no rule can have, or settings no load balancer can have (an idle timeout outside 4 to 30, an invalid DNS label, a brought public IP named wrongly or with a DNS label)"),
     local("InvalidLocationChange", Park, "a location change without a location or action, or a location twice in a unit"),
     local("InvalidResourceId", Park, "NRP returned a resource id that does not parse"),
     local("NatGatewayResourceGroupNotConfigured", Park, "an egress brings a NAT gateway, but its gateway has no NAT gateway resource group: bringing one is off"),
@@ -143,6 +147,12 @@ pub const ERRORS: &[ErrorRow] = &[
     local("NatGatewayNotStandardV2", Park, "the NAT gateway an egress brings is not StandardV2: it cannot be linked to a Service Gateway"),
     local("NatGatewayLinkedElsewhere", Park, "the NAT gateway an egress brings is linked to another Service Gateway: clb does not take it over"),
     local("NatGatewayNameReserved", Park, "the NAT gateway an egress brings has the name of the one clb would create for it, in the gateway's resource group"),
+    local("PublicIpNotFound", Park, "the public IP a service brings does not exist (by name, or no public IP of the gateway's resource group holds its address): it is not created"),
+    local("PublicIpNotStandardV2", Park, "the public IP a service brings is not StandardV2, the SKU of a Container Load Balancer's frontend"),
+    local("PublicIpNotStatic", Park, "the public IP a service brings is not static"),
+    local("PublicIpFamilyMismatch", Park, "the public IP a service brings is of the other IP family than the service"),
+    local("PublicIpInUse", Park, "the public IP a service brings is used by another frontend (or a NAT gateway) than the service's load balancer's"),
+    local("PublicIpNameReserved", Park, "the public IP a service brings is the pip-{name} clb creates (and deletes) for it in the gateway's resource group"),
 ];
 
 /// The row of `code`, if it is listed.
@@ -377,6 +387,7 @@ mod rows {
         service_unavailable: "ServiceUnavailable" => http(503, "ServiceUnavailable");
         other_5xx: "(other 5xx)" => http(502, "");
         public_ip_count_limit_reached: "PublicIPCountLimitReached" => http(400, "PublicIPCountLimitReached");
+        dns_record_in_use: "DnsRecordInUse" => http(400, "DnsRecordInUse");
         invalid_resource_reference: "InvalidResourceReference" => http(400, "InvalidResourceReference");
         authorization_failed: "AuthorizationFailed" => http(403, "AuthorizationFailed");
         other_401_403: "(other 401/403)" => http(401, "InvalidAuthenticationToken");
@@ -429,6 +440,9 @@ mod rows {
         missing_nat_gateway_id: "MissingPublicNatGatewayId" => http(400, "MissingPublicNatGatewayId");
         invalid_load_balancing_rule: "InvalidLoadBalancingRule" => http(400, "InvalidLoadBalancingRule");
         rules_use_same_frontend: "RulesUseSameFrontendIpAndPort" => http(400, "RulesUseSameFrontendIpAndPort");
+        idle_timeout_out_of_range: "LoadBalancingRuleIdleTimeoutOutOfRange" => http(400, "LoadBalancingRuleIdleTimeoutOutOfRange");
+        invalid_load_distribution: "InvalidLoadDistribution" => http(400, "InvalidLoadDistribution");
+        invalid_domain_name_label: "InvalidDomainNameLabel" => http(400, "InvalidDomainNameLabel");
         invalid_public_ip_version: "InvalidPublicIPAddressVersion" => http(400, "InvalidPublicIPAddressVersion");
         invalid_resource_name: "InvalidResourceName" => http(400, "InvalidResourceName");
         location_required: "LocationRequired" => http(400, "LocationRequired");
@@ -448,6 +462,12 @@ mod rows {
         nat_not_standard_v2: "NatGatewayNotStandardV2" => invalid("NatGatewayNotStandardV2");
         nat_linked_elsewhere: "NatGatewayLinkedElsewhere" => invalid("NatGatewayLinkedElsewhere");
         nat_name_reserved: "NatGatewayNameReserved" => invalid("NatGatewayNameReserved");
+        pip_not_found: "PublicIpNotFound" => invalid("PublicIpNotFound");
+        pip_not_standard_v2: "PublicIpNotStandardV2" => invalid("PublicIpNotStandardV2");
+        pip_not_static: "PublicIpNotStatic" => invalid("PublicIpNotStatic");
+        pip_family_mismatch: "PublicIpFamilyMismatch" => invalid("PublicIpFamilyMismatch");
+        pip_in_use: "PublicIpInUse" => invalid("PublicIpInUse");
+        pip_name_reserved: "PublicIpNameReserved" => invalid("PublicIpNameReserved");
     }
 
     #[test]

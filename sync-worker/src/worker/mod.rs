@@ -35,6 +35,7 @@ mod byo;
 mod config;
 mod ctx;
 mod errors;
+mod inbound;
 mod limiter;
 mod locations;
 mod observe;
@@ -50,6 +51,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{Backoff, Limits, WorkerConfig, WorkerTls};
 pub use errors::{ERRORS, ErrorRow, Handling, classify as classify_error};
+pub use inbound::{
+    DEFAULT_IDLE_TIMEOUT_MINUTES, IDLE_TIMEOUT_MINUTES, PUBLIC_IP_SKU, RuleSettings,
+    observed_settings,
+};
 pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
 pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
 pub use observe::{frontends_of, snapshot_parts};

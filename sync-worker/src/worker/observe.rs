@@ -1,8 +1,10 @@
 //! Observe work (anti-entropy): read the gateway's services and address locations back from NRP and
-//! report them as `Observed` parts, split when large. The frontends of the inbound services (the
-//! addresses of their public IPs `pip-{name}`, read with one listing), the rules of their load
-//! balancers (`lb-{name}`, read with one listing) and the outbound services whose brought NAT
-//! gateway is gone (one GET each, `byo::missing`) go in the first part.
+//! report them as `Observed` parts, split when large. The rules and settings of the inbound
+//! services' load balancers (`lb-{name}`, read with one listing), their frontends (the addresses of
+//! the public IPs their load balancers' frontends name: clb's own `pip-{name}` and brought ones of
+//! the gateway's resource group read with one listing, brought ones elsewhere with one GET each)
+//! and the outbound services whose brought NAT gateway is gone (one GET each, `byo::missing`) go in
+//! the first part.
 
 use std::collections::HashMap;
 
@@ -12,9 +14,10 @@ use clb_proto::v1::{
 };
 
 use super::ctx::{UnitCtx, UnitError, report};
+use super::inbound::observed_settings;
 use super::services::{load_balancer_name, public_ip_name};
 use clb_nrp::wire::{
-    AddressLocation, GatewayService, LoadBalancer, PublicIpAddress, TransportProtocol,
+    AddressLocation, GatewayService, LoadBalancer, PublicIpAddress, ResourceId, TransportProtocol,
 };
 
 /// Builds the snapshot parts: services in the first part, locations packed greedily so that a part
@@ -66,39 +69,88 @@ pub fn snapshot_parts(
     parts
 }
 
-/// The frontends of the inbound services `inbound` among the public IPs `pips`: each service's public
-/// IP `pip-{name}` (matched case-insensitively) with its address, sorted by service. A service whose
-/// public IP is missing or has no address yet has no frontend.
-pub fn frontends_of(inbound: &[String], pips: &[PublicIpAddress]) -> Vec<ServiceFrontend> {
-    let by_pip: HashMap<String, &str> = inbound
+/// The public IP of the frontend of each load balancer among `lbs` (by lower-cased load balancer
+/// name): the id its first public frontend names.
+fn frontend_ids(lbs: &[LoadBalancer]) -> HashMap<String, &str> {
+    lbs.iter()
+        .filter_map(|lb| {
+            let pip = lb
+                .properties
+                .frontend_ip_configurations
+                .iter()
+                .find_map(|f| f.properties.public_ip_address.as_ref())?;
+            Some((lb.name.as_deref()?.to_ascii_lowercase(), pip.id.as_str()))
+        })
+        .collect()
+}
+
+/// The public IP of service `service`'s frontend among `pips`: the one its load balancer's frontend
+/// names (matched by id, case-insensitively), clb's own `pip-{service}` (by name) when its load
+/// balancer is not among `lbs` or has no public frontend.
+fn frontend_pip<'a>(
+    service: &str,
+    frontends: &HashMap<String, &str>,
+    pips: &'a [PublicIpAddress],
+) -> Option<&'a PublicIpAddress> {
+    match frontends.get(&load_balancer_name(service).to_ascii_lowercase()) {
+        Some(id) => pips.iter().find(|p| {
+            p.id.as_deref()
+                .is_some_and(|pid| pid.eq_ignore_ascii_case(id))
+        }),
+        None => {
+            let own = public_ip_name(service);
+            pips.iter().find(|p| {
+                p.name
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(&own))
+            })
+        }
+    }
+}
+
+/// The frontends of the inbound services `inbound`: each service's address is that of the public IP
+/// its load balancer `lb-{name}` (among `lbs`) has on its frontend — clb's own `pip-{name}` or a
+/// brought one — found among `pips`; a service whose load balancer is not among `lbs` falls back to
+/// `pip-{name}`. Sorted by service. A service whose public IP is missing or has no address yet has
+/// no frontend.
+pub fn frontends_of(
+    inbound: &[String],
+    lbs: &[LoadBalancer],
+    pips: &[PublicIpAddress],
+) -> Vec<ServiceFrontend> {
+    let frontends = frontend_ids(lbs);
+    let mut out: Vec<ServiceFrontend> = inbound
         .iter()
-        .map(|s| (public_ip_name(s).to_ascii_lowercase(), s.as_str()))
-        .collect();
-    let mut frontends: Vec<ServiceFrontend> = pips
-        .iter()
-        .filter_map(|p| {
-            let service = by_pip.get(&p.name.as_deref()?.to_ascii_lowercase())?;
+        .filter_map(|s| {
+            let p = frontend_pip(s, &frontends, pips)?;
             let ip = p.properties.ip_address.as_deref()?.trim();
             (!ip.is_empty()).then(|| ServiceFrontend {
-                service: (*service).to_owned(),
+                service: s.clone(),
                 ip: ip.to_owned(),
             })
         })
         .collect();
-    frontends.sort_by(|a, b| a.service.cmp(&b.service));
-    frontends.dedup_by(|a, b| a.service == b.service);
-    frontends
+    out.sort_by(|a, b| a.service.cmp(&b.service));
+    out.dedup_by(|a, b| a.service == b.service);
+    out
 }
 
 /// The load balancing rules of the inbound services `inbound` among the load balancers `lbs`: for
 /// each service whose load balancer `lb-{name}` (matched case-insensitively) is among them, its
-/// rules as (frontend port, protocol, backend port as the target port), sorted by service. A rule of
-/// protocol `All` (or none) has `PROTOCOL_UNSPECIFIED`. A service whose load balancer is missing has no entry.
-pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
+/// rules as (frontend port, protocol, backend port as the target port), and its settings
+/// ([`observed_settings`], with its frontend's public IP among `pips`), sorted by service. A rule of
+/// protocol `All` (or none) has `PROTOCOL_UNSPECIFIED`. A service whose load balancer is missing has
+/// no entry.
+pub fn rules_of(
+    inbound: &[String],
+    lbs: &[LoadBalancer],
+    pips: &[PublicIpAddress],
+) -> Vec<ServiceRules> {
     let by_lb: HashMap<String, &str> = inbound
         .iter()
         .map(|s| (load_balancer_name(s).to_ascii_lowercase(), s.as_str()))
         .collect();
+    let frontends = frontend_ids(lbs);
     let mut rules: Vec<ServiceRules> = lbs
         .iter()
         .filter_map(|lb| {
@@ -120,16 +172,62 @@ pub fn rules_of(inbound: &[String], lbs: &[LoadBalancer]) -> Vec<ServiceRules> {
                     }
                 })
                 .collect();
+            let pip = frontend_pip(service, &frontends, pips);
             Some(ServiceRules {
                 service: (*service).to_owned(),
                 ports,
-                settings: None,
+                settings: Some(observed_settings(service, lb, pip)),
             })
         })
         .collect();
     rules.sort_by(|a, b| a.service.cmp(&b.service));
     rules.dedup_by(|a, b| a.service == b.service);
     rules
+}
+
+/// The public IPs the frontends of `lbs` name outside the resource group of their load balancer
+/// (brought ones), as `(resource group, name)`, deduplicated.
+fn public_ips_elsewhere(lbs: &[LoadBalancer]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = lbs
+        .iter()
+        .filter_map(|lb| {
+            let lb_rg = ResourceId::parse(lb.id.as_deref()?).ok()?.resource_group;
+            let pip = lb
+                .properties
+                .frontend_ip_configurations
+                .iter()
+                .find_map(|f| f.properties.public_ip_address.as_ref())?;
+            let pip = ResourceId::parse(&pip.id).ok()?;
+            (!pip.resource_group.eq_ignore_ascii_case(&lb_rg)).then(|| {
+                (
+                    pip.resource_group.to_ascii_lowercase(),
+                    pip.name.to_ascii_lowercase(),
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The names of the public IPs the frontends of `lbs` name in the resource group of their load
+/// balancer (clb's own and brought ones there).
+fn public_ips_here(lbs: &[LoadBalancer]) -> Vec<String> {
+    lbs.iter()
+        .filter_map(|lb| {
+            let lb_rg = ResourceId::parse(lb.id.as_deref()?).ok()?.resource_group;
+            let pip = lb
+                .properties
+                .frontend_ip_configurations
+                .iter()
+                .find_map(|f| f.properties.public_ip_address.as_ref())?;
+            let pip = ResourceId::parse(&pip.id).ok()?;
+            pip.resource_group
+                .eq_ignore_ascii_case(&lb_rg)
+                .then_some(pip.name)
+        })
+        .collect()
 }
 
 /// A gateway that does not exist has no services and no locations.
@@ -165,15 +263,36 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64) -> Vec<Report> {
         let (pips, lbs) = if inbound.is_empty() {
             (Vec::new(), Vec::new())
         } else {
-            let names: Vec<String> = inbound.iter().map(|s| public_ip_name(s)).collect();
-            let pips = empty_if_missing(ctx.read(|o| ctx.nrp().find_public_ips(&names, o)).await)?;
             let names: Vec<String> = inbound.iter().map(|s| load_balancer_name(s)).collect();
             let lbs =
                 empty_if_missing(ctx.read(|o| ctx.nrp().find_load_balancers(&names, o)).await)?;
+            // clb's own public IPs and those brought from the gateway's resource group: one
+            // listing; brought ones elsewhere: one GET each.
+            let mut names: Vec<String> = inbound.iter().map(|s| public_ip_name(s)).collect();
+            names.extend(public_ips_here(&lbs));
+            names.sort_by_key(|n| n.to_ascii_lowercase());
+            names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+            let mut pips =
+                empty_if_missing(ctx.read(|o| ctx.nrp().find_public_ips(&names, o)).await)?;
+            for (rg, name) in public_ips_elsewhere(&lbs) {
+                match ctx
+                    .read(|o| ctx.nrp().get_public_ip_in(&rg, &name, o))
+                    .await
+                {
+                    Ok(p) => pips.push(p),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => {
+                        // Its service's frontend and brought address are left out, not the
+                        // whole observe.
+                        tracing::warn!(public_ip = %name, resource_group = %rg, error = ?e,
+                            "reading a brought public IP back failed");
+                    }
+                }
+            }
             (pips, lbs)
         };
-        let frontends = frontends_of(&inbound, &pips);
-        let rules = rules_of(&inbound, &lbs);
+        let frontends = frontends_of(&inbound, &lbs, &pips);
+        let rules = rules_of(&inbound, &lbs, &pips);
         let missing = super::byo::missing(ctx, &services).await;
         Ok::<_, UnitError>((services, locations, frontends, rules, missing))
     };
@@ -279,7 +398,7 @@ mod tests {
             pip("pip-egress-e", Some("20.0.0.3")),
             pip("other", Some("20.0.0.4")),
         ];
-        let got: Vec<(String, String)> = frontends_of(&inbound, &pips)
+        let got: Vec<(String, String)> = frontends_of(&inbound, &[], &pips)
             .into_iter()
             .map(|f| (f.service, f.ip))
             .collect();
@@ -290,7 +409,120 @@ mod tests {
                 ("svc-b".to_string(), "2001:db8:c1b::1".to_string()),
             ]
         );
-        assert!(frontends_of(&[], &pips).is_empty());
+        assert!(frontends_of(&[], &[], &pips).is_empty());
+    }
+
+    fn pip_in(rg: &str, name: &str, ip: &str) -> PublicIpAddress {
+        let mut p = pip(name, Some(ip));
+        p.id = Some(
+            ResourceId::new("s", rg, clb_nrp::wire::ResourceKind::PublicIpAddress, name)
+                .to_string(),
+        );
+        p
+    }
+
+    fn lb_on(
+        service: &str,
+        pip: &PublicIpAddress,
+        rules: &[(&'static str, u16, u16)],
+    ) -> LoadBalancer {
+        use clb_nrp::wire::ResourceKind;
+        let id = ResourceId::new(
+            "s",
+            "rg",
+            ResourceKind::LoadBalancer,
+            load_balancer_name(service),
+        );
+        let mut lb = super::super::services::load_balancer(
+            &id,
+            "eastus",
+            pip.id.as_deref().unwrap(),
+            rules.to_vec(),
+            &super::super::inbound::RuleSettings::default(),
+        );
+        lb.id = Some(id.to_string());
+        lb.name = Some(id.name.clone());
+        lb
+    }
+
+    #[test]
+    fn frontends_follow_the_load_balancer_s_public_ip() {
+        // svc-a brought a public IP of another resource group; svc-b one of the gateway's; svc-c
+        // has clb's own; svc-d's load balancer names a public IP that is gone (no frontend, even
+        // though a pip-svc-d is there); svc-e has no load balancer (clb's own, by name).
+        let brought_a = pip_in("rg-ip", "mine-a", "20.1.0.1");
+        let brought_b = pip_in("rg", "mine-b", "20.1.0.2");
+        let own_c = pip_in("rg", "pip-svc-c", "20.0.0.3");
+        let gone_d = pip_in("rg", "gone-d", "20.9.9.9");
+        let stale_d = pip_in("rg", "pip-svc-d", "20.0.0.4");
+        let own_e = pip_in("rg", "pip-svc-e", "20.0.0.5");
+        let lbs = vec![
+            lb_on("svc-a", &brought_a, &[("tcp", 80, 80)]),
+            lb_on("svc-b", &brought_b, &[]),
+            lb_on("svc-c", &own_c, &[]),
+            lb_on("svc-d", &gone_d, &[]),
+        ];
+        let pips = vec![
+            own_c.clone(),
+            brought_b.clone(),
+            brought_a.clone(),
+            stale_d,
+            own_e,
+        ];
+        let inbound: Vec<String> = ["svc-a", "svc-b", "svc-c", "svc-d", "svc-e"]
+            .map(String::from)
+            .to_vec();
+        let got: Vec<(String, String)> = frontends_of(&inbound, &lbs, &pips)
+            .into_iter()
+            .map(|f| (f.service, f.ip))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("svc-a", "20.1.0.1"),
+            ("svc-b", "20.1.0.2"),
+            ("svc-c", "20.0.0.3"),
+            ("svc-e", "20.0.0.5"),
+        ]
+        .map(|(s, ip)| (s.to_string(), ip.to_string()))
+        .to_vec();
+        assert_eq!(got, want);
+        // What the observe reads: pip-{name} and the gateway's resource group's brought ones in
+        // one listing, the others one by one.
+        assert_eq!(public_ips_here(&lbs), ["mine-b", "pip-svc-c", "gone-d"]);
+        assert_eq!(
+            public_ips_elsewhere(&lbs),
+            [("rg-ip".to_string(), "mine-a".to_string())]
+        );
+        // The settings say which public IP is brought, and clb's own's DNS label.
+        let rules = rules_of(&inbound, &lbs, &pips);
+        let settings = |s: &str| {
+            rules
+                .iter()
+                .find(|r| r.service == s)
+                .and_then(|r| r.settings.clone())
+                .unwrap()
+        };
+        let a = settings("svc-a").brought_public_ip.unwrap();
+        assert_eq!(
+            (
+                a.name.as_str(),
+                a.resource_group.as_str(),
+                a.address.as_str()
+            ),
+            ("mine-a", "rg-ip", "20.1.0.1")
+        );
+        let b = settings("svc-b").brought_public_ip.unwrap();
+        assert_eq!(
+            (
+                b.name.as_str(),
+                b.resource_group.as_str(),
+                b.address.as_str()
+            ),
+            ("mine-b", "", "20.1.0.2"),
+            "the gateway's resource group is empty"
+        );
+        assert!(settings("svc-c").brought_public_ip.is_none());
+        let d = settings("svc-d").brought_public_ip.unwrap();
+        assert_eq!((d.name.as_str(), d.address.as_str()), ("gone-d", ""));
     }
 
     #[test]
@@ -298,7 +530,13 @@ mod tests {
         use clb_nrp::wire::{ResourceId, ResourceKind};
         let lb = |name: &str, rules: &[(&'static str, u16, u16)]| {
             let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, name);
-            let mut lb = super::super::services::load_balancer(&id, "eastus", "/p", rules.to_vec());
+            let mut lb = super::super::services::load_balancer(
+                &id,
+                "eastus",
+                "/p",
+                rules.to_vec(),
+                &super::super::inbound::RuleSettings::default(),
+            );
             lb.name = Some(name.into());
             lb
         };
@@ -322,7 +560,7 @@ mod tests {
         ];
         // (service, (frontend port, protocol, backend port) of each rule)
         type Rules = (String, Vec<(u32, v1::Protocol, u32)>);
-        let got: Vec<Rules> = rules_of(&inbound, &lbs)
+        let got: Vec<Rules> = rules_of(&inbound, &lbs, &[])
             .into_iter()
             .map(|r| {
                 let mut ports: Vec<_> = r
@@ -346,6 +584,6 @@ mod tests {
             ],
             "svc-d has no load balancer: no entry"
         );
-        assert!(rules_of(&[], &lbs).is_empty());
+        assert!(rules_of(&[], &lbs, &[]).is_empty());
     }
 }

@@ -6,7 +6,10 @@
 //!   named `{uid}-v4` / `{uid}-v6`, so its resources are `pip-{uid}-v6`, `lb-{uid}-v6`), load balancer `lb-{name}` (frontend on that IP, backend
 //!   pool, one rule per port/protocol whose backend port is the port's target port), register the service with its backend pool; the public IP's
 //!   address (NRP allocates it) goes back to the server as the service's frontend. The same saga
-//!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them);
+//!   re-programs the rules of an existing load balancer whose ports changed (PUT replaces them).
+//!   The rules and the public IP follow the change's settings (idle timeout, TCP reset, load
+//!   distribution; a `StandardV2` public IP with its DNS label, or a brought public IP linked
+//!   instead, clb's own then deleted): see [`super::inbound`];
 //! - outbound create: public IP `pip-{name}` (IPv4), and `pip-{name}-v6` (IPv6) when the change's
 //!   `egress_families` include IPv6 (pods of the egress have IPv6 addresses), NAT gateway
 //!   `natgw-{name}` (`StandardV2`, the NAT gateway SKU that takes IPv6 public IPs, with
@@ -33,12 +36,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceProgress, ServiceWork};
 
 use super::ctx::{UnitCtx, UnitError, partial_report};
+use super::inbound::{self, PUBLIC_IP_SKU, RuleSettings};
 use clb_nrp::wire::{
     BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, GatewayService,
     LoadBalancer, LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties,
-    NatGateway, NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties, ResourceId,
-    ResourceKind, ServiceRequest, Sku, SubResource, TransportProtocol, UpdateAction,
-    UpdateServicesRequest,
+    NatGateway, NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties,
+    PublicIpDnsSettings, ResourceId, ResourceKind, ServiceRequest, Sku, SubResource,
+    TransportProtocol, UpdateAction, UpdateServicesRequest,
 };
 
 /// Name of the frontend IP configuration of every load balancer the worker creates.
@@ -150,12 +154,15 @@ fn public_ip(region: &str, version: &str, sku: Sku) -> PublicIpAddress {
 
 /// The load balancer `lb` of an inbound service: one frontend on `pip_id`, one backend pool, one rule
 /// per `(protocol, frontend port, backend port)`, named `{protocol}-{frontend port}`. The backends
-/// are pod IPs, so the backend port is the pods' port (the Service's target port).
+/// are pod IPs, so the backend port is the pods' port (the Service's target port). Every rule has
+/// the idle timeout and load distribution of `settings` and floating IP off; the TCP rules have TCP
+/// reset as `settings` says (a UDP rule has none).
 pub fn load_balancer(
     lb: &ResourceId,
     region: &str,
     pip_id: &str,
     rules: impl IntoIterator<Item = (&'static str, u16, u16)>,
+    settings: &RuleSettings,
 ) -> LoadBalancer {
     let frontend = lb.frontend_ip_configuration_id(FRONTEND_NAME);
     let pool = lb.backend_pool_id(BACKEND_POOL_NAME);
@@ -176,21 +183,28 @@ pub fn load_balancer(
             }],
             load_balancing_rules: rules
                 .into_iter()
-                .map(|(proto, port, backend_port)| LoadBalancingRule {
-                    id: None,
-                    name: format!("{proto}-{port}"),
-                    properties: LoadBalancingRuleProperties {
-                        frontend_ip_configuration: Some(SubResource::new(&frontend)),
-                        backend_address_pool: Some(SubResource::new(&pool)),
-                        protocol: Some(if proto == "udp" {
-                            TransportProtocol::Udp
-                        } else {
-                            TransportProtocol::Tcp
-                        }),
-                        frontend_port: port,
-                        backend_port,
-                        ..Default::default()
-                    },
+                .map(|(proto, port, backend_port)| {
+                    let tcp = proto != "udp";
+                    LoadBalancingRule {
+                        id: None,
+                        name: format!("{proto}-{port}"),
+                        properties: LoadBalancingRuleProperties {
+                            frontend_ip_configuration: Some(SubResource::new(&frontend)),
+                            backend_address_pool: Some(SubResource::new(&pool)),
+                            protocol: Some(if tcp {
+                                TransportProtocol::Tcp
+                            } else {
+                                TransportProtocol::Udp
+                            }),
+                            frontend_port: port,
+                            backend_port,
+                            idle_timeout_in_minutes: Some(settings.idle_timeout_minutes),
+                            enable_floating_ip: Some(false),
+                            enable_tcp_reset: tcp.then_some(settings.tcp_reset),
+                            load_distribution: Some(settings.load_distribution.clone()),
+                            ..Default::default()
+                        },
+                    }
                 })
                 .collect(),
             provisioning_state: None,
@@ -310,24 +324,60 @@ fn sibling_id(sibling: &str, kind: ResourceKind, name: &str) -> Result<ResourceI
     ))
 }
 
-/// Creates an inbound service and returns its frontend, when NRP told its address.
+/// The SKU of clb's own public IP `pip_name`: the one it has when it exists (Azure does not change a
+/// public IP's SKU; those created before clb used `StandardV2` keep `Standard`), else
+/// [`PUBLIC_IP_SKU`].
+async fn own_public_ip_sku(ctx: &UnitCtx<'_>, pip_name: &str) -> Result<Sku, UnitError> {
+    let standard_v2 = Sku {
+        name: PUBLIC_IP_SKU.into(),
+        tier: Some("Regional".into()),
+    };
+    match ctx.read(|o| ctx.nrp().get_public_ip(pip_name, o)).await {
+        Ok(p) => Ok(p.sku.unwrap_or(standard_v2)),
+        Err(e) if e.is_not_found() => Ok(standard_v2),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates an inbound service and returns its frontend, when NRP told its address. The settings
+/// (`ServiceChange.settings`) are checked before any call; a brought public IP is found and checked
+/// before anything is created or changed ([`super::inbound`]).
 async fn create_inbound(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
     progress: &Progress,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     let rules = rules(change)?;
+    let settings = inbound::rule_settings(change)?;
+    let choice = inbound::public_ip_choice(change)?;
     let region = ctx.ensure_gateway().await?;
-    let version = ip_version(change.ip_family());
-    let body = public_ip(&region, version, Sku::standard());
-    let pip = ensure_public_ip(ctx, &public_ip_name(&change.name), &body, progress).await?;
-    let pip_id = pip.id;
+    let own_name = public_ip_name(&change.name);
     let lb_name = load_balancer_name(&change.name);
-    let lb_id = sibling_id(&pip_id, ResourceKind::LoadBalancer, &lb_name)?;
-    let body = load_balancer(&lb_id, &region, &pip_id, rules);
+    let frontend = match &choice {
+        Ok(brought) => inbound::resolve(ctx, change, brought).await?,
+        Err(label) => {
+            let version = ip_version(change.ip_family());
+            let mut body = public_ip(&region, version, own_public_ip_sku(ctx, &own_name).await?);
+            body.properties.dns_settings = label.as_ref().map(|l| PublicIpDnsSettings {
+                domain_name_label: Some(l.clone()),
+                ..Default::default()
+            });
+            let pip = ensure_public_ip(ctx, &own_name, &body, progress).await?;
+            let lb = sibling_id(&pip.id, ResourceKind::LoadBalancer, &lb_name)?;
+            inbound::Frontend {
+                id: pip.id,
+                address: pip.address,
+                lb,
+            }
+        }
+    };
+    let lb_id = &frontend.lb;
+    let body = load_balancer(lb_id, &region, &frontend.id, rules, &settings);
     let lb = ctx
         .mutate(|o| ctx.nrp().put_load_balancer(&lb_name, &body, o))
-        .await?;
+        .await;
+    progress.reached(v1::ServiceStep::Resources, &lb);
+    let lb = lb?;
     let pool = lb
         .properties
         .backend_address_pools
@@ -338,7 +388,22 @@ async fn create_inbound(
     let req = update(false, GatewayService::inbound(&change.name, pool));
     ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
         .await?;
-    Ok(pip.address.map(|ip| ServiceFrontend {
+    if choice.is_ok() {
+        // The frontend moved off clb's own public IP (the service brought one since): clb owns it,
+        // nothing uses it any more.
+        match ctx.read(|o| ctx.nrp().get_public_ip(&own_name, o)).await {
+            Ok(_) => {
+                tracing::info!(service = %change.name, "the service now brings its public IP: deleting the one clb made");
+                gone_ok(
+                    ctx.mutate(|o| ctx.nrp().delete_public_ip(&own_name, o))
+                        .await,
+                )?;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(frontend.address.map(|ip| ServiceFrontend {
         service: change.name.clone(),
         ip,
     }))
@@ -567,7 +632,7 @@ mod tests {
         let got = rules(&change(&[(Tcp, 80, 8080), (Udp, 53, 0), (Tcp, 80, 8080)])).unwrap();
         assert_eq!(got, vec![("tcp", 80, 8080), ("udp", 53, 53)]);
         let id = ResourceId::new("s", "rg", ResourceKind::LoadBalancer, "lb-svc");
-        let lb = load_balancer(&id, "eastus", "/p", got);
+        let lb = load_balancer(&id, "eastus", "/p", got, &RuleSettings::default());
         let ports: Vec<(u16, u16)> = lb
             .properties
             .load_balancing_rules

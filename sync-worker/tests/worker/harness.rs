@@ -506,6 +506,21 @@ impl Nrp for GatedNrp {
         self.inner.delete_nat_gateway(n, o).await
     }
 
+    async fn get_public_ip_in(
+        &self,
+        rg: &str,
+        n: &str,
+        o: CallOptions,
+    ) -> Result<PublicIpAddress, NrpError> {
+        self.inner.get_public_ip_in(rg, n, o).await
+    }
+    async fn find_public_ip_by_address(
+        &self,
+        a: &str,
+        o: CallOptions,
+    ) -> Result<Option<PublicIpAddress>, NrpError> {
+        self.inner.find_public_ip_by_address(a, o).await
+    }
     async fn get_nat_gateway_in(
         &self,
         rg: &str,
