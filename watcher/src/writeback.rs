@@ -107,6 +107,10 @@ pub(crate) struct ServiceFacts {
     pub gateways: Vec<String>,
     /// Its gateway annotations cannot be used: why (the gateways stay as they were).
     pub selection_error: Option<String>,
+    /// Why clb does not program it (`crate::settings::admit`), if it refuses it.
+    pub refusal: Option<crate::settings::Refusal>,
+    /// The Warning Event naming the settings clb ignores, if any.
+    pub ignored: Option<String>,
 }
 
 impl ServiceFacts {
@@ -134,8 +138,15 @@ impl ServiceFacts {
                 Err(e) => (Vec::new(), Some(e.to_string())),
             },
         };
-        let ids = crate::families::identities(&uid, &crate::families::of_service(key, svc));
+        let families = crate::families::of_service(key, svc);
+        let ids = crate::families::identities(&uid, &families);
+        let (refusal, ignored) = match crate::settings::admit(svc, &families) {
+            Ok(a) => (None, a.ignored_message()),
+            Err(r) => (Some(r), None),
+        };
         Some(Self {
+            refusal,
+            ignored,
             gateways,
             selection_error,
             key: key.clone(),
@@ -249,6 +260,8 @@ struct Record {
     conflicts_due: Vec<String>,
     /// The refused gateway selection last published as a Warning Event.
     selection_warned: Option<String>,
+    /// The ignored settings last published as a Warning Event.
+    ignored_warned: Option<String>,
 }
 
 impl Record {
@@ -478,6 +491,7 @@ impl WriteBack {
                                 port_conflicts: BTreeMap::new(),
                                 conflicts_due: Vec::new(),
                                 selection_warned: None,
+                                ignored_warned: None,
                             },
                         );
                     }

@@ -105,6 +105,16 @@ impl WriteBack {
                 r.selection_warned = Some(e.clone());
             }
         }
+        if let Some(note) = &facts.ignored
+            && self.records[key].ignored_warned.as_ref() != Some(note)
+        {
+            tracing::warn!(service = %key, "{note}");
+            self.publish(&facts, EventType::Warning, "IgnoredSettings", note.clone())
+                .await;
+            if let Some(r) = self.records.get_mut(key) {
+                r.ignored_warned = Some(note.clone());
+            }
+        }
         // Every selected gateway's report of every IP family's identity: the condition follows the
         // first not programmed (else the first), the ingress lists every programmed frontend IP,
         // IPv4 first. Each PoolService gets its gateway's report of every family the same way.
@@ -148,7 +158,15 @@ impl WriteBack {
             .flatten();
         let record = &self.records[key];
         let conflicts: Vec<String> = record.port_conflicts.values().cloned().collect();
-        let want = Wanted::of(state.as_ref(), &conflicts);
+        let refused = facts.refusal.as_ref();
+        let want = match refused {
+            Some(r) => Wanted::refused(r),
+            None => Wanted::of(state.as_ref(), &conflicts),
+        };
+        // A refused Service is withdrawn: its ingress goes once NRP no longer has it (until then it
+        // still is where the ingress says).
+        let withdrawn = refused.is_some() && !states.iter().flatten().any(|s| s.actual);
+        let ips = if refused.is_some() { Vec::new() } else { ips };
 
         // Events: one per change of the reason (or error code), not per poll or retry. A Service
         // that already shows this condition (a restarted watcher) gets none.
@@ -177,11 +195,13 @@ impl WriteBack {
         }
 
         // `ipMode` is compared too: an entry written without it (or by someone else) is rewritten.
-        let ingress_due =
-            !ips.is_empty() && !ingress::is_written(&facts.ingress, &ips, self.ip_mode_kept);
+        let clear_ingress = withdrawn && !facts.ingress.is_empty();
+        let ingress_due = clear_ingress
+            || (!ips.is_empty() && !ingress::is_written(&facts.ingress, &ips, self.ip_mode_kept));
         let condition = want.condition(&facts);
         let condition_due = condition.is_some();
-        let settled = matches!(want.reason, "Programmed" | "RejectedByAzure")
+        let settled = (matches!(want.reason, "Programmed" | "RejectedByAzure")
+            || (refused.is_some() && withdrawn))
             && !ingress_due
             && !condition_due;
         if !ingress_due && !condition_due {
@@ -197,7 +217,9 @@ impl WriteBack {
             return Ok(Some(self.pending_delay(key)));
         }
         let mut status = serde_json::Map::new();
-        if ingress_due {
+        if clear_ingress {
+            status.insert("loadBalancer".into(), json!({ "ingress": null }));
+        } else if ingress_due {
             status.insert(
                 "loadBalancer".into(),
                 json!({ "ingress": ingress::to_json(&ips) }),
@@ -213,7 +235,9 @@ impl WriteBack {
             .await
         {
             Ok(stored) => {
-                if ingress_due {
+                if clear_ingress {
+                    tracing::info!(service = %key, "status.loadBalancer.ingress cleared: the Service is refused and NRP no longer has it");
+                } else if ingress_due {
                     let stored = ingress::entries(
                         stored
                             .status

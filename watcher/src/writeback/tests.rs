@@ -35,6 +35,8 @@ fn facts(conditions: Vec<Condition>) -> ServiceFacts {
         conditions,
         gateways: vec![String::new()],
         selection_error: None,
+        refusal: None,
+        ignored: None,
     }
 }
 

@@ -106,6 +106,18 @@ impl Wanted {
         w
     }
 
+    /// For a Service clb refuses (`crate::settings`): the reason names the setting, with a
+    /// Warning Event.
+    pub(crate) fn refused(r: &crate::settings::Refusal) -> Self {
+        Self {
+            status: "False",
+            reason: r.reason,
+            message: r.message(),
+            error_code: String::new(),
+            event: Some(EventType::Warning),
+        }
+    }
+
     /// The whole `status.conditions` list with ours replaced, when ours differs from the one the
     /// Service shows (`None`: nothing to patch). `lastTransitionTime` changes only with the status.
     pub(crate) fn condition(&self, facts: &ServiceFacts) -> Option<Vec<Condition>> {
