@@ -299,3 +299,51 @@ fn patterns_match_families_of_keys() {
     );
     assert!(row_of("service.beta.kubernetes.io/port_").is_none());
 }
+
+/// The table as docs/watcher.md carries it: `| setting | clb | how or why |`, one row per
+/// [`TABLE`] row, in order.
+fn docs_table() -> String {
+    let mut out = String::from("| setting | clb | how, or why |\n|---|---|---|\n");
+    for r in TABLE {
+        let setting = r.setting.strip_prefix(PORT_PREFIX.trim_end_matches("port_")).unwrap_or(r.setting);
+        out.push_str(&format!(
+            "| `{setting}` | {} | {} |\n",
+            r.treatment.word(),
+            r.note.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[test]
+fn the_docs_table_is_the_code_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/watcher.md");
+    let docs = std::fs::read_to_string(path).expect("docs/watcher.md");
+    let want = docs_table();
+    assert!(
+        docs.contains(&want),
+        "docs/watcher.md must carry the settings table exactly as watcher/src/settings.rs has it \
+         (TABLE); put this under \"## Service settings\":\n\n{want}"
+    );
+}
+
+#[test]
+fn every_setting_is_listed_once() {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in TABLE {
+        assert!(seen.insert(r.setting), "{} twice", r.setting);
+        assert!(
+            r.setting.starts_with("spec.") || r.setting.starts_with("service.beta.kubernetes.io/"),
+            "{}",
+            r.setting
+        );
+    }
+    // Every annotation key the admission reads has its row.
+    for key in [
+        INTERNAL, INTERNAL_SUBNET, ALLOWED_IP_RANGES, ALLOWED_SERVICE_TAGS, DENY_ALL_EXCEPT,
+        PIP_PREFIX, PIP_PREFIX_V6, IDLE_TIMEOUT, DISABLE_TCP_RESET, DNS_LABEL, PIP_NAME,
+        PIP_NAME_V6, RESOURCE_GROUP, IPV4, IPV6,
+    ] {
+        assert_eq!(row_of(key).map(|r| r.setting), Some(key));
+    }
+}
