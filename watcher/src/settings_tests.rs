@@ -305,7 +305,10 @@ fn patterns_match_families_of_keys() {
 fn docs_table() -> String {
     let mut out = String::from("| setting | clb | how, or why |\n|---|---|---|\n");
     for r in TABLE {
-        let setting = r.setting.strip_prefix(PORT_PREFIX.trim_end_matches("port_")).unwrap_or(r.setting);
+        let setting = r
+            .setting
+            .strip_prefix(PORT_PREFIX.trim_end_matches("port_"))
+            .unwrap_or(r.setting);
         out.push_str(&format!(
             "| `{setting}` | {} | {} |\n",
             r.treatment.word(),
@@ -340,9 +343,21 @@ fn every_setting_is_listed_once() {
     }
     // Every annotation key the admission reads has its row.
     for key in [
-        INTERNAL, INTERNAL_SUBNET, ALLOWED_IP_RANGES, ALLOWED_SERVICE_TAGS, DENY_ALL_EXCEPT,
-        PIP_PREFIX, PIP_PREFIX_V6, IDLE_TIMEOUT, DISABLE_TCP_RESET, DNS_LABEL, PIP_NAME,
-        PIP_NAME_V6, RESOURCE_GROUP, IPV4, IPV6,
+        INTERNAL,
+        INTERNAL_SUBNET,
+        ALLOWED_IP_RANGES,
+        ALLOWED_SERVICE_TAGS,
+        DENY_ALL_EXCEPT,
+        PIP_PREFIX,
+        PIP_PREFIX_V6,
+        IDLE_TIMEOUT,
+        DISABLE_TCP_RESET,
+        DNS_LABEL,
+        PIP_NAME,
+        PIP_NAME_V6,
+        RESOURCE_GROUP,
+        IPV4,
+        IPV6,
     ] {
         assert_eq!(row_of(key).map(|r| r.setting), Some(key));
     }
