@@ -236,11 +236,11 @@ async fn read_backs(h: &Harness, n: u64) {
     .await;
 }
 
+/// A rule as NRP has it: (protocol, idle timeout, TCP reset, distribution).
+type Rule = (String, Option<u32>, Option<bool>, Option<LoadDistribution>);
+
 /// Every rule of Service `uid`'s load balancer: (protocol, idle timeout, TCP reset, distribution).
-fn rules(
-    h: &Harness,
-    uid: &str,
-) -> Vec<(String, Option<u32>, Option<bool>, Option<LoadDistribution>)> {
+fn rules(h: &Harness, uid: &str) -> Vec<Rule> {
     lb(h, uid)
         .map(|l| {
             l.properties
@@ -477,6 +477,14 @@ async fn a_brought_public_ip_is_linked_and_survives_restart_read_back_and_deleti
     w.stop().await;
 }
 
+/// A Service with one refused setting: (name, annotations, spec fields, the reason).
+type RefusedCase = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Value,
+    &'static str,
+);
+
 /// One Service per refused row of the table, plus values Azure would refuse: none gets anything
 /// public in NRP; each shows the condition and a Warning Event with the setting's reason and keeps
 /// its finalizer. A live Service that gains such a setting is withdrawn and programmed again once
@@ -484,7 +492,7 @@ async fn a_brought_public_ip_is_linked_and_survives_restart_read_back_and_deleti
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refused_settings_keep_the_service_out_of_nrp_out_loud_and_withdraw_a_live_one() {
     let (mut h, fake) = start().await;
-    let refused: Vec<(&str, Vec<(&str, &str)>, Value, &str)> = vec![
+    let refused: Vec<RefusedCase> = vec![
         (
             "internal",
             vec![("azure-load-balancer-internal", "true")],

@@ -29,9 +29,17 @@ fn admitted(annotations: &[(&str, &str)], spec: ServiceSpec, families: &[IpFamil
     admit(&service(annotations, spec), families).expect("admitted")
 }
 
+/// Annotations, spec, the refusal's reason, a part of its field.
+type Case = (
+    &'static [(&'static str, &'static str)],
+    ServiceSpec,
+    &'static str,
+    &'static str,
+);
+
 #[test]
 fn what_restricts_who_may_reach_the_service_is_refused_with_its_field() {
-    let cases: Vec<(&[(&str, &str)], ServiceSpec, &str, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             &[(INTERNAL, "true")],
             ServiceSpec::default(),
