@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use clb_core::difftracker::{DiffTracker, Endpoint, Operation, PodUpdate, ServiceAction};
+use clb_core::difftracker::{DiffTracker, Endpoint, IpFamily, Operation, PodUpdate, ServiceAction};
 use proptest::prelude::*;
 use support::oracle::Oracle;
 
@@ -95,6 +95,18 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The service of `SERVICES` that is IPv6; the others state no family (IPv4).
+const V6_SERVICE: usize = 3;
+
+/// The endpoints of `set` of service `s`'s family (a service takes only its own: the tracker refuses
+/// the others, as NRP would).
+fn of_family(s: usize, set: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    set.iter()
+        .copied()
+        .filter(|(a, _)| a.contains(':') == (s == V6_SERVICE))
+        .collect()
+}
+
 fn endpoints<'a>(v: &'a [(&'a str, &'a str)]) -> Vec<Endpoint<'a>> {
     v.iter()
         .map(|(address, location)| Endpoint { address, location })
@@ -124,7 +136,8 @@ impl Harness {
         let (t, o) = (&mut self.tracker, &mut self.oracle);
         match step {
             Step::Service(op, s) => {
-                t.update_service(*op, SERVICES[*s]).unwrap();
+                let family = (*s == V6_SERVICE).then_some(IpFamily::V6);
+                t.update_service_family(*op, SERVICES[*s], family).unwrap();
                 o.update_service(*op, SERVICES[*s]);
             }
             Step::Reprogram(s) => {
@@ -136,13 +149,15 @@ impl Harness {
                 o.update_egress(*op, EGRESSES[*e]);
             }
             Step::Level(s, set) => {
-                t.set_endpoints(SERVICES[*s], &endpoints(set)).unwrap();
-                o.set_endpoints(SERVICES[*s], set);
+                let set = of_family(*s, set);
+                t.set_endpoints(SERVICES[*s], &endpoints(&set)).unwrap();
+                o.set_endpoints(SERVICES[*s], &set);
             }
             Step::Edge(s, old, new) => {
-                t.update_endpoints(SERVICES[*s], &endpoints(old), &endpoints(new))
+                let (old, new) = (of_family(*s, old), of_family(*s, new));
+                t.update_endpoints(SERVICES[*s], &endpoints(&old), &endpoints(&new))
                     .unwrap();
-                o.update_endpoints(SERVICES[*s], old, new);
+                o.update_endpoints(SERVICES[*s], &old, &new);
             }
             Step::Pod(op, (address, location), egress, uid) => {
                 let outbound = egress.map_or("", |e| EGRESSES[e]);

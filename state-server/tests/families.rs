@@ -94,6 +94,10 @@ async fn the_stated_family_reaches_the_creation_and_contradictions_are_refused()
         (level("svc-v6", &[("fd01::2", "fd00::1"), ("10.1.0.2", "10.0.0.1")]),
          "updates[0].endpoints.level.endpoints[1].address", "10.1.0.2",
          "is IPv4 but service \"svc-v6\" is IPv6"),
+        // Issue 34: a service of no stated family is IPv4; NRP would refuse the mixed pool.
+        (level("legacy", &[("10.1.0.3", "10.0.0.1"), ("fd01::3", "fd00::1")]),
+         "updates[0].endpoints.level.endpoints[1].address", "fd01::3",
+         "is IPv6 but service \"legacy\" is IPv4"),
     ];
     for (update, field, value, reason) in cases {
         let r = apply(&mut writer, vec![update]).await;

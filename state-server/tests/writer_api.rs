@@ -429,7 +429,10 @@ async fn a_mixed_batch_applies_exactly_its_valid_updates() {
             vec![
                 service(ADD, "Svc-M"),
                 pod(ADD, "10.1.0.1", "10.0.0.999", "eg"),
-                level("svc-m", &[("10.1.0.2", "10.0.0.1"), ("fd00::2", "fd00::1")]),
+                level(
+                    "svc-m",
+                    &[("10.1.0.2", "10.0.0.1"), ("10.1.0.3", "10.0.0.2")],
+                ),
                 Update { kind: None },
                 egress(ADD, "eg-m"),
                 service(v1::Operation::Remove as i32, "svc-never-added"),
@@ -452,8 +455,8 @@ async fn a_mixed_batch_applies_exactly_its_valid_updates() {
         vec!["10.1.0.2=svc-m"]
     );
     assert_eq!(
-        addresses_at(&mut h, "fd00:0::1").await,
-        vec!["fd00::2=svc-m"]
+        addresses_at(&mut h, "10.0.0.2").await,
+        vec!["10.1.0.3=svc-m"]
     );
     let status = h.admin.status(StatusRequest {}).await.unwrap().into_inner();
     // The invalid pod left no trace: the two endpoints are the only addresses.

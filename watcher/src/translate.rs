@@ -133,12 +133,12 @@ impl FoundEndpoints {
     }
 
     /// The set sent to an identity of `family`: per family, the ready endpoints, else the
-    /// fallback (kube-proxy's rule, which it applies per family); both families as one set for
-    /// no stated family.
+    /// fallback (kube-proxy's rule, which it applies per family). No stated family (an API server
+    /// from before dual stack) is IPv4, as its frontend: an IPv6 endpoint could never receive its
+    /// traffic, and the state server refuses it.
     fn of_family(&self, family: IpFamily) -> BTreeMap<IpAddr, IpAddr> {
         let i = match family {
-            IpFamily::Unspecified => return self.union().0,
-            IpFamily::Ipv4 => 0,
+            IpFamily::Ipv4 | IpFamily::Unspecified => 0,
             IpFamily::Ipv6 => 1,
         };
         if self.ready[i].is_empty() {

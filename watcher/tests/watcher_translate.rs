@@ -332,7 +332,13 @@ fn dual_stack_endpoints_and_pods_go_to_the_node_ip_of_their_family() {
     let mut log = Log::default();
     log.take(t.apply_node(&node("n1", &["10.0.0.1", "fd00::1"])));
     log.take(t.apply_node(&node("v4only", &["10.0.0.2"])));
-    log.take(t.apply_service(&lb("web", "uid-web")));
+    let dual = service(
+        "web",
+        "uid-web",
+        json!({"type": "LoadBalancer", "ipFamilyPolicy": "RequireDualStack",
+               "ipFamilies": ["IPv4", "IPv6"], "ports": [{"port": 80, "protocol": "TCP"}]}),
+    );
+    log.take(t.apply_service(&dual));
     let v4 = slice("web-v4", "web", "IPv4", &[ready("10.1.0.1", "n1")]);
     let v6 = slice(
         "web-v6",
@@ -347,7 +353,7 @@ fn dual_stack_endpoints_and_pods_go_to_the_node_ip_of_their_family() {
     // IPv6 addresses are canonicalised; the one on a node without an IPv6 InternalIP is skipped.
     assert_eq!(
         log.take(t.apply_slice(&v6)),
-        vec!["eps uid-web [10.1.0.1@10.0.0.1,fd01::1@fd00::1]"]
+        vec!["eps uid-web-v6 [fd01::1@fd00::1]"]
     );
     // A dual-stack egress pod: one pod update per family.
     let p = pod("p", "uid-p", "n1", &["10.1.0.9", "fd01::9"], Some("eg"));
@@ -367,7 +373,7 @@ fn dual_stack_endpoints_and_pods_go_to_the_node_ip_of_their_family() {
     // The node gains an IPv6 InternalIP: the skipped endpoint appears.
     assert_eq!(
         log.take(t.apply_node(&node("v4only", &["10.0.0.2", "fd00::2"]))),
-        vec!["eps uid-web [10.1.0.1@10.0.0.1,fd01::1@fd00::1,fd01::2@fd00::2]"]
+        vec!["eps uid-web-v6 [fd01::1@fd00::1,fd01::2@fd00::2]"]
     );
     assert_view_is_net_effect(&t, &log);
 }

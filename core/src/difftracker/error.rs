@@ -100,7 +100,7 @@ pub enum Reason {
         existing: &'static str,
     },
     /// An endpoint of an inbound service is of another IP family than the service.
-    #[error("is {family} but service {} is {service_family}: an endpoint must be of its service's IP family (a dual-stack Service is one service per family)", quote(.service))]
+    #[error("is {family} but service {} is {service_family}: an endpoint must be of its service's IP family (a service of no stated family is IPv4, as its frontend; a dual-stack Service is one service per family)", quote(.service))]
     FamilyMismatch {
         /// Family of the endpoint ("IPv4" or "IPv6").
         family: &'static str,

@@ -10,8 +10,10 @@
 //! - an add that would change the family of the service's frontend while the tracker still knows
 //!   the service (desired, or NRP may have it): a family change is a new identity.
 //!
-//! A service added without a family (a writer from before families) keeps the old behaviour: an
-//! IPv4 frontend, and endpoints of both families accepted.
+//! A service added without a family is IPv4, as its frontend is: an IPv6 endpoint of it is refused
+//! like any endpoint of the other family (NRP refuses a backend pool whose addresses have another
+//! version than its frontend, and the refusal would hold up every change at the endpoint's
+//! location).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -94,7 +96,8 @@ impl DiffTracker {
                 },
             ));
         }
-        if let Some(f) = family {
+        {
+            let f = frontend;
             let mut others = e
                 .addresses
                 .iter()
@@ -133,7 +136,9 @@ impl DiffTracker {
         checked: &[(IpAddr, IpAddr, u32)],
     ) -> Result<(), InvalidInput> {
         let e = self.services.get(sid);
-        let Some(f) = e.family else {
+        // A service of no stated family is IPv4 (its frontend); one only named by endpoints so far
+        // is checked when it is added.
+        let Some(f) = e.family.or(e.frontend) else {
             return Ok(());
         };
         let wrong = checked

@@ -40,6 +40,27 @@ fn check_one_by_one(field: &str, endpoints: &[Endpoint<'_>]) -> Result<(), Inval
     Ok(())
 }
 
+/// The family rule of a service of no stated family (IPv4) over a list that passed the other
+/// checks: its first IPv6 endpoint is refused.
+fn ipv4_only(endpoints: &[Endpoint<'_>]) -> Result<(), InvalidInput> {
+    match endpoints
+        .iter()
+        .enumerate()
+        .find(|(_, e)| ip(e.address).is_ipv6() && !ip(e.address).to_canonical().is_ipv4())
+    {
+        None => Ok(()),
+        Some((i, e)) => Err(InvalidInput::new(
+            format!("endpoints[{i}].address"),
+            ip(e.address).to_string(),
+            Reason::FamilyMismatch {
+                family: "IPv6",
+                service: "svc".into(),
+                service_family: "IPv4",
+            },
+        )),
+    }
+}
+
 /// Every list of up to 4 endpoints over valid ones, spellings of one address, and each way of
 /// being refused.
 fn endpoint_lists() -> Vec<Vec<Endpoint<'static>>> {
@@ -88,7 +109,7 @@ fn endpoint_errors_are_those_of_checking_one_by_one() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
     for list in endpoint_lists() {
-        let expected = check_one_by_one("endpoints", &list);
+        let expected = check_one_by_one("endpoints", &list).and_then(|()| ipv4_only(&list));
         let rev = t.revision();
         let got = t.set_endpoints("svc", &list);
         assert_eq!(got, expected, "{list:?}");
@@ -159,11 +180,11 @@ const SERVICES: [&str; 3] = ["svc-a", "svc-b", "svc-c"];
 const EGRESSES: [&str; 2] = ["eg-a", "eg-b"];
 const UIDS: [&str; 3] = ["", "uid-1", "uid-2"];
 
-/// 30 IPv4 and 6 IPv6 addresses, as strings that live for the test.
+/// 30 IPv4 and 12 IPv6 addresses, as strings that live for the test.
 fn addresses() -> Vec<&'static str> {
     (1..=30)
         .map(|i| format!("10.1.0.{i}"))
-        .chain((1..=6).map(|i| format!("fd00::1:{i}")))
+        .chain((1..=12).map(|i| format!("fd00::1:{i}")))
         .map(|s| &*Box::leak(s.into_boxed_str()))
         .collect()
 }
@@ -177,6 +198,25 @@ fn endpoint(rng: &mut Rng, addresses: &[&'static str]) -> (&'static str, &'stati
         LOCATIONS4[rng.below(LOCATIONS4.len())]
     };
     (a, l)
+}
+
+/// The service of `SERVICES` that is IPv6 (the others state no family: IPv4).
+const V6_SERVICE: &str = "svc-c";
+
+/// The addresses of `service`'s family among `addresses`.
+fn of_family(service: &str, addresses: &[&'static str]) -> Vec<&'static str> {
+    let v6 = service == V6_SERVICE;
+    addresses
+        .iter()
+        .copied()
+        .filter(|a| a.contains(':') == v6)
+        .collect()
+}
+
+/// Adds or removes `service` (of its family) in `t`.
+fn update_service(t: &mut DiffTracker, op: Operation, service: &str) {
+    let family = (service == V6_SERVICE).then_some(IpFamily::V6);
+    t.update_service_family(op, service, family).unwrap();
 }
 
 /// A random duplicate-free set of up to 24 endpoints (often more than the 8 of the sorted form).
@@ -217,8 +257,8 @@ impl Trio {
         match rng.below(10) {
             0 => {
                 let (op, s) = (op(rng), SERVICES[rng.below(SERVICES.len())]);
-                t.update_service(op, s).unwrap();
-                twin.update_service(op, s).unwrap();
+                update_service(t, op, s);
+                update_service(twin, op, s);
                 o.update_service(op, s);
             }
             1 => {
@@ -229,14 +269,15 @@ impl Trio {
             }
             2..=4 => {
                 let s = SERVICES[rng.below(SERVICES.len())];
-                let set = endpoint_set(rng, addresses);
+                let set = endpoint_set(rng, &of_family(s, addresses));
                 t.set_endpoints(s, &as_endpoints(&set)).unwrap();
                 twin.set_endpoints_ip(s, &as_ips(&set)).unwrap();
                 o.set_endpoints(s, &set);
             }
             5 => {
                 let s = SERVICES[rng.below(SERVICES.len())];
-                let (old, new) = (endpoint_set(rng, addresses), endpoint_set(rng, addresses));
+                let family = of_family(s, addresses);
+                let (old, new) = (endpoint_set(rng, &family), endpoint_set(rng, &family));
                 t.update_endpoints(s, &as_endpoints(&old), &as_endpoints(&new))
                     .unwrap();
                 twin.update_endpoints_ip(s, &as_ips(&old), &as_ips(&new))

@@ -256,14 +256,19 @@ fn malformed_and_mixed_family_ips_are_rejected_and_change_nothing() {
 fn dual_stack_addresses_live_in_their_own_family_location() {
     let mut t = DiffTracker::new();
     t.update_service(Operation::Add, "svc").unwrap();
-    t.set_endpoints(
-        "svc",
-        &[ep("10.1.0.1", "10.0.0.1"), ep("FD00:0::1", "fd00::a")],
-    )
-    .unwrap();
+    t.update_service_family(Operation::Add, "svc-v6", Some(super::IpFamily::V6))
+        .unwrap();
+    t.set_endpoints("svc", &[ep("10.1.0.1", "10.0.0.1")])
+        .unwrap();
+    t.set_endpoints("svc-v6", &[ep("FD00:0::1", "fd00::a")])
+        .unwrap();
     converge(&mut t);
     assert_eq!(
         actual_refs(&t, "fd00::a", "fd00::1"),
+        Some(vec!["svc-v6".into()])
+    );
+    assert_eq!(
+        actual_refs(&t, "10.0.0.1", "10.1.0.1"),
         Some(vec!["svc".into()])
     );
 }
