@@ -197,3 +197,24 @@ pub async fn converge(h: &Harness, expected: &Expected) {
     })
     .await;
 }
+
+/// Our condition (`clb.azure.com/Programmed`) of Service `default/name`, if it has one.
+pub fn condition_of(fake: &crate::fake_kube::FakeApi, name: &str) -> Option<Value> {
+    fake.get("services", "default", name)?
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == clb_watcher::CONDITION_TYPE)
+        .cloned()
+}
+
+/// Waits until Service `default/name` shows our condition with `reason`; returns it.
+pub async fn wait_condition(fake: &crate::fake_kube::FakeApi, name: &str, reason: &str) -> Value {
+    eventually(&format!("{name} shows condition {reason}"), || async {
+        let c = condition_of(fake, name).ok_or("no condition")?;
+        (c["reason"] == reason)
+            .then(|| c.clone())
+            .ok_or_else(|| format!("{c}"))
+    })
+    .await
+}

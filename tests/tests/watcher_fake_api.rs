@@ -13,8 +13,8 @@ use clb_client::updates;
 use clb_sync_worker::worker::load_balancer_name;
 use clb_tests::fake_kube::{FakeApi, PatchRecord, finalizers};
 use clb_tests::kube_objects::{
-    RunningWatcher as Running, converge, endpoint as ep, eventually, node, pod, service as svc,
-    slice, test_config,
+    RunningWatcher as Running, condition_of, converge, endpoint as ep, eventually, node, pod,
+    service as svc, slice, test_config, wait_condition,
 };
 use clb_tests::{Expected, Harness, Options, WriterExt, init_tracing};
 use clb_watcher::{
@@ -874,27 +874,6 @@ fn small_cluster(fake: &FakeApi, name: &str, uid: &str) {
             vec![ep("10.1.0.1", "node-a", true)],
         ),
     );
-}
-
-/// Our condition of Service `name`, if it has one.
-fn condition_of(fake: &FakeApi, name: &str) -> Option<Value> {
-    fake.get("services", "default", name)?
-        .pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == CONDITION_TYPE)
-        .cloned()
-}
-
-/// Waits until Service `name` shows our condition with `reason`; returns it.
-async fn wait_condition(fake: &FakeApi, name: &str, reason: &str) -> Value {
-    eventually(&format!("{name} shows condition {reason}"), || async {
-        let c = condition_of(fake, name).ok_or("no condition")?;
-        (c["reason"] == reason)
-            .then(|| c.clone())
-            .ok_or_else(|| format!("{c}"))
-    })
-    .await
 }
 
 /// The Events regarding Service `name` (UID `uid`).

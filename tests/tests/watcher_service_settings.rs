@@ -23,10 +23,11 @@ use clb_nrp::wire::{
 use clb_nrp::{CallOptions, Nrp};
 use clb_tests::fake_kube::FakeApi;
 use clb_tests::kube_objects::{
-    RunningWatcher as Running, endpoint as ep, eventually, node, service as svc, slice, test_config,
+    RunningWatcher as Running, condition_of, endpoint as ep, eventually, node, service as svc,
+    slice, test_config, wait_condition,
 };
 use clb_tests::{Harness, Options, init_tracing};
-use clb_watcher::{CONDITION_TYPE, FINALIZER, Mode};
+use clb_watcher::{FINALIZER, Mode};
 use serde_json::{Value, json};
 
 const ANN: &str = "service.beta.kubernetes.io/";
@@ -98,25 +99,6 @@ fn edit_service(fake: &FakeApi, name: &str, edit: impl FnOnce(&mut Value)) {
     let mut obj = fake.get("services", "default", name).expect("the Service");
     edit(&mut obj);
     fake.put("services", obj);
-}
-
-fn condition_of(fake: &FakeApi, name: &str) -> Option<Value> {
-    fake.get("services", "default", name)?
-        .pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == CONDITION_TYPE)
-        .cloned()
-}
-
-async fn wait_condition(fake: &FakeApi, name: &str, reason: &str) -> Value {
-    eventually(&format!("{name} shows condition {reason}"), || async {
-        let c = condition_of(fake, name).ok_or("no condition")?;
-        (c["reason"] == reason)
-            .then(|| c.clone())
-            .ok_or_else(|| format!("{c}"))
-    })
-    .await
 }
 
 fn warnings_of(fake: &FakeApi, uid: &str, reason: &str) -> Vec<Value> {

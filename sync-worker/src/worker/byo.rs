@@ -30,11 +30,13 @@ use super::services::{Progress, nat_gateway_name, update};
 /// The SKU a NAT gateway needs to be linked to a Service Gateway.
 pub const STANDARD_V2: &str = "StandardV2";
 
-fn refused(code: &'static str, message: String) -> UnitError {
+/// A change refused for good with `code`: invalid whatever NRP holds (parked).
+pub(super) fn refused(code: &'static str, message: String) -> UnitError {
     UnitError::Invalid { code, message }
 }
 
-fn cut(s: &str) -> String {
+/// `s` cut to 100 characters (a value quoted in a message).
+pub(super) fn cut(s: &str) -> String {
     let mut c: String = s.chars().take(100).collect();
     if c.len() < s.len() {
         c.push('…');

@@ -69,17 +69,7 @@ fn invalid(message: String) -> UnitError {
     }
 }
 
-fn refused(code: &'static str, message: String) -> UnitError {
-    UnitError::Invalid { code, message }
-}
-
-fn cut(s: &str) -> String {
-    let mut c: String = s.chars().take(100).collect();
-    if c.len() < s.len() {
-        c.push('…');
-    }
-    c
-}
+use super::byo::{cut, refused};
 
 /// The settings of `change`, or the defaults.
 fn settings(change: &ServiceChange) -> LoadBalancerSettings {

@@ -324,21 +324,6 @@ fn sibling_id(sibling: &str, kind: ResourceKind, name: &str) -> Result<ResourceI
     ))
 }
 
-/// The SKU of clb's own public IP `pip_name`: the one it has when it exists (Azure does not change a
-/// public IP's SKU; those created before clb used `StandardV2` keep `Standard`), else
-/// [`PUBLIC_IP_SKU`].
-async fn own_public_ip_sku(ctx: &UnitCtx<'_>, pip_name: &str) -> Result<Sku, UnitError> {
-    let standard_v2 = Sku {
-        name: PUBLIC_IP_SKU.into(),
-        tier: Some("Regional".into()),
-    };
-    match ctx.read(|o| ctx.nrp().get_public_ip(pip_name, o)).await {
-        Ok(p) => Ok(p.sku.unwrap_or(standard_v2)),
-        Err(e) if e.is_not_found() => Ok(standard_v2),
-        Err(e) => Err(e),
-    }
-}
-
 /// Creates an inbound service and returns its frontend, when NRP told its address. The settings
 /// (`ServiceChange.settings`) are checked before any call; a brought public IP is found and checked
 /// before anything is created or changed ([`super::inbound`]).
@@ -357,7 +342,11 @@ async fn create_inbound(
         Ok(brought) => inbound::resolve(ctx, change, brought).await?,
         Err(label) => {
             let version = ip_version(change.ip_family());
-            let mut body = public_ip(&region, version, own_public_ip_sku(ctx, &own_name).await?);
+            let sku = Sku {
+                name: PUBLIC_IP_SKU.into(),
+                tier: Some("Regional".into()),
+            };
+            let mut body = public_ip(&region, version, sku);
             body.properties.dns_settings = label.as_ref().map(|l| PublicIpDnsSettings {
                 domain_name_label: Some(l.clone()),
                 ..Default::default()
