@@ -70,7 +70,13 @@ pub(crate) enum Ended {
     Failed { task: &'static str, reason: String },
     /// A state-server client error no retry can fix (an invalid endpoint).
     Client(ClientError),
+    /// It ended because another task did (the write-back's inbox closes when the kube side
+    /// ends): reported only if no other task reports its end within [`CAUSE_GRACE`].
+    Consequence { task: &'static str, reason: String },
 }
+
+/// How long the end of a task that ended because of another one waits for the other's report.
+const CAUSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ended {
     pub(crate) fn failed(task: &'static str, reason: impl Into<String>) -> Self {
@@ -154,18 +160,42 @@ impl Supervisor {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), WatcherError> {
         let mut shutdown = std::pin::pin!(shutdown);
+        // The end of a task that ended because another did, until that one reports.
+        let mut consequence: Option<WatcherError> = None;
+        let grace = tokio::time::sleep(CAUSE_GRACE);
+        let mut grace = std::pin::pin!(grace);
         let result = loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
                 Some(w) = self.rx.recv() => self.running.push(w),
-                Some((task, r)) = self.running.next() => {
-                    if let Some(e) = failure(task, r) {
-                        break Err(e);
+                Some((task, r)) = self.running.next() => match failure(task, r) {
+                    None => {}
+                    Some((e, false)) => break Err(e),
+                    Some((e, true)) if consequence.is_none() => {
+                        consequence = Some(e);
+                        grace.as_mut().reset(tokio::time::Instant::now() + CAUSE_GRACE);
                     }
+                    Some((_, true)) => {}
+                },
+                () = &mut grace, if consequence.is_some() => {
+                    break Err(consequence.take().expect("checked"));
                 }
             }
         };
+        match &result {
+            Ok(()) => {}
+            Err(WatcherError::TaskEnded { task, reason }) => tracing::error!(
+                task,
+                reason = %reason,
+                "a task of the watcher ended; stopping the watcher (it exits non-zero)"
+            ),
+            Err(WatcherError::Client(e)) => tracing::error!(
+                task = SENDER,
+                error = %e,
+                "a task of the watcher ended; stopping the watcher (it exits non-zero)"
+            ),
+        }
         self.rx.close();
         while let Ok(w) = self.rx.try_recv() {
             w.handle.abort();
@@ -177,28 +207,19 @@ impl Supervisor {
     }
 }
 
-/// The error of task `task` that ended with `r` (`None`: it was done), logged.
-fn failure(task: &'static str, r: Result<Ended, JoinError>) -> Option<WatcherError> {
-    let (task, reason) = match r {
+/// The error of task `task` that ended with `r` (`None`: it was done), and whether it ended
+/// because another task did.
+fn failure(task: &'static str, r: Result<Ended, JoinError>) -> Option<(WatcherError, bool)> {
+    let (task, reason, consequence) = match r {
         Ok(Ended::Done) => return None,
-        Ok(Ended::Failed { task, reason }) => (task, reason),
-        Ok(Ended::Client(e)) => {
-            tracing::error!(
-                task,
-                error = %e,
-                "a task of the watcher ended; stopping the watcher (it exits non-zero)"
-            );
-            return Some(WatcherError::Client(e));
-        }
-        Err(e) if e.is_panic() => (task, panic_message(e.into_panic().as_ref())),
-        Err(_) => (task, "it was cancelled".to_owned()),
+        Ok(Ended::Failed { task, reason }) => (task, reason, false),
+        Ok(Ended::Consequence { task, reason }) => (task, reason, true),
+        // Only a sender meets an invalid endpoint it cannot get past.
+        Ok(Ended::Client(e)) => return Some((WatcherError::Client(e), false)),
+        Err(e) if e.is_panic() => (task, panic_message(e.into_panic().as_ref()), false),
+        Err(_) => (task, "it was cancelled".to_owned(), false),
     };
-    tracing::error!(
-        task,
-        reason = %reason,
-        "a task of the watcher ended; stopping the watcher (it exits non-zero)"
-    );
-    Some(WatcherError::TaskEnded { task, reason })
+    Some((WatcherError::TaskEnded { task, reason }, consequence))
 }
 
 /// A point where a test (feature `test-support`, [`crate::faults`]) makes task `$task` fail:
@@ -243,6 +264,33 @@ mod tests {
             matches!(&e, WatcherError::TaskEnded { task: "part", reason } if reason == "its stream ended"),
             "{e:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ended_because_another_did_waits_for_the_others_report() {
+        let (sup, tasks) = Supervisor::new();
+        tasks.spawn("follower", async {
+            Ended::Consequence {
+                task: "follower",
+                reason: "its inbox closed".to_owned(),
+            }
+        });
+        tasks.spawn("cause", async {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            Ended::failed("cause", "its stream ended")
+        });
+        let e = sup.watch(std::future::pending()).await.unwrap_err();
+        assert_eq!(e.task(), Some("cause"), "{e}");
+        // Alone, it is reported after the grace.
+        let (sup, tasks) = Supervisor::new();
+        tasks.spawn("follower", async {
+            Ended::Consequence {
+                task: "follower",
+                reason: "its inbox closed".to_owned(),
+            }
+        });
+        let e = sup.watch(std::future::pending()).await.unwrap_err();
+        assert_eq!(e.task(), Some("follower"), "{e}");
     }
 
     #[tokio::test]

@@ -377,7 +377,12 @@ pub(crate) async fn run(
                 Some(m) => if wb.handle(m) || !wb.pool_warnings.is_empty() {
                     wb.act().await;
                 },
-                None => return Ended::failed(WRITE_BACK, "its inbox closed"),
+                None => {
+                    return Ended::Consequence {
+                        task: WRITE_BACK,
+                        reason: "its inbox closed".to_owned(),
+                    };
+                }
             },
             Some(uids) = changed.recv() => {
                 // The server pushed new states: look at those Services now.
