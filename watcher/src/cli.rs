@@ -269,7 +269,8 @@ impl Bound {
     }
 
     /// Serves the metrics endpoint and runs the watcher ([`crate::run`]) until `shutdown`
-    /// completes; then the metrics endpoint stops too.
+    /// completes (`Ok`) or one of its tasks ends (the [`crate::WatcherError`], so that the binary
+    /// exits non-zero); then the metrics endpoint stops too.
     pub async fn serve(
         self,
         shutdown: impl std::future::Future<Output = ()>,

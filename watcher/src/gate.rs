@@ -41,6 +41,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::sender::Conn;
+use crate::supervise::{Ended, READINESS_GATE, fault_point};
 use crate::translate::ObjKey;
 use crate::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
 use crate::{Lane, WatcherConfig, lock};
@@ -163,7 +164,7 @@ impl Gate {
     }
 
     /// Runs until `watch`'s stream ends (it does not).
-    pub(crate) async fn run(mut self, watch: kube::Client) {
+    pub(crate) async fn run(mut self, watch: kube::Client) -> Ended {
         let api: Api<Pod> = Api::all(watch);
         let wc = watcher::Config::default().labels(&format!("{GATE_LABEL}={GATE_LABEL_VALUE}"));
         let mut events = crate::relist::paced(
@@ -174,11 +175,14 @@ impl Gate {
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            if fault_point!(self.config.faults, READINESS_GATE) {
+                return Ended::failed(READINESS_GATE, "it returned");
+            }
             tokio::select! {
                 e = events.next() => match e {
                     Some(Ok(e)) => self.event(e),
                     Some(Err(e)) => tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying"),
-                    None => return,
+                    None => return Ended::failed(READINESS_GATE, "its pod watch ended"),
                 },
                 _ = tick.tick(), if self.has_pending() => self.check().await,
             }

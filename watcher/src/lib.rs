@@ -17,16 +17,22 @@
 //!    queued deltas into `Apply` batches;
 //! 3. the **write-back** (`writeback.rs`, cluster mode) adds the finalizer, patches the ingress IP
 //!    once the service is programmed and removes the finalizer once NRP no longer has the service.
+//!
+//! These and the other tasks (readiness gate, node moves, PoolService side) are supervised
+//! (`supervise.rs`): one that returns or panics stops the watcher with a [`WatcherError`] naming it.
 
 pub mod backoff;
 pub mod cli;
 pub mod decode;
 pub mod families;
+#[cfg(any(test, feature = "test-support"))]
+pub mod faults;
 pub mod ingress;
 pub mod metrics;
 pub mod poolservice;
 pub mod routing;
 pub mod settings;
+pub mod supervise;
 pub mod translate;
 pub mod webhook;
 
@@ -52,10 +58,12 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc, watch};
 
-use clb_client::client::{ClientError, ConnectOptions};
+use clb_client::client::ConnectOptions;
 pub use clb_gateways::Gateways;
 pub use metrics::WatcherMetrics;
 use poolservice::PoolService;
+pub use supervise::WatcherError;
+use supervise::{Ended, Tasks, fault_point};
 pub use translate::{
     DEFAULT_CLASS, EGRESS_LABEL, FINALIZER, NAT_GATEWAY_ANNOTATION, SERVICE_NAME_LABEL,
 };
@@ -140,6 +148,9 @@ pub struct WatcherConfig {
     /// A gated pod not programmed within this long gets its gate `True` anyway (reason
     /// `Timeout`, a Warning Event).
     pub readiness_gate_timeout: Duration,
+    /// Test support (feature `test-support`): faults injected into the watcher's tasks.
+    #[cfg(any(test, feature = "test-support"))]
+    pub faults: faults::Faults,
 }
 
 impl WatcherConfig {
@@ -167,6 +178,8 @@ impl WatcherConfig {
             pool_services: false,
             readiness_gate: false,
             readiness_gate_timeout: Duration::from_secs(600),
+            #[cfg(any(test, feature = "test-support"))]
+            faults: faults::Faults::default(),
         }
     }
 
@@ -377,12 +390,14 @@ pub(crate) struct Lane {
 }
 
 /// Runs the watcher (or node agent) until `shutdown` completes. Every failure (kube API, state
-/// server) is retried; only an invalid state-server endpoint ends it with an error.
+/// server) is retried; it ends with an error only when the state server's endpoint is invalid
+/// ([`WatcherError::Client`]) or when one of its tasks returns or panics
+/// ([`WatcherError::TaskEnded`], logged; the other tasks are stopped): see [`supervise`].
 pub async fn run(
     config: WatcherConfig,
     kube: KubeClients,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), ClientError> {
+) -> Result<(), WatcherError> {
     let writer = config.writer();
     let kinds = config.kinds();
     tracing::info!(
@@ -399,9 +414,9 @@ pub async fn run(
             .metrics
             .expect_gateways(config.lanes().into_iter().map(|(c, _)| c.server.gateway));
     }
+    let (supervisor, tasks) = supervise::Supervisor::new();
     let mut lanes = Vec::new();
     let mut acks = Vec::new();
-    let mut senders = futures::stream::FuturesUnordered::new();
     for (lane_config, tconfig) in config.lanes() {
         let (shared, acked_rx) = Shared::new(Translator::new(tconfig));
         let lane = Lane {
@@ -410,82 +425,82 @@ pub async fn run(
             notify: Arc::new(Notify::new()),
             config: lane_config,
         };
-        senders.push(tokio::spawn(sender::run(
+        let sender = sender::run(
             lane.shared.clone(),
             lane.notify.clone(),
             lane.config.clone(),
-        )));
+        );
+        let gateway = lane.gateway.clone();
+        tasks.spawn(supervise::SENDER, async move {
+            match sender.await {
+                Ok(()) if gateway.is_empty() => Ended::failed(supervise::SENDER, "it returned"),
+                Ok(()) => Ended::failed(
+                    supervise::SENDER,
+                    format!("it returned (gateway {gateway:?})"),
+                ),
+                Err(e) => Ended::Client(e),
+            }
+        });
         acks.push(acked_rx);
         lanes.push(lane);
     }
     let acked_rx = if acks.len() == 1 {
         acks.remove(0)
     } else {
-        min_of(acks)
+        min_of(acks, &tasks)
     };
-    let (wb_tx, writeback) = if config.writes_back() {
+    let wb_tx = if config.writes_back() {
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(writeback::run(
-            writeback::Config::from(&config),
-            kube.write.clone(),
-            rx,
-            acked_rx,
-        ));
-        (Some(tx), Some(task))
+        tasks.spawn(
+            supervise::WRITE_BACK,
+            writeback::run(
+                writeback::Config::from(&config),
+                kube.write.clone(),
+                rx,
+                acked_rx,
+            ),
+        );
+        Some(tx)
     } else {
-        (None, None)
+        None
     };
 
-    let gate = (config.readiness_gate && matches!(config.mode, Mode::Cluster { .. })).then(|| {
-        tokio::spawn(
+    if config.readiness_gate && matches!(config.mode, Mode::Cluster { .. }) {
+        tasks.spawn(
+            supervise::READINESS_GATE,
             gate::Gate::new(config.clone(), lanes.clone(), kube.write.clone())
                 .run(kube.watch.clone()),
-        )
-    });
+        );
+    }
     let streams = streams(&kube.watch, &config, &kinds);
-    let pool_stream: BoxStream<'static, PoolEvent> = if config.pool_services_on() {
+    let pool_stream: BoxStream<'static, Item> = if config.pool_services_on() {
         let api: Api<DynamicObject> =
             Api::all_with(kube.watch.clone(), &ApiResource::erase::<PoolService>(&()));
         relist::paced(
             watcher::watcher(api, watcher::Config::default()),
             relist::connection_backoff(config.watch_backoff_max),
         )
+        .map(Item::Pool)
+        .chain(futures::stream::once(async { Item::PoolEnded }))
         .boxed()
     } else {
         futures::stream::pending().boxed()
     };
-    let streams = futures::stream::select(
-        streams.map(|(k, e)| Item::Obj(k, e)),
-        pool_stream.map(Item::Pool),
+    let streams = futures::stream::select(streams, pool_stream);
+    tasks.spawn(
+        supervise::KUBE_SIDE,
+        kube_side(streams, lanes, wb_tx, kinds, config.clone(), tasks.clone()),
     );
-    let mut kube_side = std::pin::pin!(kube_side(streams, lanes, wb_tx, kinds, config.clone(),));
-    let result = tokio::select! {
-        () = shutdown => Ok(()),
-        () = &mut kube_side => Ok(()),
-        Some(r) = senders.next() => match r {
-            Ok(r) => r,
-            // Cancelled: the runtime is shutting down.
-            Err(e) if e.is_cancelled() => Ok(()),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        },
-    };
-    for s in senders.iter() {
-        s.abort();
-    }
-    if let Some(w) = writeback {
-        w.abort();
-    }
-    if let Some(g) = gate {
-        g.abort();
-    }
+    drop(tasks);
+    let result = supervisor.watch(shutdown).await;
     tracing::info!(writer = %writer, "stopped");
     result
 }
 
 /// The smallest of several acknowledged sequence numbers, as one channel (a task follows them).
-fn min_of(mut rxs: Vec<watch::Receiver<u64>>) -> watch::Receiver<u64> {
+fn min_of(mut rxs: Vec<watch::Receiver<u64>>, tasks: &Tasks) -> watch::Receiver<u64> {
     let (tx, rx) = watch::channel(0);
-    tokio::spawn(async move {
+    tasks.spawn(supervise::ACK_FOLLOWER, async move {
         loop {
             let m = rxs.iter().map(|r| *r.borrow()).min().unwrap_or(0);
             tx.send_if_modified(|a| {
@@ -495,30 +510,41 @@ fn min_of(mut rxs: Vec<watch::Receiver<u64>>) -> watch::Receiver<u64> {
             });
             let changes = rxs.iter_mut().map(|r| Box::pin(r.changed()));
             let (r, _, _) = futures::future::select_all(changes).await;
-            if r.is_err() || tx.is_closed() {
-                return;
+            if r.is_err() {
+                return Ended::failed(
+                    supervise::ACK_FOLLOWER,
+                    "the acknowledgements of a lane closed",
+                );
+            }
+            if tx.is_closed() {
+                // Its reader (the write-back) is gone: that end is the one to report.
+                return Ended::Done;
             }
         }
     });
     rx
 }
 
-type KindEvent = (Kind, Result<Event<DynamicObject>, watcher::Error>);
 type PoolEvent = Result<Event<DynamicObject>, watcher::Error>;
 
 /// An event of one of the merged watch streams.
 enum Item {
     Obj(Kind, Result<Event<DynamicObject>, watcher::Error>),
     Pool(PoolEvent),
+    /// The watch of a kind ended (kube's watcher streams do not: the kube side stops).
+    Ended(Kind),
+    /// The PoolService watch ended (it does not: the PoolService side stops).
+    PoolEnded,
 }
 
-/// One watch stream per kind, merged. Failed connections are retried with
-/// [`relist::connection_backoff`]; an expired watch (410 Gone) relists at once ([`relist::paced`]).
+/// One watch stream per kind, merged, each followed by [`Item::Ended`]. Failed connections are
+/// retried with [`relist::connection_backoff`]; an expired watch (410 Gone) relists at once
+/// ([`relist::paced`]).
 fn streams(
     kube: &kube::Client,
     config: &WatcherConfig,
     kinds: &[Kind],
-) -> futures::stream::SelectAll<BoxStream<'static, KindEvent>> {
+) -> futures::stream::SelectAll<BoxStream<'static, Item>> {
     let mut all = futures::stream::SelectAll::new();
     for &kind in kinds {
         let (resource, wc) = match kind {
@@ -553,7 +579,8 @@ fn streams(
             watcher::watcher(api, wc),
             relist::connection_backoff(config.watch_backoff_max),
         )
-        .map(move |e| (kind, e))
+        .map(move |e| Item::Obj(kind, e))
+        .chain(futures::stream::once(async move { Item::Ended(kind) }))
         .boxed();
         all.push(s);
     }
@@ -577,28 +604,56 @@ enum Typed {
     Node(Box<Node>),
 }
 
-/// Feeds watch events into the lanes' translators until the streams end (they do not).
+/// Feeds watch events into the lanes' translators until a stream ends (none does: it returns
+/// why), and the PoolService events into the PoolService side (a panic there is reported as the
+/// PoolService side's).
 async fn kube_side(
     mut streams: impl futures::Stream<Item = Item> + Unpin,
     lanes: Vec<Lane>,
     wb: Option<mpsc::UnboundedSender<writeback::Msg>>,
     kinds: Vec<Kind>,
     config: WatcherConfig,
-) {
+    tasks: Tasks,
+) -> Ended {
+    use supervise::{KUBE_SIDE, POOL_SERVICE_SIDE};
     let metrics = config.metrics.clone();
     let tconfig = config.translator_config();
     for lane in &lanes {
         lock(&lane.shared).translator.set_warn_unlocated(false);
     }
-    let mut moves = moves::Moves::new(&lanes, config.move_bound);
+    let mut moves = moves::Moves::new(&lanes, config.move_bound, tasks);
     let mut seq = 0u64;
     let mut pools = pools::PoolSide::new(&config);
     while let Some(item) = streams.next().await {
+        if fault_point!(config.faults, KUBE_SIDE) {
+            return Ended::failed(KUBE_SIDE, "it returned");
+        }
         let (kind, event) = match item {
             Item::Obj(kind, event) => (kind, event),
             Item::Pool(event) => {
-                pools.event(event, &lanes, wb.as_ref());
-                continue;
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if fault_point!(config.faults, POOL_SERVICE_SIDE) {
+                        return false;
+                    }
+                    pools.event(event, &lanes, wb.as_ref());
+                    true
+                }));
+                match handled {
+                    Ok(true) => continue,
+                    Ok(false) => return Ended::failed(POOL_SERVICE_SIDE, "it returned"),
+                    Err(panic) => {
+                        return Ended::failed(
+                            POOL_SERVICE_SIDE,
+                            supervise::panic_message(panic.as_ref()),
+                        );
+                    }
+                }
+            }
+            Item::Ended(kind) => {
+                return Ended::failed(KUBE_SIDE, format!("the watch of {kind} ended"));
+            }
+            Item::PoolEnded => {
+                return Ended::failed(POOL_SERVICE_SIDE, "the PoolService watch ended");
             }
         };
         let event = match event {
@@ -764,6 +819,7 @@ async fn kube_side(
             }
         }
     }
+    Ended::failed(KUBE_SIDE, "its watch streams ended")
 }
 
 /// The `kind` label of a resource kind.

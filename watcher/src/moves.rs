@@ -16,6 +16,7 @@ use clb_gateways::Gateways;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::sender::Conn;
+use crate::supervise::{Ended, NODE_MOVE, Tasks, fault_point};
 use crate::translate::{NodeIps, ObjKey};
 use crate::{Lane, lock};
 
@@ -26,11 +27,14 @@ pub(crate) struct Moves {
     bound: Duration,
     /// node → its gateway, as last seen.
     gateway_of: HashMap<String, String>,
+    /// Where each move's task is spawned (supervised: a panic stops the watcher).
+    tasks: Tasks,
 }
 
 impl Moves {
-    pub(crate) fn new(lanes: &[Lane], bound: Duration) -> Self {
+    pub(crate) fn new(lanes: &[Lane], bound: Duration, tasks: Tasks) -> Self {
         Self {
+            tasks,
             gateways: lanes.first().and_then(|l| l.config.gateways.clone()),
             lanes: lanes.to_vec(),
             bound,
@@ -79,7 +83,10 @@ impl Moves {
         );
         let name = name.to_owned();
         let bound = self.bound;
-        tokio::spawn(async move {
+        self.tasks.spawn(NODE_MOVE, async move {
+            if fault_point!(new_lane.config.faults, NODE_MOVE) {
+                return Ended::failed(NODE_MOVE, "it returned before releasing its node");
+            }
             let programmed = tokio::time::timeout(bound, programmed(&new_lane, &ips, seq)).await;
             if programmed.is_err() {
                 tracing::warn!(node = %name, from = %old, to = %new, ?bound, "the new gateway has not programmed the moved node in time; releasing it from the old one anyway");
@@ -94,6 +101,7 @@ impl Moves {
             drop(s);
             old_lane.notify.notify_one();
             tracing::info!(node = %name, from = %old, to = %new, updates = n, "moved node released from the old gateway");
+            Ended::Done
         });
     }
 

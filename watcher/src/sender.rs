@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::{Mode, SharedRef, WatcherConfig, lock};
 use crate::backoff::ServerBackoff;
+use crate::supervise::{SENDER, fault_point};
 use clb_client::client::{Client, ClientError, ConnectOptions, scope};
 
 /// A connection to the state server, made on demand (one attempt per call; the caller backs off).
@@ -152,7 +153,7 @@ fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool) -> Job {
     Job::WaitUntil(due)
 }
 
-/// Runs until an unrecoverable error (an invalid endpoint). Beside it, [`follow_session`] holds
+/// Runs until an unrecoverable error (an invalid endpoint; `Ok` only when a test ends it). Beside it, [`follow_session`] holds
 /// the writer's session stream open, so that a restarted or new leader is noticed at once.
 pub(crate) async fn run(
     shared: SharedRef,
@@ -172,6 +173,9 @@ pub(crate) async fn run(
     // The delay the last failure earned, slept before the next attempt.
     let mut pause: Option<std::time::Duration> = None;
     loop {
+        if fault_point!(config.faults, SENDER) {
+            return Ok(());
+        }
         match decide(&shared, &config, failed) {
             Job::Idle => notify.notified().await,
             Job::WaitUntil(t) => {

@@ -61,6 +61,7 @@ use super::WatcherConfig;
 use super::ingress::{self, IngressEntry};
 use super::poolservice::{self, PoolService, PoolServiceFacts};
 use super::routing;
+use super::supervise::{Ended, WRITE_BACK, fault_point};
 use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
 use clb_client::backoff::Backoff;
 use clb_client::client::ConnectOptions;
@@ -210,6 +211,8 @@ pub(crate) struct Config {
     gateways: Option<std::sync::Arc<Gateways>>,
     class: String,
     pool_services: bool,
+    #[cfg(any(test, feature = "test-support"))]
+    faults: crate::faults::Faults,
 }
 
 impl From<&WatcherConfig> for Config {
@@ -227,6 +230,8 @@ impl From<&WatcherConfig> for Config {
             gateways: c.gateways.clone(),
             class: c.class.clone(),
             pool_services: c.pool_services_on(),
+            #[cfg(any(test, feature = "test-support"))]
+            faults: c.faults.clone(),
         }
     }
 }
@@ -317,13 +322,13 @@ impl WriteBack {
     }
 }
 
-/// Runs until the kube side ends.
+/// Runs until its inbox closes (the kube side is gone).
 pub(crate) async fn run(
     config: Config,
     kube: kube::Client,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     acked: watch::Receiver<u64>,
-) {
+) -> Ended {
     let reporter = Reporter {
         controller: REPORTING_CONTROLLER.to_owned(),
         instance: std::env::var("POD_NAME")
@@ -354,6 +359,10 @@ pub(crate) async fn run(
         pool_ip_mode_kept: true,
     };
     loop {
+        if fault_point!(wb.config.faults, WRITE_BACK) {
+            // As if the kube side had dropped its end: the inbox closes.
+            rx.close();
+        }
         // Sleep until the first record is due (records are few; an hour when there is none).
         let next = wb
             .records
@@ -368,7 +377,12 @@ pub(crate) async fn run(
                 Some(m) => if wb.handle(m) || !wb.pool_warnings.is_empty() {
                     wb.act().await;
                 },
-                None => return,
+                None => {
+                    return Ended::Consequence {
+                        task: WRITE_BACK,
+                        reason: "its inbox closed".to_owned(),
+                    };
+                }
             },
             Some(uids) = changed.recv() => {
                 // The server pushed new states: look at those Services now.

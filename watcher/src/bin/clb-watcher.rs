@@ -1,6 +1,7 @@
 //! `clb-watcher`: the kube watcher (cluster mode) or, with `--node NAME`, the node agent of one
 //! node. Watches the Kubernetes API and writes the desired state to the clb state server
-//! (docs/watcher.md), until SIGINT or SIGTERM (what [`clb_watcher::cli::run`] runs).
+//! (docs/watcher.md), until SIGINT or SIGTERM (what [`clb_watcher::cli::run`] runs), or until one of
+//! its tasks ends or panics: then it exits with status 1 (docs/watcher.md, "When a task ends").
 
 use anyhow::Context;
 use clap::Parser;
