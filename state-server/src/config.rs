@@ -187,6 +187,16 @@ pub struct Args {
     )]
     pub retry_max_ms: Option<u64>,
 
+    /// First delay before work NRP refused as invalid is sent again (doubles per refusal of the
+    /// same work, with jitter; starts over when its desired state or NRP's state of it changes).
+    #[arg(long, env = "CLB_REFUSAL_BASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub refusal_base: Duration,
+
+    /// Longest delay between two attempts of work NRP refused as invalid: what bounds the writes a
+    /// refusal costs (docs/errors.md, "The refusal budget").
+    #[arg(long, env = "CLB_REFUSAL_MAX", default_value = "15m", value_name = "DURATION", value_parser = parse_duration)]
+    pub refusal_max: Duration,
+
     /// How often NRP's actual state is read back to repair drift. Replaces
     /// --anti-entropy-interval-s (CLB_ANTI_ENTROPY_INTERVAL_S), deprecated, which still takes
     /// seconds.
@@ -644,6 +654,8 @@ impl Args {
                 max_services_per_unit: self.max_services_per_unit,
                 retry_base: self.retry_base(),
                 retry_max: self.retry_max(),
+                refusal_base: self.refusal_base,
+                refusal_max: self.refusal_max.max(self.refusal_base),
                 anti_entropy_interval: self.anti_entropy_interval(),
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
                 write_pace: self.write_pace.0,

@@ -79,6 +79,7 @@ async fn a_repair_is_read_back_then_retried_and_never_parked() {
             retry_after_ms: 0,
             code: "ServiceNotRegistered".into(),
             message: "refers to a service NRP does not have".into(),
+            refused: false,
         }),
     )
     .await;

@@ -19,6 +19,14 @@ pub struct DispatchConfig {
     pub retry_base: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// First delay before work NRP refused as invalid (a terminal outcome: a 4xx that is not
+    /// throttling, a conflict or a repairable state) is sent again; doubles per refusal of the
+    /// same work, with jitter, and starts over when its desired state or NRP's state of it
+    /// changes. The refusal budget: docs/errors.md.
+    pub refusal_base: Duration,
+    /// Longest delay between two attempts of refused work (at least 10 minutes by default, so a
+    /// refusal costs a few writes an hour, not a share of the subscription's write budget).
+    pub refusal_max: Duration,
     /// How often NRP is read back to repair drift.
     pub anti_entropy_interval: Duration,
     /// Most concurrent mutating NRP calls the units in flight for this gateway may make, whatever
@@ -69,6 +77,8 @@ impl Default for DispatchConfig {
             max_services_per_unit: 16,
             retry_base: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
+            refusal_base: Duration::from_secs(30),
+            refusal_max: Duration::from_secs(15 * 60),
             anti_entropy_interval: Duration::from_secs(300),
             max_mutating_units_in_flight: 4,
             write_pace: 3.0,

@@ -49,6 +49,8 @@ impl Dispatcher {
                 }
                 _ => {
                     // In sync, draining or withheld: it is dirtied again when that changes.
+                    self.parked.remove(&key);
+                    self.refusals.remove(&key);
                     self.pending_since.remove(&key);
                     self.failing.remove(&key);
                     self.dispatches.remove(&key);
@@ -114,6 +116,8 @@ impl Dispatcher {
                 self.failing.remove(&key);
                 self.backoff.remove(&key);
                 self.dispatches.remove(&key);
+                self.parked.remove(&key);
+                self.refusals.remove(&key);
                 continue;
             };
             let admitted = self.flight.admit(diff);

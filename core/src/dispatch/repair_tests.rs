@@ -53,6 +53,7 @@ fn repair(work_id: u64, code: &str) -> Report {
             retry_after: Duration::ZERO,
             code: code.into(),
             message: String::new(),
+            refused: false,
         },
     )
 }
@@ -408,4 +409,141 @@ fn changes_refused_together_are_parked_each_with_its_own_error() {
     );
     assert_eq!(d.stats().parked.get("NatGatewayNotStandardV2"), Some(&1));
     assert_eq!(d.stats().parked.get("NatGatewayNotFound"), Some(&1));
+}
+
+/// A refusal NRP's table does not list (`refused`): repaired once (a read-back, then sent again);
+/// refused again with the same code, it is held on the refusal schedule instead.
+fn refused(work_id: u64, code: &str) -> Report {
+    report(
+        work_id,
+        Outcome::Repair {
+            retry_after: Duration::ZERO,
+            code: code.into(),
+            message: format!("{code}: address 10.1.0.1 refused"),
+            refused: true,
+        },
+    )
+}
+
+fn terminal(work_id: u64, code: &str) -> Report {
+    report(
+        work_id,
+        Outcome::Terminal {
+            code: code.into(),
+            message: String::new(),
+            changes: Vec::new(),
+        },
+    )
+}
+
+/// Drives one refused location for `horizon` of simulated time (a read-back whenever one is
+/// wanted, every location unit refused with `code`), and returns the instants of its attempts.
+fn attempts_over(
+    t: &mut DiffTracker,
+    d: &mut Dispatcher,
+    mut id: u64,
+    start: Instant,
+    horizon: Duration,
+    refusal: impl Fn(u64) -> Report,
+) -> Vec<Duration> {
+    let mut at = Vec::new();
+    let mut now = start;
+    while now < start + horizon {
+        match d.next_unit(t, 1, id, now) {
+            Some(u) if matches!(u.work, UnitWork::Locations(_)) => {
+                at.push(now - start);
+                d.on_report(t, 1, refusal(id), now);
+            }
+            Some(u) => {
+                assert_eq!(u.work, UnitWork::Observe, "{u:?}");
+                d.on_report(t, 1, observed(id, &["svc"], vec![]), now);
+            }
+            None => {
+                let next = d.next_deadline(now).unwrap_or(now + Duration::from_secs(1));
+                now = next.max(now + Duration::from_millis(1));
+            }
+        }
+        id += 1;
+    }
+    at
+}
+
+#[test]
+fn an_unknown_refusal_repeated_after_its_read_back_is_held_on_the_refusal_schedule() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let (mut d, id) = started(&mut t, now);
+    let hour = Duration::from_secs(3600);
+    let at = attempts_over(&mut t, &mut d, id, now, hour, |id| {
+        refused(id, "AddressRefusedByPolicy")
+    });
+    // The default schedule: 30 s doubling to 15 min, with jitter in [delay/2, delay]. In an hour:
+    // the first call, its repair, then at most one attempt per delay of 15 s, 30 s, 1 min, …
+    eprintln!("unknown refusal, one hour: {} attempts at {at:?}", at.len());
+    assert!(at.len() >= 4, "{at:?}");
+    // Worst case (every jitter at its shortest): the call, its repair, 11 held attempts.
+    assert!(
+        at.len() <= 13,
+        "the refusal budget: {} attempts in an hour: {at:?}",
+        at.len()
+    );
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().skip(2).all(|g| *g >= Duration::from_secs(15)),
+        "held, not repaired again and again: {gaps:?}"
+    );
+    assert_eq!(d.parked_units(), 1, "visible as parked while held");
+    // Its desired state changes: it goes at once, and the schedule starts over.
+    t.set_endpoints("svc", &[ep("10.1.0.1"), ep("10.1.0.2")])
+        .unwrap();
+    let later = now + hour + Duration::from_secs(1);
+    let mut u = d.next_unit(&mut t, 1, 10_000, later).expect("sent at once");
+    if u.work == UnitWork::Observe {
+        // The hour's anti-entropy read-back comes first.
+        d.on_report(&mut t, 1, observed(10_000, &["svc"], vec![]), later);
+        u = d.next_unit(&mut t, 1, 10_001, later).expect("sent at once");
+    }
+    assert!(matches!(u.work, UnitWork::Locations(_)), "{u:?}");
+    assert_eq!(d.parked_units(), 0);
+    d.on_report(&mut t, 1, applied(u.work_id), later);
+}
+
+#[test]
+fn a_parked_refusal_is_sent_again_on_the_refusal_schedule_and_no_more() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let (mut d, id) = started(&mut t, now);
+    let at = attempts_over(
+        &mut t,
+        &mut d,
+        id,
+        now,
+        Duration::from_secs(3 * 3600),
+        |id| terminal(id, "InvalidAddress"),
+    );
+    // After the first hour, at most one attempt per 7.5 min (the 15-min cap, jittered).
+    let late: Vec<&Duration> = at
+        .iter()
+        .filter(|a| **a >= Duration::from_secs(3600))
+        .collect();
+    eprintln!(
+        "parked refusal, three hours: {} attempts, {} after the first hour",
+        at.len(),
+        late.len()
+    );
+    assert!(!late.is_empty(), "still tried: {at:?}");
+    assert!(
+        late.len() <= 2 * 8,
+        "{} attempts in two hours: {at:?}",
+        late.len()
+    );
+    assert!(at.len() <= 11 + 16, "{at:?}");
+    // A known repair code (the server's view was wrong) is repaired every time, never held.
+    let mut t = DiffTracker::new();
+    let (mut d, id) = started(&mut t, now);
+    let at = attempts_over(&mut t, &mut d, id, now, Duration::from_secs(60), |id| {
+        repair(id, "ServiceNotRegistered")
+    });
+    assert_eq!(d.parked_units(), 0);
+    assert!(at.len() > 5, "{at:?}");
 }

@@ -104,10 +104,28 @@ impl Dispatcher {
                 retry_after,
                 code,
                 message,
+                refused,
             } => {
                 self.count(kind, "repair", &code);
                 *self.stats.repairs.entry(code.clone()).or_default() += 1;
-                self.error(ids, &unit.work, &code, &message, false, now);
+                // Refused again with the same unknown code after the read-back that followed the
+                // first refusal: held on the refusal schedule, not repaired again and again.
+                let again: Vec<Key> = if refused {
+                    unit.work
+                        .keys()
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| !report.applied.contains(&(*i as u32)))
+                        .map(|(_, k)| k)
+                        .filter(|k| {
+                            self.failing.get(k).is_some_and(|r| r.code == code)
+                                || self.parked.get(k).is_some_and(|r| r.code == code)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.error(ids, &unit.work, &code, &message, !again.is_empty(), now);
                 self.note_failing(&unit.work, &report.applied);
                 let recorded = self.record(
                     tracker,
@@ -117,14 +135,29 @@ impl Dispatcher {
                     &report.progress,
                     now,
                 );
-                self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
+                let mut skip = report.applied.clone();
+                if !again.is_empty() {
+                    let record = self.errors.back().cloned().expect("just pushed");
+                    for (i, key) in unit.work.keys().into_iter().enumerate() {
+                        if again.contains(&key) {
+                            skip.push(i as u32);
+                            self.failing.remove(&key);
+                            self.dispatches.remove(&key);
+                            *self.stats.parked.entry(code.clone()).or_default() += 1;
+                            self.hold_refused(key, record.clone(), now);
+                        }
+                    }
+                }
+                self.requeue(&unit.work, &skip, Some((retry_after, now)));
                 // What failed is cut again only from what NRP holds: read it back first.
                 for (i, key) in unit.work.keys().into_iter().enumerate() {
-                    if !report.applied.contains(&(i as u32)) {
+                    if !skip.contains(&(i as u32)) {
                         self.awaiting_read_back.insert(key, self.reports);
                     }
                 }
-                self.observe_after_report();
+                if skip.len() < unit.work.len() {
+                    self.observe_after_report();
+                }
                 recorded
             }
             Outcome::Terminal {
@@ -157,11 +190,10 @@ impl Dispatcher {
                             },
                             None => record.clone(),
                         };
-                        self.backoff.remove(&key);
                         self.dispatches.remove(&key);
                         self.failing.remove(&key);
                         *self.stats.parked.entry(record.code.clone()).or_default() += 1;
-                        self.parked.insert(key, record);
+                        self.hold_refused(key, record, now);
                     }
                 }
                 recorded
@@ -246,6 +278,8 @@ impl Dispatcher {
                     if let Some(c) = changes.get(*i as usize) {
                         let key = Key::Service(c.name.clone());
                         self.backoff.remove(&key);
+                        self.parked.remove(&key);
+                        self.refusals.remove(&key);
                         self.observe_programmed("services", &key, now);
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);
@@ -279,6 +313,8 @@ impl Dispatcher {
                     if let Some(d) = diffs.get(*i as usize) {
                         let key = Key::Location(d.location);
                         self.backoff.remove(&key);
+                        self.parked.remove(&key);
+                        self.refusals.remove(&key);
                         self.observe_programmed("locations", &key, now);
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);

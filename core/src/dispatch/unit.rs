@@ -139,6 +139,9 @@ pub enum Outcome {
         code: String,
         /// Message.
         message: String,
+        /// NRP refused the work with a code the worker does not know: repaired once; refused again
+        /// with the same code after the read-back, the work is held on the refusal schedule.
+        refused: bool,
     },
     /// Failed for good until the desired state changes.
     Terminal {

@@ -255,6 +255,7 @@ fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
             retry_after: Duration::ZERO,
             code: "OperationUnconfirmed".into(),
             message: "accepted, not followed to its end".into(),
+            refused: false,
         },
     };
     assert!(g.on_report(1, unconfirmed, Vec::new(), Vec::new(), now));

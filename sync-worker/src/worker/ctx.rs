@@ -116,6 +116,7 @@ impl UnitError {
                 retry_after_ms,
                 code,
                 message,
+                refused: matches!(self, UnitError::Nrp(e) if super::errors::unknown_refusal(e)),
             }),
             Handling::Park => report::Outcome::Terminal(v1::Terminal {
                 code,

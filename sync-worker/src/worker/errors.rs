@@ -197,6 +197,14 @@ pub fn classify(e: &NrpError) -> Handling {
     listed.map_or_else(|| default_for(e), |r| r.handling)
 }
 
+/// Whether `e` is a refusal the table does not list: a 4xx other than throttling, a conflict, a
+/// not-found or an authorization failure, whose code has no row (the "(other 4xx)" default). Its
+/// repair is reported `refused`, so that a repeat after the read-back is held on the server's
+/// refusal schedule.
+pub fn unknown_refusal(e: &NrpError) -> bool {
+    matches!(e, NrpError::Validation { .. }) && row_of(e.code()).is_none()
+}
+
 /// Whether a call that failed with `e` may have been applied by NRP all the same: no answer (a
 /// timeout, a broken connection, a deadline that cut the call off, a 504), or a long-running
 /// operation that was accepted and then not followed to its end or failed part-way.

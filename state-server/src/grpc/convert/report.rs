@@ -81,6 +81,7 @@ pub fn report_from_proto(r: v1::Report) -> Report {
             retry_after: Duration::from_millis(e.retry_after_ms),
             code: e.code,
             message: e.message,
+            refused: e.refused,
         },
         Some(v1::report::Outcome::Terminal(e)) => Outcome::Terminal {
             code: e.code,
