@@ -225,3 +225,56 @@ async fn a_refusal_that_depends_on_the_server_s_view_is_not_split() {
     assert!(programmed(&h).is_empty());
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_retryable_failure_while_splitting_stops_the_split_and_the_unit() {
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(Semaphore::new(0));
+    let gate = Arc::clone(&release);
+    let mut h = Harness::start_with(EmulatorConfig::default(), Limits::default(), move |inner| {
+        Arc::new(GatedNrp {
+            inner,
+            entered: entered_tx,
+            release: gate,
+        })
+    })
+    .await;
+    let mut conn = h.conn().await;
+    create_services(&mut conn).await;
+    let refusal = refusing(&[("10.1.5.1", "InvalidAddress", false)]);
+    h.emulator().set_config(refusal.clone()).unwrap();
+    h.emulator().reset_stats();
+    conn.send(locations(2, eight())).await;
+    // The call is refused.
+    entered.recv().await.expect("the call");
+    release.add_permits(1);
+    // The first half is under way when NRP starts failing every call with a 500 or a 503.
+    entered.recv().await.expect("the first half");
+    h.emulator()
+        .set_config(EmulatorConfig {
+            fault_rate_5xx: 1.0,
+            seed: Some(7),
+            ..refusal
+        })
+        .unwrap();
+    release.add_permits(1);
+    let r = conn.report().await;
+    // The retryable error decides (retryable parts are never parked with a terminal one).
+    let x = retryable(&r);
+    assert!(
+        ["InternalServerError", "ServiceUnavailable"].contains(&x.code.as_str()),
+        "{x:?}"
+    );
+    assert!(r.applied_indices.is_empty(), "{r:?}");
+    assert_eq!(
+        h.emulator().stats().calls_of(CALL),
+        2,
+        "the second half is not sent"
+    );
+    assert_eq!(h.metrics.refusal_split_calls(), 1);
+    assert!(programmed(&h).is_empty());
+    h.shutdown().await;
+}
