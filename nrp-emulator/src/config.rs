@@ -1,5 +1,7 @@
 //! Emulator configuration: cost model, faults, throttling, long-running operations, paging.
 
+use std::net::IpAddr;
+
 use serde::{Deserialize, Serialize};
 
 /// What the emulator answers when a gateway already has `max_concurrent_mutations` mutating calls in
@@ -12,6 +14,46 @@ pub enum ThrottleResponse {
     TooManyRequests,
     /// `409 Conflict` with code `AnotherOperationInProgress` (and `Retry-After`).
     AnotherOperationInProgress,
+}
+
+/// A control for tests, not a rule of Azure's: `updateAddressLocations` refuses any call that
+/// carries `address` (in any location, with any services, a deletion included) with `400 code`, as
+/// Azure refuses a call for one address for reasons a client cannot foresee (a rule, a quota, a
+/// policy). The whole call changes nothing. The message names the address (and its location) when
+/// `name_address`, as Azure does when it can; otherwise it names no IP at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddressRefusal {
+    /// The address refused (compared as an IP: `fd00::01` is `fd00::1`).
+    pub address: IpAddr,
+    /// The ARM error code of the refusal; default [`AddressRefusal::DEFAULT_CODE`].
+    #[serde(default = "AddressRefusal::default_code")]
+    pub code: String,
+    /// Whether the message names the address; default true.
+    #[serde(default = "AddressRefusal::default_name_address")]
+    pub name_address: bool,
+}
+
+impl AddressRefusal {
+    /// The code of a refusal that names none.
+    pub const DEFAULT_CODE: &'static str = "AddressRefusedByPolicy";
+
+    /// A refusal of `address` with the default code, naming the address.
+    pub fn new(address: IpAddr) -> Self {
+        Self {
+            address,
+            code: Self::DEFAULT_CODE.to_string(),
+            name_address: true,
+        }
+    }
+
+    fn default_code() -> String {
+        Self::DEFAULT_CODE.to_string()
+    }
+
+    fn default_name_address() -> bool {
+        true
+    }
 }
 
 /// The emulator's run-time configuration. `Default` is: no latency, no faults, no concurrency limit,
@@ -95,6 +137,10 @@ pub struct EmulatorConfig {
     pub writes_per_window: Option<u32>,
     /// The window of `writes_per_window`, in seconds.
     pub write_window_secs: u64,
+    /// A control for tests, not Azure's behaviour: `updateAddressLocations` calls carrying one of
+    /// these addresses are refused with `400` and the refusal's code ([`AddressRefusal`]). JSON
+    /// configuration only (`--config`, `PUT /_emulator/config`). Empty by default.
+    pub refused_addresses: Vec<AddressRefusal>,
 }
 
 impl Default for EmulatorConfig {
@@ -125,6 +171,7 @@ impl Default for EmulatorConfig {
             write_refill_per_sec: 10.0,
             writes_per_window: None,
             write_window_secs: 300,
+            refused_addresses: Vec::new(),
         }
     }
 }
@@ -146,6 +193,9 @@ pub enum ConfigError {
     /// A field that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A string that must not be empty is.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
     /// A rate that must be a positive number is not.
     #[error("{field} must be a positive number, got {value}")]
     NotPositive {
@@ -194,6 +244,13 @@ impl EmulatorConfig {
         }
         if self.write_window_secs == 0 {
             return Err(ConfigError::Zero("write_window_secs"));
+        }
+        if self
+            .refused_addresses
+            .iter()
+            .any(|r| r.code.trim().is_empty())
+        {
+            return Err(ConfigError::Empty("refused_addresses[].code"));
         }
         if !(self.write_refill_per_sec.is_finite() && self.write_refill_per_sec > 0.0) {
             return Err(ConfigError::NotPositive {
@@ -261,6 +318,38 @@ mod tests {
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn refused_addresses_fill_their_defaults_and_need_a_code() {
+        let c: EmulatorConfig = serde_json::from_str(
+            r#"{"refused_addresses": [{"address": "10.1.0.7"},
+                {"address": "fd01::0001", "code": "Nope", "name_address": false}]}"#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.refused_addresses,
+            vec![
+                AddressRefusal::new("10.1.0.7".parse().unwrap()),
+                AddressRefusal {
+                    address: "fd01::1".parse().unwrap(),
+                    code: "Nope".into(),
+                    name_address: false,
+                },
+            ]
+        );
+        assert!(EmulatorConfig::default().refused_addresses.is_empty());
+        let mut bad = c.clone();
+        bad.refused_addresses[0].code = " ".into();
+        assert_eq!(
+            bad.validate(),
+            Err(ConfigError::Empty("refused_addresses[].code"))
+        );
+        assert!(
+            serde_json::from_str::<EmulatorConfig>(r#"{"refused_addresses": [{"address": "x"}]}"#)
+                .is_err()
+        );
     }
 
     #[test]

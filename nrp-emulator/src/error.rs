@@ -68,6 +68,14 @@ pub enum EmulatorError {
         /// Precise message.
         message: String,
     },
+    /// A request refused (400) with a code of the configuration's (`refused_addresses`).
+    #[error("{message}")]
+    Refused {
+        /// ARM error code.
+        code: String,
+        /// Message.
+        message: String,
+    },
     /// Too many concurrent mutating calls on a gateway, or an injected 429.
     #[error("too many requests on '{scope}'; retry after {retry_after_secs} s")]
     TooManyRequests {
@@ -133,7 +141,8 @@ impl EmulatorError {
             Self::MissingApiVersion
             | Self::InvalidApiVersion(_)
             | Self::MalformedBody(_)
-            | Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            | Self::BadRequest { .. }
+            | Self::Refused { .. } => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::ResourceNotFound { .. } | Self::OperationNotFound(_) => {
                 StatusCode::NOT_FOUND
             }
@@ -164,6 +173,7 @@ impl EmulatorError {
             Self::MalformedBody(_) => "InvalidRequestFormat",
             Self::BodyTooLarge(_) => "RequestBodyTooLarge",
             Self::BadRequest { code, .. } => code,
+            Self::Refused { code, .. } => code,
             Self::TooManyRequests { .. } => "TooManyRequests",
             Self::SubscriptionRequestsThrottled { .. } => "SubscriptionRequestsThrottled",
             Self::AnotherOperationInProgress { .. } => "AnotherOperationInProgress",

@@ -62,7 +62,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use budget::REMAINING_WRITES_HEADER;
-pub use config::{ConfigError, EmulatorConfig, ThrottleResponse};
+pub use config::{AddressRefusal, ConfigError, EmulatorConfig, ThrottleResponse};
 pub use error::EmulatorError;
 pub use state::{Dump, GatewayDump, Removal, RemovalCause, ServiceDump};
 pub use stats::Stats;

@@ -55,6 +55,7 @@ pub struct WorkerMetrics {
     limit: Family<GatewayLabels, Gauge>,
     connected: Gauge,
     sessions: Counter,
+    refusal_split_calls: Counter,
     connected_now: AtomicBool,
     limiters: Mutex<Option<Arc<GatewayLimiters>>>,
 }
@@ -78,6 +79,7 @@ impl WorkerMetrics {
         let limit = Family::<GatewayLabels, Gauge>::default();
         let connected = Gauge::default();
         let sessions = Counter::default();
+        let refusal_split_calls = Counter::default();
         registry.register(
             "worker_nrp_requests",
             "NRP calls, by operation, result (ok or the error kind: throttled, conflict, not_found, \
@@ -111,6 +113,12 @@ impl WorkerMetrics {
             "Sessions established with the state server (a reconnection counts one more)",
             sessions.clone(),
         );
+        registry.register(
+            "worker_refusal_split_calls",
+            "Extra updateAddressLocations calls sent to find the location changes that cause a \
+             call's refusal and send the others (docs/errors.md, \"A refused call is split\")",
+            refusal_split_calls.clone(),
+        );
         Self {
             registry,
             requests,
@@ -119,6 +127,7 @@ impl WorkerMetrics {
             limit,
             connected,
             sessions,
+            refusal_split_calls,
             connected_now: AtomicBool::new(false),
             limiters: Mutex::new(None),
         }
@@ -147,6 +156,16 @@ impl WorkerMetrics {
         {
             self.throttles.get_or_create(&op).inc();
         }
+    }
+
+    /// Counts one extra call sent to split a refused `updateAddressLocations` call.
+    pub fn refusal_split_call(&self) {
+        self.refusal_split_calls.inc();
+    }
+
+    /// The extra calls sent to split refused calls so far.
+    pub fn refusal_split_calls(&self) -> u64 {
+        self.refusal_split_calls.get()
     }
 
     /// The limiters whose limits `clb_worker_concurrency_limit` shows.

@@ -17,6 +17,7 @@ use super::config::WorkerConfig;
 use super::errors::{self, Handling};
 use super::limiter::{AimdLimiter, GatewayLimiters};
 use super::targets::{GatewayTarget, NrpTargets};
+use crate::metrics::WorkerMetrics;
 use clb_nrp::{CallOptions, Nrp, NrpError};
 
 /// Why a step of a unit did not happen or failed.
@@ -168,6 +169,8 @@ pub(crate) struct Env {
     pub gateways: GatewayCache,
     /// Cancelled when the worker shuts down or the session's stream breaks.
     pub cancel: CancellationToken,
+    /// The worker's metrics (the NRP calls themselves are counted by the clients).
+    pub metrics: Arc<WorkerMetrics>,
 }
 
 /// The context of one unit: every NRP call goes through [`UnitCtx::read`] or [`UnitCtx::mutate`].

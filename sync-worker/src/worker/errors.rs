@@ -205,6 +205,60 @@ pub fn unknown_refusal(e: &NrpError) -> bool {
     matches!(e, NrpError::Validation { .. }) && row_of(e.code()).is_none()
 }
 
+/// Whether `e` is a **deterministic refusal** of a call: an NRP 4xx that is not throttling (429), a
+/// conflict (409), a 404 or an authentication error, and whose code is parked by the table or not
+/// listed at all (the `(other 4xx)` default) — not one of the listed codes that depend on the
+/// server's view of NRP (`ServiceNotRegistered`, the `InUse…` codes, …) nor one that frees up by
+/// itself (`PublicIPCountLimitReached`, …). Sent again, the same call is refused again; sent
+/// without the location that causes it, the rest may go through (docs/errors.md, "A refused call
+/// is split").
+pub fn is_refusal(e: &NrpError) -> bool {
+    match e {
+        NrpError::Validation { code, .. } => row_of(code).is_none_or(|r| r.handling == Park),
+        _ => false,
+    }
+}
+
+/// The IP addresses an NRP error message names, canonical (an IPv4-mapped IPv6 address is its IPv4
+/// address), each once, in order: the IP literals of the text, quoted or not (`'10.1.2.3'`,
+/// `"fd00::1"`, `10.1.2.3.` at the end of a sentence, `[fd00::1]:443`, `10.1.2.3:80`). A literal
+/// glued to a word (`v10.1.2.3`) is not one.
+pub fn addresses_named(message: &str) -> Vec<std::net::IpAddr> {
+    fn literal(run: &str) -> Option<std::net::IpAddr> {
+        let trimmed = run.trim_end_matches(['.', ':']);
+        let without_port = run
+            .rsplit_once(':')
+            .filter(|(host, _)| host.contains('.') && !host.contains(':'))
+            .map(|(host, _)| host);
+        [Some(run), Some(trimmed), without_port]
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.parse::<std::net::IpAddr>().ok())
+            .map(|ip| ip.to_canonical())
+    }
+    let in_run = |c: char| c.is_ascii_hexdigit() || c == '.' || c == ':';
+    let in_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    let mut rest = message;
+    let mut before: Option<char> = None;
+    while let Some(start) = rest.find(in_run) {
+        let prev = rest[..start].chars().next_back().or(before);
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !in_run(c)).unwrap_or(tail.len());
+        let (run, after) = (&tail[..end], &tail[end..]);
+        let glued = prev.is_some_and(in_word) || after.chars().next().is_some_and(in_word);
+        if !glued
+            && let Some(ip) = literal(run)
+            && !found.contains(&ip)
+        {
+            found.push(ip);
+        }
+        before = run.chars().next_back();
+        rest = after;
+    }
+    found
+}
+
 /// Whether a call that failed with `e` may have been applied by NRP all the same: no answer (a
 /// timeout, a broken connection, a deadline that cut the call off, a 504), or a long-running
 /// operation that was accepted and then not followed to its end or failed part-way.
@@ -271,6 +325,90 @@ mod tests {
         assert_eq!(
             classify(&from_status(429, "DuplicateLocationsInRequest")),
             Retry
+        );
+    }
+
+    #[test]
+    fn refusals_are_the_parked_and_unlisted_4xx_only() {
+        for (status, code) in [
+            (400, "AddressRefusedByPolicy"),
+            (400, "BackendPoolAddressesMustHaveSameIpVersion"),
+            (400, "InvalidAddress"),
+            (400, "addressfamilymismatch"),
+            (413, "RequestBodyTooLarge"),
+        ] {
+            assert!(is_refusal(&from_status(status, code)), "{status} {code}");
+        }
+        for (status, code) in [
+            (429, "TooManyRequests"),
+            (409, "Conflict"),
+            (409, "AnotherOperationInProgress"),
+            (404, "ResourceNotFound"),
+            (403, "AuthorizationFailed"),
+            (400, "ServiceNotRegistered"),
+            (400, "ServiceWithOverlayMappingsCannotBeDeleted"),
+            (400, "InUseBackendAddressPoolCannotBeDeleted"),
+            (400, "PublicIPAddressInUse"),
+            (400, "PublicIPCountLimitReached"),
+            (500, "InternalServerError"),
+            (503, "ServiceUnavailable"),
+            (501, "NotImplemented"),
+        ] {
+            assert!(!is_refusal(&from_status(status, code)), "{status} {code}");
+        }
+        assert!(!is_refusal(&NrpError::OperationFailed {
+            status: "Failed".into(),
+            code: "InvalidAddress".into(),
+            message: String::new(),
+        }));
+    }
+
+    fn ips(list: &[&str]) -> Vec<std::net::IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn addresses_are_read_from_azure_shaped_messages() {
+        // Quoted, as Azure names an address (and its location).
+        assert_eq!(
+            addresses_named(
+                "Address '10.1.2.3' at location '10.0.0.1' of service gateway 'sg' is refused by a \
+                 policy of the subscription."
+            ),
+            ips(&["10.1.2.3", "10.0.0.1"])
+        );
+        // Unquoted, at the end of a sentence, double-quoted, with a port.
+        assert_eq!(
+            addresses_named("The address 10.1.2.3. Also \"10.1.2.4\" and 10.1.2.5:8080, 10.1.2.6:"),
+            ips(&["10.1.2.3", "10.1.2.4", "10.1.2.5", "10.1.2.6"])
+        );
+        // IPv6: compressed, written differently, bracketed with a port, mapped IPv4.
+        assert_eq!(
+            addresses_named(
+                "address 'fd01:0:0::0001' at location 'fd00::1' is IPv6; [2001:db8::7]:443; \
+                 ::ffff:10.9.9.9 and ::1"
+            ),
+            ips(&["fd01::1", "fd00::1", "2001:db8::7", "10.9.9.9", "::1"])
+        );
+        // BackendPoolAddressesMustHaveSameIpVersion as the emulator words it: two addresses.
+        assert_eq!(
+            addresses_named(
+                "address 'fd01::1' at location 'fd00::1' is IPv6 and refers to service 'svc-a', \
+                 whose backend pool would also hold IPv4 address '10.1.0.2' of this request"
+            ),
+            ips(&["fd01::1", "fd00::1", "10.1.0.2"])
+        );
+        // No address: words of hex letters, versions, numbers, an IP glued to a word, each once.
+        assert!(
+            addresses_named(
+                "A deadbeef cafe: the policy 'add-face' at api-version 2026-03-01 refused 12 of \
+                 the request's addresses (v10.1.2.3, ab::cd::ef, 1.2.3, 300.1.1.1)."
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            addresses_named("'10.1.2.3' and '10.1.2.3' again"),
+            ips(&["10.1.2.3"])
         );
     }
 

@@ -56,7 +56,9 @@ pub use inbound::{
     observed_settings,
 };
 pub use limiter::{AcquireError, AimdLimiter, GatewayLimiters, Permit};
-pub use locations::{Piece, plan as plan_location_calls, request as location_call_request};
+pub use locations::{
+    Piece, plan as plan_location_calls, refusal_split_bound, request as location_call_request,
+};
 pub use observe::{frontends_of, snapshot_parts};
 pub use services::{
     BACKEND_POOL_NAME, FRONTEND_NAME, NAT_GATEWAY_SKU, load_balancer, load_balancer_name,

@@ -133,6 +133,7 @@ pub(crate) async fn supervise(
             limiters: Arc::clone(&limiters),
             gateways: GatewayCache::default(),
             cancel: stop.child_token(),
+            metrics: Arc::clone(&metrics),
         });
         let span = tracing::info_span!("session", n = sessions, server = %config.server);
         let result = session(&config, &endpoint, env, &metrics, &stop)

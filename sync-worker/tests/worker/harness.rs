@@ -22,7 +22,8 @@ use clb_proto::v1::{
     ServicePort, ServiceWork, WorkUnit, WorkerMessage, report, server_message, work_unit,
     worker_message,
 };
-use clb_sync_worker::worker::{Backoff, Limits, WorkerConfig, WorkerError, run};
+use clb_sync_worker::metrics::WorkerMetrics;
+use clb_sync_worker::worker::{Backoff, Limits, WorkerConfig, WorkerError, run_with_metrics};
 use futures::{Stream, StreamExt};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -135,6 +136,8 @@ impl Worker for FakeServer {
 
 pub struct Harness {
     pub nrp: RunningEmulator,
+    /// The worker's metrics.
+    pub metrics: Arc<WorkerMetrics>,
     pub conns: mpsc::UnboundedReceiver<Conn>,
     pub stop: Option<oneshot::Sender<()>>,
     pub worker: Option<JoinHandle<Result<(), WorkerError>>>,
@@ -185,11 +188,18 @@ impl Harness {
             max: Duration::from_millis(50),
         };
         let (stop, stopped) = oneshot::channel::<()>();
-        let worker = tokio::spawn(run(config, client, async move {
-            let _ = stopped.await;
-        }));
+        let metrics = Arc::new(WorkerMetrics::new());
+        let worker = tokio::spawn(run_with_metrics(
+            config,
+            client,
+            Arc::clone(&metrics),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Self {
             nrp,
+            metrics,
             conns,
             stop: Some(stop),
             worker: Some(worker),
@@ -353,6 +363,7 @@ pub fn terminal(r: &Report) -> &v1::Terminal {
     }
 }
 
+#[allow(unused_imports)] // not every test file deletes
 pub use v1::ServiceAction::{Create, Delete};
 
 /// Creates inbound `svc-a` and outbound `egress-e` through the worker.
