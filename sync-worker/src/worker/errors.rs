@@ -110,7 +110,7 @@ pub const ERRORS: &[ErrorRow] = &[
     local("LeaseExpired", Repair, "the lease ended before or during a call: a call cut off may or may not have been applied"),
     local("OperationUnconfirmed", Repair, "a long-running operation was accepted, but a poll was answered with an error: it may or may not complete"),
     local("(failed operation)", Repair, "a long-running operation ended Failed or Canceled: handled as its error code when listed here, otherwise repaired (it may have applied part of the change)"),
-    row("(other 4xx)", 400, Repair, "a rule the worker does not know may depend on NRP's state: never parked on a guess"),
+    row("(other 4xx)", 400, Repair, "a rule the worker does not know may depend on NRP's state: never parked on a guess; repaired once (read back, sent again), then, refused again with the same code, held on the refusal schedule"),
     // Invalid whatever NRP holds: park until the desired state changes.
     row("DuplicateLocationsInRequest", 400, Park, "a location twice in one call: a worker bug"),
     row("DuplicateAddressesInRequest", 400, Park, "an address twice in one location: a server bug"),
