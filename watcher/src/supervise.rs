@@ -3,7 +3,7 @@
 //! Every long-running task of [`crate::run`] — the senders (one per gateway), the write-back, the
 //! readiness gate, the follower of the lanes' acknowledgements, the kube side (with the
 //! PoolService side, which runs inside it) and the node moves it starts — is spawned through
-//! [`Tasks`] and watched by one [`Supervisor`]. When one of them returns or panics while the
+//! `Tasks` and watched by one `Supervisor`. When one of them returns or panics while the
 //! watcher is not shutting down, the supervisor logs one error line naming the task and why,
 //! aborts every other task and `run` returns a [`WatcherError`], so that the binary exits
 //! non-zero and Kubernetes restarts it. A node move that has released its node is done, not
