@@ -9,8 +9,11 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::EmulatorConfig;
+use crate::config::{AddressRefusal, EmulatorConfig};
+use crate::error::EmulatorError;
+use crate::gateway::NormLocations;
 use crate::lock;
+use clb_nrp::wire::ResourceId;
 
 /// A fault decided for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +178,43 @@ impl Drop for Permit {
             }
         }
     }
+}
+
+/// Refuses a request that carries an address of `refusals` (the first one met, in the request's
+/// order), with the refusal's code; a message that names the address and its location, or no IP
+/// at all ([`crate::config::AddressRefusal`]).
+pub(crate) fn check_refused_addresses(
+    refusals: &[AddressRefusal],
+    id: &ResourceId,
+    req: &NormLocations,
+) -> Result<(), EmulatorError> {
+    if refusals.is_empty() {
+        return Ok(());
+    }
+    for l in &req.locations {
+        for (addr, _) in &l.addresses {
+            if let Some(r) = refusals.iter().find(|r| r.address == *addr) {
+                let message = if r.name_address {
+                    format!(
+                        "Address '{addr}' at location '{}' of service gateway '{}' is refused by a \
+                         policy of the subscription.",
+                        l.location, id.name
+                    )
+                } else {
+                    format!(
+                        "An address of the request is refused by a policy of the subscription \
+                         (service gateway '{}').",
+                        id.name
+                    )
+                };
+                return Err(EmulatorError::Refused {
+                    code: r.code.clone(),
+                    message,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

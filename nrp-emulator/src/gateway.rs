@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use crate::config::AddressRefusal;
 use crate::error::EmulatorError;
 use crate::state::{
     GatewayRec, NrpState, RemovalCause, RemovalDraft, ServiceRec, family, key_of, key_str,
@@ -238,43 +237,6 @@ pub(crate) fn normalize_locations(
         action: req.action,
         locations,
     })
-}
-
-/// Refuses a request that carries an address of `refusals` (the first one met, in the request's
-/// order), with the refusal's code; a message that names the address and its location, or no IP
-/// at all ([`crate::config::AddressRefusal`]).
-pub(crate) fn check_refused_addresses(
-    refusals: &[AddressRefusal],
-    id: &ResourceId,
-    req: &NormLocations,
-) -> Result<(), EmulatorError> {
-    if refusals.is_empty() {
-        return Ok(());
-    }
-    for l in &req.locations {
-        for (addr, _) in &l.addresses {
-            if let Some(r) = refusals.iter().find(|r| r.address == *addr) {
-                let message = if r.name_address {
-                    format!(
-                        "Address '{addr}' at location '{}' of service gateway '{}' is refused by a \
-                         policy of the subscription.",
-                        l.location, id.name
-                    )
-                } else {
-                    format!(
-                        "An address of the request is refused by a policy of the subscription \
-                         (service gateway '{}').",
-                        id.name
-                    )
-                };
-                return Err(EmulatorError::Refused {
-                    code: r.code.clone(),
-                    message,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 impl NrpState {

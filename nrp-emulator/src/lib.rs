@@ -40,6 +40,7 @@
 mod budget;
 pub mod cli;
 mod config;
+mod dns;
 mod error;
 mod families;
 mod faults;
@@ -50,6 +51,7 @@ pub mod metrics;
 mod natfamilies;
 mod natlink;
 mod ops;
+mod pip_users;
 mod resources;
 mod state;
 mod stats;

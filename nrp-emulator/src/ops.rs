@@ -7,9 +7,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::EmulatorConfig;
 use crate::error::EmulatorError;
-use crate::gateway::{
-    NormLocations, NormServices, check_refused_addresses, normalize_locations, normalize_services,
-};
+use crate::gateway::{NormLocations, NormServices, normalize_locations, normalize_services};
 use crate::state::{NrpState, RemovalDraft, key_of};
 use clb_nrp::wire::{
     ApiVersion, LoadBalancer, NatGateway, PROVIDER, PublicIpAddress, ResourceId, ResourceKind,
@@ -544,7 +542,7 @@ impl NrpState {
             Mutation::DeleteGateway(_) => Ok(()),
             Mutation::UpdateServices(id, n) => self.check_services(id, auto_create, n),
             Mutation::UpdateLocations(id, n) => {
-                check_refused_addresses(&cfg.refused_addresses, id, n)?;
+                crate::faults::check_refused_addresses(&cfg.refused_addresses, id, n)?;
                 self.check_locations(id, auto_create, cfg.single_ip_version_pools, n)
             }
             Mutation::PutPublicIp(id, b) => self.check_put_public_ip(id, b),
@@ -584,7 +582,7 @@ impl NrpState {
                 Ok(action_result(version, Vec::new()))
             }
             Mutation::UpdateLocations(id, n) => {
-                check_refused_addresses(&cfg.refused_addresses, &id, &n)?;
+                crate::faults::check_refused_addresses(&cfg.refused_addresses, &id, &n)?;
                 Ok(action_result(
                     version,
                     self.update_locations(&id, auto_create, cfg.single_ip_version_pools, n)?,

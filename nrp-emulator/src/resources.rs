@@ -9,38 +9,13 @@ use crate::error::EmulatorError;
 use crate::state::{NrpState, key_of, key_str, not_found};
 use clb_nrp::wire::{
     IpVersion, LoadBalancer, LoadDistribution, NatGateway, PublicIpAddress, ResourceId,
-    ResourceKind, Sku, SubResource, TransportProtocol,
+    ResourceKind, Sku, TransportProtocol,
 };
 
 /// The range of a load-balancing rule's `idleTimeoutInMinutes` Azure takes: 4 to 30 minutes
 /// (Azure Load Balancer's documented range for load-balancing and inbound NAT rules; outbound rules
 /// take up to 100, and so does a public IP of its own, but a load-balancing rule does not).
 pub(crate) const RULE_IDLE_TIMEOUT_MINUTES: std::ops::RangeInclusive<u32> = 4..=30;
-
-/// Whether `label` is a DNS label Azure takes for a public IP (`dnsSettings.domainNameLabel`):
-/// `^[a-z][a-z0-9-]{1,61}[a-z0-9]$`, so 3 to 63 characters.
-pub(crate) fn is_domain_name_label(label: &str) -> bool {
-    let b = label.as_bytes();
-    (3..=63).contains(&b.len())
-        && b[0].is_ascii_lowercase()
-        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-/// The region as a DNS name has it: lower case, no spaces (`East US` is `eastus`).
-fn dns_region(location: &str) -> String {
-    location
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect::<String>()
-        .to_ascii_lowercase()
-}
-
-/// The name Azure publishes for a public IP's DNS label in `location`.
-pub(crate) fn fqdn(label: &str, location: &str) -> String {
-    format!("{label}.{}.cloudapp.azure.com", dns_region(location))
-}
 
 fn require_location(id: &ResourceId, location: Option<&str>) -> Result<String, EmulatorError> {
     match location.map(str::trim).filter(|l| !l.is_empty()) {
@@ -236,91 +211,9 @@ impl NrpState {
             ));
         }
         if let Some(label) = body.properties.domain_name_label() {
-            if !is_domain_name_label(label) {
-                return Err(EmulatorError::bad_request(
-                    "InvalidDomainNameLabel",
-                    format!(
-                        "The domain name label {label} is invalid. It must conform to the \
-                         following regular expression: ^[a-z][a-z0-9-]{{1,61}}[a-z0-9]$."
-                    ),
-                ));
-            }
-            let key = key_of(id);
-            let region = dns_region(&loc);
-            let taken = self.public_ips.iter().any(|(k, p)| {
-                *k != key
-                    && p.properties.domain_name_label() == Some(label)
-                    && p.location.as_deref().map(dns_region).as_deref() == Some(region.as_str())
-            });
-            if taken {
-                return Err(EmulatorError::bad_request(
-                    "DnsRecordInUse",
-                    format!(
-                        "DNS record {} is already used by another public IP.",
-                        fqdn(label, &loc)
-                    ),
-                ));
-            }
+            self.check_dns_label(id, &loc, label)?;
         }
         Ok(())
-    }
-
-    /// The public IP `p` as a GET answers it: `ipConfiguration` (the frontend IP configuration of
-    /// the load balancer that uses it) and `natGateway` (the NAT gateway that does), read-only
-    /// fields Azure fills. `users` is [`NrpState::public_ip_user_map`] or the users of `p` alone.
-    fn with_users(
-        &self,
-        mut p: PublicIpAddress,
-        users: &std::collections::HashMap<String, PublicIpUser>,
-    ) -> PublicIpAddress {
-        let key = p.id.as_deref().map(key_str).unwrap_or_default();
-        p.properties.ip_configuration = None;
-        p.properties.nat_gateway = None;
-        match users.get(&key) {
-            Some(PublicIpUser::Frontend(f)) => {
-                p.properties.ip_configuration = Some(SubResource::new(f));
-            }
-            Some(PublicIpUser::NatGateway(n)) => {
-                p.properties.nat_gateway = Some(SubResource::new(n));
-            }
-            None => {}
-        }
-        p
-    }
-
-    /// Who uses each public IP (by lower-cased id) among `only` (every one when `None`): one pass
-    /// over the load balancers and NAT gateways.
-    fn public_ip_user_map(
-        &self,
-        only: Option<&HashSet<String>>,
-    ) -> std::collections::HashMap<String, PublicIpUser> {
-        let wanted = |k: &String| only.is_none_or(|o| o.contains(k));
-        let mut users = std::collections::HashMap::new();
-        for lb in self.load_balancers.values() {
-            for f in &lb.properties.frontend_ip_configurations {
-                if let (Some(pip), Some(fid)) = (&f.properties.public_ip_address, &f.id) {
-                    let k = key_str(&pip.id);
-                    if wanted(&k) {
-                        users.insert(k, PublicIpUser::Frontend(fid.clone()));
-                    }
-                }
-            }
-        }
-        for n in self.nat_gateways.values() {
-            let Some(nid) = &n.id else { continue };
-            for pip in n
-                .properties
-                .public_ip_addresses
-                .iter()
-                .chain(&n.properties.public_ip_addresses_v6)
-            {
-                let k = key_str(&pip.id);
-                if wanted(&k) {
-                    users.insert(k, PublicIpUser::NatGateway(nid.clone()));
-                }
-            }
-        }
-        users
     }
 
     pub(crate) fn put_public_ip(
@@ -367,7 +260,10 @@ impl NrpState {
         let p = &mut body.properties;
         if let Some(dns) = &mut p.dns_settings {
             dns.domain_name_label = dns.domain_name_label.take().filter(|l| !l.is_empty());
-            dns.fqdn = dns.domain_name_label.as_deref().map(|l| fqdn(l, &region));
+            dns.fqdn = dns
+                .domain_name_label
+                .as_deref()
+                .map(|l| crate::dns::fqdn(l, &region));
             if dns.domain_name_label.is_none() && dns.other.is_empty() {
                 p.dns_settings = None;
             }
@@ -738,13 +634,6 @@ impl NrpState {
     }
 }
 
-/// What uses a public IP: a load balancer frontend (its id) or a NAT gateway (its id).
-#[derive(Debug, Clone)]
-enum PublicIpUser {
-    Frontend(String),
-    NatGateway(String),
-}
-
 /// One page of the resources of `map` (keyed by lower-cased id) in the resource group and of the
 /// kind of `any` (a nameless id), by name, after `after` (a lower-cased name), and the paging token
 /// of the next page when there is one.
@@ -775,27 +664,6 @@ fn list_page<T: Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dns_labels_follow_azure_s_expression() {
-        for ok in ["abc", "shop-1", "a1b", &format!("a{}", "b".repeat(62))] {
-            assert!(is_domain_name_label(ok), "{ok}");
-        }
-        for bad in [
-            "ab",
-            "1abc",
-            "-abc",
-            "abc-",
-            "Abc",
-            "a_bc",
-            "a.bc",
-            "",
-            &format!("a{}", "b".repeat(63)),
-        ] {
-            assert!(!is_domain_name_label(bad), "{bad}");
-        }
-        assert_eq!(fqdn("shop", "East US"), "shop.eastus.cloudapp.azure.com");
-    }
 
     #[test]
     fn the_pool_counts_up_skips_addresses_in_use_and_reuses_freed_ones() {

@@ -185,25 +185,32 @@ pub fn rules_of(
     rules
 }
 
+/// The public IP a load balancer's frontend names, and whether it is in the load balancer's
+/// resource group.
+fn frontend_public_ip(lb: &LoadBalancer) -> Option<(ResourceId, bool)> {
+    let lb_rg = ResourceId::parse(lb.id.as_deref()?).ok()?.resource_group;
+    let pip = lb
+        .properties
+        .frontend_ip_configurations
+        .iter()
+        .find_map(|f| f.properties.public_ip_address.as_ref())?;
+    let pip = ResourceId::parse(&pip.id).ok()?;
+    let here = pip.resource_group.eq_ignore_ascii_case(&lb_rg);
+    Some((pip, here))
+}
+
 /// The public IPs the frontends of `lbs` name outside the resource group of their load balancer
 /// (brought ones), as `(resource group, name)`, deduplicated.
 fn public_ips_elsewhere(lbs: &[LoadBalancer]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = lbs
         .iter()
-        .filter_map(|lb| {
-            let lb_rg = ResourceId::parse(lb.id.as_deref()?).ok()?.resource_group;
-            let pip = lb
-                .properties
-                .frontend_ip_configurations
-                .iter()
-                .find_map(|f| f.properties.public_ip_address.as_ref())?;
-            let pip = ResourceId::parse(&pip.id).ok()?;
-            (!pip.resource_group.eq_ignore_ascii_case(&lb_rg)).then(|| {
-                (
-                    pip.resource_group.to_ascii_lowercase(),
-                    pip.name.to_ascii_lowercase(),
-                )
-            })
+        .filter_map(frontend_public_ip)
+        .filter(|(_, here)| !here)
+        .map(|(pip, _)| {
+            (
+                pip.resource_group.to_ascii_lowercase(),
+                pip.name.to_ascii_lowercase(),
+            )
         })
         .collect();
     out.sort();
@@ -215,18 +222,9 @@ fn public_ips_elsewhere(lbs: &[LoadBalancer]) -> Vec<(String, String)> {
 /// balancer (clb's own and brought ones there).
 fn public_ips_here(lbs: &[LoadBalancer]) -> Vec<String> {
     lbs.iter()
-        .filter_map(|lb| {
-            let lb_rg = ResourceId::parse(lb.id.as_deref()?).ok()?.resource_group;
-            let pip = lb
-                .properties
-                .frontend_ip_configurations
-                .iter()
-                .find_map(|f| f.properties.public_ip_address.as_ref())?;
-            let pip = ResourceId::parse(&pip.id).ok()?;
-            pip.resource_group
-                .eq_ignore_ascii_case(&lb_rg)
-                .then_some(pip.name)
-        })
+        .filter_map(frontend_public_ip)
+        .filter(|(_, here)| *here)
+        .map(|(pip, _)| pip.name)
         .collect()
 }
 
