@@ -656,3 +656,56 @@ async fn a_huge_gateway_name_or_value_gets_its_proper_code_and_a_short_message()
         .unwrap_err();
     check(err, Code::InvalidArgument);
 }
+
+/// Issue 33: a service's load balancer settings, as the server holds them, are in its state.
+#[tokio::test]
+async fn get_service_shows_the_settings_of_its_load_balancer() {
+    let mut h = start().await;
+    let settings = v1::LoadBalancerSettings {
+        idle_timeout_minutes: 15,
+        load_distribution: v1::LoadDistribution::SourceIp as i32,
+        dns_label: "shop".into(),
+        ..Default::default()
+    };
+    let r = h
+        .writer
+        .apply(ApplyRequest {
+            gateway: "gw-main".into(),
+            writer: "watcher".into(),
+            batch_id: 1,
+            dry_run: false,
+            updates: vec![
+                Update {
+                    kind: Some(Kind::Service(ServiceUpdate {
+                        operation: ADD,
+                        id: "tuned".into(),
+                        settings: Some(settings.clone()),
+                        ..Default::default()
+                    })),
+                },
+                service("plain"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.applied, r.rejected.len()), (2, 0), "{r:?}");
+    let query = |id: &str| v1::ServiceQuery {
+        gateway: "gw-main".into(),
+        id: id.into(),
+    };
+    let tuned = h
+        .admin
+        .get_service(query("tuned"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(tuned.settings, Some(settings));
+    let plain = h
+        .admin
+        .get_service(query("plain"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(plain.settings, Some(v1::LoadBalancerSettings::default()));
+}

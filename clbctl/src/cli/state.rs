@@ -173,6 +173,13 @@ pub fn render_service(s: &ServiceView) -> String {
         Cell::new(list(&ports)),
         Cell::new(""),
     ]);
+    if !s.settings.is_empty() {
+        t.add_row(vec![
+            Cell::new("settings"),
+            Cell::new(s.settings.join(", ")),
+            Cell::new(""),
+        ]);
+    }
     t.add_row(vec![
         Cell::new("frontend IP"),
         Cell::new(""),

@@ -130,6 +130,10 @@ pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceSt
         // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
         condition: None,
         ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
+        settings: g
+            .service_settings(&view.name)
+            .filter(|_| inbound)
+            .map(super::settings_to_proto),
         // An egress's brought NAT gateway: `admin::nat_gateway_of`.
         ..v1::ServiceState::default()
     }
