@@ -18,6 +18,7 @@ pub mod load;
 pub mod load_pacing;
 pub mod load_report;
 mod load_samples;
+mod settings_view;
 pub mod state;
 pub mod status;
 pub mod time;
