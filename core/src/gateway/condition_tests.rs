@@ -92,10 +92,12 @@ fn failures_come_first_rejected_before_retrying_before_held_back() {
     let all = ConditionFacts {
         parked: Some(Failure {
             location: None,
+            address: None,
             error: &parked,
         }),
         failing: Some(Failure {
             location: Some(l),
+            address: None,
             error: &throttled,
         }),
         held: Some(held.clone()),
@@ -122,6 +124,7 @@ fn failures_come_first_rejected_before_retrying_before_held_back() {
         parked: None,
         failing: Some(Failure {
             location: None,
+            address: None,
             error: &other,
         }),
         ..all.clone()
@@ -184,6 +187,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
     g.take_report(
         1,
         Report {
+            refused: Vec::new(),
             work_id: 1,
             applied: vec![],
             progress: vec![],
@@ -206,6 +210,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
         g.take_report(
             1,
             Report {
+                refused: Vec::new(),
                 work_id: id,
                 applied: vec![],
                 progress: vec![],
