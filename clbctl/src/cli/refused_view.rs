@@ -144,9 +144,15 @@ mod tests {
         assert_eq!(item("location", 0).what(), "location 10.0.0.4");
         assert_eq!(item("service", 0).what(), "service svc-a");
         let t = refused_table(&[a], 1_005_000);
-        assert!(t.contains("BackendPoolAddressesMustHaveSameIpVersion"), "{t}");
+        assert!(
+            t.contains("BackendPoolAddressesMustHaveSameIpVersion"),
+            "{t}"
+        );
         assert!(t.contains("5.0 s ago"), "{t}");
-        assert!(t.contains(&format!("{}…", "x".repeat(MESSAGE_CHARS))), "{t}");
+        assert!(
+            t.contains(&format!("{}…", "x".repeat(MESSAGE_CHARS))),
+            "{t}"
+        );
         assert!(!t.contains(&"x".repeat(MESSAGE_CHARS + 1)), "{t}");
     }
 }

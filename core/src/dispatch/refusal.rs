@@ -112,7 +112,10 @@ impl Dispatcher {
         };
         for r in refused {
             let Some(d) = diffs.get(r.index as usize) else {
-                wrong.push(format!("refused address {}: no location change {}", r.address, r.index));
+                wrong.push(format!(
+                    "refused address {}: no location change {}",
+                    r.address, r.index
+                ));
                 continue;
             };
             let Some(a) = d.addresses.iter().find(|a| a.address == r.address) else {

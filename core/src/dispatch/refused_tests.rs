@@ -41,7 +41,12 @@ fn started(t: &mut DiffTracker, now: Instant, endpoints: &[Endpoint<'_>]) -> (Di
     assert_eq!(o.work, UnitWork::Observe);
     let snapshot = ActualSnapshot::default();
     let last = true;
-    d.on_report(t, 1, report(1, vec![], Outcome::Observed { snapshot, last }), now);
+    d.on_report(
+        t,
+        1,
+        report(1, vec![], Outcome::Observed { snapshot, last }),
+        now,
+    );
     let s = d.next_unit(t, 1, 2, now).expect("creation");
     assert!(matches!(s.work, UnitWork::Services(_)));
     d.on_report(t, 1, report(2, vec![], Outcome::Applied), now);
@@ -120,7 +125,9 @@ fn a_refused_address_is_held_and_the_rest_of_its_location_goes() {
         ],
     )
     .unwrap();
-    let u = d.next_unit(&mut t, 1, id + 1, now).expect("the new address");
+    let u = d
+        .next_unit(&mut t, 1, id + 1, now)
+        .expect("the new address");
     assert_eq!(carried(&u), ["10.1.0.2"]);
     d.on_report(&mut t, 1, answer(&u), now);
     assert!(d.next_unit(&mut t, 1, id + 2, now).is_none(), "held");
@@ -163,7 +170,10 @@ fn a_change_of_the_held_address_sends_it_at_once_and_starts_its_schedule_over() 
         let u = d.next_unit(&mut t, 1, id, retry).expect("again");
         d.on_report(&mut t, 1, answer(&u), retry);
         id += 1;
-        assert_eq!(d.refused_address(ip("10.0.0.1"), ip(BAD)).unwrap().refusals, 2);
+        assert_eq!(
+            d.refused_address(ip("10.0.0.1"), ip(BAD)).unwrap().refusals,
+            2
+        );
 
         // Its ref changes (a second service becomes ready with it): void, sent at once.
         t.update_service(Operation::Add, "svc2").unwrap();

@@ -340,7 +340,9 @@ impl Dispatcher {
                         let d = if refused.iter().any(|r| r.index == *i) {
                             let mut t = d.clone();
                             t.addresses.retain(|a| {
-                                !refused.iter().any(|r| r.index == *i && r.address == a.address)
+                                !refused
+                                    .iter()
+                                    .any(|r| r.index == *i && r.address == a.address)
                             });
                             if t.addresses.is_empty() && !d.addresses.is_empty() {
                                 // Nothing of it was sent.

@@ -21,7 +21,7 @@ pub enum ConditionReason {
     Programmed,
     /// Not desired and not in NRP.
     Removed,
-    /// Azure rejected a change for good; parked until the Service changes.
+    /// Azure refused a change; held, and sent again on the refusal schedule or when it changes.
     Rejected,
     /// Azure throttles its changes; retrying.
     Throttled,
@@ -136,7 +136,7 @@ pub(super) fn derive_condition(f: &ConditionFacts<'_>) -> Condition {
     if let Some(x) = &f.parked {
         return failure(
             ConditionReason::Rejected,
-            "Azure rejected the change; it is parked until the Service changes",
+            "Azure refused the change; it is held and sent again on the refusal schedule, or at once when the Service changes",
             x,
         );
     }
