@@ -40,11 +40,12 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::config::{WATCHER_WRITER, WatcherConfig};
+use crate::lane::Lane;
 use crate::sender::Conn;
 use crate::supervise::{Ended, READINESS_GATE, fault_point};
 use crate::translate::ObjKey;
 use crate::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
-use crate::{Lane, WatcherConfig, lock};
 
 /// A pod that no clb Service lists gets `True` only after this long (its EndpointSlice may lag).
 pub const NOT_SELECTED_GRACE: Duration = Duration::from_secs(2);
@@ -151,7 +152,10 @@ impl Gate {
             controller: crate::writeback::REPORTING_CONTROLLER.to_owned(),
             instance: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
         };
-        let conns = lanes.iter().map(|l| Conn::new(&l.config.server)).collect();
+        let conns = lanes
+            .iter()
+            .map(|l| Conn::new(&l.config().server))
+            .collect();
         Self {
             recorder: Recorder::new(write.clone(), reporter),
             config,
@@ -275,13 +279,7 @@ impl Gate {
     /// Tells every lane's translator whether the pod at `ip` is eligible.
     fn feed(&self, ip: IpAddr, eligible: bool) {
         for lane in &self.lanes {
-            let mut s = lock(&lane.shared);
-            let deltas = s.translator.set_gate_ready(ip, eligible);
-            if !deltas.is_empty() {
-                s.push(deltas);
-                drop(s);
-                lane.notify.notify_one();
-            }
+            lane.change(None, |t| t.set_gate_ready(ip, eligible));
         }
     }
 
@@ -306,19 +304,20 @@ impl Gate {
             let mut listed = false;
             let mut ours_listed = false;
             for (i, lane) in self.lanes.iter().enumerate() {
-                let s = lock(&lane.shared);
                 let mut q = Vec::new();
-                for ip in &pod.ips {
-                    listed |= s.translator.lists_address(*ip);
-                    ours_listed |= s.translator.ours_lists_address(*ip);
-                    for (uid, loc) in s.translator.gate_services(*ip) {
-                        q.push(AddressQuery {
-                            location: loc.to_string(),
-                            address: ip.to_string(),
-                            service: uid,
-                        });
+                lane.read(|t| {
+                    for ip in &pod.ips {
+                        listed |= t.lists_address(*ip);
+                        ours_listed |= t.ours_lists_address(*ip);
+                        for (uid, loc) in t.gate_services(*ip) {
+                            q.push(AddressQuery {
+                                location: loc.to_string(),
+                                address: ip.to_string(),
+                                service: uid,
+                            });
+                        }
                     }
-                }
+                });
                 if !q.is_empty() {
                     wanted.push((i, q));
                 }
@@ -391,7 +390,7 @@ impl Gate {
                 }
             };
             match client
-                .writer(crate::WATCHER_WRITER)
+                .writer(WATCHER_WRITER)
                 .addresses_programmed(q.clone())
                 .await
             {
@@ -414,7 +413,7 @@ impl Gate {
         for (i, q) in wanted {
             let answer = match self.conns[*i].get().await {
                 Ok(client) => client
-                    .writer(crate::WATCHER_WRITER)
+                    .writer(WATCHER_WRITER)
                     .addresses_state(q.clone(), true)
                     .await
                     .ok(),
@@ -423,7 +422,9 @@ impl Gate {
             for (n, a) in q.iter().enumerate() {
                 let what = format!(
                     "Service {} at {} (gateway {:?})",
-                    a.service, a.location, self.lanes[*i].gateway
+                    a.service,
+                    a.location,
+                    self.lanes[*i].gateway()
                 );
                 let cond = answer.as_ref().and_then(|r| r.conditions.get(n));
                 out.push(match cond {

@@ -15,10 +15,11 @@ use std::time::Duration;
 use clb_gateways::Gateways;
 use k8s_openapi::api::core::v1::Node;
 
+use crate::config::WATCHER_WRITER;
+use crate::lane::Lane;
 use crate::sender::Conn;
 use crate::supervise::{Ended, NODE_MOVE, Tasks, fault_point};
 use crate::translate::{NodeIps, ObjKey};
-use crate::{Lane, lock};
 
 /// Follows which gateway each node belongs to and holds nodes that move.
 pub(crate) struct Moves {
@@ -35,7 +36,7 @@ impl Moves {
     pub(crate) fn new(lanes: &[Lane], bound: Duration, tasks: Tasks) -> Self {
         Self {
             tasks,
-            gateways: lanes.first().and_then(|l| l.config.gateways.clone()),
+            gateways: lanes.first().and_then(|l| l.config().gateways.clone()),
             lanes: lanes.to_vec(),
             bound,
             gateway_of: HashMap::new(),
@@ -43,7 +44,7 @@ impl Moves {
     }
 
     fn lane(&self, gateway: &str) -> Option<&Lane> {
-        self.lanes.iter().find(|l| l.gateway == gateway)
+        self.lanes.iter().find(|l| l.gateway() == gateway)
     }
 
     /// Node `name` was seen at event `seq` (before the lanes apply it).
@@ -65,15 +66,10 @@ impl Moves {
             return;
         };
         let ips: Vec<IpAddr> = NodeIps::of(&ObjKey::cluster(name), node).all().collect();
-        {
-            let mut s = lock(&old_lane.shared);
-            let d = s.translator.hold_node(name, true);
-            s.push(d);
-        }
+        old_lane.change(None, |t| t.hold_node(name, true));
         // The new gateway's topology gains the node: its next resync declares it (node agents'
         // writes at the node's IPs are checked against it).
-        lock(&new_lane.shared).resync_due = true;
-        new_lane.notify.notify_one();
+        new_lane.resync_soon();
         tracing::info!(
             node = name,
             from = %old,
@@ -84,22 +80,21 @@ impl Moves {
         let name = name.to_owned();
         let bound = self.bound;
         self.tasks.spawn(NODE_MOVE, async move {
-            if fault_point!(new_lane.config.faults, NODE_MOVE) {
+            if fault_point!(new_lane.config().faults, NODE_MOVE) {
                 return Ended::failed(NODE_MOVE, "it returned before releasing its node");
             }
             let programmed = tokio::time::timeout(bound, programmed(&new_lane, &ips, seq)).await;
             if programmed.is_err() {
                 tracing::warn!(node = %name, from = %old, to = %new, ?bound, "the new gateway has not programmed the moved node in time; releasing it from the old one anyway");
             }
-            let mut s = lock(&old_lane.shared);
-            let d = s.translator.hold_node(&name, false);
-            let n = d.len();
-            s.push(d);
+            let mut n = 0;
+            old_lane.change(None, |t| {
+                let d = t.hold_node(&name, false);
+                n = d.len();
+                d
+            });
             // The old gateway's topology loses the node.
-            s.resync_due = true;
-            s.settle();
-            drop(s);
-            old_lane.notify.notify_one();
+            old_lane.resync_soon();
             tracing::info!(node = %name, from = %old, to = %new, updates = n, "moved node released from the old gateway");
             Ended::Done
         });
@@ -114,16 +109,16 @@ impl Moves {
 /// Waits until `lane` has sent event `seq` and its gateway has every address desired at `ips`
 /// actual (polling `GetLocation`; failures are retried).
 async fn programmed(lane: &Lane, ips: &[IpAddr], seq: u64) {
-    let mut acked = lock(&lane.shared).acked.subscribe();
+    let mut acked = lane.acked();
     if acked.wait_for(|a| *a >= seq).await.is_err() {
         std::future::pending::<()>().await;
     }
-    let mut conn = Conn::new(&lane.config.server);
+    let mut conn = Conn::new(&lane.config().server);
     loop {
         if all_actual(&mut conn, ips).await {
             return;
         }
-        tokio::time::sleep(lane.config.poll_interval).await;
+        tokio::time::sleep(lane.config().poll_interval).await;
     }
 }
 
@@ -139,7 +134,7 @@ async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
     };
     let locations = ips.iter().map(ToString::to_string).collect();
     match client
-        .writer(crate::WATCHER_WRITER)
+        .writer(WATCHER_WRITER)
         .locations_programmed(locations)
         .await
     {

@@ -3,18 +3,19 @@
 //! class that someone else created (OpenYurt's first layer), exposes their Service at their pool's
 //! gateway in the lanes' translators (the second layer).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use clb_gateways::Gateways;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::mpsc;
 
+use crate::config::WatcherConfig;
+use crate::lane::Lane;
 use crate::poolservice::{PoolService, PoolServiceFacts};
 use crate::translate::ObjKey;
-use crate::{Lane, WatcherConfig, lock, writeback};
+use crate::writeback::Msg;
 
 /// What the kube side keeps for PoolServices.
 pub(crate) struct PoolSide {
@@ -57,12 +58,14 @@ impl PoolSide {
         self.services.remove(key);
     }
 
+    /// Folds in one event of the PoolService watch; returns the write-back's messages.
     pub(crate) fn event(
         &mut self,
         event: Result<Event<DynamicObject>, watcher::Error>,
         lanes: &[Lane],
-        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
-    ) {
+        seq: u64,
+    ) -> Vec<Msg> {
+        let mut out = Vec::new();
         let event = match event {
             Ok(e) => {
                 if std::mem::take(&mut self.failing) {
@@ -76,7 +79,7 @@ impl PoolSide {
                 } else {
                     tracing::warn!(error = %e, "PoolService watch failed (is the PoolService CRD installed?); retrying with backoff");
                 }
-                return;
+                return out;
             }
         };
         let mut affected = BTreeSet::new();
@@ -84,7 +87,7 @@ impl PoolSide {
             Event::Init => self.relist = Some(HashSet::new()),
             Event::InitApply(obj) | Event::Apply(obj) => {
                 let Some(key) = ObjKey::of(crate::translate::Kind::Service, &obj.metadata) else {
-                    return;
+                    return out;
                 };
                 if let Some(seen) = &mut self.relist {
                     seen.insert(key.clone());
@@ -93,17 +96,17 @@ impl PoolSide {
                     Ok(ps) => PoolServiceFacts::of(&ps, &self.class),
                     Err(e) => {
                         tracing::warn!(poolservice = %key, error = %e, "PoolService skipped: it does not decode");
-                        return;
+                        return out;
                     }
                 };
-                affected.extend(self.forget(&key, wb));
+                affected.extend(self.forget(&key, &mut out));
                 if let Some(f) = facts {
-                    affected.extend(self.learn(f, wb));
+                    affected.extend(self.learn(f, &mut out));
                 }
             }
             Event::Delete(obj) => {
                 if let Some(key) = ObjKey::of(crate::translate::Kind::Service, &obj.metadata) {
-                    affected.extend(self.forget(&key, wb));
+                    affected.extend(self.forget(&key, &mut out));
                 }
             }
             Event::InitDone => {
@@ -115,35 +118,26 @@ impl PoolSide {
                         .cloned()
                         .collect();
                     for k in gone {
-                        affected.extend(self.forget(&k, wb));
+                        affected.extend(self.forget(&k, &mut out));
                     }
                 }
             }
         }
         for svc in affected {
-            self.expose(&svc, lanes, wb);
+            self.expose(&svc, lanes, seq, &mut out);
         }
+        out
     }
 
     /// Drops PoolService `key`; returns the Service it exposed elsewhere, if any.
-    fn forget(
-        &mut self,
-        key: &ObjKey,
-        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
-    ) -> Option<ObjKey> {
-        if self.known.remove(key)
-            && let Some(wb) = wb
-        {
-            let _ = wb.send(writeback::Msg::PoolGone(key.clone()));
+    fn forget(&mut self, key: &ObjKey, out: &mut Vec<Msg>) -> Option<ObjKey> {
+        if self.known.remove(key) {
+            out.push(Msg::PoolGone(key.clone()));
         }
         self.foreign.remove(key).map(|(s, _)| s)
     }
 
-    fn learn(
-        &mut self,
-        mut f: PoolServiceFacts,
-        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
-    ) -> Option<ObjKey> {
+    fn learn(&mut self, mut f: PoolServiceFacts, out: &mut Vec<Msg>) -> Option<ObjKey> {
         self.known.insert(f.key.clone());
         let mut affected = None;
         if f.owner_uid.is_none() {
@@ -189,39 +183,29 @@ impl PoolSide {
                 tracing::warn!(poolservice = %f.key, "{p}");
             }
         }
-        if let Some(wb) = wb {
-            let _ = wb.send(writeback::Msg::Pool(f));
-        }
+        out.push(Msg::Pool(f));
         affected
     }
 
     /// Exposes Service `svc` in each lane where a PoolService of someone else asks for it (or no
     /// longer), and applies it again there.
-    fn expose(
-        &self,
-        svc: &ObjKey,
-        lanes: &[Lane],
-        wb: Option<&mpsc::UnboundedSender<writeback::Msg>>,
-    ) {
+    fn expose(&self, svc: &ObjKey, lanes: &[Lane], seq: u64, out: &mut Vec<Msg>) {
+        let mut conflicts = BTreeMap::new();
         for lane in lanes {
             let want = self
                 .foreign
                 .values()
-                .any(|(s, g)| s == svc && *g == lane.gateway);
-            let mut s = lock(&lane.shared);
-            s.translator.set_extra(svc, want);
-            if let Some(obj) = self.services.get(svc) {
-                let deltas = s.translator.apply_service(obj);
-                let seq = s.seq;
-                crate::touched(wb, &deltas, seq);
-                s.push(deltas);
-                s.settle();
-            }
-            drop(s);
-            lane.notify.notify_one();
+                .any(|(s, g)| s == svc && g == lane.gateway());
+            let changed = lane.change(None, |t| {
+                t.set_extra(svc, want);
+                match self.services.get(svc) {
+                    Some(obj) => t.apply_service(obj),
+                    None => Vec::new(),
+                }
+            });
+            crate::kube_side::collect(out, &mut conflicts, changed, seq, true);
         }
-        if let Some(wb) = wb {
-            let _ = wb.send(writeback::Msg::Poke(svc.clone()));
-        }
+        crate::kube_side::report_conflicts(out, conflicts, true);
+        out.push(Msg::Poke(svc.clone()));
     }
 }

@@ -5,15 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use clb_proto::v1::{ClusterNode, ClusterTopology, ResyncScope, Update, WriterSession};
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
-use super::{Mode, SharedRef, WatcherConfig, lock};
 use crate::backoff::ServerBackoff;
+use crate::config::{Mode, WATCHER_WRITER, node_agent_writer};
+use crate::lane::{Job, Lane};
 use crate::supervise::{SENDER, fault_point};
+use crate::translate::{NodeIps, SentView, Translator};
 use clb_client::client::{Client, ClientError, ConnectOptions, scope};
 
 /// A connection to the state server, made on demand (one attempt per call; the caller backs off).
@@ -56,17 +55,16 @@ type View = (ResyncScope, Option<ClusterTopology>, Vec<Update>);
 /// The cluster's nodes as the translator knows them, each with the writer of its pods: this
 /// watcher when it reports pods itself, the node's agent otherwise. A restarted state server waits
 /// for each node's pod writer before it removes anything at the node's IPs.
-fn topology(translator: &super::translate::Translator, pods: bool) -> ClusterTopology {
-    let nodes = translator
-        .nodes()
+fn topology(nodes: Vec<(String, NodeIps)>, pods: bool) -> ClusterTopology {
+    let nodes = nodes
         .into_iter()
         .filter(|(_, ips)| ips.all().next().is_some())
         .map(|(name, ips)| ClusterNode {
             locations: ips.all().map(|ip| ip.to_string()).collect(),
             pods_writer: if pods {
-                super::WATCHER_WRITER.to_owned()
+                WATCHER_WRITER.to_owned()
             } else {
-                super::node_agent_writer(&name)
+                node_agent_writer(&name)
             },
             name,
         })
@@ -74,98 +72,46 @@ fn topology(translator: &super::translate::Translator, pods: bool) -> ClusterTop
     ClusterTopology { nodes }
 }
 
-enum Job {
-    Idle,
-    WaitUntil(Instant),
-    Resync {
-        views: Vec<View>,
-        locations: BTreeSet<IpAddr>,
-        seq: u64,
-    },
-    Apply {
-        batch: Vec<Update>,
-        seq: u64,
-    },
-}
-
-fn decide(shared: &SharedRef, config: &WatcherConfig, failed: bool) -> Job {
-    let mut s = lock(shared);
-    if !s.initialized || s.in_flight {
-        return Job::Idle;
-    }
-    if s.resync_due && (s.relisting.is_empty() || failed || s.resync_now) {
-        s.resync_due = false;
-        s.resync_now = false;
-        s.pending.clear();
-        s.first_pending_at = None;
-        s.in_flight = true;
-        let (views, locations) = match &config.mode {
-            Mode::Cluster { pods } => {
-                let scope = ResyncScope {
-                    services: true,
-                    endpoints: true,
-                    pods: *pods,
-                    ..ResyncScope::default()
-                };
-                let topology = topology(&s.translator, *pods);
-                (
-                    vec![(scope, Some(topology), s.translator.full_view())],
-                    BTreeSet::new(),
-                )
+/// The views of one resync, built from the snapshot `sent` outside the lane's lock, and the node
+/// agent's locations after it. A node agent's locations of the last resync that hold nothing now
+/// get an empty view, so that the server drops what this agent reported there.
+fn views(lane: &Lane, sent: &SentView) -> (Vec<View>, BTreeSet<IpAddr>) {
+    match &lane.config().mode {
+        Mode::Cluster { pods } => {
+            let scope = ResyncScope {
+                services: true,
+                endpoints: true,
+                pods: *pods,
+                ..ResyncScope::default()
+            };
+            // The nodes are few (a short lock); the view is built from the snapshot.
+            let topology = topology(lane.read(Translator::nodes), *pods);
+            (
+                vec![(scope, Some(topology), sent.full_view())],
+                BTreeSet::new(),
+            )
+        }
+        Mode::NodeAgent { node } => {
+            let mut now = sent.pod_locations();
+            if let Some(ips) = lane.read(|t| t.node_ips(node)) {
+                now.extend(ips.all());
             }
-            Mode::NodeAgent { node } => {
-                let mut now = s.translator.pod_locations();
-                if let Some(ips) = s.translator.node_ips(node) {
-                    now.extend(ips.all());
-                }
-                // Locations of the last resync that hold nothing now get an empty view, so that
-                // the server drops what this agent reported there.
-                let all: BTreeSet<IpAddr> = now.union(&s.agent_locations).copied().collect();
-                let views = all
-                    .iter()
-                    .map(|l| {
-                        (
-                            scope::pods_at(&l.to_string()),
-                            None,
-                            s.translator.pods_at(*l),
-                        )
-                    })
-                    .collect();
-                (views, now)
-            }
-        };
-        return Job::Resync {
-            views,
-            locations,
-            seq: s.seq,
-        };
+            let all: BTreeSet<IpAddr> = now.union(&lane.agent_locations()).copied().collect();
+            let views = all
+                .iter()
+                .map(|l| (scope::pods_at(&l.to_string()), None, sent.pods_at(*l)))
+                .collect();
+            (views, now)
+        }
     }
-    let Some(first) = s.first_pending_at else {
-        return Job::Idle;
-    };
-    let due = Instant::from_std(first) + config.coalesce;
-    if s.pending.len() >= config.max_batch || Instant::now() >= due {
-        let batch = std::mem::take(&mut s.pending);
-        s.first_pending_at = None;
-        s.in_flight = true;
-        return Job::Apply { batch, seq: s.seq };
-    }
-    Job::WaitUntil(due)
 }
 
 /// Runs until an unrecoverable error (an invalid endpoint; `Ok` only when a test ends it). Beside it, [`follow_session`] holds
 /// the writer's session stream open, so that a restarted or new leader is noticed at once.
-pub(crate) async fn run(
-    shared: SharedRef,
-    notify: Arc<Notify>,
-    config: WatcherConfig,
-) -> Result<(), ClientError> {
+pub(crate) async fn run(lane: Lane) -> Result<(), ClientError> {
+    let config = lane.config().clone();
     let writer = config.writer();
-    let session = tokio::spawn(follow_session(
-        shared.clone(),
-        notify.clone(),
-        config.clone(),
-    ));
+    let session = tokio::spawn(follow_session(lane.clone()));
     let _session = AbortOnDrop(session);
     let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
@@ -176,67 +122,44 @@ pub(crate) async fn run(
         if fault_point!(config.faults, SENDER) {
             return Ok(());
         }
-        match decide(&shared, &config, failed) {
-            Job::Idle => notify.notified().await,
+        match lane.next_job(failed) {
+            Job::Idle => lane.notified().await,
             Job::WaitUntil(t) => {
                 tokio::select! {
-                    () = notify.notified() => {}
+                    () = lane.notified() => {}
                     () = tokio::time::sleep_until(t) => {}
                 }
             }
-            Job::Resync {
-                views,
-                locations,
-                seq,
-            } => {
+            Job::Resync { sent, seq } => {
+                let (views, locations) = views(&lane, &sent);
+                drop(sent);
                 let sends = !views.is_empty();
                 let r = resync(&mut conn, &writer, views).await;
-                let mut s = lock(&shared);
-                s.in_flight = false;
                 config.metrics.resync_of(&config.server.gateway, r.is_ok());
                 match r {
                     Ok(epoch) => {
                         failed = false;
-                        if sends {
-                            s.session_epoch = epoch.or(s.session_epoch);
-                        }
                         backoff.reset();
-                        s.agent_locations = locations;
-                        s.ack(seq);
-                        s.settle();
+                        lane.resynced(seq, epoch, sends, locations);
                     }
                     Err(e) => {
                         pause = Some(backoff.next_delay(&e));
-                        fail_or_return(e, &mut s, &mut conn)?;
+                        fail_or_return(e, &lane, &mut conn)?;
                         failed = true;
                     }
                 }
             }
             Job::Apply { batch, seq } => {
                 let r = apply(&mut conn, &writer, batch).await;
-                let mut s = lock(&shared);
-                s.in_flight = false;
                 match r {
                     Ok(session) => {
                         failed = false;
                         backoff.reset();
-                        // Written without a resync the server holds (nothing was resynced
-                        // before: the first view was empty) also asks for one, so the server
-                        // holds our whole view and a later restart is noticed.
-                        let unsynced = s.session_epoch.is_none()
-                            && session.as_ref().is_some_and(|now| !now.resynced);
-                        if lost_us(&s, session.as_ref()) || unsynced {
-                            // The batch went to a server that holds no resync of ours (it
-                            // restarted, or another replica leads): what it holds is incomplete.
-                            resync_at_once(&mut s, &writer, None);
-                            continue;
-                        }
-                        s.ack(seq);
-                        s.settle();
+                        lane.applied(seq, session.as_ref(), &writer);
                     }
                     Err(e) => {
                         pause = Some(backoff.next_delay(&e));
-                        fail_or_return(e, &mut s, &mut conn)?;
+                        fail_or_return(e, &lane, &mut conn)?;
                         failed = true;
                     }
                 }
@@ -258,37 +181,12 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The server holds no (complete) resync of ours: resync at once, even while a stream relists;
-/// what is queued goes with it (the resync carries the whole view).
-fn resync_at_once(s: &mut super::Shared, writer: &str, session: Option<&WriterSession>) {
-    tracing::info!(
-        writer,
-        server_id = session.map(|s| s.server_id.as_str()),
-        epoch = session.map(|s| s.epoch),
-        "the state server holds no resync of ours (it restarted, or another replica leads); \
-         resyncing"
-    );
-    s.resync_due = true;
-    s.resync_now = true;
-    s.pending.clear();
-    s.first_pending_at = None;
-}
-
-/// Whether `session` (from an answer or the session stream) shows that the server no longer holds
-/// the resync this writer last completed: another epoch, or no resync of ours. Never while
-/// nothing was sent.
-fn lost_us(s: &super::Shared, session: Option<&WriterSession>) -> bool {
-    match (s.session_epoch, session) {
-        (Some(epoch), Some(now)) => now.epoch != epoch || !now.resynced,
-        _ => false,
-    }
-}
-
 /// Holds `Writer.WatchSession` open (reconnecting after at most 2 s) and makes a resync due at
 /// once when the server no longer holds ours: a restart or a fail-over is noticed within a round
 /// trip of the new leader's first answer, without polling. A failed stream changes nothing by
 /// itself: the next answer of the new server says what it holds.
-async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherConfig) {
+async fn follow_session(lane: Lane) {
+    let config = lane.config().clone();
     let writer = config.writer();
     let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, crate::backoff::RECONNECT_MAX);
@@ -301,12 +199,7 @@ async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherC
                     match stream.message().await {
                         Ok(Some(session)) => {
                             backoff.reset();
-                            let mut s = lock(&shared);
-                            if !s.in_flight && lost_us(&s, Some(&session)) {
-                                resync_at_once(&mut s, &writer, Some(&session));
-                                drop(s);
-                                notify.notify_one();
-                            }
+                            lane.session_seen(&session, &writer);
                         }
                         Ok(None) => {
                             break ClientError::StreamClosed {
@@ -333,19 +226,13 @@ async fn follow_session(shared: SharedRef, notify: Arc<Notify>, config: WatcherC
     }
 }
 
-fn fail_or_return(
-    e: ClientError,
-    s: &mut super::Shared,
-    conn: &mut Conn,
-) -> Result<(), ClientError> {
+fn fail_or_return(e: ClientError, lane: &Lane, conn: &mut Conn) -> Result<(), ClientError> {
     if let ClientError::InvalidEndpoint { .. } = e {
         return Err(e);
     }
     tracing::warn!(error = %e, "state server call failed; reconnecting, then resyncing");
     conn.reset();
-    s.resync_due = true;
-    s.pending.clear();
-    s.first_pending_at = None;
+    lane.call_failed();
     Ok(())
 }
 

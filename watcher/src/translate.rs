@@ -38,8 +38,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use clb_proto::v1::{IpFamily, LoadBalancerSettings, ServicePort, Update};
+use clb_proto::v1::{IpFamily, ServicePort, Update};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -54,6 +55,10 @@ pub use crate::decode::{
 };
 use crate::families;
 use crate::routing::GatewayScope;
+pub use sent::SentView;
+use sent::{EMPTY, Sent, SentPod, SentService, SentUnit, level, service_add};
+
+mod sent;
 
 /// How the translator decides what is ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,29 +88,6 @@ impl Default for TranslatorConfig {
             gateway: None,
         }
     }
-}
-
-/// What was sent for one Service: its ports, and one inbound identity per IP family
-/// (`crate::families`).
-#[derive(Debug, Clone)]
-struct SentService {
-    uid: String,
-    ports: Vec<ServicePort>,
-    /// Primary family first.
-    units: Vec<SentUnit>,
-}
-
-/// One inbound identity sent for a Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SentUnit {
-    /// The identity: the UID, or `{uid}-v6` / `{uid}-v4` for a secondary family.
-    id: String,
-    /// Its family (`Unspecified`: none stated, both families).
-    family: IpFamily,
-    /// address → location, of its family.
-    endpoints: BTreeMap<IpAddr, IpAddr>,
-    /// Its load balancer's settings (`crate::settings`).
-    settings: LoadBalancerSettings,
 }
 
 /// The endpoints of a Service as [`Translator::endpoints_of`] finds them, per family (index 0:
@@ -171,17 +153,6 @@ pub struct PortConflict {
 /// A conflict as [`Translator::sync_service`] finds it: (Service port name, chosen, numbers).
 type FoundConflict = (String, u16, Vec<(u16, usize)>);
 
-/// What was sent for one Pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SentPod {
-    uid: String,
-    egress: String,
-    /// The NAT gateway its egress brings (empty: none).
-    nat_gateway: String,
-    /// address → location.
-    at: BTreeMap<IpAddr, IpAddr>,
-}
-
 /// The incremental translator. See the module documentation.
 #[derive(Debug)]
 pub struct Translator {
@@ -201,8 +172,8 @@ pub struct Translator {
     services_on_node: HashMap<String, HashMap<ObjKey, usize>>,
     /// node → pods on it.
     pods_on_node: HashMap<String, BTreeSet<ObjKey>>,
-    sent_services: BTreeMap<ObjKey, SentService>,
-    sent_pods: BTreeMap<ObjKey, SentPod>,
+    /// What was sent (copy on write: [`SentView`]).
+    sent: Arc<Sent>,
     /// Per kind, during a relist: the keys listed so far.
     relist: [Option<HashSet<ObjKey>>; 4],
     /// Whether an endpoint or pod that cannot be located is logged as a warning (off during the
@@ -240,8 +211,7 @@ impl Translator {
             pods: HashMap::new(),
             services_on_node: HashMap::new(),
             pods_on_node: HashMap::new(),
-            sent_services: BTreeMap::new(),
-            sent_pods: BTreeMap::new(),
+            sent: Arc::default(),
             relist: Default::default(),
             warn_unlocated: true,
             conflicts: HashMap::new(),
@@ -386,7 +356,7 @@ impl Translator {
                 let keys: BTreeSet<ObjKey> = self
                     .services
                     .keys()
-                    .chain(self.sent_services.keys())
+                    .chain(self.sent.services.keys())
                     .filter(|k| !seen.contains(*k))
                     .cloned()
                     .collect();
@@ -410,7 +380,7 @@ impl Translator {
                 let keys: BTreeSet<ObjKey> = self
                     .pods
                     .keys()
-                    .chain(self.sent_pods.keys())
+                    .chain(self.sent.pods.keys())
                     .filter(|k| !seen.contains(*k))
                     .cloned()
                     .collect();
@@ -655,13 +625,13 @@ impl Translator {
 
     fn sync_service(&mut self, key: &ObjKey, out: &mut Vec<Update>) {
         let want = self.services.get(key).cloned();
-        if let Some(sent) = self.sent_services.get(key)
+        if let Some(sent) = self.sent.services.get(key)
             && want.as_ref().is_none_or(|w| w.uid != sent.uid)
         {
             for u in &sent.units {
                 out.push(updates::service_remove(&u.id));
             }
-            self.sent_services.remove(key);
+            Arc::make_mut(&mut self.sent).services.remove(key);
         }
         let Some(want) = want else {
             self.conflicts_now(key, Vec::new());
@@ -681,14 +651,18 @@ impl Translator {
                 family,
             })
             .collect();
-        let sent = self
-            .sent_services
-            .entry(key.clone())
-            .or_insert_with(|| SentService {
-                uid: want.uid.clone(),
-                ports: ports.clone(),
-                units: Vec::new(),
-            });
+        let sent = Arc::make_mut(
+            Arc::make_mut(&mut self.sent)
+                .services
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    Arc::new(SentService {
+                        uid: want.uid.clone(),
+                        ports: ports.clone(),
+                        units: Vec::new(),
+                    })
+                }),
+        );
         let ports_changed = sent.ports != ports;
         sent.ports = ports;
         // A family no longer asked for goes (the server drains its addresses, then deletes it;
@@ -842,7 +816,7 @@ impl Translator {
                 continue;
             };
             // Sent to this gateway: ours, exposed here, with the finalizer when one is required.
-            let Some(svc) = self.sent_services.get(&slice.service) else {
+            let Some(svc) = self.sent.services.get(&slice.service) else {
                 continue;
             };
             // The identity of the address's family.
@@ -1044,7 +1018,7 @@ impl Translator {
             }
         });
         let want = want.filter(|w| !w.at.is_empty());
-        let sent = self.sent_pods.get(key);
+        let sent = self.sent.pods.get(key).map(|p| &**p);
         if sent == want.as_ref() {
             return;
         }
@@ -1083,68 +1057,43 @@ impl Translator {
                         ));
                     }
                 }
-                self.sent_pods.insert(key.clone(), w);
+                Arc::make_mut(&mut self.sent)
+                    .pods
+                    .insert(key.clone(), Arc::new(w));
             }
             None => {
-                self.sent_pods.remove(key);
+                Arc::make_mut(&mut self.sent).pods.remove(key);
             }
         }
     }
 
     // ---- views ----
 
-    /// Everything sent so far, as a resync view: every inbound identity with its ports and its
-    /// endpoints (as a level, when not empty; before the identity when it states a family), then
-    /// every pod. Deterministic order.
+    /// A snapshot of everything sent so far (O(1): see [`SentView`]).
+    pub fn sent(&self) -> SentView {
+        SentView(self.sent.clone())
+    }
+
+    /// Everything sent so far, as a resync view ([`SentView::full_view`]).
     pub fn full_view(&self) -> Vec<Update> {
-        let mut out = Vec::new();
-        for s in self.sent_services.values() {
-            for u in &s.units {
-                // An identity of a stated family: its endpoints first, so that a server that holds
-                // it without a family (from a watcher before families) with endpoints of the other
-                // family takes the new set before the family (it refuses a contradicted family).
-                let endpoints_first = u.family != IpFamily::Unspecified;
-                if endpoints_first && !u.endpoints.is_empty() {
-                    out.push(level(&u.id, &u.endpoints));
-                }
-                out.push(service_add(u, &s.ports));
-                if !endpoints_first && !u.endpoints.is_empty() {
-                    out.push(level(&u.id, &u.endpoints));
-                }
-            }
-        }
-        for (key, p) in &self.sent_pods {
-            out.extend(pod_adds(key, p, None));
-        }
-        out
+        self.sent().full_view()
     }
 
-    /// The pods sent at one location, as a node agent's resync view of it.
-    pub fn pods_at(&self, location: IpAddr) -> Vec<Update> {
-        let mut out = Vec::new();
-        for (key, p) in &self.sent_pods {
-            out.extend(pod_adds(key, p, Some(location)));
-        }
-        out
-    }
-
-    /// Every location at which a pod was sent.
+    /// Every location at which a pod was sent ([`SentView::pod_locations`]).
     pub fn pod_locations(&self) -> BTreeSet<IpAddr> {
-        self.sent_pods
-            .values()
-            .flat_map(|p| p.at.values().copied())
-            .collect()
+        self.sent().pod_locations()
     }
 
     /// The UID sent as inbound identity for Service `key`, if any.
     pub fn sent_uid(&self, key: &ObjKey) -> Option<&str> {
-        self.sent_services.get(key).map(|s| s.uid.as_str())
+        self.sent.services.get(key).map(|s| s.uid.as_str())
     }
 
     /// The inbound identities sent for Service `key`, primary family first, each with its family
     /// (`crate::families`).
     pub fn sent_identities(&self, key: &ObjKey) -> Vec<(String, IpFamily)> {
-        self.sent_services
+        self.sent
+            .services
             .get(key)
             .map(|s| s.units.iter().map(|u| (u.id.clone(), u.family)).collect())
             .unwrap_or_default()
@@ -1153,13 +1102,14 @@ impl Translator {
     /// Counts for logs: inbound identities sent, endpoints sent, pod addresses sent.
     pub fn counts(&self) -> (usize, usize, usize) {
         (
-            self.sent_services.values().map(|s| s.units.len()).sum(),
-            self.sent_services
+            self.sent.services.values().map(|s| s.units.len()).sum(),
+            self.sent
+                .services
                 .values()
                 .flat_map(|s| &s.units)
                 .map(|u| u.endpoints.len())
                 .sum(),
-            self.sent_pods.values().map(|p| p.at.len()).sum(),
+            self.sent.pods.values().map(|p| p.at.len()).sum(),
         )
     }
 }
@@ -1191,40 +1141,5 @@ fn conflict_message(service: &ObjKey, name: &str, chosen: u16, numbers: &[(u16, 
          targetPort: {}; the load balancer sends traffic to port {chosen}, so the endpoints on \
          other numbers get none on this port",
         list.join(", ")
-    )
-}
-
-fn pod_adds(key: &ObjKey, p: &SentPod, only: Option<IpAddr>) -> Vec<Update> {
-    let pod_key = key.to_string();
-    p.at.iter()
-        .filter(|(_, l)| only.is_none_or(|o| o == **l))
-        .map(|(a, l)| {
-            updates::pod_add_bringing(
-                &a.to_string(),
-                &l.to_string(),
-                &p.egress,
-                &pod_key,
-                &p.uid,
-                &p.nat_gateway,
-            )
-        })
-        .collect()
-}
-
-/// No endpoints.
-static EMPTY: BTreeMap<IpAddr, IpAddr> = BTreeMap::new();
-
-/// The `service_add` of one identity: with its family, when one is stated.
-fn service_add(unit: &SentUnit, ports: &[ServicePort]) -> Update {
-    updates::service_add_with(&unit.id, ports, unit.family, &unit.settings)
-}
-
-fn level(uid: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {
-    updates::endpoints_level(
-        uid,
-        endpoints
-            .iter()
-            .map(|(a, l)| updates::endpoint(&a.to_string(), &l.to_string()))
-            .collect(),
     )
 }

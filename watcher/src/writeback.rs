@@ -57,12 +57,12 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::WatcherConfig;
-use super::ingress::{self, IngressEntry};
-use super::poolservice::{self, PoolService, PoolServiceFacts};
-use super::routing;
-use super::supervise::{Ended, WRITE_BACK, fault_point};
-use super::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
+use crate::config::WatcherConfig;
+use crate::ingress::{self, IngressEntry};
+use crate::poolservice::{self, PoolService, PoolServiceFacts};
+use crate::routing;
+use crate::supervise::{Ended, WRITE_BACK, fault_point};
+use crate::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
 use clb_client::backoff::Backoff;
 use clb_client::client::ConnectOptions;
 use clb_gateways::Gateways;
@@ -82,6 +82,13 @@ const POLL_INITIAL: Duration = Duration::from_millis(50);
 
 /// A Service whose latest event the server has not acknowledged yet is looked at again this soon.
 const ACK_WAIT: Duration = Duration::from_millis(10);
+
+/// How many messages the write-back's inbox holds. When it is full, the kube side waits
+/// (backpressure): a message is never dropped.
+pub(crate) const INBOX: usize = 1024;
+
+/// The write-back's inbox, as the kube side holds it.
+pub(crate) type Inbox = mpsc::Sender<Msg>;
 
 /// What the write-back needs to know of a Service.
 #[derive(Debug, Clone, PartialEq)]
@@ -326,7 +333,7 @@ impl WriteBack {
 pub(crate) async fn run(
     config: Config,
     kube: kube::Client,
-    mut rx: mpsc::UnboundedReceiver<Msg>,
+    mut rx: mpsc::Receiver<Msg>,
     acked: watch::Receiver<u64>,
 ) -> Ended {
     let reporter = Reporter {

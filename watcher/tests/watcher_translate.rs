@@ -367,7 +367,7 @@ fn dual_stack_endpoints_and_pods_go_to_the_node_ip_of_their_family() {
     let locs: Vec<String> = t.pod_locations().iter().map(ToString::to_string).collect();
     assert_eq!(locs, vec!["10.0.0.1", "fd00::1"]);
     assert_eq!(
-        shows(&t.pods_at("fd00::1".parse().unwrap())),
+        shows(&t.sent().pods_at("fd00::1".parse().unwrap())),
         vec!["+pod fd01::9@fd00::1 eg default/p uid-p"]
     );
     // The node gains an IPv6 InternalIP: the skipped endpoint appears.
