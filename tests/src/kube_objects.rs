@@ -161,13 +161,12 @@ impl RunningWatcher {
     }
 }
 
-/// The tests' watcher settings against the state server at `server`: short coalescing, polling
+/// The tests' watcher settings against the state server at `server`: short coalescing, retries
 /// and backoff.
 pub fn test_config(server: &str, mode: Mode) -> WatcherConfig {
     let mut config = WatcherConfig::new(ConnectOptions::new(server), mode);
     config.coalesce = Duration::from_millis(20);
     config.poll_interval = Duration::from_millis(50);
-    config.recheck_interval = Duration::from_secs(1);
     config.backoff_initial = Duration::from_millis(50);
     config.backoff_max = Duration::from_millis(500);
     config

@@ -1010,7 +1010,7 @@ async fn a_programmed_service_gets_a_normal_event_and_the_programmed_condition()
             .any(|c| c["type"] == CONDITION_TYPE && c["reason"] == "Programmed")
     );
 
-    // Settled: more polls (a recheck, a resync of the server) send neither an Event nor a patch.
+    // Settled: more reads of the server send neither an Event nor a patch.
     let patches_before = patches.len();
     let posts_before = event_requests(&fake, "POST");
     let gets = |client: Client| async move { client.service(WEB).await.unwrap() };
@@ -1259,7 +1259,7 @@ fn stored_ingress(fake: &FakeApi, name: &str) -> Value {
     fake.get("services", "default", name).unwrap()["status"]["loadBalancer"]["ingress"].clone()
 }
 
-/// Polls the server a few times (rechecks, resyncs) and checks that no status patch of `name`
+/// Reads the server a few times and checks that no status patch of `name`
 /// follows: the write-back has settled.
 async fn assert_settled(h: &Harness, fake: &FakeApi, name: &str) {
     let before = status_patches(fake, name).len();

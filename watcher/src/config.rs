@@ -55,13 +55,10 @@ pub struct WatcherConfig {
     pub coalesce: Duration,
     /// An `Apply` is sent at once when this many deltas are queued.
     pub max_batch: usize,
-    /// The longest delay between two polls of the state server for a service that has something
-    /// pending (polls start 50 ms after the Service or its endpoints changed, and double up to
-    /// this).
+    /// The first delay before a write-back's failed Kubernetes call is tried again (at least
+    /// `backoff_initial`; doubling up to `backoff_max`). Nothing polls: the write-back, the
+    /// readiness gate and node moves follow what the state server pushes.
     pub poll_interval: Duration,
-    /// How often the write-back re-checks a service that is settled (programmed with its ingress
-    /// and condition written, or rejected by Azure).
-    pub recheck_interval: Duration,
     /// First delay after a failed call to the state server (doubled up to `backoff_max`).
     pub backoff_initial: Duration,
     /// Largest delay between attempts after a failed call; a refused one (no connection, or
@@ -96,7 +93,7 @@ pub struct WatcherConfig {
 
 impl WatcherConfig {
     /// Defaults: our class, unclassed Services claimed, write-back on, 50 ms coalescing, batches
-    /// of up to 1000 updates, 1 s polling, 60 s ingress re-checks, backoff
+    /// of up to 1000 updates, write-back retries from 1 s, backoff
     /// 200 ms doubling to 10 s.
     pub fn new(server: ConnectOptions, mode: Mode) -> Self {
         Self {
@@ -109,7 +106,6 @@ impl WatcherConfig {
             coalesce: Duration::from_millis(50),
             max_batch: 1_000,
             poll_interval: Duration::from_secs(1),
-            recheck_interval: Duration::from_secs(60),
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             watch_backoff_max: Duration::from_secs(1),

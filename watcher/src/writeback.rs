@@ -34,10 +34,17 @@
 //! out a field it set before removes it; the merge patch with a precondition is what the finalizer
 //! patch already does, and what every API server version accepts for the `status` subresource.)
 //!
-//! **Polling.** A Service is polled only while something is pending for it: first after
-//! `poll_initial` (50 ms), doubling to `poll_interval`; once it is settled (programmed with its
-//! ingress and condition written, or rejected) only every `recheck_interval`. A new version of the
-//! Service, or a change of its endpoints sent to the server, starts the short polls again.
+//! **No polling.** A Service is looked at when something changes for it: a new version of it
+//! (the kube side's `Msg::Seen`), its endpoints sent (`Msg::Touched`), a pushed change of its
+//! state in a gateway (`states.rs`), the server acknowledging what was sent for it, a port-name
+//! conflict, a PoolService; and after a failed Kubernetes call, when its backoff expires. Each is
+//! found through an index (by key, by UID, by acknowledged sequence number) and scheduled on one
+//! timer queue (`tokio_util::time::DelayQueue`). An idle cluster costs nothing.
+//!
+//! **Bounded.** The inbox holds [`INBOX`] messages; when it is full the kube side waits
+//! (backpressure, never a dropped message). The Services due at once are handled in batches of at
+//! most [`BATCH`], their Kubernetes calls [`CONCURRENCY`] at a time; one Service is in at most one
+//! call at a time, so its own calls keep their order.
 //!
 //! **Not a kube-runtime `Controller`.** Its triggers are mostly not Service events (the server's
 //! pushed states, the translator's messages), it acts only on what the server acknowledged, and its
@@ -45,10 +52,13 @@
 //! being deleted), where `finalizer()` drops the finalizer once `Cleanup` returns: docs/watcher.md,
 //! "Why the write-back is not a kube-runtime `Controller`".
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clb_proto::v1::{IpFamily, ServiceState};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -56,16 +66,17 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::config::WatcherConfig;
 use crate::ingress::{self, IngressEntry};
 use crate::poolservice::{self, PoolService, PoolServiceFacts};
-use crate::routing;
 use crate::supervise::{Ended, WRITE_BACK, fault_point};
-use crate::translate::{ObjKey, ServiceClass, TranslatorConfig, classify};
+use crate::translate::ObjKey;
 use clb_client::backoff::Backoff;
 use clb_client::client::ConnectOptions;
 use clb_gateways::Gateways;
+pub(crate) use facts::{Msg, ServiceFacts};
 
 /// The field manager named in our patches.
 pub(crate) const FIELD_MANAGER: &str = "clb-watcher";
@@ -76,13 +87,6 @@ pub const CONDITION_TYPE: &str = "clb.azure.com/Programmed";
 /// The reporting controller of our Events.
 pub const REPORTING_CONTROLLER: &str = "clb.azure.com/clb-watcher";
 
-/// The first poll of a Service with something pending comes this soon (then doubling to
-/// `poll_interval`).
-const POLL_INITIAL: Duration = Duration::from_millis(50);
-
-/// A Service whose latest event the server has not acknowledged yet is looked at again this soon.
-const ACK_WAIT: Duration = Duration::from_millis(10);
-
 /// How many messages the write-back's inbox holds. When it is full, the kube side waits
 /// (backpressure): a message is never dropped.
 pub(crate) const INBOX: usize = 1024;
@@ -90,118 +94,35 @@ pub(crate) const INBOX: usize = 1024;
 /// The write-back's inbox, as the kube side holds it.
 pub(crate) type Inbox = mpsc::Sender<Msg>;
 
-/// What the write-back needs to know of a Service.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ServiceFacts {
-    pub key: ObjKey,
-    pub uid: String,
-    /// Its inbound identities, one per IP family, primary first, each with its family
-    /// (`crate::families`).
-    pub ids: Vec<(String, IpFamily)>,
-    pub resource_version: String,
-    /// A LoadBalancer Service of our class.
-    pub ours: bool,
-    pub deleting: bool,
-    pub has_finalizer: bool,
-    pub finalizers: Vec<String>,
-    /// `status.loadBalancer.ingress`.
-    pub ingress: Vec<IngressEntry>,
-    /// `metadata.generation`.
-    pub generation: Option<i64>,
-    /// `status.conditions`, every type.
-    pub conditions: Vec<Condition>,
-    /// The gateways the Service is exposed in (`[""]`, the one of `--gateway`, without a gateways
-    /// file), sorted.
-    pub gateways: Vec<String>,
-    /// Its gateway annotations cannot be used: why (the gateways stay as they were).
-    pub selection_error: Option<String>,
-    /// Why clb does not program it (`crate::settings::admit`), if it refuses it.
-    pub refusal: Option<crate::settings::Refusal>,
-    /// The Warning Event naming the settings clb ignores, if any.
-    pub ignored: Option<String>,
-}
+/// The most Services handled in one batch (the inbox waits meanwhile).
+pub(crate) const BATCH: usize = 200;
 
-impl ServiceFacts {
-    /// The facts of a Service that concerns us (ours, or carrying our finalizer); `None` otherwise.
-    pub(crate) fn of(
-        key: &ObjKey,
-        svc: &Service,
-        config: &TranslatorConfig,
-        gateways: Option<&Gateways>,
-    ) -> Option<Self> {
-        let finalizer = config.require_finalizer.as_deref()?;
-        let ours = classify(svc, config) == ServiceClass::Ours;
-        let finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
-        let has_finalizer = finalizers.iter().any(|f| f == finalizer);
-        if !ours && !has_finalizer {
-            return None;
-        }
-        // A Service without UID is skipped (the translator logs it): nothing to program or patch.
-        let uid = svc.metadata.uid.clone().filter(|u| !u.trim().is_empty())?;
-        let ingress = ingress::entries(svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()));
-        let (gateways, selection_error) = match gateways {
-            None => (vec![String::new()], None),
-            Some(g) => match routing::selected(g, svc.metadata.annotations.as_ref()) {
-                Ok(set) => (set.into_iter().collect(), None),
-                Err(e) => (Vec::new(), Some(e.to_string())),
-            },
-        };
-        let families = crate::families::of_service(key, svc);
-        let ids = crate::families::identities(&uid, &families);
-        let (refusal, ignored) = match crate::settings::admit(svc, &families) {
-            Ok(a) => (None, a.ignored_message()),
-            Err(r) => (Some(r), None),
-        };
-        Some(Self {
-            refusal,
-            ignored,
-            gateways,
-            selection_error,
-            key: key.clone(),
-            ids,
-            uid,
-            resource_version: svc.metadata.resource_version.clone().unwrap_or_default(),
-            ours,
-            deleting: svc.metadata.deletion_timestamp.is_some(),
-            has_finalizer,
-            finalizers,
-            ingress,
-            generation: svc.metadata.generation,
-            conditions: svc
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default(),
-        })
-    }
-}
+/// The most Kubernetes calls of a batch under way at once.
+pub(crate) const CONCURRENCY: usize = 16;
 
-/// From the kube side.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// The Service stream starts a list.
-    RelistStart,
-    /// A Service that concerns us, seen at event `seq`.
-    Seen { facts: ServiceFacts, seq: u64 },
-    /// The Service is gone or does not concern us.
-    Gone(ObjKey),
-    /// The Service list is complete: records not seen since `RelistStart` are dropped.
-    RelistDone,
-    /// Updates about these inbound services (UIDs) were sent at event `seq` (their endpoints
-    /// changed): something is pending for them again.
-    Touched { uids: Vec<String>, seq: u64 },
-    /// The translator found a port-name conflict of a Service (or its situation changed).
-    PortConflict {
-        key: ObjKey,
-        port_name: String,
-        message: String,
+/// Why an action on a Service did not get done; it is tried again as the error says.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteBackError {
+    /// A Kubernetes call failed (not a conflict or a missing object): retried with backoff.
+    #[error("{what} of {object} failed: {source}")]
+    Kube {
+        what: &'static str,
+        object: ObjKey,
+        #[source]
+        source: kube::Error,
     },
-    /// A PoolService of our class was seen.
-    Pool(PoolServiceFacts),
-    /// A PoolService is gone or no longer of our class.
-    PoolGone(ObjKey),
-    /// Something changed for this Service (a PoolService of someone else exposes it elsewhere).
-    Poke(ObjKey),
+    /// A gateway's stream of service states is down: the Service waits for it to come back.
+    #[error(transparent)]
+    StatesDown(#[from] states::StatesDown),
+}
+
+/// What becomes of a Service after an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Nothing to do until something changes for it.
+    Wait,
+    /// It no longer concerns us: forget it.
+    Forget,
 }
 
 #[derive(Debug, Clone)]
@@ -209,11 +130,8 @@ pub(crate) struct Config {
     server: ConnectOptions,
     finalizer: String,
     poll: Duration,
-    poll_initial: Duration,
-    recheck: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
-    max_per_tick: usize,
     metrics: std::sync::Arc<crate::metrics::WatcherMetrics>,
     gateways: Option<std::sync::Arc<Gateways>>,
     class: String,
@@ -228,11 +146,8 @@ impl From<&WatcherConfig> for Config {
             server: c.server.clone(),
             finalizer: c.finalizer.clone(),
             poll: c.poll_interval,
-            poll_initial: POLL_INITIAL.min(c.poll_interval),
-            recheck: c.recheck_interval,
             backoff_initial: c.backoff_initial,
             backoff_max: c.backoff_max,
-            max_per_tick: 200,
             metrics: c.metrics.clone(),
             gateways: c.gateways.clone(),
             class: c.class.clone(),
@@ -254,7 +169,10 @@ enum Action {
 struct Record {
     facts: ServiceFacts,
     seq: u64,
-    next_at: Instant,
+    /// Its entry in the timer queue, while it is due at some time.
+    timer: Option<delay_queue::Key>,
+    /// When it is due (meaningful while `timer` is set).
+    due_at: Instant,
     /// The backoff of this record while its actions fail in a row ([`clb_client::backoff`]:
     /// from `max(backoff_initial, poll)` up to `backoff_max`); `None` once one succeeds.
     retry: Option<Backoff>,
@@ -262,8 +180,6 @@ struct Record {
     /// before the watch shows the result.
     patched_at_rv: Option<String>,
     seen_in_relist: bool,
-    /// The delay before the next poll while something is pending (doubles up to `poll`).
-    delay: Duration,
     /// The (reason, error code) of the last Event published for the Service.
     reported: Option<(&'static str, String)>,
     /// The translator's last port-name conflict of each port of the Service (by port name).
@@ -277,6 +193,23 @@ struct Record {
 }
 
 impl Record {
+    fn new(facts: ServiceFacts, seq: u64) -> Self {
+        Self {
+            facts,
+            seq,
+            timer: None,
+            due_at: Instant::now(),
+            retry: None,
+            patched_at_rv: None,
+            seen_in_relist: true,
+            reported: None,
+            port_conflicts: BTreeMap::new(),
+            conflicts_due: Vec::new(),
+            selection_warned: None,
+            ignored_warned: None,
+        }
+    }
+
     fn action(&self) -> Action {
         let f = &self.facts;
         match (f.ours && !f.deleting, f.has_finalizer) {
@@ -287,21 +220,34 @@ impl Record {
     }
 }
 
+/// The Events published by the write-back: kube's recorder and the note last published per
+/// (object, type and reason) (see [`WriteBack::publish_event`]). Shared by the calls of a batch.
+struct EventLog {
+    recorder: Recorder,
+    notes: HashMap<(String, String), String>,
+}
+
 struct WriteBack {
     config: Config,
     kube: kube::Client,
-    recorder: Recorder,
     reporter: Reporter,
-    /// The note last published per (object, type and reason): see [`WriteBack::publish_event`].
-    event_notes: HashMap<(String, String), String>,
+    events: Mutex<EventLog>,
     /// The services' states, pushed by the server (`states.rs`).
     states: States,
     records: HashMap<ObjKey, Record>,
+    /// Service UID → its record's key.
+    by_uid: HashMap<String, ObjKey>,
+    /// When each record with a timer is due.
+    timers: DelayQueue<ObjKey>,
+    /// Records waiting for the server to acknowledge the event of their last change, by it.
+    awaiting_ack: BTreeMap<u64, HashSet<ObjKey>>,
+    /// Records waiting for a gateway's stream of states to come back, or for NRP to be read back.
+    awaiting_states: HashSet<ObjKey>,
     acked: watch::Receiver<u64>,
     /// PoolServices of our class, by key.
     pools: HashMap<ObjKey, PoolServiceFacts>,
     /// PoolService → the resourceVersion our last status patch was based on.
-    pool_patched: HashMap<ObjKey, String>,
+    pool_patched: Mutex<HashMap<ObjKey, String>>,
     /// PoolService → the problem last published as a Warning Event on it.
     pool_warned: HashMap<ObjKey, String>,
     /// Warning Events on PoolServices not published yet.
@@ -311,15 +257,14 @@ struct WriteBack {
     /// Whether the API server keeps `ipMode` in a Service's ingress (and the PoolService CRD in a
     /// PoolService's): true until the answer to a status write shows it dropped
     /// ([`ingress::drops_ip_mode`]); then the ingress is compared without it.
-    ip_mode_kept: bool,
-    pool_ip_mode_kept: bool,
+    ip_mode_kept: AtomicBool,
+    pool_ip_mode_kept: AtomicBool,
 }
 
 impl WriteBack {
     /// Notes, from the answer to a status write of ours, whether the server kept `ipMode`.
-    fn note_ip_mode(kept: &mut bool, stored: &[IngressEntry], what: &str) {
-        if *kept && ingress::drops_ip_mode(stored) {
-            *kept = false;
+    fn note_ip_mode(kept: &AtomicBool, stored: &[IngressEntry], what: &str) {
+        if ingress::drops_ip_mode(stored) && kept.swap(false, Ordering::Relaxed) {
             tracing::warn!(
                 "the API server dropped status.loadBalancer.ingress[].ipMode of a {what} (the \
                  LoadBalancerIPMode feature gate is off, or the schema lacks the field): the ingress \
@@ -343,47 +288,47 @@ pub(crate) async fn run(
             .filter(|n| !n.is_empty())
             .or_else(|| Some(FIELD_MANAGER.to_owned())),
     };
-    let (changed_tx, mut changed) = mpsc::unbounded_channel();
+    let (changed_tx, mut changed) = mpsc::channel(INBOX);
     let followed = match &config.gateways {
         Some(g) => g.names(),
         None => vec![String::new()],
     };
     let mut wb = WriteBack {
         states: States::follow(&config, followed, changed_tx),
-        recorder: Recorder::new(kube.clone(), reporter.clone()),
+        events: Mutex::new(EventLog {
+            recorder: Recorder::new(kube.clone(), reporter.clone()),
+            notes: HashMap::new(),
+        }),
         reporter,
-        event_notes: HashMap::new(),
         config,
         kube,
         records: HashMap::new(),
+        by_uid: HashMap::new(),
+        timers: DelayQueue::new(),
+        awaiting_ack: BTreeMap::new(),
+        awaiting_states: HashSet::new(),
         acked,
         pools: HashMap::new(),
-        pool_patched: HashMap::new(),
+        pool_patched: Mutex::new(HashMap::new()),
         pool_warned: HashMap::new(),
         pool_warnings: Vec::new(),
         egress_reported: HashMap::new(),
-        ip_mode_kept: true,
-        pool_ip_mode_kept: true,
+        ip_mode_kept: AtomicBool::new(true),
+        pool_ip_mode_kept: AtomicBool::new(true),
     };
     loop {
         if fault_point!(wb.config.faults, WRITE_BACK) {
             // As if the kube side had dropped its end: the inbox closes.
             rx.close();
         }
-        // Sleep until the first record is due (records are few; an hour when there is none).
-        let next = wb
-            .records
-            .values()
-            .map(|r| r.next_at)
-            .min()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             msg = rx.recv() => match msg {
-                // A Service seen without our finalizer gets it at once, not at the next tick: the
-                // translator programs a Service only once it carries the finalizer.
-                Some(m) => if wb.handle(m) || !wb.pool_warnings.is_empty() {
-                    wb.act().await;
-                },
+                Some(m) => {
+                    wb.fold(m);
+                    for f in std::mem::take(&mut wb.pool_warnings) {
+                        wb.publish_on_pool(&f).await;
+                    }
+                }
                 None => {
                     return Ended::Consequence {
                         task: WRITE_BACK,
@@ -391,34 +336,41 @@ pub(crate) async fn run(
                     };
                 }
             },
-            Some(uids) = changed.recv() => {
+            Some(pushed) = changed.recv() => {
                 // The server pushed new states: look at those Services now.
-                for id in &uids {
+                for id in &pushed.ids {
                     wb.poke(None, Some(crate::families::service_uid(id)));
                 }
-                wb.egress_events(&uids).await;
-                wb.act().await;
+                if pushed.fresh {
+                    for key in std::mem::take(&mut wb.awaiting_states) {
+                        wb.due_now(&key);
+                    }
+                }
+                wb.egress_events(&pushed.ids).await;
             }
-            _ = tokio::time::sleep_until(next) => wb.act().await,
+            Ok(()) = wb.acked.changed() => {
+                let acked = *wb.acked.borrow_and_update();
+                let later = wb.awaiting_ack.split_off(&(acked + 1));
+                for key in std::mem::replace(&mut wb.awaiting_ack, later).into_values().flatten() {
+                    wb.due_now(&key);
+                }
+            }
+            Some(first) = wb.timers.next() => {
+                let mut due = vec![first.into_inner()];
+                while due.len() < BATCH {
+                    match wb.timers.next().now_or_never() {
+                        Some(Some(e)) => due.push(e.into_inner()),
+                        _ => break,
+                    }
+                }
+                wb.act(due).await;
+            }
         }
     }
 }
 
 impl WriteBack {
-    /// Folds in `msg`; returns whether a finalizer is to be added now.
-    fn handle(&mut self, msg: Msg) -> bool {
-        let key = match &msg {
-            Msg::Seen { facts, .. } => Some(facts.key.clone()),
-            _ => None,
-        };
-        self.fold(msg);
-        key.and_then(|k| self.records.get(&k)).is_some_and(|r| {
-            r.action() == Action::AddFinalizer
-                && r.next_at <= Instant::now()
-                && r.patched_at_rv.as_deref() != Some(r.facts.resource_version.as_str())
-        })
-    }
-
+    /// Folds in `msg`: only the records it concerns are touched (found by key or UID).
     fn fold(&mut self, msg: Msg) {
         match msg {
             Msg::RelistStart => {
@@ -427,11 +379,17 @@ impl WriteBack {
                 }
             }
             Msg::RelistDone => {
-                self.records.retain(|_, r| r.seen_in_relist);
+                let stale: Vec<ObjKey> = self
+                    .records
+                    .iter()
+                    .filter(|(_, r)| !r.seen_in_relist)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in stale {
+                    self.forget(&k);
+                }
             }
-            Msg::Gone(key) => {
-                self.records.remove(&key);
-            }
+            Msg::Gone(key) => self.forget(&key),
             Msg::Pool(f) => {
                 match &f.problem {
                     Some(p) if self.pool_warned.get(&f.key) != Some(p) => {
@@ -451,22 +409,23 @@ impl WriteBack {
             Msg::PoolGone(key) => {
                 self.pool_warned.remove(&key);
                 if let Some(f) = self.pools.remove(&key) {
-                    self.pool_patched.remove(&key);
+                    self.pool_patched
+                        .get_mut()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
                     self.poke(f.service.as_ref(), f.owner_uid.as_deref());
                 }
             }
             Msg::Poke(key) => self.poke(Some(&key), None),
             Msg::Touched { uids, seq } => {
-                let now = Instant::now();
-                let initial = self.config.poll_initial;
-                for r in self.records.values_mut() {
-                    if uids.contains(&r.facts.uid) {
+                for uid in uids {
+                    let Some(key) = self.by_uid.get(&uid).cloned() else {
+                        continue;
+                    };
+                    if let Some(r) = self.records.get_mut(&key) {
                         r.seq = r.seq.max(seq);
-                        r.delay = initial;
-                        if r.retry.is_none() {
-                            r.next_at = r.next_at.min(now + initial);
-                        }
                     }
+                    self.poke(Some(&key), None);
                 }
             }
             Msg::PortConflict {
@@ -477,112 +436,152 @@ impl WriteBack {
                 if let Some(r) = self.records.get_mut(&key) {
                     r.port_conflicts.insert(port_name, message.clone());
                     r.conflicts_due.push(message);
-                    r.next_at = Instant::now();
+                    self.due_now(&key);
                 }
             }
             Msg::Seen { mut facts, seq } => {
-                let now = Instant::now();
-                match self.records.get_mut(&facts.key) {
+                let key = facts.key.clone();
+                let uid = facts.uid.clone();
+                match self.records.get_mut(&key) {
                     Some(r) => {
                         if facts.selection_error.is_some() {
                             // Refused annotations change nothing.
                             facts.gateways = r.facts.gateways.clone();
                         }
-                        if r.facts.resource_version != facts.resource_version {
-                            r.next_at = now;
-                            r.retry = None;
-                            r.delay = self.config.poll_initial;
+                        let new_version = r.facts.resource_version != facts.resource_version;
+                        if r.facts.uid != uid {
+                            self.by_uid.remove(&r.facts.uid);
                         }
                         r.facts = facts;
                         r.seq = seq;
                         r.seen_in_relist = true;
+                        if new_version {
+                            r.retry = None;
+                            self.due_now(&key);
+                        }
                     }
                     None => {
-                        self.records.insert(
-                            facts.key.clone(),
-                            Record {
-                                facts,
-                                seq,
-                                next_at: now,
-                                retry: None,
-                                patched_at_rv: None,
-                                seen_in_relist: true,
-                                delay: self.config.poll_initial,
-                                reported: None,
-                                port_conflicts: BTreeMap::new(),
-                                conflicts_due: Vec::new(),
-                                selection_warned: None,
-                                ignored_warned: None,
-                            },
-                        );
+                        self.records.insert(key.clone(), Record::new(facts, seq));
+                        self.due_now(&key);
                     }
                 }
+                self.by_uid.insert(uid, key);
             }
         }
     }
 
-    async fn act(&mut self) {
-        for f in std::mem::take(&mut self.pool_warnings) {
-            self.publish_on_pool(&f).await;
+    /// Drops the record of `key`, with its timer and its index entries.
+    fn forget(&mut self, key: &ObjKey) {
+        if let Some(r) = self.records.remove(key) {
+            if let Some(t) = r.timer {
+                self.timers.remove(&t);
+            }
+            if self.by_uid.get(&r.facts.uid) == Some(key) {
+                self.by_uid.remove(&r.facts.uid);
+            }
         }
-        let now = Instant::now();
+    }
+
+    /// Makes the record of `key` due at `at` (earlier than it was due, if it was).
+    fn due_at(&mut self, key: &ObjKey, at: Instant) {
+        let Some(r) = self.records.get_mut(key) else {
+            return;
+        };
+        match &r.timer {
+            Some(_) if r.due_at <= at => return,
+            Some(t) => self.timers.reset_at(t, at),
+            None => r.timer = Some(self.timers.insert_at(key.clone(), at)),
+        }
+        r.due_at = at;
+    }
+
+    fn due_now(&mut self, key: &ObjKey) {
+        self.due_at(key, Instant::now());
+    }
+
+    /// Handles the records `due` (their timers expired): each one's action runs, the calls of
+    /// different Services [`CONCURRENCY`] at a time.
+    async fn act(&mut self, due: Vec<ObjKey>) {
         let acked = *self.acked.borrow();
-        let mut due: Vec<(Instant, ObjKey)> = self
-            .records
-            .iter()
-            .filter(|(_, r)| r.next_at <= now)
-            .map(|(k, r)| (r.next_at, k.clone()))
-            .collect();
-        due.sort();
-        due.truncate(self.config.max_per_tick);
-        let mut nrp_observed: Option<bool> = None;
-        for (_, key) in due {
-            let Some(r) = self.records.get(&key) else {
+        let nrp_observed = self.nrp_observed();
+        let mut batch = Vec::with_capacity(due.len());
+        for key in due {
+            let Some(mut r) = self.records.remove(&key) else {
                 continue;
             };
-            let action = r.action();
-            if action != Action::AddFinalizer && r.seq > acked {
+            r.timer = None;
+            if r.action() != Action::AddFinalizer && r.seq > acked {
                 // The server has not acknowledged what we sent for this Service yet.
-                if let Some(r) = self.records.get_mut(&key) {
-                    r.next_at = now + ACK_WAIT;
-                }
+                self.awaiting_ack
+                    .entry(r.seq)
+                    .or_default()
+                    .insert(key.clone());
+                self.records.insert(key, r);
                 continue;
             }
-            let result = match action {
-                Action::AddFinalizer => self.add_finalizer(&key).await,
-                Action::Ingress => self.program(&key).await,
-                Action::Cleanup => {
-                    // The PoolServices we made for it go at once (NRP's removal is the Service's).
-                    self.delete_owned_pools(&key).await;
-                    if nrp_observed.is_none() {
-                        nrp_observed = Some(self.nrp_observed());
-                    }
-                    if nrp_observed == Some(true) {
-                        self.cleanup(&key).await
-                    } else {
-                        Ok(Some(self.pending_delay(&key)))
-                    }
-                }
-            };
-            let Some(r) = self.records.get_mut(&key) else {
-                continue;
-            };
+            batch.push((key, r));
+        }
+        let this = &*self;
+        let done: Vec<(ObjKey, Record, Result<Next, WriteBackError>)> =
+            futures::stream::iter(batch)
+                .map(|(key, mut r)| async move {
+                    let result = this.action(&key, &mut r, nrp_observed).await;
+                    (key, r, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        for (key, mut r, result) in done {
             match result {
-                Ok(Some(after)) => {
+                Ok(Next::Wait) => {
                     r.retry = None;
-                    r.next_at = Instant::now() + after;
+                    if r.action() == Action::Cleanup && !nrp_observed {
+                        self.awaiting_states.insert(key.clone());
+                    }
+                    self.records.insert(key, r);
                 }
-                Ok(None) => {
-                    self.records.remove(&key);
+                Ok(Next::Forget) => {
+                    self.records.insert(key.clone(), r);
+                    self.forget(&key);
                 }
-                Err(()) => {
+                Err(WriteBackError::StatesDown(e)) => {
+                    tracing::debug!(service = %key, error = %e, "waiting for the service states");
+                    self.awaiting_states.insert(key.clone());
+                    self.records.insert(key, r);
+                }
+                Err(e @ WriteBackError::Kube { .. }) => {
+                    self.config.metrics.writeback_failure(e.what());
+                    tracing::warn!(service = %key, error = %e, "write-back failed; retrying");
                     let base = self.config.backoff_initial.max(self.config.poll);
                     let max = self.config.backoff_max.max(base);
                     let d = r
                         .retry
                         .get_or_insert_with(|| Backoff::new(base, max))
                         .next_delay(false);
-                    r.next_at = Instant::now() + d;
+                    self.records.insert(key.clone(), r);
+                    self.due_at(&key, Instant::now() + d);
+                }
+            }
+        }
+    }
+
+    /// The action of one Service (owned by the batch while it runs).
+    async fn action(
+        &self,
+        key: &ObjKey,
+        r: &mut Record,
+        nrp_observed: bool,
+    ) -> Result<Next, WriteBackError> {
+        match r.action() {
+            Action::AddFinalizer => self.add_finalizer(key, r).await,
+            Action::Ingress => self.program(key, r).await,
+            Action::Cleanup => {
+                // The PoolServices we made for it go at once (NRP's removal is the Service's).
+                self.delete_owned_pools(&r.facts.uid).await;
+                if nrp_observed {
+                    self.cleanup(key, r).await
+                } else {
+                    Ok(Next::Wait)
                 }
             }
         }
@@ -599,31 +598,30 @@ impl WriteBack {
         }
     }
 
-    /// `Ok(Some(d))`: check again after `d`; `Ok(None)`: forget the record; `Err`: back off.
-    async fn add_finalizer(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let r = &self.records[key];
+    async fn add_finalizer(&self, key: &ObjKey, r: &mut Record) -> Result<Next, WriteBackError> {
         if r.patched_at_rv.as_deref() == Some(r.facts.resource_version.as_str()) {
-            return Ok(Some(self.config.poll));
+            // Our patch is not in the watch yet: its event makes the record due.
+            return Ok(Next::Wait);
         }
         let mut finalizers = r.facts.finalizers.clone();
         finalizers.push(self.config.finalizer.clone());
         let rv = r.facts.resource_version.clone();
-        let r = self.patch_finalizers(key, finalizers, &rv).await;
-        if let Ok(Some(_)) = &r {
+        let patched = self.patch_finalizers(key, finalizers, &rv).await?;
+        if patched {
             tracing::info!(service = %key, finalizer = %self.config.finalizer, "finalizer added");
-            if let Some(rec) = self.records.get_mut(key) {
-                rec.patched_at_rv = Some(rv);
-            }
+            r.patched_at_rv = Some(rv);
         }
-        r
+        Ok(Next::Wait)
     }
 
+    /// Patches the finalizers at resource version `rv`: `Ok(true)` when written, `Ok(false)` on a
+    /// conflict (the Service changed: its next event brings the new version).
     async fn patch_finalizers(
         &self,
         key: &ObjKey,
         finalizers: Vec<String>,
         rv: &str,
-    ) -> Result<Option<Duration>, ()> {
+    ) -> Result<bool, WriteBackError> {
         let patch = json!({
             "metadata": {
                 "finalizers": finalizers,
@@ -635,47 +633,19 @@ impl WriteBack {
             .patch(&key.name, &Self::params(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(Some(self.config.poll)),
-            Err(e) => self.kube_error(key, "patching the finalizers", e),
-        }
-    }
-
-    fn kube_error(&self, key: &ObjKey, what: &str, e: kube::Error) -> Result<Option<Duration>, ()> {
-        match &e {
-            kube::Error::Api(s) if s.code == 409 => {
-                tracing::debug!(service = %key, "{what}: conflict, the Service changed; retrying with its new version");
-                Ok(Some(self.config.poll))
-            }
-            kube::Error::Api(s) if s.code == 404 => {
-                tracing::debug!(service = %key, "{what}: the Service is gone");
-                Ok(None)
-            }
-            _ => {
-                self.config.metrics.writeback_failure(what);
-                tracing::warn!(service = %key, error = %e, "{what} failed");
-                Err(())
-            }
-        }
-    }
-
-    /// The next delay while something is pending for the Service: `poll_initial`, doubling up
-    /// to `poll`.
-    fn pending_delay(&mut self, key: &ObjKey) -> Duration {
-        let (initial, cap) = (self.config.poll_initial, self.config.poll);
-        match self.records.get_mut(key) {
-            Some(r) => {
-                let d = r.delay.clamp(initial, cap);
-                r.delay = (d * 2).min(cap);
-                d
-            }
-            None => cap,
+            Ok(_) => Ok(true),
+            Err(e) => kube_error(key, "patching the finalizers", e).map(|_| false),
         }
     }
 
     /// The state of service `uid` in `gateway` as the server's stream last pushed it (`Ok(None)`:
-    /// the gateway does not know it; `Err(())`: its stream is down).
-    fn service_state(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, ()> {
-        self.states.get(gateway, uid)
+    /// the gateway does not know it).
+    fn service_state(
+        &self,
+        gateway: &str,
+        uid: &str,
+    ) -> Result<Option<ServiceState>, WriteBackError> {
+        Ok(self.states.get(gateway, uid)?)
     }
 
     /// Whether every gateway a Service may be in has read NRP back: only then does "unknown
@@ -685,7 +655,39 @@ impl WriteBack {
     }
 }
 
+impl WriteBackError {
+    /// What failed, for the metrics' label.
+    fn what(&self) -> &'static str {
+        match self {
+            Self::Kube { what, .. } => what,
+            Self::StatesDown(_) => "following the service states",
+        }
+    }
+}
+
+/// A failed Kubernetes call on Service `key`: a conflict (409) is `Ok(Next::Wait)` (the Service
+/// changed: its next event brings the new version), a missing Service (404) `Ok(Next::Forget)`,
+/// anything else an error to retry with backoff.
+fn kube_error(key: &ObjKey, what: &'static str, e: kube::Error) -> Result<Next, WriteBackError> {
+    match &e {
+        kube::Error::Api(s) if s.code == 409 => {
+            tracing::debug!(service = %key, "{what}: conflict, the Service changed; retrying with its new version");
+            Ok(Next::Wait)
+        }
+        kube::Error::Api(s) if s.code == 404 => {
+            tracing::debug!(service = %key, "{what}: the Service is gone");
+            Ok(Next::Forget)
+        }
+        _ => Err(WriteBackError::Kube {
+            what,
+            object: key.clone(),
+            source: e,
+        }),
+    }
+}
+
 mod egress;
+mod facts;
 mod pools;
 mod program;
 mod states;

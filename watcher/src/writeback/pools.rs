@@ -4,16 +4,13 @@
 use super::*;
 
 impl WriteBack {
-    /// Looks at Service `key` (or the one with UID `uid`) again soon.
+    /// Looks at Service `key` and the one with UID `uid` again now (unless one backs off after a
+    /// failure: its retry comes).
     pub(super) fn poke(&mut self, key: Option<&ObjKey>, uid: Option<&str>) {
-        let now = Instant::now();
-        let initial = self.config.poll_initial;
-        for (k, r) in &mut self.records {
-            if key == Some(k) || uid.is_some_and(|u| u == r.facts.uid) {
-                r.delay = initial;
-                if r.retry.is_none() {
-                    r.next_at = r.next_at.min(now);
-                }
+        let by_uid = uid.and_then(|u| self.by_uid.get(u).cloned());
+        for k in key.into_iter().cloned().chain(by_uid) {
+            if self.records.get(&k).is_some_and(|r| r.retry.is_none()) {
+                self.due_now(&k);
             }
         }
     }
@@ -40,7 +37,7 @@ impl WriteBack {
     /// (`states`: each gateway's report of each IP family's identity, primary first). Failures are
     /// logged and retried at the next poll.
     pub(super) async fn reconcile_pools(
-        &mut self,
+        &self,
         key: &ObjKey,
         facts: &ServiceFacts,
         states: &BTreeMap<String, Vec<(IpFamily, Option<ServiceState>)>>,
@@ -141,18 +138,15 @@ impl WriteBack {
         }
     }
 
-    /// Deletes the PoolServices made for Service `key` (it is going, or no longer ours).
-    pub(super) async fn delete_owned_pools(&mut self, key: &ObjKey) {
+    /// Deletes the PoolServices made for the Service of UID `uid` (it is going, or no longer ours).
+    pub(super) async fn delete_owned_pools(&self, uid: &str) {
         if !self.config.pool_services {
             return;
         }
-        let Some(uid) = self.records.get(key).map(|r| r.facts.uid.clone()) else {
-            return;
-        };
         let owned: Vec<ObjKey> = self
             .pools
             .values()
-            .filter(|p| p.owner_uid.as_deref() == Some(uid.as_str()))
+            .filter(|p| p.owner_uid.as_deref() == Some(uid))
             .map(|p| p.key.clone())
             .collect();
         for pkey in owned {
@@ -161,7 +155,7 @@ impl WriteBack {
     }
 
     /// Publishes a Warning Event on a PoolService of someone else that cannot be programmed.
-    pub(super) async fn publish_on_pool(&mut self, f: &PoolServiceFacts) {
+    pub(super) async fn publish_on_pool(&self, f: &PoolServiceFacts) {
         let Some(problem) = &f.problem else {
             return;
         };
@@ -185,7 +179,7 @@ impl WriteBack {
         }
     }
 
-    pub(super) async fn delete_pool(&mut self, pkey: &ObjKey) {
+    pub(super) async fn delete_pool(&self, pkey: &ObjKey) {
         match self
             .pool_api(&pkey.namespace)
             .delete(&pkey.name, &DeleteParams::default())
@@ -204,11 +198,7 @@ impl WriteBack {
 
     /// Writes a PoolService's status (`want`, from its gateway's report of every IP family): the
     /// frontend IPs of the programmed families, and the `Ready` condition.
-    pub(super) async fn pool_status(
-        &mut self,
-        p: &PoolServiceFacts,
-        want: poolservice::PoolStatus,
-    ) {
+    pub(super) async fn pool_status(&self, p: &PoolServiceFacts, want: poolservice::PoolStatus) {
         let poolservice::PoolStatus {
             ips: want_ingress,
             ready,
@@ -218,12 +208,15 @@ impl WriteBack {
         let status = if ready { "True" } else { "False" };
         let current = p.conditions.iter().find(|c| c.type_ == poolservice::READY);
         let condition_due = current.is_none_or(|c| c.status != status || c.reason != reason);
-        let ingress_written =
-            ingress::is_written(&p.ingress, &want_ingress, self.pool_ip_mode_kept);
+        let ingress_written = ingress::is_written(
+            &p.ingress,
+            &want_ingress,
+            self.pool_ip_mode_kept.load(Ordering::Relaxed),
+        );
         if ingress_written && !condition_due {
             return;
         }
-        if self.pool_patched.get(&p.key) == Some(&p.resource_version) {
+        if self.pool_patched().get(&p.key) == Some(&p.resource_version) {
             return;
         }
         let mut conditions: Vec<Condition> = p
@@ -261,10 +254,10 @@ impl WriteBack {
                             .as_ref()
                             .and_then(|s| s.load_balancer.as_ref()),
                     );
-                    Self::note_ip_mode(&mut self.pool_ip_mode_kept, &stored, "PoolService");
+                    Self::note_ip_mode(&self.pool_ip_mode_kept, &stored, "PoolService");
                 }
                 tracing::info!(poolservice = %p.key, ready = status, ip = %want_ingress.join(","), "PoolService status written");
-                self.pool_patched
+                self.pool_patched()
                     .insert(p.key.clone(), p.resource_version.clone());
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
@@ -275,6 +268,10 @@ impl WriteBack {
                 tracing::warn!(poolservice = %p.key, error = %e, "patching a PoolService's status failed");
             }
         }
+    }
+
+    fn pool_patched(&self) -> std::sync::MutexGuard<'_, HashMap<ObjKey, String>> {
+        self.pool_patched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every gateway a Service may be in: the file's, or `[""]` (the one of `--gateway`).

@@ -3,7 +3,7 @@
 //! longer has it (`WriteBack::cleanup`). The module comment of `writeback.rs` says why and how.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use clb_proto::v1::{IpFamily, ProgrammingReason, ServiceState};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::ingress;
 use super::wanted::{Wanted, ours, truncate};
-use super::{CONDITION_TYPE, ServiceFacts, WriteBack};
+use super::{CONDITION_TYPE, Next, Record, ServiceFacts, WriteBack, WriteBackError};
 use crate::translate::ObjKey;
 
 impl WriteBack {
@@ -33,7 +33,7 @@ impl WriteBack {
     /// Publishes one Event on the Service (best effort: a failure is logged, never retried on
     /// its own; the next change of the condition publishes again).
     pub(super) async fn publish(
-        &mut self,
+        &self,
         facts: &ServiceFacts,
         type_: EventType,
         reason: &str,
@@ -63,7 +63,7 @@ impl WriteBack {
     /// differs from the last one published under the same key starts a fresh recorder: a new Event
     /// with the current message.
     pub(super) async fn publish_event(
-        &mut self,
+        &self,
         ev: &Event,
         reference: &ObjectReference,
     ) -> Result<(), kube::Error> {
@@ -78,20 +78,28 @@ impl WriteBack {
             format!("{:?}/{}", ev.type_, ev.reason),
         );
         let note = ev.note.clone().unwrap_or_default();
-        if self.event_notes.get(&key).is_some_and(|last| *last != note) {
-            self.recorder = Recorder::new(self.kube.clone(), self.reporter.clone());
-        }
-        self.event_notes.insert(key, note);
-        self.recorder.publish(ev, reference).await
+        let recorder = {
+            let mut log = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            if log.notes.get(&key).is_some_and(|last| *last != note) {
+                log.recorder = Recorder::new(self.kube.clone(), self.reporter.clone());
+            }
+            log.notes.insert(key, note);
+            log.recorder.clone()
+        };
+        recorder.publish(ev, reference).await
     }
 
     /// Follows the server's report of an inbound Service: Events when its condition changes,
     /// then one merge patch of the `status` subresource for the ingress and our condition when
     /// either differs from what the watch shows.
-    pub(super) async fn program(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let facts = self.records[key].facts.clone();
+    pub(super) async fn program(
+        &self,
+        key: &ObjKey,
+        r: &mut Record,
+    ) -> Result<Next, WriteBackError> {
+        let facts = r.facts.clone();
         if let Some(e) = &facts.selection_error
-            && self.records[key].selection_warned.as_ref() != Some(e)
+            && r.selection_warned.as_ref() != Some(e)
         {
             tracing::warn!(service = %key, "{e}");
             self.publish(
@@ -101,19 +109,15 @@ impl WriteBack {
                 e.clone(),
             )
             .await;
-            if let Some(r) = self.records.get_mut(key) {
-                r.selection_warned = Some(e.clone());
-            }
+            r.selection_warned = Some(e.clone());
         }
         if let Some(note) = &facts.ignored
-            && self.records[key].ignored_warned.as_ref() != Some(note)
+            && r.ignored_warned.as_ref() != Some(note)
         {
             tracing::warn!(service = %key, "{note}");
             self.publish(&facts, EventType::Warning, "IgnoredSettings", note.clone())
                 .await;
-            if let Some(r) = self.records.get_mut(key) {
-                r.ignored_warned = Some(note.clone());
-            }
+            r.ignored_warned = Some(note.clone());
         }
         // Every selected gateway's report of every IP family's identity: the condition follows the
         // first not programmed (else the first), the ingress lists every programmed frontend IP,
@@ -156,8 +160,7 @@ impl WriteBack {
             .or(states.first())
             .cloned()
             .flatten();
-        let record = &self.records[key];
-        let conflicts: Vec<String> = record.port_conflicts.values().cloned().collect();
+        let conflicts: Vec<String> = r.port_conflicts.values().cloned().collect();
         let refused = facts.refusal.as_ref();
         let want = match refused {
             Some(r) => Wanted::refused(r),
@@ -171,8 +174,8 @@ impl WriteBack {
         // Events: one per change of the reason (or error code), not per poll or retry. A Service
         // that already shows this condition (a restarted watcher) gets none.
         let event_key = (want.reason, want.error_code.clone());
-        let already = record.reported.as_ref() == Some(&event_key)
-            || (record.reported.is_none()
+        let already = r.reported.as_ref() == Some(&event_key)
+            || (r.reported.is_none()
                 && ours(&facts.conditions)
                     .is_some_and(|c| c.reason == want.reason && c.status == want.status));
         if !already {
@@ -180,16 +183,9 @@ impl WriteBack {
                 self.publish(&facts, type_, want.reason, want.message.clone())
                     .await;
             }
-            if let Some(r) = self.records.get_mut(key) {
-                r.reported = Some(event_key);
-            }
+            r.reported = Some(event_key);
         }
-        let due = self
-            .records
-            .get_mut(key)
-            .map(|r| std::mem::take(&mut r.conflicts_due))
-            .unwrap_or_default();
-        for m in due {
+        for m in std::mem::take(&mut r.conflicts_due) {
             self.publish(&facts, EventType::Warning, "PortNameConflict", m)
                 .await;
         }
@@ -197,24 +193,22 @@ impl WriteBack {
         // `ipMode` is compared too: an entry written without it (or by someone else) is rewritten.
         let clear_ingress = withdrawn && !facts.ingress.is_empty();
         let ingress_due = clear_ingress
-            || (!ips.is_empty() && !ingress::is_written(&facts.ingress, &ips, self.ip_mode_kept));
+            || (!ips.is_empty()
+                && !ingress::is_written(
+                    &facts.ingress,
+                    &ips,
+                    self.ip_mode_kept.load(Ordering::Relaxed),
+                ));
         let condition = want.condition(&facts);
         let condition_due = condition.is_some();
-        let settled = (matches!(want.reason, "Programmed" | "RejectedByAzure")
-            || (refused.is_some() && withdrawn))
-            && !ingress_due
-            && !condition_due;
         if !ingress_due && !condition_due {
-            return Ok(Some(if settled {
-                self.config.recheck
-            } else {
-                self.pending_delay(key)
-            }));
+            // Written as wanted: the next change of the Service or of its state makes it due.
+            return Ok(Next::Wait);
         }
         let rv = facts.resource_version.clone();
-        if self.records[key].patched_at_rv.as_deref() == Some(rv.as_str()) {
-            // Our last patch is not in the watch yet.
-            return Ok(Some(self.pending_delay(key)));
+        if r.patched_at_rv.as_deref() == Some(rv.as_str()) {
+            // Our last patch is not in the watch yet: its event makes the record due.
+            return Ok(Next::Wait);
         }
         let mut status = serde_json::Map::new();
         if clear_ingress {
@@ -244,25 +238,27 @@ impl WriteBack {
                             .as_ref()
                             .and_then(|s| s.load_balancer.as_ref()),
                     );
-                    Self::note_ip_mode(&mut self.ip_mode_kept, &stored, "Service");
+                    Self::note_ip_mode(&self.ip_mode_kept, &stored, "Service");
                     tracing::info!(service = %key, ip = %ips.join(","), "status.loadBalancer.ingress set");
                 }
                 if condition_due {
                     tracing::info!(service = %key, reason = want.reason, message = %want.message, "condition {CONDITION_TYPE} set");
                 }
-                if let Some(r) = self.records.get_mut(key) {
-                    r.patched_at_rv = Some(rv);
-                }
-                Ok(Some(self.pending_delay(key)))
+                r.patched_at_rv = Some(rv);
+                Ok(Next::Wait)
             }
-            Err(e) => self.kube_error(key, "patching the Service's status", e),
+            Err(e) => super::kube_error(key, "patching the Service's status", e),
         }
     }
 
-    pub(super) async fn cleanup(&mut self, key: &ObjKey) -> Result<Option<Duration>, ()> {
-        let r = &self.records[key];
+    pub(super) async fn cleanup(
+        &self,
+        key: &ObjKey,
+        r: &mut Record,
+    ) -> Result<Next, WriteBackError> {
         if r.patched_at_rv.as_deref() == Some(r.facts.resource_version.as_str()) {
-            return Ok(Some(self.config.poll));
+            // Our patch is not in the watch yet: its event makes the record due.
+            return Ok(Next::Wait);
         }
         let facts = r.facts.clone();
         let mut still = None;
@@ -286,23 +282,17 @@ impl WriteBack {
                 .condition
                 .as_ref()
                 .filter(|c| c.reason == ProgrammingReason::HeldBack as i32);
-            let reported = self.records.get(key).and_then(|r| r.reported.clone());
             match held {
-                Some(c) if reported.as_ref().is_none_or(|r| r.0 != "HeldBack") => {
+                Some(c) if r.reported.as_ref().is_none_or(|r| r.0 != "HeldBack") => {
                     self.publish(&facts, EventType::Normal, "HeldBack", c.message.clone())
                         .await;
-                    if let Some(r) = self.records.get_mut(key) {
-                        r.reported = Some(("HeldBack", String::new()));
-                    }
+                    r.reported = Some(("HeldBack", String::new()));
                 }
                 Some(_) => {}
-                None => {
-                    if let Some(r) = self.records.get_mut(key) {
-                        r.reported = None;
-                    }
-                }
+                None => r.reported = None,
             }
-            return Ok(Some(self.pending_delay(key)));
+            // A pushed change of its state makes it due again.
+            return Ok(Next::Wait);
         }
         let mut rv = facts.resource_version.clone();
         if !facts.deleting && !facts.ingress.is_empty() {
@@ -316,7 +306,7 @@ impl WriteBack {
                     tracing::info!(service = %key, "status.loadBalancer.ingress cleared: no longer a load balancer of ours");
                     rv = svc.metadata.resource_version.unwrap_or(rv);
                 }
-                Err(e) => return self.kube_error(key, "clearing status.loadBalancer.ingress", e),
+                Err(e) => return super::kube_error(key, "clearing status.loadBalancer.ingress", e),
             }
         }
         let remaining: Vec<String> = facts
@@ -325,13 +315,10 @@ impl WriteBack {
             .filter(|f| **f != self.config.finalizer)
             .cloned()
             .collect();
-        let r = self.patch_finalizers(key, remaining, &rv).await;
-        if let Ok(Some(_)) = &r {
+        if self.patch_finalizers(key, remaining, &rv).await? {
             tracing::info!(service = %key, uid = %facts.uid, "NRP no longer has the service; finalizer removed");
-            if let Some(rec) = self.records.get_mut(key) {
-                rec.patched_at_rv = Some(facts.resource_version);
-            }
+            r.patched_at_rv = Some(facts.resource_version);
         }
-        r
+        Ok(Next::Wait)
     }
 }

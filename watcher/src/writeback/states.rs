@@ -2,9 +2,10 @@
 //! stream per gateway the write-back follows, egresses included (`include_outbound`: the Events
 //! about brought NAT gateways, `egress.rs`) (authorized by the watcher's verb `write`; no Admin
 //! permission needed), kept in a local table that the write-back reads without a call. A change
-//! pokes the Services it concerns; a broken stream marks its gateway unknown (the write-back then
-//! waits, as it did for a failed call) and is re-opened after a short backoff, its first message a
-//! fresh snapshot.
+//! pokes the Services it concerns ([`Pushed`], through a bounded channel: a write-back that falls
+//! behind holds the stream back); a broken stream marks its gateway unknown (the write-back then
+//! waits for it) and is re-opened after a short backoff, its first message a fresh snapshot, which
+//! wakes every Service that waited.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,23 @@ struct GatewayStates {
     egresses: HashMap<String, ServiceState>,
 }
 
+/// What one message of a gateway's stream changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pushed {
+    /// The services (UIDs, or egress names) whose state changed.
+    pub(crate) ids: Vec<String>,
+    /// A snapshot (the stream was opened anew) or a change of `nrp_observed`: what a Service
+    /// waited for without a state of its own may have come.
+    pub(crate) fresh: bool,
+}
+
+/// A gateway whose stream of service states is down: nothing can be said of its services.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the stream of service states of gateway {gateway:?} is down")]
+pub(crate) struct StatesDown {
+    pub(crate) gateway: String,
+}
+
 /// The table of every followed gateway (cheap to clone: one table).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct States {
@@ -39,12 +57,12 @@ impl States {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Follows `gateways` (`""`: the server's default gateway), sending the UIDs of services
-    /// whose state changed to `changed`. The tasks end when `changed` is closed.
+    /// Follows `gateways` (`""`: the server's default gateway), sending what each message
+    /// changed to `changed`. The tasks end when `changed` is closed.
     pub(crate) fn follow(
         config: &Config,
         gateways: Vec<String>,
-        changed: mpsc::UnboundedSender<Vec<String>>,
+        changed: mpsc::Sender<Pushed>,
     ) -> Self {
         let states = Self::default();
         for g in gateways {
@@ -55,12 +73,14 @@ impl States {
     }
 
     /// The state of service `uid` in `gateway`: `Ok(None)` when the gateway does not know it,
-    /// `Err(())` while the gateway's stream is down (nothing can be said).
-    pub(crate) fn get(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, ()> {
+    /// an error while the gateway's stream is down (nothing can be said).
+    pub(crate) fn get(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, StatesDown> {
         let table = self.lock();
         match table.get(gateway) {
             Some(g) if g.live => Ok(g.services.get(uid).cloned()),
-            _ => Err(()),
+            _ => Err(StatesDown {
+                gateway: gateway.to_owned(),
+            }),
         }
     }
 
@@ -83,10 +103,11 @@ impl States {
                 .all(|g| table.get(g).is_some_and(|g| g.live && g.nrp_observed))
     }
 
-    /// Folds one message in; returns the UIDs whose state changed.
-    fn fold(&self, gateway: &str, m: ServiceStates) -> Vec<String> {
+    /// Folds one message in; returns what it changed.
+    fn fold(&self, gateway: &str, m: ServiceStates) -> Pushed {
         let mut table = self.lock();
         let g = table.entry(gateway.to_owned()).or_default();
+        let fresh = m.snapshot || !g.live || g.nrp_observed != m.nrp_observed;
         let mut changed: Vec<String> = Vec::new();
         if m.snapshot {
             let listed: std::collections::HashSet<&str> =
@@ -111,7 +132,10 @@ impl States {
             g.egresses.remove(&id);
             changed.push(id);
         }
-        changed
+        Pushed {
+            ids: changed,
+            fresh,
+        }
     }
 
     fn down(&self, gateway: &str) {
@@ -120,12 +144,7 @@ impl States {
         }
     }
 
-    async fn run(
-        self,
-        config: Config,
-        gateway: String,
-        changed: mpsc::UnboundedSender<Vec<String>>,
-    ) {
+    async fn run(self, config: Config, gateway: String, changed: mpsc::Sender<Pushed>) {
         let mut conn = Conn::new(&config.server);
         let mut backoff = ServerBackoff::new(config.backoff_initial, RECONNECT_MAX);
         let writer = crate::WATCHER_WRITER;
@@ -144,8 +163,10 @@ impl States {
                             match stream.message().await {
                                 Ok(Some(m)) => {
                                     backoff.reset();
-                                    let uids = self.fold(&gateway, m);
-                                    if !uids.is_empty() && changed.send(uids).is_err() {
+                                    let pushed = self.fold(&gateway, m);
+                                    if (pushed.fresh || !pushed.ids.is_empty())
+                                        && changed.send(pushed).await.is_err()
+                                    {
                                         return;
                                     }
                                 }
@@ -196,9 +217,12 @@ mod tests {
     #[test]
     fn a_snapshot_replaces_the_table_and_changes_and_gone_follow() {
         let states = States::default();
+        let down = Err(StatesDown {
+            gateway: String::new(),
+        });
         assert_eq!(
             states.get("", "a"),
-            Err(()),
+            down,
             "unknown before the first snapshot"
         );
         let changed = states.fold(
@@ -210,7 +234,8 @@ mod tests {
                 ..ServiceStates::default()
             },
         );
-        assert_eq!(changed, ["a", "b"]);
+        assert_eq!(changed.ids, ["a", "b"]);
+        assert!(changed.fresh, "a snapshot");
         assert!(!states.nrp_observed(&[String::new()]));
         let changed = states.fold(
             "",
@@ -221,7 +246,8 @@ mod tests {
                 ..ServiceStates::default()
             },
         );
-        assert_eq!(changed, ["a", "b"]);
+        assert_eq!(changed.ids, ["a", "b"]);
+        assert!(changed.fresh, "NRP observed now");
         assert!(states.get("", "a").unwrap().unwrap().actual);
         assert_eq!(states.get("", "b"), Ok(None));
         assert!(states.nrp_observed(&[String::new()]));
@@ -234,7 +260,7 @@ mod tests {
                 ..ServiceStates::default()
             },
         );
-        assert_eq!(changed, ["a", "c"]);
+        assert_eq!(changed.ids, ["a", "c"]);
         assert_eq!(states.get("", "a"), Ok(None));
         // Egresses are kept apart (by name), dropped by `gone` like the others.
         let egress = ServiceState {
@@ -249,7 +275,8 @@ mod tests {
                 ..ServiceStates::default()
             },
         );
-        assert_eq!(changed, ["eg"]);
+        assert_eq!(changed.ids, ["eg"]);
+        assert!(!changed.fresh, "nothing new but the egress");
         assert_eq!(states.egress("", "eg"), Some(egress));
         assert_eq!(states.get("", "eg"), Ok(None), "not an inbound service");
         let changed = states.fold(
@@ -259,10 +286,10 @@ mod tests {
                 ..ServiceStates::default()
             },
         );
-        assert_eq!(changed, ["eg"]);
+        assert_eq!(changed.ids, ["eg"]);
         assert_eq!(states.egress("", "eg"), None);
         states.down("");
-        assert_eq!(states.get("", "c"), Err(()));
+        assert_eq!(states.get("", "c"), down);
         assert!(!states.nrp_observed(&[String::new()]));
     }
 }
