@@ -111,6 +111,10 @@ pub(crate) enum WriteBackError {
         #[source]
         source: kube::Error,
     },
+    /// A call about the PoolServices of a Service failed (each failure is logged where it
+    /// happens): the Service's record retries with backoff.
+    #[error("a PoolService of {service} could not be written")]
+    PoolServices { service: ObjKey },
     /// A gateway's stream of service states is down: the Service waits for it to come back.
     #[error(transparent)]
     StatesDown(#[from] states::StatesDown),
@@ -549,9 +553,11 @@ impl WriteBack {
                     self.awaiting_states.insert(key.clone());
                     self.records.insert(key, r);
                 }
-                Err(e @ WriteBackError::Kube { .. }) => {
-                    self.config.metrics.writeback_failure(e.what());
-                    tracing::warn!(service = %key, error = %e, "write-back failed; retrying");
+                Err(e) => {
+                    if let WriteBackError::Kube { what, .. } = &e {
+                        self.config.metrics.writeback_failure(what);
+                        tracing::warn!(service = %key, error = %e, "write-back failed; retrying");
+                    }
                     let base = self.config.backoff_initial.max(self.config.poll);
                     let max = self.config.backoff_max.max(base);
                     let d = r
@@ -577,12 +583,13 @@ impl WriteBack {
             Action::Ingress => self.program(key, r).await,
             Action::Cleanup => {
                 // The PoolServices we made for it go at once (NRP's removal is the Service's).
-                self.delete_owned_pools(&r.facts.uid).await;
-                if nrp_observed {
-                    self.cleanup(key, r).await
+                let pools = self.delete_owned_pools(key, &r.facts.uid).await;
+                let next = if nrp_observed {
+                    self.cleanup(key, r).await?
                 } else {
-                    Ok(Next::Wait)
-                }
+                    Next::Wait
+                };
+                pools.map(|()| next)
             }
         }
     }
@@ -652,16 +659,6 @@ impl WriteBack {
     /// service" mean "NRP does not have it".
     fn nrp_observed(&self) -> bool {
         self.states.nrp_observed(&self.all_gateways())
-    }
-}
-
-impl WriteBackError {
-    /// What failed, for the metrics' label.
-    fn what(&self) -> &'static str {
-        match self {
-            Self::Kube { what, .. } => what,
-            Self::StatesDown(_) => "following the service states",
-        }
     }
 }
 

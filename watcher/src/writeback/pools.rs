@@ -34,17 +34,19 @@ impl WriteBack {
 
     /// Creates the PoolServices of Service `key` in its selected gateways' pools, deletes the ones
     /// of pools no longer selected, and writes the status of every PoolService of the Service
-    /// (`states`: each gateway's report of each IP family's identity, primary first). Failures are
-    /// logged and retried at the next poll.
+    /// (`states`: each gateway's report of each IP family's identity, primary first). A failed
+    /// call is logged, the others go on, and the Service's record retries with backoff
+    /// ([`WriteBackError::PoolServices`]).
     pub(super) async fn reconcile_pools(
         &self,
         key: &ObjKey,
         facts: &ServiceFacts,
         states: &BTreeMap<String, Vec<(IpFamily, Option<ServiceState>)>>,
-    ) {
+    ) -> Result<(), WriteBackError> {
         let Some(gateways) = self.config.gateways.clone() else {
-            return;
+            return Ok(());
         };
+        let mut done = true;
         let api = self.pool_api(&key.namespace);
         let mut want: BTreeMap<String, String> = BTreeMap::new();
         for g in &facts.gateways {
@@ -101,6 +103,7 @@ impl WriteBack {
                         .metrics
                         .writeback_failure("creating a PoolService");
                     tracing::warn!(poolservice = %pkey, error = %e, "creating a PoolService failed");
+                    done = false;
                 }
             }
         }
@@ -115,7 +118,7 @@ impl WriteBack {
             .map(|p| p.key.clone())
             .collect();
         for pkey in stale {
-            self.delete_pool(&pkey).await;
+            done &= self.delete_pool(&pkey).await;
         }
         // Status of every PoolService of this Service, ours and theirs.
         let mine: Vec<PoolServiceFacts> = self
@@ -134,14 +137,25 @@ impl WriteBack {
             };
             let families = states.get(&g.name).map(Vec::as_slice).unwrap_or_default();
             let want = poolservice::status_of(&g.name, families);
-            self.pool_status(&p, want).await;
+            done &= self.pool_status(&p, want).await;
+        }
+        if done {
+            Ok(())
+        } else {
+            Err(WriteBackError::PoolServices {
+                service: key.clone(),
+            })
         }
     }
 
     /// Deletes the PoolServices made for the Service of UID `uid` (it is going, or no longer ours).
-    pub(super) async fn delete_owned_pools(&self, uid: &str) {
+    pub(super) async fn delete_owned_pools(
+        &self,
+        key: &ObjKey,
+        uid: &str,
+    ) -> Result<(), WriteBackError> {
         if !self.config.pool_services {
-            return;
+            return Ok(());
         }
         let owned: Vec<ObjKey> = self
             .pools
@@ -149,8 +163,16 @@ impl WriteBack {
             .filter(|p| p.owner_uid.as_deref() == Some(uid))
             .map(|p| p.key.clone())
             .collect();
+        let mut done = true;
         for pkey in owned {
-            self.delete_pool(&pkey).await;
+            done &= self.delete_pool(&pkey).await;
+        }
+        if done {
+            Ok(())
+        } else {
+            Err(WriteBackError::PoolServices {
+                service: key.clone(),
+            })
         }
     }
 
@@ -179,26 +201,36 @@ impl WriteBack {
         }
     }
 
-    pub(super) async fn delete_pool(&self, pkey: &ObjKey) {
+    /// Deletes PoolService `pkey`; whether it is gone.
+    pub(super) async fn delete_pool(&self, pkey: &ObjKey) -> bool {
         match self
             .pool_api(&pkey.namespace)
             .delete(&pkey.name, &DeleteParams::default())
             .await
         {
-            Ok(_) => tracing::info!(poolservice = %pkey, "PoolService deleted"),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Ok(_) => {
+                tracing::info!(poolservice = %pkey, "PoolService deleted");
+                true
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
             Err(e) => {
                 self.config
                     .metrics
                     .writeback_failure("deleting a PoolService");
                 tracing::warn!(poolservice = %pkey, error = %e, "deleting a PoolService failed");
+                false
             }
         }
     }
 
     /// Writes a PoolService's status (`want`, from its gateway's report of every IP family): the
-    /// frontend IPs of the programmed families, and the `Ready` condition.
-    pub(super) async fn pool_status(&self, p: &PoolServiceFacts, want: poolservice::PoolStatus) {
+    /// frontend IPs of the programmed families, and the `Ready` condition. Whether it went through
+    /// (a conflict or a missing PoolService does: its next event brings it again).
+    pub(super) async fn pool_status(
+        &self,
+        p: &PoolServiceFacts,
+        want: poolservice::PoolStatus,
+    ) -> bool {
         let poolservice::PoolStatus {
             ips: want_ingress,
             ready,
@@ -214,10 +246,10 @@ impl WriteBack {
             self.pool_ip_mode_kept.load(Ordering::Relaxed),
         );
         if ingress_written && !condition_due {
-            return;
+            return true;
         }
         if self.pool_patched().get(&p.key) == Some(&p.resource_version) {
-            return;
+            return true;
         }
         let mut conditions: Vec<Condition> = p
             .conditions
@@ -259,13 +291,15 @@ impl WriteBack {
                 tracing::info!(poolservice = %p.key, ready = status, ip = %want_ingress.join(","), "PoolService status written");
                 self.pool_patched()
                     .insert(p.key.clone(), p.resource_version.clone());
+                true
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => true,
             Err(e) => {
                 self.config
                     .metrics
                     .writeback_failure("patching a PoolService's status");
                 tracing::warn!(poolservice = %p.key, error = %e, "patching a PoolService's status failed");
+                false
             }
         }
     }

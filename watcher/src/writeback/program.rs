@@ -141,9 +141,11 @@ impl WriteBack {
                 states.push(st);
             }
         }
-        if self.config.pool_services {
-            self.reconcile_pools(key, &facts, &by_gateway).await;
-        }
+        let pools = if self.config.pool_services {
+            self.reconcile_pools(key, &facts, &by_gateway).await
+        } else {
+            Ok(())
+        };
         let ips = ingress::ordered(
             states
                 .iter()
@@ -203,12 +205,12 @@ impl WriteBack {
         let condition_due = condition.is_some();
         if !ingress_due && !condition_due {
             // Written as wanted: the next change of the Service or of its state makes it due.
-            return Ok(Next::Wait);
+            return pools.map(|()| Next::Wait);
         }
         let rv = facts.resource_version.clone();
         if r.patched_at_rv.as_deref() == Some(rv.as_str()) {
             // Our last patch is not in the watch yet: its event makes the record due.
-            return Ok(Next::Wait);
+            return pools.map(|()| Next::Wait);
         }
         let mut status = serde_json::Map::new();
         if clear_ingress {
@@ -245,7 +247,7 @@ impl WriteBack {
                     tracing::info!(service = %key, reason = want.reason, message = %want.message, "condition {CONDITION_TYPE} set");
                 }
                 r.patched_at_rv = Some(rv);
-                Ok(Next::Wait)
+                pools.map(|()| Next::Wait)
             }
             Err(e) => super::kube_error(key, "patching the Service's status", e),
         }
