@@ -279,7 +279,7 @@ impl Gate {
     /// Tells every lane's translator whether the pod at `ip` is eligible.
     fn feed(&self, ip: IpAddr, eligible: bool) {
         for lane in &self.lanes {
-            lane.change(None, |t| t.set_gate_ready(ip, eligible));
+            lane.feed(|t| t.set_gate_ready(ip, eligible));
         }
     }
 

@@ -137,7 +137,7 @@ pub(crate) async fn run(
     let metrics = config.metrics.clone();
     let tconfig = config.translator_config();
     for lane in &lanes {
-        lane.change(None, |t| {
+        lane.feed(|t| {
             t.set_warn_unlocated(false);
             Vec::new()
         });

@@ -168,6 +168,18 @@ impl Lane {
         changed
     }
 
+    /// Changes the translator with `f` outside a watch event (the readiness gate, a node move)
+    /// and queues the deltas it returns; wakes the sender. Port-name conflicts stay in the
+    /// translator: the kube side reports them with its next event.
+    pub(crate) fn feed(&self, f: impl FnOnce(&mut Translator) -> Vec<Update>) {
+        let mut s = self.lock();
+        let deltas = f(&mut s.translator);
+        s.push(deltas);
+        s.settle();
+        drop(s);
+        self.notify.notify_one();
+    }
+
     /// Stream `kind` starts a list at event `seq`.
     pub(crate) fn begin_relist(&self, seq: u64, kind: Kind) {
         let mut s = self.lock();

@@ -66,7 +66,7 @@ impl Moves {
             return;
         };
         let ips: Vec<IpAddr> = NodeIps::of(&ObjKey::cluster(name), node).all().collect();
-        old_lane.change(None, |t| t.hold_node(name, true));
+        old_lane.feed(|t| t.hold_node(name, true));
         // The new gateway's topology gains the node: its next resync declares it (node agents'
         // writes at the node's IPs are checked against it).
         new_lane.resync_soon();
@@ -88,7 +88,7 @@ impl Moves {
                 tracing::warn!(node = %name, from = %old, to = %new, ?bound, "the new gateway has not programmed the moved node in time; releasing it from the old one anyway");
             }
             let mut n = 0;
-            old_lane.change(None, |t| {
+            old_lane.feed(|t| {
                 let d = t.hold_node(&name, false);
                 n = d.len();
                 d

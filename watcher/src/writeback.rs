@@ -109,7 +109,7 @@ pub(crate) enum WriteBackError {
         what: &'static str,
         object: ObjKey,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A call about the PoolServices of a Service failed (each failure is logged where it
     /// happens): the Service's record retries with backoff.
@@ -678,7 +678,7 @@ fn kube_error(key: &ObjKey, what: &'static str, e: kube::Error) -> Result<Next, 
         _ => Err(WriteBackError::Kube {
             what,
             object: key.clone(),
-            source: e,
+            source: Box::new(e),
         }),
     }
 }
