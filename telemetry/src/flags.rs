@@ -44,10 +44,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         if number.is_empty() {
             return Err(format!("{s:?} is not a duration: write {ACCEPTED}"));
         }
+        if unit.is_empty() && number == t {
+            return Err(format!("{s:?} has no unit: write {ACCEPTED}"));
+        }
         if unit.is_empty() {
-            return Err(format!(
-                "{s:?}: the number {number} has no unit: write {ACCEPTED}"
-            ));
+            return Err(format!("{s:?}: {number} has no unit: write {ACCEPTED}"));
         }
         let Some(&(_, unit_nanos)) = UNITS.iter().find(|(u, _)| *u == unit) else {
             return Err(format!(
@@ -119,10 +120,15 @@ mod tests {
     fn a_number_without_a_unit_is_refused_with_the_units() {
         assert_eq!(
             parse_duration("30000").unwrap_err(),
-            "\"30000\": the number 30000 has no unit: write a number with one of the units us, \
-             ms, s, m, h (e.g. 30s, 500ms, 2m, 1h 30m)"
+            "\"30000\" has no unit: write a number with one of the units us, ms, s, m, h (e.g. \
+             30s, 500ms, 2m, 1h 30m)"
         );
-        for bare in ["5", "1.5", " 30 ", "1h 30", "0.0"] {
+        assert_eq!(
+            parse_duration("1h 30").unwrap_err(),
+            "\"1h 30\": 30 has no unit: write a number with one of the units us, ms, s, m, h \
+             (e.g. 30s, 500ms, 2m, 1h 30m)"
+        );
+        for bare in ["5", "1.5", " 30 ", "0.0"] {
             let e = parse_duration(bare).unwrap_err();
             assert!(
                 e.contains("has no unit") && e.contains("us, ms, s, m, h"),
