@@ -2,7 +2,7 @@
 //! (certificates from `tests/support/pki.rs`, shared with the state server's TLS tests: a CA, a
 //! server certificate for `localhost` and 127.0.0.1, a client certificate): the typed client (with
 //! the CA, without it, by IP address with a domain override), mutual TLS (no certificate refused,
-//! the signed one accepted, also through the watcher's `--tls-*` flags), `clbctl --ca-cert`, and a
+//! the signed one accepted, also through the watcher's `--tls-*` flags), `clbctl --tls-ca`, and a
 //! sync worker that gets its work over mutual TLS and executes it against the NRP emulator. Nothing
 //! reaches the network; waits are bounded only to fail a hung test.
 
@@ -222,7 +222,7 @@ async fn mutual_tls_refuses_a_client_without_a_certificate_and_admits_the_signed
 }
 
 #[tokio::test]
-async fn clbctl_reads_status_over_tls_with_its_ca_cert_flag() {
+async fn clbctl_reads_status_over_tls_with_its_tls_ca_flag() {
     init();
     let pki = Pki::new("clbctl");
     let server = TlsServer::start(&pki.server_files(false)).await;
@@ -231,7 +231,7 @@ async fn clbctl_reads_status_over_tls_with_its_ca_cert_flag() {
             .args(args)
             .env_remove("CLB_SERVER")
             .env_remove("CLB_GATEWAY")
-            .env_remove("CLB_CA_CERT")
+            .env_remove("CLB_TLS_CA")
             .stdin(std::process::Stdio::null())
             .output()
             .await
@@ -245,7 +245,7 @@ async fn clbctl_reads_status_over_tls_with_its_ca_cert_flag() {
             "1".into(),
         ];
         if ca {
-            a.extend(["--ca-cert".to_owned(), pki.path_str("ca.pem")]);
+            a.extend(["--tls-ca".to_owned(), pki.path_str("ca.pem")]);
         }
         a.extend(["status".to_owned(), "-o".into(), "json".into()]);
         a

@@ -27,20 +27,12 @@ pub struct Args {
     /// JSON configuration file (EmulatorConfig, snake_case fields); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Latency per call (e.g. 20ms; whole milliseconds). Replaces --latency-ms, deprecated, which
-    /// still takes milliseconds.
+    /// Latency per call (e.g. 20ms; whole milliseconds).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub latency: Option<Duration>,
-    /// Deprecated: --latency in milliseconds.
-    #[arg(long, hide = true, conflicts_with = "latency")]
-    pub latency_ms: Option<u64>,
-    /// Latency per address carried (e.g. 50us; whole microseconds). Replaces
-    /// --latency-per-address-us, deprecated, which still takes microseconds.
+    /// Latency per address carried (e.g. 50us; whole microseconds).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub latency_per_address: Option<Duration>,
-    /// Deprecated: --latency-per-address in microseconds.
-    #[arg(long, hide = true, conflicts_with = "latency_per_address")]
-    pub latency_per_address_us: Option<u64>,
     /// Maximum concurrent mutating calls per gateway (beyond: 429 with Retry-After).
     #[arg(long)]
     pub max_concurrent_mutations: Option<usize>,
@@ -108,17 +100,11 @@ impl Args {
             None => EmulatorConfig::default(),
         };
         let whole = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
-        if let Some(v) = self
-            .latency_ms
-            .or(self.latency.map(|d| whole(d.as_millis())))
-        {
-            c.latency_ms = v;
+        if let Some(d) = self.latency {
+            c.latency_ms = whole(d.as_millis());
         }
-        if let Some(v) = self
-            .latency_per_address_us
-            .or(self.latency_per_address.map(|d| whole(d.as_micros())))
-        {
-            c.latency_per_address_us = v;
+        if let Some(d) = self.latency_per_address {
+            c.latency_per_address_us = whole(d.as_micros());
         }
         if let Some(v) = self.max_concurrent_mutations {
             c.max_concurrent_mutations = Some(v);
@@ -194,7 +180,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn latencies_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+    fn latencies_need_a_unit() {
         let config = |argv: &[&str]| {
             let c =
                 Args::try_parse_from(std::iter::once("nrp-emulator").chain(argv.iter().copied()))
@@ -209,15 +195,8 @@ mod tests {
             (20, 50)
         );
         assert_eq!(config(&["--latency=1s"]), (1000, 0));
-        assert_eq!(
-            config(&["--latency-ms=20", "--latency-per-address-us=50"]),
-            (20, 50)
-        );
-        let both = Args::try_parse_from(["nrp-emulator", "--latency=1ms", "--latency-ms=1"]);
-        assert_eq!(
-            both.unwrap_err().kind(),
-            clap::error::ErrorKind::ArgumentConflict
-        );
+        let err = Args::try_parse_from(["nrp-emulator", "--latency=20"]).unwrap_err();
+        assert!(err.to_string().contains("\"20\" has no unit"), "{err}");
     }
 
     #[test]
@@ -251,17 +230,8 @@ mod tests {
         assert_eq!(parse_rate("0.5"), Ok(0.5));
         assert_eq!(parse_rate("1/100ms"), Ok(10.0));
         assert_eq!(parse_rate("1000/5m"), Ok(1000.0 / 300.0));
-        for bad in ["", "fast", "0", "-1", "10/0s", "10/parsec", "NaN"] {
+        for bad in ["", "fast", "0", "-1", "10/0s", "10/parsec", "1000/5", "NaN"] {
             assert!(parse_rate(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn latency_and_its_deprecated_flag_conflict() {
-        let both = Args::try_parse_from(["nrp-emulator", "--latency=1ms", "--latency-ms=1"]);
-        assert_eq!(
-            both.unwrap_err().kind(),
-            clap::error::ErrorKind::ArgumentConflict
-        );
     }
 }

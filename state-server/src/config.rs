@@ -73,27 +73,13 @@ pub struct Args {
     /// cluster watcher resynced, removals at a node's locations wait at most this long for the
     /// resync of the node's pod writer (a node agent that never comes back), and removals wait at
     /// most this long for each --expected-writers entry. The watcher itself is waited for without
-    /// bound. Replaces --resync-wait-s (CLB_RESYNC_WAIT_S), deprecated, which still takes seconds.
+    /// bound.
     #[arg(long, env = "CLB_RESYNC_WAIT", default_value = "3m", value_name = "DURATION", value_parser = parse_duration)]
     pub resync_wait: Duration,
 
-    /// Deprecated: --resync-wait in seconds.
-    #[arg(
-        long,
-        env = "CLB_RESYNC_WAIT_S",
-        hide = true,
-        conflicts_with = "resync_wait"
-    )]
-    pub resync_wait_s: Option<u64>,
-
-    /// Lease of a work unit (e.g. 30s, 1500ms). Replaces --lease-ms (CLB_LEASE_MS), deprecated,
-    /// which still takes milliseconds.
+    /// Lease of a work unit (e.g. 30s, 1500ms).
     #[arg(long, env = "CLB_LEASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub lease: Duration,
-
-    /// Deprecated: --lease in milliseconds.
-    #[arg(long, env = "CLB_LEASE_MS", hide = true, conflicts_with = "lease")]
-    pub lease_ms: Option<u64>,
 
     /// Most locations in one work unit (Azure bounds neither; --max-addresses-per-unit binds).
     #[arg(long, env = "CLB_MAX_LOCATIONS_PER_UNIT", default_value_t = 1_000)]
@@ -159,33 +145,13 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
-    /// First retry delay of a failed unit (doubles per attempt, with jitter). Replaces
-    /// --retry-base-ms (CLB_RETRY_BASE_MS), deprecated, which still takes milliseconds.
+    /// First retry delay of a failed unit (doubles per attempt, with jitter).
     #[arg(long, env = "CLB_RETRY_BASE", default_value = "200ms", value_name = "DURATION", value_parser = parse_duration)]
     pub retry_base: Duration,
 
-    /// Deprecated: --retry-base in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_RETRY_BASE_MS",
-        hide = true,
-        conflicts_with = "retry_base"
-    )]
-    pub retry_base_ms: Option<u64>,
-
-    /// Longest retry delay. Replaces --retry-max-ms (CLB_RETRY_MAX_MS), deprecated, which still
-    /// takes milliseconds.
+    /// Longest retry delay.
     #[arg(long, env = "CLB_RETRY_MAX", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub retry_max: Duration,
-
-    /// Deprecated: --retry-max in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_RETRY_MAX_MS",
-        hide = true,
-        conflicts_with = "retry_max"
-    )]
-    pub retry_max_ms: Option<u64>,
 
     /// First delay before work NRP refused as invalid is sent again (doubles per refusal of the
     /// same work, with jitter; starts over when its desired state or NRP's state of it changes).
@@ -197,20 +163,9 @@ pub struct Args {
     #[arg(long, env = "CLB_REFUSAL_MAX", default_value = "15m", value_name = "DURATION", value_parser = parse_duration)]
     pub refusal_max: Duration,
 
-    /// How often NRP's actual state is read back to repair drift. Replaces
-    /// --anti-entropy-interval-s (CLB_ANTI_ENTROPY_INTERVAL_S), deprecated, which still takes
-    /// seconds.
+    /// How often NRP's actual state is read back to repair drift.
     #[arg(long, env = "CLB_ANTI_ENTROPY_INTERVAL", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub anti_entropy_interval: Duration,
-
-    /// Deprecated: --anti-entropy-interval in seconds.
-    #[arg(
-        long,
-        env = "CLB_ANTI_ENTROPY_INTERVAL_S",
-        hide = true,
-        conflicts_with = "anti_entropy_interval"
-    )]
-    pub anti_entropy_interval_s: Option<u64>,
 
     /// Run as one of several replicas, active/standby: only the holder of the Lease
     /// --leader-elect-resource-namespace/--leader-elect-resource-name leads (serves Writer, Worker
@@ -303,7 +258,8 @@ pub struct Args {
     pub auth_cache_size: usize,
 }
 
-/// Parses a duration flag: a humantime string (`15s`, `1500ms`, `2m`, `1h 30m`) or plain seconds.
+/// Parses a duration flag: a number with a unit (`15s`, `1500ms`, `2m`, `1h 30m`); a bare number
+/// is refused.
 pub use clb_telemetry::flags::parse_duration;
 
 /// A flag value that parses but makes no sense.
@@ -461,35 +417,6 @@ impl Args {
         Ok(())
     }
 
-    /// `--resync-wait`, or the deprecated `--resync-wait-s`.
-    pub fn resync_wait(&self) -> Duration {
-        self.resync_wait_s
-            .map_or(self.resync_wait, Duration::from_secs)
-    }
-
-    /// `--lease`, or the deprecated `--lease-ms`.
-    pub fn lease(&self) -> Duration {
-        self.lease_ms.map_or(self.lease, Duration::from_millis)
-    }
-
-    /// `--retry-base`, or the deprecated `--retry-base-ms`.
-    pub fn retry_base(&self) -> Duration {
-        self.retry_base_ms
-            .map_or(self.retry_base, Duration::from_millis)
-    }
-
-    /// `--retry-max`, or the deprecated `--retry-max-ms`.
-    pub fn retry_max(&self) -> Duration {
-        self.retry_max_ms
-            .map_or(self.retry_max, Duration::from_millis)
-    }
-
-    /// `--anti-entropy-interval`, or the deprecated `--anti-entropy-interval-s`.
-    pub fn anti_entropy_interval(&self) -> Duration {
-        self.anti_entropy_interval_s
-            .map_or(self.anti_entropy_interval, Duration::from_secs)
-    }
-
     /// Checks what clap cannot: minimums, orderings, names.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let usize_flags = [
@@ -499,13 +426,13 @@ impl Args {
             ("max-items-per-batch", self.max_items_per_batch),
         ];
         let ms = Duration::from_millis(1);
-        at_least_duration("lease", self.lease(), ms)?;
+        at_least_duration("lease", self.lease, ms)?;
         for (flag, v) in usize_flags {
             at_least(flag, v as u64, 1)?;
         }
         // Room for at least a small batch plus gRPC framing.
         at_least("max-message-bytes", self.max_message_bytes as u64, 1024)?;
-        let (base, max) = (self.retry_base(), self.retry_max());
+        let (base, max) = (self.retry_base, self.retry_max);
         at_least_duration("retry-base", base, ms)?;
         at_least_duration("retry-max", max, ms)?;
         if base > max {
@@ -513,7 +440,7 @@ impl Args {
         }
         at_least_duration(
             "anti-entropy-interval",
-            self.anti_entropy_interval(),
+            self.anti_entropy_interval,
             Duration::from_secs(1),
         )?;
         if self.gateways.is_empty() {
@@ -644,19 +571,19 @@ impl Args {
                 .iter()
                 .map(|w| w.trim().to_owned())
                 .collect(),
-            resync_wait: self.resync_wait(),
+            resync_wait: self.resync_wait,
             max_items_per_batch: self.max_items_per_batch,
             max_message_bytes: self.max_message_bytes,
             dispatch: DispatchConfig {
-                lease: self.lease(),
+                lease: self.lease,
                 max_locations_per_unit: self.max_locations_per_unit,
                 max_addresses_per_unit: self.max_addresses_per_unit,
                 max_services_per_unit: self.max_services_per_unit,
-                retry_base: self.retry_base(),
-                retry_max: self.retry_max(),
+                retry_base: self.retry_base,
+                retry_max: self.retry_max,
                 refusal_base: self.refusal_base,
                 refusal_max: self.refusal_max.max(self.refusal_base),
-                anti_entropy_interval: self.anti_entropy_interval(),
+                anti_entropy_interval: self.anti_entropy_interval,
                 max_mutating_units_in_flight: self.max_mutating_units_in_flight,
                 write_pace: self.write_pace.0,
                 write_reserve: self.write_reserve,

@@ -104,38 +104,21 @@ fn a_headway_is_off_or_at_least_one() {
 }
 
 #[test]
-fn the_deprecated_flags_take_their_old_units_and_exclude_the_new_ones() {
-    let a = parse(&[
-        "--lease-ms=1500",
-        "--retry-base-ms=10",
-        "--retry-max-ms=20",
-        "--anti-entropy-interval-s=7",
-        "--resync-wait-s=90",
-    ]);
-    let c = a.to_server_config();
-    assert_eq!(c.dispatch.lease, Duration::from_millis(1500));
-    assert_eq!(c.dispatch.retry_base, Duration::from_millis(10));
-    assert_eq!(c.dispatch.retry_max, Duration::from_millis(20));
-    assert_eq!(c.dispatch.anti_entropy_interval, Duration::from_secs(7));
-    assert_eq!(c.resync_wait, Duration::from_secs(90));
-    for (old, new) in [
-        ("--lease-ms=1", "--lease=1s"),
-        ("--retry-base-ms=1", "--retry-base=1s"),
-        ("--retry-max-ms=1", "--retry-max=1s"),
-        ("--anti-entropy-interval-s=1", "--anti-entropy-interval=1s"),
-        ("--resync-wait-s=1", "--resync-wait=1s"),
-    ] {
-        let err = Args::try_parse_from(["clb-state-server", old, new]).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            clap::error::ErrorKind::ArgumentConflict,
-            "{old} {new}"
+fn a_duration_without_a_unit_is_refused() {
+    for flag in ["--lease=30000", "--retry-base=200", "--resync-wait=180"] {
+        let err = Args::try_parse_from(["clb-state-server", flag])
+            .unwrap_err()
+            .to_string();
+        let value = flag.split_once('=').unwrap().1;
+        assert!(
+            err.contains(&format!("\"{value}\" has no unit"))
+                && err.contains("us, ms, s, m, h (e.g. 30s, 500ms"),
+            "{flag}: {err}"
         );
     }
-    // Hidden from the help, which names them as deprecated.
-    let help = Args::command().render_long_help().to_string();
-    assert!(!help.contains("--lease-ms <"), "{help}");
-    assert!(help.contains("Replaces --lease-ms"), "{help}");
+    // No flag of the old names (`--lease-ms`) is left.
+    let err = Args::try_parse_from(["clb-state-server", "--lease-ms=1500"]).unwrap_err();
+    assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
 }
 
 #[test]
@@ -159,7 +142,6 @@ fn every_flag_has_a_clb_env_fallback() {
 fn malformed_values_are_rejected_by_clap() {
     let bad = [
         &["--listen=nowhere"][..],
-        &["--lease-ms=-1"],
         &["--lease=-1s"],
         &["--lease=soon"],
         &["--max-locations-per-unit=many"],
@@ -172,9 +154,9 @@ fn malformed_values_are_rejected_by_clap() {
 
 #[test]
 fn validation_errors_are_precise() {
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 12] = [
         (&["--lease=0s"], "--lease must be at least 1ms, got 0s"),
-        (&["--lease-ms=0"], "--lease must be at least 1ms, got 0s"),
+        (&["--lease=0"], "--lease must be at least 1ms, got 0s"),
         (
             &["--max-locations-per-unit=0"],
             "--max-locations-per-unit must be at least 1, got 0",
@@ -200,15 +182,11 @@ fn validation_errors_are_precise() {
             "--retry-base (50ms) must not exceed --retry-max (10ms)",
         ),
         (
-            &["--retry-base-ms=50", "--retry-max-ms=10"],
-            "--retry-base (50ms) must not exceed --retry-max (10ms)",
-        ),
-        (
             &["--anti-entropy-interval=500ms"],
             "--anti-entropy-interval must be at least 1s, got 500ms",
         ),
         (
-            &["--anti-entropy-interval-s=0"],
+            &["--anti-entropy-interval=0s"],
             "--anti-entropy-interval must be at least 1s, got 0s",
         ),
         (&["--gateways=a,,b"], "--gateways contains an empty name"),
@@ -285,7 +263,7 @@ fn leader_election_flags_use_kubernetes_names_and_defaults() {
         "--leader-elect",
         "--leader-elect-lease-duration=4s",
         "--leader-elect-renew-deadline=2500ms",
-        "--leader-elect-retry-period=0.5",
+        "--leader-elect-retry-period=0.5s",
         "--leader-elect-resource-name=l",
         "--leader-elect-resource-namespace=clb-system",
         "--server-id=pod-a",

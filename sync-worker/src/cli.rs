@@ -147,43 +147,16 @@ pub struct Args {
     /// Upper bound of concurrent mutating NRP calls per gateway.
     #[arg(long, env = "CLB_MAX_CONCURRENT_MUTATIONS", default_value_t = Limits::default().max_concurrent_mutations_per_gateway)]
     pub max_concurrent_mutations: usize,
-    /// First reconnection delay (e.g. 200ms). Replaces --backoff-initial-ms
-    /// (CLB_BACKOFF_INITIAL_MS), deprecated, which still takes milliseconds.
+    /// First reconnection delay (e.g. 200ms).
     #[arg(long, env = "CLB_BACKOFF_INITIAL", default_value = "200ms", value_name = "DURATION", value_parser = parse_duration)]
     pub backoff_initial: Duration,
-    /// Deprecated: --backoff-initial in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_BACKOFF_INITIAL_MS",
-        hide = true,
-        conflicts_with = "backoff_initial"
-    )]
-    pub backoff_initial_ms: Option<u64>,
     /// Cap of the reconnection delay (e.g. 10s). A session the server refused at once (no
     /// connection, or a standby's UNAVAILABLE during a fail-over) waits at most 2 s instead.
-    /// Replaces --backoff-max-ms (CLB_BACKOFF_MAX_MS), deprecated, which still takes milliseconds.
     #[arg(long, env = "CLB_BACKOFF_MAX", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub backoff_max: Duration,
-    /// Deprecated: --backoff-max in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_BACKOFF_MAX_MS",
-        hide = true,
-        conflicts_with = "backoff_max"
-    )]
-    pub backoff_max_ms: Option<u64>,
-    /// Time in-flight units get to finish at shutdown (e.g. 10s). Replaces --shutdown-grace-ms
-    /// (CLB_SHUTDOWN_GRACE_MS), deprecated, which still takes milliseconds.
+    /// Time in-flight units get to finish at shutdown (e.g. 10s).
     #[arg(long, env = "CLB_SHUTDOWN_GRACE", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
-    /// Deprecated: --shutdown-grace in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_SHUTDOWN_GRACE_MS",
-        hide = true,
-        conflicts_with = "shutdown_grace"
-    )]
-    pub shutdown_grace_ms: Option<u64>,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz (ready while connected
     /// to the leading state server), e.g. 0.0.0.0:9090. Off when not given.
     #[arg(long, env = "CLB_METRICS_LISTEN", value_name = "ADDR")]
@@ -304,16 +277,10 @@ impl Args {
             max_concurrent_mutations_per_gateway: self.max_concurrent_mutations,
         };
         c.backoff = Backoff {
-            initial: self
-                .backoff_initial_ms
-                .map_or(self.backoff_initial, Duration::from_millis),
-            max: self
-                .backoff_max_ms
-                .map_or(self.backoff_max, Duration::from_millis),
+            initial: self.backoff_initial,
+            max: self.backoff_max,
         };
-        c.shutdown_grace = self
-            .shutdown_grace_ms
-            .map_or(self.shutdown_grace, Duration::from_millis);
+        c.shutdown_grace = self.shutdown_grace;
         c.gateway_region = self.gateway_region.clone();
         c.virtual_network_id = self.virtual_network_id.clone();
         c.nat_gateway_resource_group = self.nat_gateway_resource_group.clone();
@@ -519,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn durations_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+    fn durations_need_a_unit() {
         let c = parse(&[]).worker_config().unwrap();
         assert_eq!(c.backoff, Backoff::default());
         assert_eq!(c.shutdown_grace, Duration::from_secs(10));
@@ -538,26 +505,9 @@ mod tests {
                 Duration::from_secs(60)
             )
         );
-        let c = parse(&[
-            "--backoff-initial-ms=50",
-            "--backoff-max-ms=3000",
-            "--shutdown-grace-ms=60000",
-        ])
-        .worker_config()
-        .unwrap();
-        assert_eq!(
-            (c.backoff.initial, c.backoff.max, c.shutdown_grace),
-            (
-                Duration::from_millis(50),
-                Duration::from_secs(3),
-                Duration::from_secs(60)
-            )
-        );
         let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
-        let both = ["--shutdown-grace=1s", "--shutdown-grace-ms=1000"];
-        let err = Args::try_parse_from(base.iter().chain(&both)).unwrap_err();
-        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
-        assert!(Args::try_parse_from(base.iter().chain(&["--backoff-max=soon"])).is_err());
+        let err = Args::try_parse_from(base.iter().chain(&["--shutdown-grace=10000"])).unwrap_err();
+        assert!(err.to_string().contains("\"10000\" has no unit"), "{err}");
     }
 
     #[test]

@@ -207,11 +207,10 @@ fn render() -> String {
          checked by `cargo test`, so it matches the code it is shipped with). A flag with an \
          environment variable can be set either way; the flag wins. Boolean flags shown with a \
          value (`--pods <PODS>`) take `true` or `false` (`--pods=false`); the others are \
-         switches. A `<DURATION>` is written as humantime writes it: `200ms`, `30s`, `3m`, \
-         `1h 30m`, `50us` (a bare number is seconds). The flags that took a number in the unit \
-         their name ended with (`--lease-ms=30000`, `--resync-wait-s=180`) are deprecated but still \
-         accepted, in that unit, with their `CLB_*` variables; each excludes its new name \
-         (`--lease=30s`), whose help names it. `<binary> --help` prints the same text.\n\n",
+         switches. A `<DURATION>` is a number with a unit, `us`, `ms`, `s`, `m` or `h`, or \
+         several (`50us`, `200ms`, `0.5s`, `30s`, `3m`, `1h 30m`); a number without a unit is \
+         refused (`--lease=30000` could be seconds or milliseconds), `0` alone excepted. \
+         `<binary> --help` prints the same text.\n\n",
     );
     out.push_str("| Binary | Runs as |\n|---|---|\n");
     for (bin, what, _) in binaries() {

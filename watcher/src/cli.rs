@@ -29,18 +29,9 @@ pub struct Args {
     #[arg(long, env = "CLB_GATEWAYS_FILE", value_name = "FILE")]
     pub gateways_file: Option<std::path::PathBuf>,
     /// With `--gateways-file`: a node moved to another gateway leaves the old one once the new one
-    /// has programmed its addresses, or after this long. Replaces `--node-move-bound-ms`
-    /// (`CLB_NODE_MOVE_BOUND_MS`), deprecated, which still takes milliseconds.
+    /// has programmed its addresses, or after this long.
     #[arg(long, env = "CLB_NODE_MOVE_BOUND", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub node_move_bound: Duration,
-    /// Deprecated: `--node-move-bound` in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_NODE_MOVE_BOUND_MS",
-        hide = true,
-        conflicts_with = "node_move_bound"
-    )]
-    pub node_move_bound_ms: Option<u64>,
     /// With `--gateways-file` (cluster mode, write-back on): create one OpenYurt PoolService
     /// (`network.openyurt.io/v1alpha1`) per Service and selected pool, program PoolServices of our
     /// class that others created at their pool's gateway, and write every one's status. Needs the
@@ -78,38 +69,16 @@ pub struct Args {
     /// The finalizer put on the Services programmed.
     #[arg(long, env = "CLB_FINALIZER", default_value = FINALIZER)]
     pub finalizer: String,
-    /// How long updates are collected before one batch is sent. Replaces `--coalesce-ms`
-    /// (`CLB_COALESCE_MS`), deprecated, which still takes milliseconds.
+    /// How long updates are collected before one batch is sent.
     #[arg(long, env = "CLB_COALESCE", default_value = "50ms", value_name = "DURATION", value_parser = parse_duration)]
     pub coalesce: Duration,
-    /// Deprecated: `--coalesce` in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_COALESCE_MS",
-        hide = true,
-        conflicts_with = "coalesce"
-    )]
-    pub coalesce_ms: Option<u64>,
     /// How often the write-back polls the state server while something is pending for a Service.
-    /// Replaces `--poll-ms` (`CLB_POLL_MS`), deprecated, which still takes milliseconds.
     #[arg(long, env = "CLB_POLL", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub poll: Duration,
-    /// Deprecated: `--poll` in milliseconds.
-    #[arg(long, env = "CLB_POLL_MS", hide = true, conflicts_with = "poll")]
-    pub poll_ms: Option<u64>,
     /// Largest delay before a failed watch is re-opened: a change made as the API server comes
-    /// back after an outage is seen within about this long. Replaces `--watch-backoff-max-ms`
-    /// (`CLB_WATCH_BACKOFF_MAX_MS`), deprecated, which still takes milliseconds.
+    /// back after an outage is seen within about this long.
     #[arg(long, env = "CLB_WATCH_BACKOFF_MAX", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub watch_backoff_max: Duration,
-    /// Deprecated: `--watch-backoff-max` in milliseconds.
-    #[arg(
-        long,
-        env = "CLB_WATCH_BACKOFF_MAX_MS",
-        hide = true,
-        conflicts_with = "watch_backoff_max"
-    )]
-    pub watch_backoff_max_ms: Option<u64>,
     /// PEM file of the CA that signs the state server's certificate.
     #[arg(long, env = "CLB_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
@@ -176,9 +145,7 @@ impl Args {
         };
         let mut c = WatcherConfig::new(server, mode);
         c.gateways = gateways;
-        c.move_bound = self
-            .node_move_bound_ms
-            .map_or(self.node_move_bound, Duration::from_millis);
+        c.move_bound = self.node_move_bound;
         if self.pool_services && c.gateways.is_none() {
             anyhow::bail!(
                 "--pool-services = true needs --gateways-file: PoolServices name node pools"
@@ -192,17 +159,9 @@ impl Args {
         c.write_back = self.write_back;
         c.finalizer = self.finalizer.clone();
         let ms = Duration::from_millis(1);
-        c.coalesce = self
-            .coalesce_ms
-            .map_or(self.coalesce, Duration::from_millis);
-        c.poll_interval = self
-            .poll_ms
-            .map_or(self.poll, Duration::from_millis)
-            .max(ms);
-        c.watch_backoff_max = self
-            .watch_backoff_max_ms
-            .map_or(self.watch_backoff_max, Duration::from_millis)
-            .max(ms);
+        c.coalesce = self.coalesce;
+        c.poll_interval = self.poll.max(ms);
+        c.watch_backoff_max = self.watch_backoff_max.max(ms);
         Ok(c)
     }
 }
@@ -319,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn durations_are_humantime_and_the_deprecated_flags_keep_their_unit() {
+    fn durations_need_a_unit() {
         let config = |argv: &[&str]| Args::try_parse_from(argv).unwrap().config().unwrap();
         let c = config(&["clb-watcher"]);
         let d = |ms| Duration::from_millis(ms);
@@ -339,7 +298,7 @@ mod tests {
             "--coalesce=20ms",
             "--poll=2s",
             "--watch-backoff-max=500ms",
-            "--readiness-gate-timeout=90",
+            "--readiness-gate-timeout=90s",
         ]);
         assert_eq!(
             (
@@ -351,25 +310,8 @@ mod tests {
             (d(60_000), d(20), d(2_000), d(500))
         );
         assert_eq!(c.readiness_gate_timeout, Duration::from_secs(90));
-        let c = config(&[
-            "clb-watcher",
-            "--node-move-bound-ms=60000",
-            "--coalesce-ms=20",
-            "--poll-ms=2000",
-            "--watch-backoff-max-ms=500",
-        ]);
-        assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(60_000), d(20), d(2_000), d(500))
-        );
-        let err =
-            Args::try_parse_from(["clb-watcher", "--coalesce=1ms", "--coalesce-ms=1"]).unwrap_err();
-        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let err = Args::try_parse_from(["clb-watcher", "--coalesce=20"]).unwrap_err();
+        assert!(err.to_string().contains("\"20\" has no unit"), "{err}");
         assert!(Args::try_parse_from(["clb-watcher", "--poll=often"]).is_err());
     }
 

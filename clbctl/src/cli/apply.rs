@@ -40,7 +40,7 @@ pub struct ApplyArgs {
     #[arg(long, short = 'f', value_name = "FILE")]
     pub file: String,
     /// The writer's name, shown in the server's status and traces.
-    #[arg(long, alias = "source", default_value = "clbctl")]
+    #[arg(long, default_value = "clbctl")]
     pub writer: String,
     /// Ask the state server to validate the updates without applying them: each is checked in
     /// order against a copy of the gateway's desired state, and the rejections are reported as a

@@ -78,7 +78,7 @@ pub struct LoadArgs {
     /// Pod replacements per second (each: 3 updates).
     #[arg(long, default_value_t = 1000.0)]
     pub churn_per_sec: f64,
-    /// How long to churn (e.g. 30, 30s, 2m).
+    /// How long to churn (e.g. 30s, 2m).
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Duration,
     /// Load an external state server at this URL instead of the embedded system (the global
@@ -86,7 +86,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "URL")]
     pub state_server: Option<String>,
     /// The writer's name.
-    #[arg(long, alias = "source", default_value = "clbctl-load")]
+    #[arg(long, default_value = "clbctl-load")]
     pub writer: String,
     /// How often the due churn events are sent as one batch.
     #[arg(long, default_value = "10ms", value_name = "DURATION", value_parser = parse_duration)]
@@ -94,20 +94,12 @@ pub struct LoadArgs {
     /// Sync workers of the embedded system.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Embedded NRP emulator: latency per call (whole milliseconds). Replaces --nrp-latency-ms,
-    /// deprecated, which still takes milliseconds.
+    /// Embedded NRP emulator: latency per call (whole milliseconds).
     #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = parse_duration)]
     pub nrp_latency: Duration,
-    /// Deprecated: --nrp-latency in milliseconds.
-    #[arg(long, hide = true, conflicts_with = "nrp_latency")]
-    pub nrp_latency_ms: Option<u64>,
-    /// Embedded NRP emulator: latency per address carried (whole microseconds). Replaces
-    /// --nrp-latency-per-address-us, deprecated, which still takes microseconds.
+    /// Embedded NRP emulator: latency per address carried (whole microseconds).
     #[arg(long, default_value = "50us", value_name = "DURATION", value_parser = parse_duration)]
     pub nrp_latency_per_address: Duration,
-    /// Deprecated: --nrp-latency-per-address in microseconds.
-    #[arg(long, hide = true, conflicts_with = "nrp_latency_per_address")]
-    pub nrp_latency_per_address_us: Option<u64>,
     /// Embedded NRP emulator: concurrent mutating calls per gateway (more get 429).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub nrp_concurrency: u64,
@@ -122,7 +114,7 @@ pub struct LoadArgs {
     pub nrp_write_refill: f64,
     /// Embedded NRP emulator: Azure's write budget per subscription, the most writes in any
     /// --nrp-write-window (NRP's: 1000 per 5 minutes). Off when not given.
-    #[arg(long, alias = "nrp-writes-per-5m", value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "WRITES", value_parser = clap::value_parser!(u32).range(1..))]
     pub nrp_writes_per_window: Option<u32>,
     /// Embedded NRP emulator: the window of --nrp-writes-per-window (whole seconds).
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
@@ -173,18 +165,14 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
-    /// `--nrp-latency` (or the deprecated `--nrp-latency-ms`), in whole milliseconds.
+    /// `--nrp-latency` in whole milliseconds.
     pub fn emulator_latency_ms(&self) -> u64 {
-        self.nrp_latency_ms
-            .unwrap_or_else(|| u64::try_from(self.nrp_latency.as_millis()).unwrap_or(u64::MAX))
+        u64::try_from(self.nrp_latency.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// `--nrp-latency-per-address` (or the deprecated `--nrp-latency-per-address-us`), in whole
-    /// microseconds.
+    /// `--nrp-latency-per-address` in whole microseconds.
     pub fn emulator_latency_per_address_us(&self) -> u64 {
-        self.nrp_latency_per_address_us.unwrap_or_else(|| {
-            u64::try_from(self.nrp_latency_per_address.as_micros()).unwrap_or(u64::MAX)
-        })
+        u64::try_from(self.nrp_latency_per_address.as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Whether the embedded emulator's write budget is on.
@@ -842,7 +830,7 @@ mod tests {
         let on = parse(&[
             "--nrp-write-bucket=200",
             "--nrp-write-refill=10",
-            "--nrp-writes-per-5m=1000",
+            "--nrp-writes-per-window=1000",
             "--nrp-write-speedup=10",
         ])
         .unwrap();

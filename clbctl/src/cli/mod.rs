@@ -82,17 +82,15 @@ pub struct Global {
     /// Output format.
     #[arg(long, short = 'o', global = true, help_heading = "Global options", value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL;
-    /// `--ca-cert` is the older name).
+    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL).
     #[arg(
-        long = "tls-ca",
-        visible_alias = "ca-cert",
+        long,
         global = true,
         help_heading = "Global options",
-        env = "CLB_CA_CERT",
+        env = "CLB_TLS_CA",
         value_name = "FILE"
     )]
-    pub ca_cert: Option<std::path::PathBuf>,
+    pub tls_ca: Option<std::path::PathBuf>,
     /// PEM certificate of this client, for mutual TLS (needs --tls-key and an `https://` URL).
     #[arg(
         long,
@@ -222,7 +220,7 @@ impl Global {
                 )
             }
             None => {
-                let tls = self.ca_cert.is_some() || self.tls_cert.is_some();
+                let tls = self.tls_ca.is_some() || self.tls_cert.is_some();
                 Ok(format!("{}://{server}", if tls { "https" } else { "http" }))
             }
         }
@@ -238,7 +236,7 @@ impl Global {
         options.max_backoff = Duration::from_secs(2);
         options.connect_timeout = Duration::from_secs(5);
         options.gateway = self.gateway.clone();
-        let ca_pem = match &self.ca_cert {
+        let ca_pem = match &self.tls_ca {
             Some(path) => Some(
                 std::fs::read(path)
                     .with_context(|| format!("cannot read the CA file {}", path.display()))?,
@@ -441,8 +439,8 @@ pub fn out(text: &str) {
         .and_then(|()| stdout.flush());
 }
 
-/// Parses a duration: a humantime string (`500ms`, `30s`, `2m`, `1h 30m`) or plain seconds (`30`,
-/// `1.5`).
+/// Parses a duration: a number with a unit (`500ms`, `30s`, `2m`, `1h 30m`); a bare number is
+/// refused.
 pub use clb_telemetry::flags::parse_duration;
 
 #[cfg(test)]
@@ -450,9 +448,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+    fn durations_need_a_unit() {
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("1.5").is_err());
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("fast").is_err());
@@ -492,29 +490,28 @@ mod tests {
     }
 
     #[test]
-    fn the_writer_flag_keeps_source_as_a_hidden_alias() {
-        let writer = |args: &[&str]| {
+    fn the_writer_flag_has_no_other_name() {
+        let parse = |args: &[&str]| {
             let mut argv = vec!["clbctl"];
             argv.extend_from_slice(args);
-            match Cli::try_parse_from(argv).expect("valid").command {
-                Command::Apply(a) => a.writer,
-                Command::Load(l) => l.writer,
-                other => panic!("unexpected {other:?}"),
-            }
+            Cli::try_parse_from(argv)
         };
-        assert_eq!(writer(&["apply", "-f", "-"]), "clbctl");
-        assert_eq!(writer(&["apply", "-f", "-", "--writer", "ops/a"]), "ops/a");
-        assert_eq!(writer(&["apply", "-f", "-", "--source", "ops/b"]), "ops/b");
-        assert_eq!(writer(&["load", "--source", "l"]), "l");
-        let help = <Cli as clap::CommandFactory>::command()
-            .find_subcommand_mut("apply")
-            .expect("apply")
-            .render_long_help()
-            .to_string();
-        assert!(
-            help.contains("--writer") && !help.contains("--source"),
-            "{help}"
-        );
+        match parse(&["apply", "-f", "-"]).expect("valid").command {
+            Command::Apply(a) => assert_eq!(a.writer, "clbctl"),
+            other => panic!("unexpected {other:?}"),
+        }
+        match parse(&["load", "--writer", "l"]).expect("valid").command {
+            Command::Load(l) => assert_eq!(l.writer, "l"),
+            other => panic!("unexpected {other:?}"),
+        }
+        for old in [
+            &["apply", "-f", "-", "--source", "ops/b"][..],
+            &["load", "--source", "l"],
+            &["status", "--ca-cert", "ca.pem"],
+        ] {
+            let e = parse(old).expect_err("an old name");
+            assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{old:?}");
+        }
     }
 
     #[test]
@@ -543,7 +540,7 @@ mod tests {
         let ca = std::env::temp_dir().join(format!("clbctl-ca-{}.pem", std::process::id()));
         std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").expect("write");
         let path = ca.to_str().expect("utf-8");
-        let cli = Cli::try_parse_from(["clbctl", "status", "--ca-cert", path]).expect("valid");
+        let cli = Cli::try_parse_from(["clbctl", "status", "--tls-ca", path]).expect("valid");
         let o = cli
             .global
             .connect_options("https://clb.example")
@@ -555,7 +552,7 @@ mod tests {
             .expect_err("CA without TLS");
         assert!(e.to_string().contains("must start with https://"), "{e}");
         let _ = std::fs::remove_file(&ca);
-        let cli = Cli::try_parse_from(["clbctl", "status", "--ca-cert", "/no/such/ca.pem"])
+        let cli = Cli::try_parse_from(["clbctl", "status", "--tls-ca", "/no/such/ca.pem"])
             .expect("valid");
         let e = cli
             .global

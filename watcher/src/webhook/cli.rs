@@ -26,16 +26,10 @@ pub struct Args {
     #[arg(long, env = "CLB_WEBHOOK_TLS_KEY")]
     pub tls_key: PathBuf,
     /// How often the certificate files are re-read (at least 1s): a renewed certificate is
-    /// presented within about this long. Replaces `--tls-reload-interval-s`
-    /// (`CLB_WEBHOOK_TLS_RELOAD_INTERVAL_S`), deprecated, which still takes seconds.
+    /// presented within about this long.
     #[arg(long, env = "CLB_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "10s",
           value_name = "DURATION", value_parser = parse_reload_interval)]
     pub tls_reload_interval: Duration,
-    /// Deprecated: `--tls-reload-interval` in seconds.
-    #[arg(long, env = "CLB_WEBHOOK_TLS_RELOAD_INTERVAL_S", hide = true,
-          conflicts_with = "tls_reload_interval",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub tls_reload_interval_s: Option<u64>,
     /// Serve `/metrics`, `/healthz` and `/readyz` (plain HTTP) on this address.
     #[arg(long, env = "CLB_WEBHOOK_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -66,12 +60,6 @@ impl Args {
             ..TranslatorConfig::default()
         }
     }
-
-    /// `--tls-reload-interval`, or the deprecated `--tls-reload-interval-s`.
-    pub fn tls_reload_interval(&self) -> Duration {
-        self.tls_reload_interval_s
-            .map_or(self.tls_reload_interval, Duration::from_secs)
-    }
 }
 
 /// A duration of at least 1 s.
@@ -92,31 +80,22 @@ mod tests {
         let a = Args::try_parse_from(["clb-webhook", "--tls-cert=c.pem", "--tls-key=k.pem"])
             .expect("parses");
         assert_eq!(a.listen, "0.0.0.0:9443".parse().unwrap());
-        assert_eq!(a.tls_reload_interval(), Duration::from_secs(10));
+        assert_eq!(a.tls_reload_interval, Duration::from_secs(10));
         assert_eq!(a.class_config(), TranslatorConfig::default());
         assert!(a.metrics_listen.is_none());
         assert!(Args::try_parse_from(["clb-webhook", "--tls-cert=c.pem"]).is_err());
-        assert!(
-            Args::try_parse_from([
-                "clb-webhook",
-                "--tls-cert=c.pem",
-                "--tls-key=k.pem",
-                "--tls-reload-interval-s=0"
-            ])
-            .is_err()
-        );
         let interval = |flag: &str| {
             Args::try_parse_from(["clb-webhook", "--tls-cert=c.pem", "--tls-key=k.pem", flag])
-                .map(|a| a.tls_reload_interval())
+                .map(|a| a.tls_reload_interval)
         };
         assert_eq!(
             interval("--tls-reload-interval=1m").unwrap(),
             Duration::from_secs(60)
         );
-        assert_eq!(
-            interval("--tls-reload-interval-s=60").unwrap(),
-            Duration::from_secs(60)
-        );
+        let e = interval("--tls-reload-interval=60")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"60\" has no unit"), "{e}");
         assert!(interval("--tls-reload-interval=500ms").is_err());
         assert!(interval("--tls-reload-interval=0s").is_err());
         let a = Args::try_parse_from([

@@ -325,7 +325,7 @@ pub async fn run(
     );
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(watches);
-    tasks.spawn(certificate.clone().run_reloads(args.tls_reload_interval()));
+    tasks.spawn(certificate.clone().run_reloads(args.tls_reload_interval));
     tasks.spawn({
         let webhook = webhook.clone();
         async move {
