@@ -361,6 +361,7 @@ pub(crate) fn report(work_id: u64, applied_indices: Vec<u32>, outcome: report::O
         frontends: Vec::new(),
         service_progress: Vec::new(),
         remaining_subscription_writes: None,
+        refused_addresses: Vec::new(),
         outcome: Some(outcome),
     }
 }
