@@ -107,17 +107,30 @@ async fn limits_split_a_unit_and_a_failed_call_reports_what_went_through() {
     let mut conn = h.conn().await;
     create_services(&mut conn).await;
     h.emulator().reset_stats();
-    // An invalid request fails only its own call: the others go.
+    // An address NRP refuses fails only its own call, and in it only itself: the others go. A
+    // partial update of that one address goes through without it (no extra call); a full update
+    // of it alone would fail whole (NRP keeps what it had there).
     let mut locs = three_locations();
     locs[1] = location("10.0.0.2", false, &[("not-an-ip", &["svc-a"])]);
-    let r = conn.run(locations(2, locs)).await;
+    let r = conn.run(locations(2, locs.clone())).await;
+    assert_applied(&r);
+    let refused: Vec<_> = r
+        .refused_addresses
+        .iter()
+        .map(|a| (a.index, a.address.as_str(), a.code.as_str()))
+        .collect();
+    assert_eq!(refused, vec![(1, "not-an-ip", "InvalidAddress")], "{r:?}");
+    locs[1].set_action(v1::AddressUpdateAction::FullUpdate);
+    let r = conn.run(locations(20, locs)).await;
     assert_eq!(terminal(&r).code, "InvalidAddress");
     assert_eq!(r.applied_indices, vec![0, 2]);
+    assert_eq!(r.refused_addresses.len(), 1, "{r:?}");
     assert_eq!(
         h.emulator()
             .stats()
             .calls_of("ServiceGateways_UpdateAddressLocations"),
-        3
+        3 + 3,
+        "one call a location change, twice"
     );
     let programmed: BTreeSet<_> = h.address_map().into_keys().map(|(l, _)| l).collect();
     assert_eq!(
