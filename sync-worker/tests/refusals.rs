@@ -304,6 +304,54 @@ async fn the_unit_goes_on_after_a_split_call() {
 }
 
 #[tokio::test]
+async fn limits_split_a_unit_and_a_failed_call_reports_what_went_through() {
+    let limits = Limits {
+        max_locations_per_call: 1,
+        ..Limits::default()
+    };
+    let mut h = Harness::start(EmulatorConfig::default(), limits).await;
+    let mut conn = h.conn().await;
+    create_services(&mut conn).await;
+    h.emulator().reset_stats();
+    // An address NRP refuses fails only its own call, and in it only itself: the others go. A
+    // partial update of that one address goes through without it (no extra call); a full update
+    // of it alone would fail whole (NRP keeps what it had there).
+    let mut locs = three_locations();
+    locs[1] = location("10.0.0.2", false, &[("not-an-ip", &["svc-a"])]);
+    let r = conn.run(locations(2, locs.clone())).await;
+    assert_applied(&r);
+    assert_eq!(
+        refused(&r),
+        vec![(1, "not-an-ip", "InvalidAddress")],
+        "{r:?}"
+    );
+    locs[1].set_action(v1::AddressUpdateAction::FullUpdate);
+    let r = conn.run(locations(20, locs)).await;
+    assert_eq!(terminal(&r).code, "InvalidAddress");
+    assert_eq!(r.applied_indices, vec![0, 2]);
+    assert_eq!(r.refused_addresses.len(), 1, "{r:?}");
+    assert_eq!(
+        h.emulator().stats().calls_of(CALL),
+        3 + 3,
+        "one call a location change, twice"
+    );
+    assert_eq!(
+        programmed(&h),
+        BTreeSet::from(["10.0.0.1".to_string(), "10.0.0.3".to_string()])
+    );
+    // A failure that shows the server's view wrong stops the unit: the rest would be cut from the
+    // same wrong view, and is sent again after the server has read NRP back.
+    h.emulator().reset_stats();
+    let mut locs = three_locations();
+    locs[1] = location("10.0.0.2", false, &[("10.1.0.3", &["not-registered"])]);
+    let r = conn.run(locations(3, locs)).await;
+    assert_eq!(repair(&r).code, "ServiceNotRegistered");
+    assert_eq!(r.applied_indices, vec![0]);
+    assert_eq!(h.emulator().stats().calls_of(CALL), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_retryable_failure_is_not_split() {
     // The address is refused, but every call meets an injected 500 or 503 first.
     let config = EmulatorConfig {
