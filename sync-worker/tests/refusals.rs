@@ -81,6 +81,32 @@ fn refused(r: &v1::Report) -> Vec<(u32, &str, &str)> {
         .collect()
 }
 
+/// Asserts that unit `locs` went through but for the addresses `expected` lists (location change,
+/// address, code): the report is `applied` and lists exactly those, and NRP holds every other
+/// address of `locs` and nothing else.
+fn assert_all_but(
+    h: &Harness,
+    r: &v1::Report,
+    locs: &[LocationChange],
+    expected: &[(u32, &str, &str)],
+) {
+    assert_applied(r);
+    assert_eq!(refused(r), expected, "{r:?}");
+    let left_out = |i: usize, a: &str| expected.iter().any(|&(j, x, _)| j as usize == i && x == a);
+    let wanted: BTreeSet<(String, String)> = locs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| {
+            l.addresses
+                .iter()
+                .filter(move |a| !left_out(i, &a.address))
+                .map(|a| (l.location.clone(), a.address.clone()))
+        })
+        .collect();
+    let held: BTreeSet<(String, String)> = h.address_map().into_keys().collect();
+    assert_eq!(held, wanted);
+}
+
 /// The code of the report's outcome.
 fn code(r: &v1::Report) -> &str {
     match &r.outcome {
@@ -100,30 +126,11 @@ async fn a_refusal_naming_its_address_leaves_out_only_that_address() {
     .await;
     let r = conn.run(locations(2, eight())).await;
     // The location change went through without its refused address: the server holds that one.
-    assert_applied(&r);
-    assert_eq!(
-        refused(&r),
-        vec![(5, "10.1.5.1", "AddressRefusedByPolicy")],
-        "{r:?}"
-    );
+    let only = (5, "10.1.5.1", "AddressRefusedByPolicy");
+    assert_all_but(&h, &r, &eight(), &[only]);
     assert!(
         r.refused_addresses[0].message.contains("'10.1.5.1'"),
         "{r:?}"
-    );
-    assert_eq!(
-        programmed(&h),
-        locations_but(&[]),
-        "NRP holds the 8 locations"
-    );
-    assert_eq!(
-        h.address_map().len(),
-        15,
-        "every address but the refused one"
-    );
-    assert!(!holds(&h, "10.0.0.5", "10.1.5.1"));
-    assert!(
-        holds(&h, "10.0.0.5", "10.1.5.2"),
-        "the rest of its location"
     );
     let calls = h.emulator().stats().calls_of(CALL);
     assert_eq!(
@@ -150,19 +157,12 @@ async fn a_refusal_naming_no_address_is_halved_down_to_its_address_within_the_bo
     )
     .await;
     let r = conn.run(locations(2, eight())).await;
-    assert_applied(&r);
-    assert_eq!(
-        refused(&r),
-        vec![(5, "10.1.5.1", "AddressRefusedByPolicy")],
-        "{r:?}"
+    assert_all_but(
+        &h,
+        &r,
+        &eight(),
+        &[(5, "10.1.5.1", "AddressRefusedByPolicy")],
     );
-    assert_eq!(programmed(&h), locations_but(&[]));
-    assert_eq!(
-        h.address_map().len(),
-        15,
-        "every address but the refused one"
-    );
-    assert!(!holds(&h, "10.0.0.5", "10.1.5.1"));
     let calls = h.emulator().stats().calls_of(CALL);
     // Halves of 4, 2 and 1 location changes: two calls a level, three levels; then the two
     // addresses of the culprit, one call each.
@@ -188,25 +188,9 @@ async fn a_full_update_goes_through_without_its_refused_address() {
     let six: Vec<String> = (1..=6).map(|k| format!("10.1.4.{k}")).collect();
     let carried: Vec<(&str, &[&str])> = six.iter().map(|a| (a.as_str(), &["svc-a"][..])).collect();
     locs[4] = location("10.0.0.4", true, &carried);
-    let r = conn.run(locations(3, locs)).await;
-    assert_applied(&r);
-    assert_eq!(
-        refused(&r),
-        vec![(4, "10.1.4.1", "AddressRefusedByPolicy")],
-        "{r:?}"
-    );
-    let at4: BTreeSet<String> = h
-        .address_map()
-        .into_keys()
-        .filter(|(l, _)| l == "10.0.0.4")
-        .map(|(_, a)| a)
-        .collect();
-    assert_eq!(
-        at4,
-        six[1..].iter().cloned().collect(),
-        "a full replacement with every address but the refused one"
-    );
-    assert_eq!(programmed(&h), locations_but(&[]));
+    let r = conn.run(locations(3, locs.clone())).await;
+    // A full replacement at 10.0.0.4 with every address but the refused one (10.1.4.9 is gone).
+    assert_all_but(&h, &r, &locs, &[(4, "10.1.4.1", "AddressRefusedByPolicy")]);
     let calls = h.emulator().stats().calls_of(CALL);
     // Location changes: [0..4) through, [4..8) refused, [4,5] refused, [6,7] through, [4]
     // refused, [5] through. Addresses of 10.0.0.4: [1,2,3] refused, [4,5,6] through (a full
@@ -229,18 +213,11 @@ async fn two_refused_addresses_named_are_left_out_one_after_the_other() {
     let r = conn.run(locations(2, eight())).await;
     // Both location changes went through without their refused address (one a partial update,
     // one a full update).
-    assert_applied(&r);
-    assert_eq!(
-        refused(&r),
-        vec![
-            (1, "10.1.1.2", "InvalidAddress"),
-            (6, "10.1.6.1", "InvalidAddress")
-        ],
-        "{r:?}"
-    );
-    assert_eq!(programmed(&h), locations_but(&[]));
-    assert_eq!(h.address_map().len(), 14);
-    assert!(holds(&h, "10.0.0.1", "10.1.1.1") && holds(&h, "10.0.0.6", "10.1.6.2"));
+    let both = [
+        (1, "10.1.1.2", "InvalidAddress"),
+        (6, "10.1.6.1", "InvalidAddress"),
+    ];
+    assert_all_but(&h, &r, &eight(), &both);
     // Without location 1, without location 6; location 1 without its address, and 6.
     assert_eq!(h.emulator().stats().calls_of(CALL), 1 + 2 + 2);
     h.shutdown().await;
@@ -290,14 +267,12 @@ async fn the_unit_goes_on_after_a_split_call() {
     )
     .await;
     let r = conn.run(locations(2, eight())).await;
-    assert_applied(&r);
-    assert_eq!(
-        refused(&r),
-        vec![(2, "10.1.2.2", "AddressRefusedByPolicy")],
-        "{r:?}"
+    assert_all_but(
+        &h,
+        &r,
+        &eight(),
+        &[(2, "10.1.2.2", "AddressRefusedByPolicy")],
     );
-    assert_eq!(programmed(&h), locations_but(&[]));
-    assert!(!holds(&h, "10.0.0.2", "10.1.2.2") && holds(&h, "10.0.0.2", "10.1.2.1"));
     // The first call, without location 2, location 2 without its address; the second call.
     assert_eq!(h.emulator().stats().calls_of(CALL), 1 + 1 + 1 + 1);
     h.shutdown().await;

@@ -257,12 +257,17 @@ mod tests {
     use super::*;
 
     fn change(location: &str, n: usize, full: bool) -> LocationChange {
+        change_of(location, "10.1.0", n, full)
+    }
+
+    /// A location change at `location` with addresses `{prefix}.{0..n}`, all for service `s`.
+    pub(super) fn change_of(location: &str, prefix: &str, n: usize, full: bool) -> LocationChange {
         let mut c = LocationChange {
             location: location.into(),
             action: 0,
             addresses: (0..n)
                 .map(|i| AddressChange {
-                    address: format!("10.1.0.{i}"),
+                    address: format!("{prefix}.{i}"),
                     services: vec!["s".into()],
                 })
                 .collect(),

@@ -4,8 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use clb_proto::v1::AddressChange;
-
+use super::super::tests::change_of as change;
 use super::*;
 
 const CODE: &str = "InvalidAddress";
@@ -32,6 +31,15 @@ impl Model {
             names,
             ..Self::default()
         }
+    }
+
+    /// NRP holding `address` at `location` too.
+    fn holding(mut self, location: &str, address: &str) -> Self {
+        self.held
+            .entry(location.into())
+            .or_default()
+            .insert(address.into(), vec!["old".into()]);
+        self
     }
 
     fn answer(&mut self, body: &UpdateAddressLocationsRequest) -> Result<(), UnitError> {
@@ -96,26 +104,6 @@ impl Caller for Model {
     }
 }
 
-/// A location change at `location` with addresses `{prefix}.{0..n}`.
-fn change(location: &str, prefix: &str, n: usize, full: bool) -> LocationChange {
-    let mut c = LocationChange {
-        location: location.into(),
-        action: 0,
-        addresses: (0..n)
-            .map(|i| AddressChange {
-                address: format!("{prefix}.{i}"),
-                services: vec!["s".into()],
-            })
-            .collect(),
-    };
-    c.set_action(if full {
-        v1::AddressUpdateAction::FullUpdate
-    } else {
-        v1::AddressUpdateAction::PartialUpdate
-    });
-    c
-}
-
 fn whole(locations: &[LocationChange]) -> Vec<Piece> {
     (0..locations.len())
         .map(|index| Piece {
@@ -133,6 +121,13 @@ fn send(nrp: &mut Model, locations: &[LocationChange], call: &[Piece]) -> Option
     Some(futures::executor::block_on(contain(
         nrp, locations, call, refusal,
     )))
+}
+
+/// Sends a location change at `10.0.0.1` of `n` addresses `10.1.0.{0..n}` to `nrp`, which refuses
+/// it, and contains the refusal.
+fn one_change(nrp: &mut Model, n: usize, full: bool) -> Contained {
+    let locs = vec![change("10.0.0.1", "10.1.0", n, full)];
+    send(nrp, &locs, &whole(&locs)).expect("refused")
 }
 
 /// The refused addresses as `(index, address, code)`, sorted.
@@ -190,9 +185,8 @@ fn the_bound_on_extra_calls_is_two_per_halving_level_and_two() {
 
 #[test]
 fn a_named_address_is_left_out_in_one_extra_call() {
-    let locs = vec![change("10.0.0.1", "10.1.0", 4, false)];
     let mut nrp = Model::refusing(&["10.1.0.2"], true);
-    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    let c = one_change(&mut nrp, 4, false);
     assert_eq!(c.calls, 1);
     assert_eq!(nrp.calls.len(), 2);
     assert_eq!(refused(&c), entries(0, &["10.1.0.2"]));
@@ -207,9 +201,8 @@ fn a_named_address_is_left_out_in_one_extra_call() {
 
 #[test]
 fn halving_finds_one_unnamed_culprit_among_16_within_the_bound() {
-    let locs = vec![change("10.0.0.1", "10.1.0", 16, false)];
     let mut nrp = Model::refusing(&["10.1.0.11"], false);
-    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    let c = one_change(&mut nrp, 16, false);
     // Halves of 8, 4, 2 and 1: two calls a level.
     assert_eq!(c.calls, 8);
     assert!(c.calls <= refusal_split_bound(16));
@@ -220,17 +213,15 @@ fn halving_finds_one_unnamed_culprit_among_16_within_the_bound() {
 
 #[test]
 fn two_culprits_are_found_named_or_halved() {
-    let locs = vec![change("10.0.0.1", "10.1.0", 8, false)];
     let mut nrp = Model::refusing(&["10.1.0.1", "10.1.0.6"], true);
-    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    let c = one_change(&mut nrp, 8, false);
     assert_eq!(c.calls, 2, "one left out per call");
     assert_eq!(refused(&c), entries(0, &["10.1.0.1", "10.1.0.6"]));
     assert_eq!(nrp.at("10.0.0.1"), addresses("10.1.0", 0..8, &[1, 6]));
 
     // Not named, in both halves of four: [0,1] and [2,3] refused, then each single.
-    let locs = vec![change("10.0.0.1", "10.1.0", 4, false)];
     let mut nrp = Model::refusing(&["10.1.0.0", "10.1.0.3"], false);
-    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    let c = one_change(&mut nrp, 4, false);
     assert_eq!(c.calls, refusal_split_bound(4));
     assert_eq!(refused(&c), entries(0, &["10.1.0.0", "10.1.0.3"]));
     assert!(c.failed.is_empty(), "{c:?}");
@@ -239,9 +230,8 @@ fn two_culprits_are_found_named_or_halved() {
 
 #[test]
 fn the_addresses_not_decided_within_the_bound_are_reported_refused() {
-    let locs = vec![change("10.0.0.1", "10.1.0", 16, false)];
     let mut nrp = Model::refusing(&["10.1.0.3", "10.1.0.12"], false);
-    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    let c = one_change(&mut nrp, 16, false);
     // [0..8) and [8..16) refused; [0..4) and [12..16) refused; [2,3] and [12,13] refused: 10
     // calls, the bound. The four addresses of the last two are not decided.
     assert_eq!(c.calls, refusal_split_bound(16));
@@ -266,14 +256,10 @@ fn the_addresses_not_decided_within_the_bound_are_reported_refused() {
 #[test]
 fn a_full_update_is_sent_full_until_a_part_goes_through_then_partial() {
     for culprit in [0, 3, 7] {
-        let locs = vec![change("10.0.0.1", "10.1.0", 8, true)];
-        let mut nrp = Model::refusing(&[&format!("10.1.0.{culprit}")], false);
         // NRP holds an address the full update does not carry: it is replaced.
-        nrp.held
-            .entry("10.0.0.1".into())
-            .or_default()
-            .insert("10.1.0.99".into(), vec!["old".into()]);
-        let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+        let mut nrp = Model::refusing(&[&format!("10.1.0.{culprit}")], false)
+            .holding("10.0.0.1", "10.1.0.99");
+        let c = one_change(&mut nrp, 8, true);
         assert_full_then_partial(&nrp, "10.0.0.1");
         assert_eq!(c.calls, 6, "halves of 4, 2 and 1");
         assert_eq!(refused(&c), entries(0, &[&format!("10.1.0.{culprit}")]));
@@ -292,11 +278,7 @@ fn a_lone_refused_address_of_a_one_address_change_costs_no_extra_call() {
         change("10.0.0.1", "10.1.0", 1, false),
         change("10.0.0.2", "10.1.1", 1, true),
     ];
-    let mut nrp = Model::refusing(&["10.1.0.0", "10.1.1.0"], true);
-    nrp.held
-        .entry("10.0.0.2".into())
-        .or_default()
-        .insert("10.1.1.7".into(), vec!["old".into()]);
+    let mut nrp = Model::refusing(&["10.1.0.0", "10.1.1.0"], true).holding("10.0.0.2", "10.1.1.7");
     // A partial update: it goes through without its address (NRP keeps what it had for it).
     let c = send(&mut nrp, &locs, &whole(&locs)[..1]).expect("refused");
     assert_eq!((c.calls, nrp.calls.len()), (0, 1));
@@ -349,11 +331,7 @@ fn a_call_is_split_by_location_change_then_the_culprit_by_address() {
         .map(|i| change(&format!("10.0.0.{i}"), &format!("10.1.{i}"), 4, i == 2))
         .collect();
     for names in [true, false] {
-        let mut nrp = Model::refusing(&["10.1.2.1"], names);
-        nrp.held
-            .entry("10.0.0.2".into())
-            .or_default()
-            .insert("10.1.2.99".into(), vec!["old".into()]);
+        let mut nrp = Model::refusing(&["10.1.2.1"], names).holding("10.0.0.2", "10.1.2.99");
         let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
         assert_eq!(refused(&c), entries(2, &["10.1.2.1"]), "named: {names}");
         assert!(c.failed.is_empty() && !c.stop, "{c:?}");
