@@ -32,22 +32,22 @@ pub fn refusal_split_bound(n: usize) -> usize {
 
 /// What a [`Search`] found out about the items of a refused group.
 #[derive(Debug)]
-pub(super) struct Found<T> {
+struct Found<T> {
     /// Items that went through.
-    pub applied: Vec<T>,
+    applied: Vec<T>,
     /// Items found to cause a refusal, each with it: alone in a refused part, or the one item of a
     /// refused part that NRP's message names.
-    pub culprits: Vec<(T, UnitError)>,
+    culprits: Vec<(T, UnitError)>,
     /// Items not decided within the bound, with the refusal of the part they were in.
-    pub undecided: Vec<(T, UnitError)>,
+    undecided: Vec<(T, UnitError)>,
     /// Items of a part that failed with another error than a refusal, with it.
-    pub failed: Vec<(T, UnitError)>,
+    failed: Vec<(T, UnitError)>,
     /// Items not sent because such an error stopped the search, with the refusal of their part.
-    pub unsent: Vec<(T, UnitError)>,
+    unsent: Vec<(T, UnitError)>,
     /// A retried or repaired error was met: nothing more is sent.
-    pub stop: bool,
+    stop: bool,
     /// Extra calls sent.
-    pub calls: usize,
+    calls: usize,
 }
 
 /// The search for the items of a refused group (the location changes of a call, or the addresses of
@@ -56,7 +56,7 @@ pub(super) struct Found<T> {
 /// rest sent again; otherwise the group is halved, each half sent and, when refused, split again,
 /// down to single items. At most `bound` parts are sent.
 #[derive(Debug)]
-pub(super) struct Search<T> {
+struct Search<T> {
     bound: usize,
     /// Groups refused and not split yet, each with its refusal.
     refused: VecDeque<(Vec<T>, UnitError)>,
@@ -75,7 +75,7 @@ fn with<T>(items: Vec<T>, e: &UnitError) -> impl Iterator<Item = (T, UnitError)>
 
 impl<T> Search<T> {
     /// The search for what causes `refusal` of `group` (not empty), in at most `bound` calls.
-    pub(super) fn new(group: Vec<T>, refusal: UnitError, bound: usize) -> Self {
+    fn new(group: Vec<T>, refusal: UnitError, bound: usize) -> Self {
         Self {
             bound,
             refused: VecDeque::from([(group, refusal)]),
@@ -95,7 +95,7 @@ impl<T> Search<T> {
 
     /// The next part to send, or `None` when the search is over. `named` gives the position in a
     /// refused group of the one item NRP's message names, if any.
-    pub(super) fn next(&mut self, named: impl Fn(&[T], &str) -> Option<usize>) -> Option<&[T]> {
+    fn next(&mut self, named: impl Fn(&[T], &str) -> Option<usize>) -> Option<&[T]> {
         debug_assert!(self.sent.is_none(), "the part sent is answered first");
         loop {
             if let Some((part, refusal)) = self.parts.pop_front() {
@@ -128,7 +128,7 @@ impl<T> Search<T> {
     /// NRP's answer to the part [`Search::next`] gave: it went through, it is refused (and split
     /// again), or it failed otherwise (its items fail with that error; one that is retried or
     /// repaired stops the search).
-    pub(super) fn answer(&mut self, result: Result<(), UnitError>) {
+    fn answer(&mut self, result: Result<(), UnitError>) {
         let Some(part) = self.sent.take() else {
             return;
         };
@@ -206,11 +206,7 @@ fn only_one<T>(group: &[T], hit: impl Fn(&T) -> bool) -> Option<usize> {
 
 /// The position in `call` of the one location change that an address named by `message` belongs
 /// to (one of its addresses in the call, or its location), if exactly one has one.
-pub(super) fn culprit_named(
-    locations: &[LocationChange],
-    call: &[Piece],
-    message: &str,
-) -> Option<usize> {
+fn culprit_named(locations: &[LocationChange], call: &[Piece], message: &str) -> Option<usize> {
     let named = errors::addresses_named(message);
     if named.is_empty() {
         return None;
@@ -244,7 +240,7 @@ fn address_named(change: &LocationChange, addresses: &[usize], message: &str) ->
 /// update is sent as one until a part of it has gone through (`first`), and as a partial update of
 /// the same location after that: the parts that go through make a full replacement with their
 /// union, as a refused call changes nothing in NRP.
-pub(super) fn addresses_request(
+fn addresses_request(
     change: &LocationChange,
     addresses: &[usize],
     first: bool,
