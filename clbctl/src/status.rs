@@ -10,6 +10,7 @@ use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::{GatewayStatus, StatusRequest, StatusResponse};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
+use crate::cli::refused_view::{RefusedView, refused_table};
 use crate::cli::time;
 use clb_client::client::Client;
 
@@ -42,9 +43,12 @@ pub fn counts_in_sync(g: &GatewayStatus) -> bool {
 }
 
 /// Whether the gateway looks converged from its status alone: initialization gates open (removals
-/// are sent) and [`counts_in_sync`].
+/// are sent), [`counts_in_sync`] and nothing held after NRP refused it.
 pub fn converged(g: &GatewayStatus) -> bool {
-    g.init.as_ref().is_some_and(|i| i.removals_allowed) && counts_in_sync(g)
+    g.init.as_ref().is_some_and(|i| i.removals_allowed)
+        && counts_in_sync(g)
+        && g.parked_units == 0
+        && g.refused_addresses == 0
 }
 
 /// Why [`converged`] does not hold, in words (empty when it holds).
@@ -76,6 +80,12 @@ pub fn not_converged_because(g: &GatewayStatus) -> String {
     }
     if g.parked_units > 0 {
         why.push(format!("{} parked units", g.parked_units));
+    }
+    if g.refused_addresses > 0 {
+        why.push(format!(
+            "{} addresses held after NRP refused them",
+            g.refused_addresses
+        ));
     }
     why.join("; ")
 }
@@ -210,6 +220,17 @@ pub fn render_at(status: &StatusResponse, now_unix_ms: i64) -> String {
         );
         for line in held_lines(&init, now_unix_ms) {
             let _ = writeln!(out, "{line}");
+        }
+        if !g.refused.is_empty() {
+            let refused: Vec<RefusedView> = g.refused.iter().map(RefusedView::from).collect();
+            let _ = writeln!(
+                out,
+                "held after NRP refused them ({} addresses, {} locations and services; sent \
+                 again when their delay has passed or they change):\n{}",
+                g.refused_addresses,
+                g.parked_units,
+                refused_table(&refused, now_unix_ms)
+            );
         }
     }
     let mut w = table(vec![

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clb_embedded::{Cluster, ClusterSpec, Harness, Options, PATIENCE, WriterExt};
 use clb_proto::v1::{
-    ErrorRecord, GatewayStatus, HeldRemovals, InitGates, StatusResponse, WorkerStatus, WriterStatus,
+    ErrorRecord, GatewayStatus, HeldRemovals, InitGates, RefusedItem, StatusResponse, WorkerStatus,
+    WriterStatus,
 };
 use clbctl::status;
 
@@ -75,6 +76,18 @@ fn sample_status() -> StatusResponse {
                 unit: "locations 10.0.0.7 +2 more".into(),
             }],
             oldest_pending_change_age_ms: 1_500,
+            refused: vec![RefusedItem {
+                kind: "address".into(),
+                location: "10.0.0.7".into(),
+                address: "10.1.0.9".into(),
+                services: vec!["svc-a".into()],
+                code: "BackendPoolAddressesMustHaveSameIpVersion".into(),
+                message: "refused by NRP".into(),
+                at_unix_ms: 1_700_000_000_000 - 10_000,
+                refusals: 2,
+                retry_at_unix_ms: 1_700_000_000_000 + 50_000,
+            }],
+            refused_addresses: 1,
         }],
         workers: vec![WorkerStatus {
             worker_id: "worker-a".into(),
@@ -107,6 +120,10 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
     assert!(why.contains("addresses: desired 10, programmed 8"), "{why}");
     assert!(why.contains("egresses: desired 1, programmed 0"), "{why}");
     assert!(why.contains("2 units in flight"), "{why}");
+    assert!(
+        why.contains("1 addresses held after NRP refused them"),
+        "{why}"
+    );
     assert!(!why.contains("locations: desired"), "{why}");
 
     let text = status::render_at(&s, 1_700_000_000_000 + 3_000);
@@ -133,6 +150,11 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
         "43.0 s ago",
         "5 (! 3 since report)",
         "worker worker-a: 3 unit leases expired since its last report (43.0 s ago)",
+        "held after NRP refused them (1 addresses, 0 locations and services",
+        "address 10.1.0.9 at 10.0.0.7",
+        "BackendPoolAddressesMustHaveSameIpVersion",
+        "13.0 s ago",
+        "in 47.0 s",
     ] {
         assert!(text.contains(want), "{want:?} missing in:\n{text}");
     }
@@ -143,6 +165,8 @@ fn a_converging_status_shows_its_differences_gates_and_errors() {
     g.actual_nat_gateways = 1;
     g.dirty_locations = 0;
     g.units_in_flight = 0;
+    g.refused.clear();
+    g.refused_addresses = 0;
     g.init = Some(InitGates {
         nrp_observed: true,
         pending_writers: Vec::new(),

@@ -183,6 +183,7 @@ fn run(shape: Shape) -> Outcomes {
                 work_id,
                 applied: vec![],
                 progress: vec![],
+                refused: Vec::new(),
                 outcome: Outcome::Applied,
             };
             d.on_report(&mut t, 1, report, now);
@@ -202,6 +203,7 @@ fn run(shape: Shape) -> Outcomes {
                         work_id: unit.work_id,
                         applied: vec![],
                         progress: vec![],
+                        refused: Vec::new(),
                         outcome: Outcome::Observed {
                             snapshot: ActualSnapshot::default(),
                             last: true,

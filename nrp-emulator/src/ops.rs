@@ -109,6 +109,8 @@ fn name_ok(name: &str, kind: ResourceKind) -> bool {
             || c == '-'
             || (kind != ResourceKind::ServiceGateway && (c == '.' || c == '_'))
     };
+    // ARM's naming rules for these resources: start with a letter or digit, end with a letter,
+    // a digit or '_'.
     !name.is_empty()
         && name.len() <= 80
         && name.chars().all(allowed)
@@ -116,6 +118,10 @@ fn name_ok(name: &str, kind: ResourceKind) -> bool {
             .chars()
             .next()
             .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Routes an ARM path (case-insensitive segment names, as ARM).

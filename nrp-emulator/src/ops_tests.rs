@@ -24,6 +24,28 @@ fn routes() {
         route(&Method::GET, &p.replace("/sg", "/s_g")),
         Err(EmulatorError::BadRequest { .. })
     ));
+    // ARM names start with a letter or digit and end with a letter, a digit or '_'.
+    let pip = |name: &str| {
+        route(
+            &Method::PUT,
+            &format!(
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses/{name}"
+            ),
+        )
+    };
+    assert!(pip("pip-web_").is_ok());
+    for bad in ["pip-web-", "pip-web.", "-pip"] {
+        assert!(
+            matches!(
+                pip(bad),
+                Err(EmulatorError::BadRequest {
+                    code: "InvalidResourceName",
+                    ..
+                })
+            ),
+            "{bad}"
+        );
+    }
     let lower = p.to_ascii_lowercase();
     assert!(route(&Method::GET, &lower).is_ok());
     let pips = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/publicIPAddresses";

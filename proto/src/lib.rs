@@ -155,6 +155,7 @@ mod tests {
                 step: super::v1::ServiceStep::Unregistered as i32,
             }],
             remaining_subscription_writes: Some(0),
+            refused_addresses: Vec::new(),
             outcome: Some(report::Outcome::Retryable(Retryable {
                 retry_after_ms: 1500,
                 code: "AnotherOperationInProgress".into(),

@@ -203,6 +203,7 @@ async fn run_worker(
                 frontends: vec![],
                 service_progress: vec![],
                 remaining_subscription_writes: None,
+                refused_addresses: Vec::new(),
                 outcome: Some(outcome),
             })),
         };

@@ -9,6 +9,7 @@
 //! `clb_server_` (`clb_build_info` aside: every binary has it under that name); the list is in
 //! docs/metrics.md.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -111,6 +112,13 @@ struct HeldLabels {
     reason: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedItemLabels {
+    gateway: String,
+    /// NRP's error code (bounded by what NRP sends: its error codes).
+    code: String,
+}
+
 /// What the restart gate holds back for one reason (summed over the writers waited for).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeldBack {
@@ -161,6 +169,9 @@ pub struct GatewaySnapshot {
     /// What the restart gate holds back, by reason label (see [`crate::gate::HoldReason::label`]);
     /// a reason not listed holds back nothing.
     pub held_back: Vec<(&'static str, HeldBack)>,
+    /// The pieces of work NRP refused that are held on the refusal schedule (addresses refused on
+    /// their own, locations and services parked whole), by error code; a code not listed has none.
+    pub refused: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -183,6 +194,9 @@ struct GatewayGauges {
     unit_headway_seconds: Family<GatewayLabels, Gauge<f64, AtomicU64>>,
     removals_held_back: Family<HeldLabels, Gauge>,
     locations_held_back: Family<HeldLabels, Gauge>,
+    refused_items: Family<RefusedItemLabels, Gauge>,
+    /// The codes of `refused_items` set per gateway, so that a code no longer held is set to 0.
+    refused_codes: std::sync::Mutex<HashMap<String, Vec<String>>>,
 }
 
 /// The server's metrics and their registry.
@@ -334,6 +348,12 @@ impl Metrics {
             gw.removals_held_back.clone(),
         );
         server.register(
+            "refused_items",
+            "Work NRP refused and the server holds on its refusal schedule (addresses refused on \
+             their own, locations and services parked whole), by gateway and error code",
+            gw.refused_items.clone(),
+        );
+        server.register(
             "locations_held_back",
             "Locations whose removals the restart gate holds back, by reason",
             gw.locations_held_back.clone(),
@@ -479,6 +499,32 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
+    /// Sets `refused_items` of `s.gateway`: each code held now, and 0 for a code held before.
+    fn set_refused(&self, s: &GatewaySnapshot) {
+        let g = &self.gw;
+        let mut codes = g.refused_codes.lock().unwrap_or_else(|e| e.into_inner());
+        let before = codes.remove(&s.gateway).unwrap_or_default();
+        let labels = |code: &str| RefusedItemLabels {
+            gateway: s.gateway.clone(),
+            code: code.to_owned(),
+        };
+        for code in before
+            .iter()
+            .filter(|c| !s.refused.iter().any(|(now, _)| now == *c))
+        {
+            g.refused_items.get_or_create(&labels(code)).set(0);
+        }
+        for (code, n) in &s.refused {
+            g.refused_items
+                .get_or_create(&labels(code))
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        codes.insert(
+            s.gateway.clone(),
+            s.refused.iter().map(|(c, _)| c.clone()).collect(),
+        );
+    }
+
     /// Sets the gauges of `s.gateway`.
     pub fn set_gateway(&self, s: &GatewaySnapshot) {
         let l = GatewayLabels {
@@ -514,6 +560,7 @@ impl Metrics {
         g.staleness_seconds
             .get_or_create(&l)
             .set(s.staleness.as_secs_f64());
+        self.set_refused(s);
         for reason in crate::gate::HoldReason::LABELS {
             let held = s.held_back.iter().filter(|(r, _)| *r == reason).fold(
                 HeldBack::default(),

@@ -68,7 +68,14 @@ fn gauges_are_set_per_gateway() {
                 },
             ),
         ],
+        refused: vec![
+            ("BackendPoolAddressesMustHaveSameIpVersion".into(), 2),
+            ("InvalidResourceName".into(), 1),
+        ],
     };
+    m.set_gateway(&s);
+    // A code no longer held goes to 0.
+    s.refused.pop();
     m.set_gateway(&s);
     s.gateway = "west".into();
     s.revision = 1;
@@ -95,6 +102,9 @@ fn gauges_are_set_per_gateway() {
         "clb_server_removals_held_back{gateway=\"east\",reason=\"pod_writer\"} 5",
         "clb_server_locations_held_back{gateway=\"east\",reason=\"pod_writer\"} 2",
         "clb_server_removals_held_back{gateway=\"east\",reason=\"cluster_view\"} 0",
+        "clb_server_refused_items{gateway=\"east\",code=\"BackendPoolAddressesMustHaveSameIpVersion\"} 2",
+        "clb_server_refused_items{gateway=\"east\",code=\"InvalidResourceName\"} 0",
+        "clb_server_refused_items{gateway=\"west\",code=\"BackendPoolAddressesMustHaveSameIpVersion\"} 2",
         "# UNIT clb_server_staleness_seconds seconds",
     ] {
         assert!(

@@ -603,6 +603,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 batching_window: gw.dispatch().batching_window().unwrap_or_default(),
                 unit_headway: gw.dispatch().unit_headway().unwrap_or_default(),
                 held_back,
+                refused: gw.dispatch().refused_by_code().into_iter().collect(),
                 gateway: name,
             }
         })

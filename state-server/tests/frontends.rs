@@ -220,6 +220,7 @@ async fn get_service_shows_the_frontend_of_the_creation_then_of_each_observe_unt
         ],
         service_progress: vec![],
         remaining_subscription_writes: None,
+        refused_addresses: Vec::new(),
         outcome: Some(Outcome::Applied(v1::Applied {})),
     })
     .await;

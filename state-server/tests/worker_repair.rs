@@ -154,6 +154,7 @@ async fn a_deletion_that_unregistered_before_it_failed_takes_the_service_out_of_
             step: v1::ServiceStep::Unregistered as i32,
         }],
         remaining_subscription_writes: None,
+        refused_addresses: Vec::new(),
         outcome: Some(v1::report::Outcome::Retryable(v1::Retryable {
             retry_after_ms: 0,
             code: "InternalServerError".into(),

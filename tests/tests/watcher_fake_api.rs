@@ -1050,8 +1050,8 @@ async fn a_programmed_service_gets_a_normal_event_and_the_programmed_condition()
     w.stop().await;
 }
 
-/// NRP rejects the Service for good (its UID makes an ARM resource name that is too long:
-/// `InvalidResourceName`, parked): a Warning Event with the code and the condition
+/// NRP rejects the Service for good (it brings a public IP that does not exist:
+/// `PublicIpNotFound`, parked): a Warning Event with the code and the condition
 /// False/RejectedByAzure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_service_azure_rejects_gets_a_warning_event_and_the_rejected_condition() {
@@ -1059,22 +1059,22 @@ async fn a_service_azure_rejects_gets_a_warning_event_and_the_rejected_condition
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let h = Harness::start(Options::e2e()).await;
     let fake = FakeApi::start().await;
-    // 80 characters: a valid identity, but `pip-<uid>` has 84, more than ARM allows.
-    let long_uid = "a".repeat(80);
-    small_cluster(&fake, "long", &long_uid);
+    let long_uid = "5e771265-0000-4000-8000-00000000dead";
+    small_cluster(&fake, "long", long_uid);
+    let mut obj = fake.get("services", "default", "long").unwrap();
+    obj["metadata"]["annotations"] =
+        json!({"service.beta.kubernetes.io/azure-pip-name": "pip-nowhere"});
+    fake.put("services", obj);
     let w = start_watcher(&h, &fake, Mode::Cluster { pods: false });
 
     let c = wait_condition(&fake, "long", "RejectedByAzure").await;
     assert_eq!(c["status"], "False");
     assert!(
-        c["message"]
-            .as_str()
-            .unwrap()
-            .contains("InvalidResourceName"),
+        c["message"].as_str().unwrap().contains("PublicIpNotFound"),
         "{c}"
     );
     let events = eventually("the RejectedByAzure event", || async {
-        let e = events_of(&fake, &long_uid);
+        let e = events_of(&fake, long_uid);
         e.iter()
             .any(|e| e["reason"] == "RejectedByAzure")
             .then_some(e.clone())
@@ -1082,12 +1082,12 @@ async fn a_service_azure_rejects_gets_a_warning_event_and_the_rejected_condition
     })
     .await;
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_event(&events[0], &long_uid, "long", "Warning", "RejectedByAzure");
+    assert_event(&events[0], long_uid, "long", "Warning", "RejectedByAzure");
     assert!(
         events[0]["note"]
             .as_str()
             .unwrap()
-            .contains("InvalidResourceName"),
+            .contains("PublicIpNotFound"),
         "{}",
         events[0]
     );

@@ -18,6 +18,7 @@ pub mod load;
 pub mod load_pacing;
 pub mod load_report;
 mod load_samples;
+pub mod refused_view;
 mod settings_view;
 pub mod state;
 pub mod status;

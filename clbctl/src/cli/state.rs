@@ -8,6 +8,8 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
+use super::refused_view::refused_table;
+use super::time;
 use super::view::{AddressSync, DiffView, LocationView, PortView, ServiceView};
 use super::{Global, emit};
 
@@ -87,6 +89,11 @@ pub async fn run_state(global: &Global, cmd: &StateCommand) -> anyhow::Result<Ex
 
 /// A location as text: a summary line, then one row per address.
 pub fn render_location(l: &LocationView) -> String {
+    render_location_at(l, time::now_unix_ms())
+}
+
+/// [`render_location`] with times relative to `now_unix_ms`.
+pub fn render_location_at(l: &LocationView, now_unix_ms: i64) -> String {
     let mut out = format!(
         "location {} (gateway {}): desired {}, in NRP {}  ·  {} addresses, {}\n",
         l.location,
@@ -125,10 +132,10 @@ pub fn render_location(l: &LocationView) -> String {
             Cell::new(desired),
             Cell::new(actual),
             Cell::new(a.sync.mark()),
-            Cell::new(if a.sync == AddressSync::InSync {
-                String::new()
-            } else {
-                difference.join(" ")
+            Cell::new(match (&a.refused, a.sync) {
+                (Some(r), _) => format!("{}  {}", difference.join(" "), r.summary(now_unix_ms)),
+                (None, AddressSync::InSync) => String::new(),
+                (None, _) => difference.join(" "),
             }),
         ]);
     }
@@ -208,8 +215,14 @@ pub async fn run_diff(global: &Global, args: &DiffArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The pending diff as text: service changes, then location changes (one row per address).
+/// The pending diff as text: the work held after NRP refused it, service changes, then location
+/// changes (one row per address).
 pub fn render_diff(d: &DiffView) -> String {
+    render_diff_at(d, time::now_unix_ms())
+}
+
+/// [`render_diff`] with times relative to `now_unix_ms`.
+pub fn render_diff_at(d: &DiffView, now_unix_ms: i64) -> String {
     let mut out = format!(
         "pending diff of gateway {} at revision {}: {} service changes, {} location changes{}\n",
         d.gateway,
@@ -222,6 +235,14 @@ pub fn render_diff(d: &DiffView) -> String {
             ""
         }
     );
+    if !d.refused.is_empty() {
+        let _ = writeln!(
+            out,
+            "held after NRP refused them (sent again when their delay has passed or they \
+             change):\n{}",
+            refused_table(&d.refused, now_unix_ms)
+        );
+    }
     if d.services.is_empty() && d.locations.is_empty() {
         out.push_str("nothing to send: NRP has the desired state\n");
         return out;

@@ -11,6 +11,7 @@ use clb_proto::v1::{
 };
 use serde::Serialize;
 
+use super::refused_view::RefusedView;
 use crate::demo::{PhaseReport, Summary};
 
 /// The name of a `ServiceKind` value: `inbound`, `outbound`, `unspecified` or `unknown(N)`.
@@ -112,6 +113,10 @@ pub struct GatewayView {
     pub last_errors: Vec<ErrorView>,
     /// Age of the oldest change NRP has not confirmed, in ms (0: none).
     pub oldest_pending_change_age_ms: u64,
+    /// Work NRP refused, held on the refusal schedule (at most 100).
+    pub refused: Vec<RefusedView>,
+    /// Addresses held after NRP refused them on their own (all of them).
+    pub refused_addresses: u64,
     /// Whether desired and actual counts are equal and nothing is dirty or in flight.
     pub in_sync: bool,
 }
@@ -264,6 +269,8 @@ impl From<&GatewayStatus> for GatewayView {
             init: InitView::from(&g.init.clone().unwrap_or_default()),
             last_errors: g.last_errors.iter().map(ErrorView::from).collect(),
             oldest_pending_change_age_ms: g.oldest_pending_change_age_ms,
+            refused: g.refused.iter().map(RefusedView::from).collect(),
+            refused_addresses: g.refused_addresses,
             in_sync: crate::status::counts_in_sync(g),
         }
     }
@@ -352,6 +359,8 @@ pub struct AddressView {
     pub missing_services: Vec<String>,
     /// Services in the actual ref but not desired.
     pub extra_services: Vec<String>,
+    /// Set while NRP's refusal of the address holds it back.
+    pub refused: Option<RefusedView>,
 }
 
 impl From<&AddressState> for AddressView {
@@ -377,6 +386,7 @@ impl From<&AddressState> for AddressView {
             sync,
             missing_services: desired.difference(&actual).cloned().collect(),
             extra_services: actual.difference(&desired).cloned().collect(),
+            refused: a.refused.as_ref().map(RefusedView::from),
         }
     }
 }
@@ -606,6 +616,8 @@ pub struct DiffView {
     pub locations: Vec<LocationChangeView>,
     /// More entries than the limit allowed.
     pub truncated: bool,
+    /// Work not sent now because NRP refused it (held on the refusal schedule).
+    pub refused: Vec<RefusedView>,
 }
 
 impl From<&PendingDiffResponse> for DiffView {
@@ -616,6 +628,7 @@ impl From<&PendingDiffResponse> for DiffView {
             services: d.services.iter().map(ServiceChangeView::from).collect(),
             locations: d.locations.iter().map(LocationChangeView::from).collect(),
             truncated: d.truncated,
+            refused: d.refused.iter().map(RefusedView::from).collect(),
         }
     }
 }

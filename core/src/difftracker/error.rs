@@ -87,6 +87,11 @@ pub enum Reason {
     /// An identity holds a character outside `[A-Za-z0-9._-]`.
     #[error("holds {0:?}; only letters, digits, '.', '_' and '-' are allowed")]
     InvalidCharacter(char),
+    /// An identity ends with a character an Azure resource name cannot end with.
+    #[error(
+        "ends with {0:?}; it must end with a letter, a digit or '_' (Azure's resource names made of it, such as lb-<identity>, end so)"
+    )]
+    InvalidEnd(char),
     /// The same address appears twice in one set.
     #[error("appears twice (first at {first})")]
     Duplicate {

@@ -17,8 +17,9 @@ use super::family::IpFamily;
 use super::location::LocationId;
 use super::members::{LocationBits, ServiceAddresses};
 
-/// Longest identity accepted (Azure resource names allow 80 characters).
-pub const MAX_IDENTITY_LEN: usize = 80;
+/// Longest identity accepted: an Azure resource name has at most 80 characters, and the longest
+/// name clb makes of an identity, its NAT gateway's IPv6 public IP `pip-{identity}-v6`, adds 7.
+pub const MAX_IDENTITY_LEN: usize = 80 - "pip--v6".len();
 
 /// Validates an identity and returns its canonical (lower-case) form, borrowed when it already is.
 pub fn normalize_identity<'a>(field: &str, value: &'a str) -> Result<Cow<'a, str>, InvalidInput> {
@@ -40,6 +41,15 @@ pub fn normalize_identity<'a>(field: &str, value: &'a str) -> Result<Cow<'a, str
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err(InvalidInput::new(field, value, Reason::InvalidCharacter(c)));
+    }
+    // Azure resource names end with a letter, a digit or '_'; those clb makes of an identity
+    // (`lb-{identity}`, `pip-{identity}`, `natgw-{identity}`) end with it.
+    if let Some(c) = value
+        .chars()
+        .last()
+        .filter(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+    {
+        return Err(InvalidInput::new(field, value, Reason::InvalidEnd(c)));
     }
     if value.bytes().any(|b| b.is_ascii_uppercase()) {
         Ok(Cow::Owned(value.to_ascii_lowercase()))
@@ -356,12 +366,25 @@ mod tests {
             normalize_identity("id", "a b").unwrap_err().reason,
             Reason::InvalidCharacter(' ')
         );
-        assert!(matches!(
-            normalize_identity("id", &"a".repeat(81))
+        // The longest name made of it, `pip-{identity}-v6`, fits Azure's 80 characters.
+        assert_eq!(MAX_IDENTITY_LEN, 73);
+        assert!(normalize_identity("id", &"a".repeat(73)).is_ok());
+        assert_eq!(
+            normalize_identity("id", &"a".repeat(74))
                 .unwrap_err()
                 .reason,
-            Reason::TooLong { len: 81, max: 80 }
-        ));
+            Reason::TooLong { len: 74, max: 73 }
+        );
+        for bad in ["web-", "web.", "-"] {
+            let e = normalize_identity("id", bad).unwrap_err();
+            assert!(matches!(e.reason, Reason::InvalidEnd(_)), "{bad}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("must end with a letter, a digit or '_'"),
+                "{e}"
+            );
+        }
+        assert!(normalize_identity("id", "web_").is_ok());
     }
 
     #[test]

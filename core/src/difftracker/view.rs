@@ -117,6 +117,16 @@ impl DiffTracker {
         })
     }
 
+    /// NRP's service ref of `address` at `location`, names sorted (empty when NRP does not have
+    /// it there).
+    pub fn actual_ref(&self, location: IpAddr, address: IpAddr) -> Vec<String> {
+        self.locations
+            .get(&location)
+            .and_then(|loc| loc.addresses.get(&address))
+            .map(|slot| self.names(slot.actual()))
+            .unwrap_or_default()
+    }
+
     /// Both sides of one service (any case).
     pub fn service_view(&self, name: &str) -> Option<ServiceView> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use super::refused::Admitted;
 use super::stagger::LateTurn;
 use super::{Dispatcher, Key, UnitWork};
 use crate::difftracker::{
@@ -106,7 +107,18 @@ impl Dispatcher {
                 continue;
             }
             let in_flight = self.flight.holds(location);
-            let Some(diff) = tracker.location_diff(location) else {
+            // Addresses NRP refused on their own wait out their refusal delay (`refused.rs`).
+            let diff = match tracker.location_diff(location) {
+                Some(diff) => match self.refused.admit(tracker, diff) {
+                    Admitted::Whole(diff) | Admitted::Trimmed(diff) => Some(diff),
+                    Admitted::AllHeld => None,
+                },
+                None => {
+                    self.refused.forget_location(location);
+                    None
+                }
+            };
+            let Some(diff) = diff else {
                 if in_flight {
                     // What is in flight may land other than now desired: looked at again after.
                     keep.push(location);

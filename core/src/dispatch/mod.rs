@@ -23,6 +23,7 @@ mod env;
 mod flight;
 mod pacing;
 mod refusal;
+mod refused;
 mod report;
 mod stagger;
 mod unit;
@@ -42,7 +43,11 @@ pub use config::DispatchConfig;
 pub use cut::SPLIT_MIN_ADDRESSES;
 pub use env::{DispatchEnv, DispatchObserver, Jitter, NoObserver, WallClock};
 pub use pacing::WriteBudget;
-pub use unit::{ChangeError, Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork};
+pub use refusal::{RefusedItem, RefusedKind};
+pub use refused::{AddressHold, RefusedAddress};
+pub use unit::{
+    AddressRefusal, ChangeError, Folded, Outcome, Report, ServiceProgress, Unit, UnitKind, UnitWork,
+};
 
 /// An error kept for status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +175,8 @@ pub struct Dispatcher {
     /// How many times in a row NRP refused each parked key's work (its refusal delay doubles with
     /// it); forgotten when the work goes through or its desired state (or NRP's) changes.
     refusals: HashMap<Key, u32>,
+    /// Addresses NRP refused on their own, held on their refusal schedule (see [`refused`]).
+    refused: refused::RefusedAddresses,
     /// The last retried (or repaired) failure of each key that has not gone through since: what
     /// the Admin API reports as "retrying" for a service or a location.
     failing: HashMap<Key, ErrorRecord>,
@@ -211,6 +218,7 @@ impl Dispatcher {
             backoff: HashMap::default(),
             parked: HashMap::default(),
             refusals: HashMap::default(),
+            refused: refused::RefusedAddresses::default(),
             failing: HashMap::default(),
             awaiting_read_back: HashMap::default(),
             reports: 0,
@@ -250,7 +258,11 @@ impl Dispatcher {
     /// that passed already did its part (or waits for a report, which wakes the driver anyway).
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
         let leases = self.in_flight.values().map(|u| u.deadline);
-        let backoffs = self.backoff.values().map(|b| b.not_before);
+        let backoffs = self
+            .backoff
+            .values()
+            .map(|b| b.not_before)
+            .chain(self.refused.next_retry());
         let o = &self.observe;
         let observe = [
             o.deferred,
@@ -431,6 +443,10 @@ impl Dispatcher {
                     .is_none_or(|t| now >= t + self.config.batch_quiet);
             let waiting = !self.pending_locations.is_empty();
             self.batching.changed(&self.config, now, idle, waiting);
+        }
+        // Held addresses whose refusal delay has passed go with their location's next unit.
+        for l in self.refused.due(now) {
+            self.pending_locations.push(l);
         }
         for l in dirty.locations {
             let key = Key::Location(l);
@@ -685,6 +701,8 @@ impl Dispatcher {
 mod cut_tests;
 #[cfg(test)]
 mod pacing_tests;
+#[cfg(test)]
+mod refused_tests;
 #[cfg(test)]
 mod repair_tests;
 #[cfg(test)]

@@ -21,6 +21,7 @@ fn config() -> DispatchConfig {
 
 fn report(work_id: u64, outcome: Outcome) -> Report {
     Report {
+        refused: Vec::new(),
         work_id,
         applied: vec![],
         progress: vec![],
@@ -371,6 +372,7 @@ fn changes_refused_together_are_parked_each_with_its_own_error() {
         &mut t,
         1,
         Report {
+            refused: Vec::new(),
             work_id: u.work_id,
             applied: vec![0],
             progress: vec![],

@@ -79,7 +79,7 @@ impl Dispatcher {
             Outcome::Applied => {
                 self.count(kind, "applied", "");
                 let all: Vec<u32> = (0..unit.work.len() as u32).collect();
-                self.record(tracker, ids, &unit.work, &all, &[], now)
+                self.record(tracker, ids, &unit.work, &all, &[], &report.refused, now)
             }
             Outcome::Retryable {
                 retry_after,
@@ -95,6 +95,7 @@ impl Dispatcher {
                     &unit.work,
                     &report.applied,
                     &report.progress,
+                    &report.refused,
                     now,
                 );
                 self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
@@ -133,6 +134,7 @@ impl Dispatcher {
                     &unit.work,
                     &report.applied,
                     &report.progress,
+                    &report.refused,
                     now,
                 );
                 let mut skip = report.applied.clone();
@@ -173,6 +175,7 @@ impl Dispatcher {
                     &unit.work,
                     &report.applied,
                     &report.progress,
+                    &report.refused,
                     now,
                 );
                 if let UnitWork::Observe = unit.work {
@@ -200,6 +203,19 @@ impl Dispatcher {
             }
             Outcome::Observed { .. } => unreachable!("handled above"),
         };
+        if let Some(first) = report.refused.first() {
+            let message = format!(
+                "{} address(es) refused on their own and held, the first {}: {}",
+                report.refused.len(),
+                first.address,
+                first.message
+            );
+            self.error(ids, &unit.work, &first.code, &message, true, now);
+        }
+        let wrong = self.hold_refused_addresses(tracker, ids, &unit.work, &report.refused, now);
+        for w in wrong {
+            self.error(ids, &unit.work, "InconsistentReport", &w, false, now);
+        }
         Some(Folded {
             services,
             observed: false,
@@ -267,6 +283,7 @@ impl Dispatcher {
         work: &UnitWork,
         which: &[u32],
         progress: &[ServiceProgress],
+        refused: &[AddressRefusal],
         now: Instant,
     ) -> Vec<ServiceChange> {
         let mut failures = Vec::new();
@@ -318,6 +335,24 @@ impl Dispatcher {
                         self.observe_programmed("locations", &key, now);
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);
+                        // What NRP refused of it did not go through: the rest did.
+                        let trimmed;
+                        let d = if refused.iter().any(|r| r.index == *i) {
+                            let mut t = d.clone();
+                            t.addresses.retain(|a| {
+                                !refused
+                                    .iter()
+                                    .any(|r| r.index == *i && r.address == a.address)
+                            });
+                            if t.addresses.is_empty() && !d.addresses.is_empty() {
+                                // Nothing of it was sent.
+                                continue;
+                            }
+                            trimmed = t;
+                            &trimmed
+                        } else {
+                            d
+                        };
                         if let Err(e) = tracker.record_location_applied(d) {
                             failures.push(e.to_string());
                         }

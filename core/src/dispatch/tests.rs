@@ -12,6 +12,7 @@ pub(super) fn observed(d: &mut Dispatcher, t: &mut DiffTracker, now: Instant) {
         t,
         1,
         Report {
+            refused: Vec::new(),
             work_id: 1,
             applied: vec![],
             progress: vec![],
@@ -31,6 +32,7 @@ pub(super) fn env() -> DispatchEnv {
 
 pub(super) fn applied(work_id: u64) -> Report {
     Report {
+        refused: Vec::new(),
         work_id,
         applied: vec![],
         progress: vec![],
@@ -174,6 +176,7 @@ fn retries_back_off_and_expired_leases_come_back_without_backoff() {
         &mut t,
         1,
         Report {
+            refused: Vec::new(),
             work_id: s.work_id,
             applied: vec![],
             progress: vec![],
@@ -222,6 +225,7 @@ fn no_location_work_is_cut_before_nrp_has_been_read_back() {
         &mut t,
         1,
         Report {
+            refused: Vec::new(),
             work_id: 1,
             applied: vec![],
             progress: vec![],
@@ -283,6 +287,7 @@ fn a_report_returns_what_it_recorded() {
     let u = d.next_unit(&mut t, 1, 1, now).unwrap();
     assert_eq!(u.work, UnitWork::Observe);
     let last = |last| Report {
+        refused: Vec::new(),
         work_id: 1,
         applied: vec![],
         progress: vec![],
@@ -306,6 +311,7 @@ fn a_report_returns_what_it_recorded() {
             &mut t,
             1,
             Report {
+                refused: Vec::new(),
                 work_id: 2,
                 applied: vec![1],
                 progress: vec![],
@@ -400,6 +406,7 @@ fn a_service_unit_counts_one_call_per_change_against_the_cap() {
 
 fn retryable(work_id: u64) -> Report {
     Report {
+        refused: Vec::new(),
         work_id,
         applied: vec![],
         progress: vec![],
@@ -506,6 +513,7 @@ fn an_observe_that_is_handed_out_again_counts_its_attempts_until_one_completes()
         &mut t,
         2,
         Report {
+            refused: Vec::new(),
             work_id: 2,
             applied: vec![],
             progress: vec![],
@@ -543,6 +551,7 @@ fn failing_and_parked_lookups_follow_the_reports() {
             t,
             1,
             Report {
+                refused: Vec::new(),
                 work_id: id,
                 applied: vec![],
                 progress: vec![],
@@ -651,6 +660,7 @@ fn the_observer_is_told_how_long_an_accepted_change_was_pending() {
         &mut t,
         1,
         Report {
+            refused: Vec::new(),
             work_id: u.work_id,
             applied: vec![],
             progress: vec![],

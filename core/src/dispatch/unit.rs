@@ -183,8 +183,25 @@ pub struct Report {
     /// For a service unit that did not go through as a whole: how far changes that are not in
     /// `applied` got in NRP (the actual state follows it).
     pub progress: Vec<ServiceProgress>,
+    /// For a location unit: the addresses NRP refused on their own. A location change that went
+    /// through went through except for these (after a partial update NRP keeps what it had for
+    /// them; after a full one it does not have them); each is held on the refusal schedule.
+    pub refused: Vec<AddressRefusal>,
     /// The outcome.
     pub outcome: Outcome,
+}
+
+/// One address of a location change that NRP refused on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressRefusal {
+    /// The location change's index in the unit.
+    pub index: u32,
+    /// The address.
+    pub address: std::net::IpAddr,
+    /// NRP's error code.
+    pub code: String,
+    /// NRP's message.
+    pub message: String,
 }
 
 /// How far one service change of a unit got in NRP although it did not go through.

@@ -64,6 +64,7 @@ fn frontends(list: &[(&str, &str)]) -> Vec<(String, String)> {
 
 fn observed(work_id: u64, load_balancers: &[&str], last: bool) -> Report {
     Report {
+        refused: Vec::new(),
         work_id,
         applied: Vec::new(),
         progress: Vec::new(),
@@ -248,6 +249,7 @@ fn an_unconfirmed_creation_does_not_hide_the_rules_read_back() {
     };
     g.spec_for(&changes[0]);
     let unconfirmed = Report {
+        refused: Vec::new(),
         work_id: 2,
         applied: Vec::new(),
         progress: Vec::new(),

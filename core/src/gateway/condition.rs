@@ -21,7 +21,7 @@ pub enum ConditionReason {
     Programmed,
     /// Not desired and not in NRP.
     Removed,
-    /// Azure rejected a change for good; parked until the Service changes.
+    /// Azure refused a change; held, and sent again on the refusal schedule or when it changes.
     Rejected,
     /// Azure throttles its changes; retrying.
     Throttled,
@@ -50,6 +50,9 @@ pub struct Condition {
     pub held_for_writer: String,
     /// When the failure happened (Unix ms; 0 for none).
     pub error_at_unix_ms: i64,
+    /// The address NRP refused on its own, at `location` (empty: the whole location's change or
+    /// the service's).
+    pub address: String,
 }
 
 impl GatewayCore {
@@ -63,6 +66,8 @@ impl GatewayCore {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Failure<'a> {
     pub(super) location: Option<IpAddr>,
+    /// An address of `location` refused on its own.
+    pub(super) address: Option<IpAddr>,
     pub(super) error: &'a ErrorRecord,
 }
 
@@ -101,11 +106,12 @@ fn throttled(code: &str) -> bool {
     matches!(code, "TooManyRequests" | "AnotherOperationInProgress")
 }
 
-fn at(location: Option<IpAddr>) -> String {
-    location.map_or_else(
-        || "its load balancer".to_owned(),
-        |l| format!("location {l}"),
-    )
+fn at(location: Option<IpAddr>, address: Option<IpAddr>) -> String {
+    match (location, address) {
+        (Some(l), Some(a)) => format!("address {a} at location {l}"),
+        (Some(l), None) => format!("location {l}"),
+        (None, _) => "its load balancer".to_owned(),
+    }
 }
 
 /// The condition of a service from its facts: the first of rejected, throttled/retrying, held
@@ -115,7 +121,7 @@ pub(super) fn derive_condition(f: &ConditionFacts<'_>) -> Condition {
         reason,
         message: format!(
             "{what} ({}): {} {}: {}",
-            at(x.location),
+            at(x.location, x.address),
             if x.location.is_some() { "at" } else { "for" },
             x.error.code,
             x.error.message
@@ -123,13 +129,14 @@ pub(super) fn derive_condition(f: &ConditionFacts<'_>) -> Condition {
         error_code: x.error.code.clone(),
         error_message: x.error.message.clone(),
         location: x.location.map(|l| l.to_string()).unwrap_or_default(),
+        address: x.address.map(|a| a.to_string()).unwrap_or_default(),
         error_at_unix_ms: x.error.at_unix_ms,
         ..Condition::default()
     };
     if let Some(x) = &f.parked {
         return failure(
             ConditionReason::Rejected,
-            "Azure rejected the change; it is parked until the Service changes",
+            "Azure refused the change; it is held and sent again on the refusal schedule, or at once when the Service changes",
             x,
         );
     }
@@ -253,8 +260,9 @@ fn hold_for(g: &GatewayCore, location: Option<IpAddr>) -> Option<HeldBack> {
 }
 
 /// Gathers the facts of one service from the gateway: the tracker, the dispatcher (parked work,
-/// last failures, pending changes) and the restart gate. Costs O(parked + failing locations) plus,
-/// while removals are withheld, O(withheld locations' addresses).
+/// last failures, pending changes) and the restart gate. Costs O(parked + failing locations),
+/// O(1) for its refused addresses, plus, while removals are withheld, O(withheld locations'
+/// addresses).
 fn condition_facts<'a>(
     g: &'a GatewayCore,
     view: &ServiceView,
@@ -267,19 +275,31 @@ fn condition_facts<'a>(
         hits.sort_by_key(|(l, _)| *l);
         hits.into_iter().next().map(|(l, error)| Failure {
             location: Some(l),
+            address: None,
             error,
         })
     };
     let parked = match g.dispatch().parked_service(name) {
         Some(error) => Some(Failure {
             location: None,
+            address: None,
             error,
         }),
-        None => first_location(&mut g.dispatch().parked_locations()),
+        None => first_location(&mut g.dispatch().parked_locations()).or_else(|| {
+            g.dispatch()
+                .refused_addresses_of(name)
+                .next()
+                .map(|r| Failure {
+                    location: Some(r.location),
+                    address: Some(r.address),
+                    error: &r.hold.record,
+                })
+        }),
     };
     let failing = match g.dispatch().failing_service(name) {
         Some(error) => Some(Failure {
             location: None,
+            address: None,
             error,
         }),
         None => first_location(&mut g.dispatch().failing_locations()),

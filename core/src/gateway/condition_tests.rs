@@ -92,10 +92,12 @@ fn failures_come_first_rejected_before_retrying_before_held_back() {
     let all = ConditionFacts {
         parked: Some(Failure {
             location: None,
+            address: None,
             error: &parked,
         }),
         failing: Some(Failure {
             location: Some(l),
+            address: None,
             error: &throttled,
         }),
         held: Some(held.clone()),
@@ -122,6 +124,7 @@ fn failures_come_first_rejected_before_retrying_before_held_back() {
         parked: None,
         failing: Some(Failure {
             location: None,
+            address: None,
             error: &other,
         }),
         ..all.clone()
@@ -184,6 +187,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
     g.take_report(
         1,
         Report {
+            refused: Vec::new(),
             work_id: 1,
             applied: vec![],
             progress: vec![],
@@ -206,6 +210,7 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
         g.take_report(
             1,
             Report {
+                refused: Vec::new(),
                 work_id: id,
                 applied: vec![],
                 progress: vec![],
@@ -252,4 +257,71 @@ fn the_condition_is_gathered_from_the_dispatcher_and_the_gate() {
     assert_eq!(reason(&c), ConditionReason::HeldBack, "{c:?}");
     assert_eq!(c.held_for, "cluster_view");
     assert!(c.location.is_empty());
+}
+
+#[test]
+fn an_address_refused_on_its_own_rejects_its_services_naming_it() {
+    let config = GatewayConfig {
+        expected_writers: Vec::new(),
+        resync_wait: Duration::from_secs(180),
+        dispatch: DispatchConfig::unbatched(),
+    };
+    let now = Instant::now();
+    let mut g = GatewayCore::new(
+        "gw".into(),
+        &config,
+        DispatchEnv::new(now, 1_700_000_000_000, 7),
+    );
+    let svc = "3b0c0d4e-0000-4000-8000-00000000000b";
+    g.tracker_mut().update_service(Operation::Add, svc).unwrap();
+    let ep = |address| Endpoint {
+        address,
+        location: "10.0.0.1",
+    };
+    g.tracker_mut()
+        .set_endpoints(svc, &[ep("10.1.0.1"), ep("10.1.0.9")])
+        .unwrap();
+    let report = |work_id, refused| Report {
+        refused,
+        work_id,
+        applied: vec![],
+        progress: vec![],
+        outcome: Outcome::Applied,
+    };
+    let observe = g.lease(1, 1, now).unwrap().unit;
+    assert_eq!(observe.work, UnitWork::Observe);
+    let observed = Report {
+        outcome: Outcome::Observed {
+            snapshot: Default::default(),
+            last: true,
+        },
+        ..report(1, vec![])
+    };
+    g.take_report(1, observed, Default::default(), now);
+    let created = g.lease(1, 2, now).unwrap().unit;
+    assert!(matches!(created.work, UnitWork::Services(_)));
+    g.take_report(1, report(2, vec![]), Default::default(), now);
+    let unit = g.lease(1, 3, now).unwrap().unit;
+    assert!(matches!(unit.work, UnitWork::Locations(_)));
+    let refusal = clb_core::dispatch::AddressRefusal {
+        index: 0,
+        address: "10.1.0.9".parse().unwrap(),
+        code: "BackendPoolAddressesMustHaveSameIpVersion".into(),
+        message: "refused".into(),
+    };
+    g.take_report(1, report(3, vec![refusal]), Default::default(), now);
+    let view = g.tracker().service_view(svc).unwrap();
+    let c = g.service_condition(&view, "20.0.0.1");
+    assert_eq!(reason(&c), ConditionReason::Rejected, "{c:?}");
+    assert_eq!(c.error_code, "BackendPoolAddressesMustHaveSameIpVersion");
+    assert_eq!(
+        (c.location.as_str(), c.address.as_str()),
+        ("10.0.0.1", "10.1.0.9")
+    );
+    assert!(
+        c.message.contains("address 10.1.0.9 at location 10.0.0.1"),
+        "{}",
+        c.message
+    );
+    assert_eq!(view.actual_addresses, 1, "the rest of the location went");
 }

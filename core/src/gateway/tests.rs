@@ -36,6 +36,7 @@ fn tcp(port: u32) -> Port {
 
 fn report(work_id: u64, outcome: Outcome) -> Report {
     Report {
+        refused: Vec::new(),
         work_id,
         applied: vec![],
         progress: vec![],

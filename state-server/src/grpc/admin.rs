@@ -13,8 +13,8 @@ use clb_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    gateway_status, invalid_argument, location_change, location_state, service_change,
-    service_state, unknown_gateway, worker_status,
+    gateway_status, invalid_argument, location_change, location_state, refused_item,
+    service_change, service_state, unknown_gateway, worker_status,
 };
 use crate::state::{Gateway, StateServer};
 use clb_core::difftracker::identity::normalize_identity;
@@ -114,7 +114,9 @@ impl AdminService {
                 quote(g.name())
             ))
         })?;
-        Ok(location_state(g.name(), &view))
+        Ok(location_state(g.name(), &view, |a| {
+            g.dispatch().refused_address(view.location, a)
+        }))
     }
 
     #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.id))]
@@ -168,6 +170,12 @@ impl AdminService {
                 .map(location_change)
                 .collect(),
             truncated,
+            refused: g
+                .dispatch()
+                .refused_items(limit)
+                .into_iter()
+                .map(refused_item)
+                .collect(),
         })
     }
 }
@@ -215,6 +223,7 @@ fn condition_to_proto(c: Condition) -> ServiceCondition {
         held_for: c.held_for,
         held_for_writer: c.held_for_writer,
         error_at_unix_ms: c.error_at_unix_ms,
+        address: c.address,
     }
 }
 

@@ -445,8 +445,13 @@ pub fn location_change(diff: &LocationDiff) -> LocationChange {
     }
 }
 
-/// Both sides of a location as proto. The location is desired when one of its addresses is.
-pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
+/// Both sides of a location as proto. The location is desired when one of its addresses is;
+/// `refused` gives the hold of an address NRP refused on its own.
+pub fn location_state(
+    gateway: &str,
+    view: &LocationView,
+    refused: impl Fn(IpAddr) -> Option<clb_core::dispatch::RefusedItem>,
+) -> LocationState {
     LocationState {
         gateway: gateway.to_owned(),
         location: view.location.to_string(),
@@ -461,6 +466,7 @@ pub fn location_state(gateway: &str, view: &LocationView) -> LocationState {
                 actual: a.actual.is_some(),
                 desired_services: a.desired.clone().unwrap_or_default(),
                 actual_services: a.actual.clone().unwrap_or_default(),
+                refused: refused(a.address).map(status::refused_item),
             })
             .collect(),
     }
@@ -632,7 +638,8 @@ mod status;
 pub use report::{frontends_from_proto, report_from_proto, rules_from_proto, snapshot_from_proto};
 pub use settings::{settings_from_proto, settings_to_proto};
 pub use status::{
-    error_record, gateway_status, init_gates, service_state, service_state_uncounted, worker_status,
+    error_record, gateway_status, init_gates, refused_item, service_state, service_state_uncounted,
+    worker_status,
 };
 
 #[cfg(test)]

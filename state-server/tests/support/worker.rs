@@ -184,6 +184,7 @@ impl FakeNrp {
             frontends,
             service_progress: vec![],
             remaining_subscription_writes: None,
+            refused_addresses: Vec::new(),
             outcome: Some(outcome),
         }
     }
@@ -299,6 +300,7 @@ impl TestWorker {
             frontends: vec![],
             service_progress: vec![],
             remaining_subscription_writes: None,
+            refused_addresses: Vec::new(),
             outcome: Some(outcome),
         })
         .await;

@@ -107,6 +107,27 @@ pub fn report_from_proto(r: v1::Report) -> Report {
         }
         None => invalid("report.outcome: missing".into()),
     };
+    // A refused address that is no IP makes the report malformed (nothing of it is recorded).
+    let mut refused = Vec::with_capacity(r.refused_addresses.len());
+    let mut outcome = outcome;
+    for (i, a) in r.refused_addresses.iter().enumerate() {
+        match a.address.trim().parse::<IpAddr>() {
+            Ok(ip) => refused.push(dispatch::AddressRefusal {
+                index: a.index,
+                address: ip.to_canonical(),
+                code: a.code.clone(),
+                message: a.message.clone(),
+            }),
+            Err(e) => {
+                outcome = invalid(format!(
+                    "report.refused_addresses[{i}].address: {} is not an IP address: {e}",
+                    quote(&a.address)
+                ));
+                refused.clear();
+                break;
+            }
+        }
+    }
     // A step this server does not know is left out (nothing of it is recorded).
     let progress = r.service_progress.iter().filter_map(|p| {
         let step = match v1::ServiceStep::try_from(p.step).ok()? {
@@ -123,6 +144,7 @@ pub fn report_from_proto(r: v1::Report) -> Report {
         work_id: r.work_id,
         applied: r.applied_indices,
         progress: progress.collect(),
+        refused,
         outcome,
     }
 }

@@ -40,6 +40,25 @@ pub fn error_record(e: dispatch::ErrorRecord, worker_id: String) -> v1::ErrorRec
     }
 }
 
+/// A piece of refused work held on the refusal schedule as proto.
+pub fn refused_item(i: dispatch::RefusedItem) -> v1::RefusedItem {
+    let ip = |ip: Option<std::net::IpAddr>| ip.map(|ip| ip.to_string()).unwrap_or_default();
+    v1::RefusedItem {
+        kind: i.kind.as_str().to_owned(),
+        location: ip(i.location),
+        address: ip(i.address),
+        services: i.services,
+        code: i.record.code,
+        message: i.record.message,
+        at_unix_ms: i.record.at_unix_ms,
+        refusals: i.refusals,
+        retry_at_unix_ms: i.retry_at_unix_ms.unwrap_or(0),
+    }
+}
+
+/// The most refused items a gateway's status lists.
+pub const STATUS_REFUSED_ITEMS: usize = 100;
+
 /// A connected worker as proto.
 pub fn worker_status(w: WorkerInfo) -> v1::WorkerStatus {
     v1::WorkerStatus {
@@ -91,6 +110,13 @@ pub fn gateway_status(
         init: Some(init_gates(g.gate_view(now))),
         last_errors,
         oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
+        refused: g
+            .dispatch()
+            .refused_items(STATUS_REFUSED_ITEMS)
+            .into_iter()
+            .map(refused_item)
+            .collect(),
+        refused_addresses: g.dispatch().refused_address_count() as u64,
     }
 }
 

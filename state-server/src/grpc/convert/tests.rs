@@ -318,6 +318,7 @@ fn reports_convert_from_proto() {
             work_id: 7,
             applied: vec![1],
             progress: vec![],
+            refused: vec![],
             outcome: Outcome::Applied
         }
     );
@@ -464,7 +465,7 @@ fn diffs_and_views_convert_to_proto() {
     assert_eq!(l.addresses[0].services, vec!["svc-a"]);
 
     let view = t.location_view("10.0.0.1".parse().unwrap()).unwrap();
-    let state = location_state("gw", &view);
+    let state = location_state("gw", &view, |_| None);
     assert!(state.desired && !state.actual);
     assert_eq!(state.addresses[0].desired_services, vec!["svc-a"]);
     assert!(!state.addresses[0].actual);
