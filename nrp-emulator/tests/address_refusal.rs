@@ -16,6 +16,11 @@ fn refusing(refusals: Vec<AddressRefusal>) -> EmulatorConfig {
     }
 }
 
+/// How many addresses gateway `sg` holds.
+fn addresses(h: &Harness) -> usize {
+    h.emu().dump().gateway("sg").unwrap().address_map().len()
+}
+
 /// The IP literals of `text` (any token that parses as one, quotes and punctuation trimmed).
 fn ips_in(text: &str) -> Vec<std::net::IpAddr> {
     text.split(|c: char| c.is_whitespace() || c == '\'' || c == '"' || c == ',')
@@ -49,31 +54,33 @@ async fn a_call_carrying_a_refused_address_is_refused_whole_and_names_it() {
     let message = r.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("'10.1.0.7'"), "{message}");
     assert!(message.contains("'10.0.0.2'"), "the location: {message}");
-    assert!(
-        h.emu()
-            .dump()
-            .gateway("sg")
-            .unwrap()
-            .address_map()
-            .is_empty(),
-        "the whole call changed nothing"
-    );
+    assert_eq!(addresses(&h), 0, "the whole call changed nothing");
     assert_eq!(h.emu().stats().rejected("AddressRefusedByPolicy"), 1);
 
-    // With any services, a deletion (no services) included.
-    for services in [&["svc-a"][..], &[]] {
-        let r = h
-            .update_locations(
-                &g,
-                partial(vec![loc(
-                    "10.0.0.9",
-                    "PartialUpdate",
-                    &[("10.1.0.7", services)],
-                )]),
-            )
-            .await;
-        assert_eq!(r.code(), "AddressRefusedByPolicy", "{services:?}: {r:?}");
+    // In a full update or a partial one, with any services, a deletion (no services) included,
+    // among other addresses or alone.
+    for action in ["PartialUpdate", "FullUpdate"] {
+        for services in [&["svc-a"][..], &[]] {
+            for others in [&[][..], &[("10.1.0.8", &["svc-a"][..])]] {
+                let mut addresses = others.to_vec();
+                addresses.push(("10.1.0.7", services));
+                let r = h
+                    .update_locations(&g, partial(vec![loc("10.0.0.9", action, &addresses)]))
+                    .await;
+                assert_eq!(
+                    r.status,
+                    StatusCode::BAD_REQUEST,
+                    "{action} {services:?}: {r:?}"
+                );
+                assert_eq!(
+                    r.code(),
+                    "AddressRefusedByPolicy",
+                    "{action} {services:?}: {r:?}"
+                );
+            }
+        }
     }
+    assert_eq!(addresses(&h), 0, "none of them changed anything");
 
     // A call without it goes through.
     let r = h
@@ -86,7 +93,7 @@ async fn a_call_carrying_a_refused_address_is_refused_whole_and_names_it() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    assert_eq!(h.emu().dump().gateway("sg").unwrap().address_map().len(), 2);
+    assert_eq!(addresses(&h), 2);
 
     // The control is run-time configuration: lifted, the refused call goes through.
     h.emu().set_config(EmulatorConfig::default()).unwrap();
@@ -117,29 +124,23 @@ async fn a_refusal_may_name_no_address_and_carry_its_own_code() {
     let g = gw("sg");
     h.create_gateway(&g).await;
     h.register_inbound(&g, "svc-a").await;
-    let r = h
-        .update_locations(
-            &g,
-            partial(vec![
-                loc("10.0.0.1", "FullUpdate", &[("10.1.0.1", &["svc-a"])]),
-                // Written in another form: compared as an IP.
-                loc("fd00::1", "PartialUpdate", &[("fd01:0::0001", &["svc-a"])]),
-            ]),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
-    assert_eq!(r.code(), "BackendPoolAddressesMustHaveSameIpVersion");
-    let message = r.body["error"]["message"].as_str().unwrap();
-    assert!(ips_in(message).is_empty(), "names no IP: {message}");
-    assert!(
-        h.emu()
-            .dump()
-            .gateway("sg")
-            .unwrap()
-            .address_map()
-            .is_empty(),
-        "the whole call changed nothing"
-    );
+    for action in ["PartialUpdate", "FullUpdate"] {
+        let r = h
+            .update_locations(
+                &g,
+                partial(vec![
+                    loc("10.0.0.1", "FullUpdate", &[("10.1.0.1", &["svc-a"])]),
+                    // Written in another form: compared as an IP.
+                    loc("fd00::1", action, &[("fd01:0::0001", &["svc-a"])]),
+                ]),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{action}: {r:?}");
+        assert_eq!(r.code(), "BackendPoolAddressesMustHaveSameIpVersion");
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(ips_in(message).is_empty(), "names no IP: {message}");
+    }
+    assert_eq!(addresses(&h), 0, "the whole call changed nothing");
 }
 
 #[tokio::test]

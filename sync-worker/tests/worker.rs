@@ -98,50 +98,6 @@ async fn a_location_unit_is_one_update_address_locations_call() {
 }
 
 #[tokio::test]
-async fn limits_split_a_unit_and_a_failed_call_reports_what_went_through() {
-    let limits = Limits {
-        max_locations_per_call: 1,
-        ..Limits::default()
-    };
-    let mut h = Harness::start(EmulatorConfig::default(), limits).await;
-    let mut conn = h.conn().await;
-    create_services(&mut conn).await;
-    h.emulator().reset_stats();
-    // An invalid request fails only its own call: the others go.
-    let mut locs = three_locations();
-    locs[1] = location("10.0.0.2", false, &[("not-an-ip", &["svc-a"])]);
-    let r = conn.run(locations(2, locs)).await;
-    assert_eq!(terminal(&r).code, "InvalidAddress");
-    assert_eq!(r.applied_indices, vec![0, 2]);
-    assert_eq!(
-        h.emulator()
-            .stats()
-            .calls_of("ServiceGateways_UpdateAddressLocations"),
-        3
-    );
-    let programmed: BTreeSet<_> = h.address_map().into_keys().map(|(l, _)| l).collect();
-    assert_eq!(
-        programmed,
-        BTreeSet::from(["10.0.0.1".to_string(), "10.0.0.3".to_string()])
-    );
-    // A failure that shows the server's view wrong stops the unit: the rest would be cut from the
-    // same wrong view, and is sent again after the server has read NRP back.
-    h.emulator().reset_stats();
-    let mut locs = three_locations();
-    locs[1] = location("10.0.0.2", false, &[("10.1.0.3", &["not-registered"])]);
-    let r = conn.run(locations(3, locs)).await;
-    assert_eq!(repair(&r).code, "ServiceNotRegistered");
-    assert_eq!(r.applied_indices, vec![0]);
-    assert_eq!(
-        h.emulator()
-            .stats()
-            .calls_of("ServiceGateways_UpdateAddressLocations"),
-        2
-    );
-    h.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_unit_whose_lease_has_expired_makes_no_nrp_call() {
     let mut h = Harness::default().await;
     let mut conn = h.conn().await;

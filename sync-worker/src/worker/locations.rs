@@ -1,11 +1,12 @@
 //! Location work: `LocationChange`s turned into as few `updateAddressLocations` calls as the limits
-//! allow, each location at most once per call.
+//! allow, each location at most once per call. A call NRP refuses is split down to the addresses
+//! that cause the refusal ([`refusals`]).
 
-use std::collections::{HashSet, VecDeque};
-use std::net::IpAddr;
+mod refusals;
 
-use clb_nrp::NrpError;
-use clb_proto::v1::{self, LocationChange, LocationWork, Report};
+use std::collections::HashSet;
+
+use clb_proto::v1::{self, AddressChange, LocationChange, LocationWork, Report};
 
 use super::config::Limits;
 use super::ctx::{UnitCtx, UnitError, partial_report};
@@ -13,6 +14,8 @@ use super::errors;
 use clb_nrp::wire::{
     AddressLocationUpdate, GatewayAddress, UpdateAction, UpdateAddressLocationsRequest,
 };
+
+pub use refusals::refusal_split_bound;
 
 /// A piece of one location change: `addresses[start..end]` of `locations[index]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,33 @@ pub fn plan(locations: &[LocationChange], indices: &[usize], limits: Limits) -> 
     calls
 }
 
+/// The wire action of `change`.
+fn action_of(change: &LocationChange) -> UpdateAction {
+    match change.action() {
+        v1::AddressUpdateAction::FullUpdate => UpdateAction::FullUpdate,
+        _ => UpdateAction::PartialUpdate,
+    }
+}
+
+/// The update of `change`'s location in a call: `addresses` of it, with `action`.
+fn update<'a>(
+    change: &LocationChange,
+    action: UpdateAction,
+    addresses: impl IntoIterator<Item = &'a AddressChange>,
+) -> AddressLocationUpdate {
+    AddressLocationUpdate {
+        address_location: change.location.clone(),
+        address_update_action: action,
+        addresses: addresses
+            .into_iter()
+            .map(|a| GatewayAddress {
+                address: a.address.clone(),
+                services: a.services.clone(),
+            })
+            .collect(),
+    }
+}
+
 /// The body of one planned call.
 pub fn request(locations: &[LocationChange], call: &[Piece]) -> UpdateAddressLocationsRequest {
     UpdateAddressLocationsRequest {
@@ -89,20 +119,7 @@ pub fn request(locations: &[LocationChange], call: &[Piece]) -> UpdateAddressLoc
             .iter()
             .map(|p| {
                 let change = &locations[p.index];
-                AddressLocationUpdate {
-                    address_location: change.location.clone(),
-                    address_update_action: match change.action() {
-                        v1::AddressUpdateAction::FullUpdate => UpdateAction::FullUpdate,
-                        _ => UpdateAction::PartialUpdate,
-                    },
-                    addresses: change.addresses[p.start..p.end]
-                        .iter()
-                        .map(|a| GatewayAddress {
-                            address: a.address.clone(),
-                            services: a.services.clone(),
-                        })
-                        .collect(),
-                }
+                update(change, action_of(change), &change.addresses[p.start..p.end])
             })
             .collect(),
     }
@@ -141,159 +158,26 @@ fn validate(locations: &[LocationChange]) -> (Vec<usize>, Vec<UnitError>) {
     (valid, errors)
 }
 
-/// The most extra calls the worker sends to find what causes the refusal of one call of `n`
-/// location changes: `2·⌈log2(n)⌉ + 2` (none for one change). A halving costs two calls per level
-/// and finds one culprit in `⌈log2(n)⌉` levels; the two more leave room for a culprit named by NRP
-/// (one call) before a halving.
-pub fn refusal_split_bound(n: usize) -> usize {
-    if n < 2 {
-        return 0;
-    }
-    let levels = (usize::BITS - (n - 1).leading_zeros()) as usize;
-    2 * levels + 2
+/// Sends the extra calls of a split, counted in `clb_worker_refusal_split_calls_total`.
+struct ExtraCalls<'a> {
+    ctx: &'a UnitCtx<'a>,
 }
 
-/// The position in `call` of the one location change that an address named by `message` belongs
-/// to (one of its addresses in the call, or its location), if exactly one has one.
-pub fn culprit_named(locations: &[LocationChange], call: &[Piece], message: &str) -> Option<usize> {
-    let named = errors::addresses_named(message);
-    if named.is_empty() {
-        return None;
+#[async_trait::async_trait]
+impl refusals::Caller for ExtraCalls<'_> {
+    async fn call(&mut self, body: &UpdateAddressLocationsRequest) -> Result<(), UnitError> {
+        let ctx = self.ctx;
+        ctx.env.metrics.refusal_split_call();
+        ctx.mutate(|o| ctx.nrp().update_address_locations(ctx.resource(), body, o))
+            .await
     }
-    let mut hits = (0..call.len()).filter(|&i| named_in(locations, call[i], &named).is_some());
-    match (hits.next(), hits.next()) {
-        (Some(i), None) => Some(i),
-        _ => None,
-    }
-}
-
-/// The first of `named` that is `piece`'s location or one of its addresses.
-fn named_in(locations: &[LocationChange], piece: Piece, named: &[IpAddr]) -> Option<IpAddr> {
-    let change = &locations[piece.index];
-    let ips: Vec<IpAddr> = std::iter::once(change.location.as_str())
-        .chain(
-            change.addresses[piece.start..piece.end]
-                .iter()
-                .map(|a| a.address.as_str()),
-        )
-        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-        .map(|ip| ip.to_canonical())
-        .collect();
-    named.iter().copied().find(|ip| ips.contains(ip))
-}
-
-/// The message of an NRP refusal.
-fn message_of(e: &UnitError) -> &str {
-    match e {
-        UnitError::Nrp(NrpError::Validation { message, .. }) => message,
-        _ => "",
-    }
-}
-
-/// What splitting a refused call found out.
-#[derive(Debug, Default)]
-struct Split {
-    /// Pieces that went through.
-    applied: Vec<Piece>,
-    /// Pieces that failed, with their error: the culprits with their refusal, those not decided
-    /// within the bound with the refusal of the part they were in, those met by another error
-    /// with it.
-    failed: Vec<(Piece, UnitError)>,
-    /// A retryable or repair error met while splitting: the unit stops.
-    stop: bool,
-    /// Extra calls sent.
-    calls: usize,
-}
-
-/// Finds the location changes of `call`, refused with `refusal`, that cause the refusal, and sends
-/// the others (docs/errors.md, "A refused call is split"): a location change NRP's message names an
-/// address of is left out and the rest sent again; otherwise the call is halved, each half sent and
-/// halved again on a refusal, down to single location changes. At most
-/// [`refusal_split_bound`]`(call.len())` extra calls.
-async fn split_refused(
-    ctx: &UnitCtx<'_>,
-    locations: &[LocationChange],
-    call: &[Piece],
-    refusal: UnitError,
-) -> Split {
-    let bound = refusal_split_bound(call.len());
-    let mut split = Split::default();
-    let mut undecided = 0usize;
-    let mut refused: VecDeque<(Vec<Piece>, UnitError)> = VecDeque::new();
-    refused.push_back((call.to_vec(), refusal));
-    while let Some((group, e)) = refused.pop_front() {
-        let parts: Vec<Vec<Piece>> = if let [single] = group[..] {
-            culprit(locations, single, &e);
-            split.failed.push((single, e));
-            continue;
-        } else if let Some(i) = culprit_named(locations, &group, message_of(&e)) {
-            culprit(locations, group[i], &e);
-            split.failed.push((group[i], e.clone()));
-            let mut rest = group;
-            rest.remove(i);
-            vec![rest]
-        } else {
-            let mid = group.len().div_ceil(2);
-            vec![group[..mid].to_vec(), group[mid..].to_vec()]
-        };
-        for part in parts {
-            if split.stop || split.calls >= bound {
-                if !split.stop {
-                    undecided += part.len();
-                }
-                split
-                    .failed
-                    .extend(part.into_iter().map(|p| (p, e.clone())));
-                continue;
-            }
-            split.calls += 1;
-            ctx.env.metrics.refusal_split_call();
-            let body = request(locations, &part);
-            let result = ctx
-                .mutate(|o| ctx.nrp().update_address_locations(ctx.resource(), &body, o))
-                .await;
-            match result {
-                Ok(()) => split.applied.extend(part),
-                Err(UnitError::Nrp(n)) if errors::is_refusal(&n) => {
-                    refused.push_back((part, UnitError::Nrp(n)));
-                }
-                Err(other) => {
-                    tracing::warn!(locations = part.len(), error = ?other, "updateAddressLocations failed while a refused call was split");
-                    split.stop |= other.is_retryable();
-                    split
-                        .failed
-                        .extend(part.into_iter().map(|p| (p, other.clone())));
-                }
-            }
-        }
-    }
-    if undecided > 0 {
-        tracing::warn!(
-            bound,
-            undecided,
-            "the bound on extra calls is reached: the location changes not decided fail with the refusal"
-        );
-    }
-    split
-}
-
-/// Logs a location change found to cause a refusal.
-fn culprit(locations: &[LocationChange], piece: Piece, e: &UnitError) {
-    let named = named_in(locations, piece, &errors::addresses_named(message_of(e)));
-    let address = named.map_or_else(|| "not named".to_string(), |a| a.to_string());
-    tracing::warn!(
-        location = %locations[piece.index].location,
-        code = e.code(),
-        address,
-        "NRP refuses this location change: the rest of its call is sent without it"
-    );
 }
 
 /// Runs the calls one after the other. A failure that is retried or repaired stops the unit (the
 /// rest would most likely fail the same way, or be cut from the same wrong view of NRP); one that
-/// parks only fails the locations of its call. A call of several location changes refused
-/// deterministically ([`errors::is_refusal`]) is split: only the location changes that cause the
-/// refusal fail, the others go through, and the unit goes on.
+/// parks only fails the locations of its call. A call refused deterministically
+/// ([`errors::is_refusal`]) is split ([`refusals::contain`]): only the addresses that cause the
+/// refusal are left out (`Report.refused_addresses`), the rest goes through, and the unit goes on.
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork) -> Report {
     let locations = &work.locations;
     let (valid, mut errors) = validate(locations);
@@ -305,6 +189,8 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork
     for e in &errors {
         tracing::warn!(error = ?e, "invalid location change");
     }
+    let mut extra = ExtraCalls { ctx };
+    let mut refused = Vec::new();
     for (n, call) in calls.iter().enumerate() {
         let body = request(locations, call);
         let addresses: usize = call.iter().map(Piece::len).sum();
@@ -321,20 +207,21 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork
                 );
                 false
             }
-            Err(UnitError::Nrp(e)) if call.len() > 1 && errors::is_refusal(&e) => {
-                tracing::warn!(call = n, locations = call.len(), error = ?e, "updateAddressLocations refused: splitting the call");
-                let split = split_refused(ctx, locations, call, UnitError::Nrp(e)).await;
+            Err(UnitError::Nrp(e)) if errors::is_refusal(&e) => {
+                tracing::warn!(call = n, locations = call.len(), addresses, error = ?e, "updateAddressLocations refused: splitting the call");
+                let split = refusals::contain(&mut extra, locations, call, UnitError::Nrp(e)).await;
                 tracing::info!(
                     call = n,
                     extra_calls = split.calls,
-                    applied = split.applied.len(),
                     failed = split.failed.len(),
+                    refused_addresses = split.refused.len(),
                     "refused call split"
                 );
                 for (p, e) in split.failed {
                     failed[p.index] = true;
                     errors.push(e);
                 }
+                refused.extend(split.refused);
                 split.stop
             }
             Err(e) => {
@@ -360,22 +247,27 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &LocationWork
         .filter(|&i| !failed[i])
         .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
         .collect();
-    partial_report(work_id, applied, errors)
+    let mut report = partial_report(work_id, applied, errors);
+    report.refused_addresses = refused;
+    report
 }
 
 #[cfg(test)]
 mod tests {
-    use clb_proto::v1::AddressChange;
-
     use super::*;
 
     fn change(location: &str, n: usize, full: bool) -> LocationChange {
+        change_of(location, "10.1.0", n, full)
+    }
+
+    /// A location change at `location` with addresses `{prefix}.{0..n}`, all for service `s`.
+    pub(super) fn change_of(location: &str, prefix: &str, n: usize, full: bool) -> LocationChange {
         let mut c = LocationChange {
             location: location.into(),
             action: 0,
             addresses: (0..n)
                 .map(|i| AddressChange {
-                    address: format!("10.1.0.{i}"),
+                    address: format!("{prefix}.{i}"),
                     services: vec!["s".into()],
                 })
                 .collect(),
@@ -455,81 +347,6 @@ mod tests {
             request(&locs, &calls[5]).address_locations[0]
                 .addresses
                 .is_empty()
-        );
-    }
-
-    #[test]
-    fn the_bound_on_extra_calls_is_two_per_halving_level_and_two() {
-        let bounds: Vec<usize> = [1, 2, 3, 4, 5, 8, 9, 100, 1000]
-            .into_iter()
-            .map(refusal_split_bound)
-            .collect();
-        assert_eq!(bounds, vec![0, 4, 6, 6, 8, 8, 10, 16, 22]);
-    }
-
-    fn whole(calls: &[usize], locations: &[LocationChange]) -> Vec<Piece> {
-        calls
-            .iter()
-            .map(|&index| Piece {
-                index,
-                start: 0,
-                end: locations[index].addresses.len(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_culprit_is_the_one_change_a_named_address_belongs_to() {
-        // Locations 10.0.0.{0..3}, each with addresses 10.1.0.{0,1}: make them distinct.
-        let locs: Vec<_> = (0..4)
-            .map(|i| {
-                let mut c = change(&format!("10.0.0.{i}"), 2, false);
-                for (k, a) in c.addresses.iter_mut().enumerate() {
-                    a.address = format!("10.1.{i}.{k}");
-                }
-                c
-            })
-            .collect();
-        let call = whole(&[0, 1, 2, 3], &locs);
-        let culprit = |m: &str| culprit_named(&locs, &call, m);
-        assert_eq!(culprit("Address '10.1.2.1' is refused"), Some(2));
-        assert_eq!(culprit("address 10.1.3.0 at location 10.0.0.3."), Some(3));
-        assert_eq!(culprit("location '10.0.0.1' is full"), Some(1));
-        assert_eq!(culprit("no address at all"), None);
-        assert_eq!(culprit("address '10.9.9.9' is not in the call"), None);
-        assert_eq!(
-            culprit("addresses '10.1.0.0' and '10.1.1.1'"),
-            None,
-            "two changes"
-        );
-        assert_eq!(
-            culprit("'10.9.9.9' and '10.1.1.1'"),
-            Some(1),
-            "an address not in the call does not count"
-        );
-        // Only the addresses of the piece in the call count.
-        let piece = vec![
-            Piece {
-                index: 0,
-                start: 0,
-                end: 1,
-            },
-            Piece {
-                index: 1,
-                start: 0,
-                end: 2,
-            },
-        ];
-        assert_eq!(culprit_named(&locs, &piece, "'10.1.0.1'"), None);
-        assert_eq!(culprit_named(&locs, &piece, "'10.1.0.0'"), Some(0));
-        // IPv6, compared as IPs.
-        let mut v6 = change("fd00::1", 1, false);
-        v6.addresses[0].address = "fd01:0:0::1".into();
-        let locs = vec![locs[0].clone(), v6];
-        let call = whole(&[0, 1], &locs);
-        assert_eq!(
-            culprit_named(&locs, &call, "address 'fd01::0001' at location 'FD00::1'"),
-            Some(1)
         );
     }
 
