@@ -75,11 +75,22 @@ impl Dispatcher {
         }
         let ids = (report.work_id, worker);
         let kind = unit.work.kind().as_str();
+        // What went through when the unit did not as a whole.
+        let went = Went {
+            which: &report.applied,
+            progress: &report.progress,
+            refused: &report.refused,
+        };
         let services = match report.outcome {
             Outcome::Applied => {
                 self.count(kind, "applied", "");
                 let all: Vec<u32> = (0..unit.work.len() as u32).collect();
-                self.record(tracker, ids, &unit.work, &all, &[], &report.refused, now)
+                let went = Went {
+                    which: &all,
+                    progress: &[],
+                    refused: &report.refused,
+                };
+                self.record(tracker, ids, &unit.work, went, now)
             }
             Outcome::Retryable {
                 retry_after,
@@ -93,9 +104,7 @@ impl Dispatcher {
                     tracker,
                     ids,
                     &unit.work,
-                    &report.applied,
-                    &report.progress,
-                    &report.refused,
+                    went,
                     now,
                 );
                 self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
@@ -132,9 +141,7 @@ impl Dispatcher {
                     tracker,
                     ids,
                     &unit.work,
-                    &report.applied,
-                    &report.progress,
-                    &report.refused,
+                    went,
                     now,
                 );
                 let mut skip = report.applied.clone();
@@ -173,9 +180,7 @@ impl Dispatcher {
                     tracker,
                     ids,
                     &unit.work,
-                    &report.applied,
-                    &report.progress,
-                    &report.refused,
+                    went,
                     now,
                 );
                 if let UnitWork::Observe = unit.work {
@@ -281,9 +286,11 @@ impl Dispatcher {
         tracker: &mut DiffTracker,
         ids: (u64, u64),
         work: &UnitWork,
-        which: &[u32],
-        progress: &[ServiceProgress],
-        refused: &[AddressRefusal],
+        Went {
+            which,
+            progress,
+            refused,
+        }: Went<'_>,
         now: Instant,
     ) -> Vec<ServiceChange> {
         let mut failures = Vec::new();
@@ -473,4 +480,13 @@ impl Dispatcher {
         self.stats.late_reports += 1;
         self.observer.late_report();
     }
+}
+
+/// What of a unit went through, as its report says: the changes applied (`which`), how far the
+/// others got (`progress`), and the addresses NRP refused on their own (`refused`).
+#[derive(Clone, Copy)]
+struct Went<'a> {
+    which: &'a [u32],
+    progress: &'a [ServiceProgress],
+    refused: &'a [AddressRefusal],
 }

@@ -75,6 +75,30 @@ fn the_server_reason_maps_to_the_condition_and_the_event() {
     );
     assert_eq!(w.error_code, "InvalidResourceName");
     assert_eq!(w.event, Some(EventType::Warning));
+    assert!(
+        w.message.contains("Azure rejected the load balancer"),
+        "{}",
+        w.message
+    );
+    // An address refused on its own is named with its location.
+    let mut refused = state(ProgrammingReason::Rejected, "", "AddressRefusedByPolicy");
+    if let Some(c) = refused.condition.as_mut() {
+        c.location = "10.0.0.1".into();
+        c.address = "10.1.0.7".into();
+    }
+    let w = Wanted::of(Some(&refused), &[]);
+    assert_eq!((w.status, w.reason), ("False", "RejectedByAzure"));
+    assert!(
+        w.message
+            .contains("backend address 10.1.0.7 at location 10.0.0.1"),
+        "{}",
+        w.message
+    );
+    assert!(
+        w.message.contains("AddressRefusedByPolicy"),
+        "{}",
+        w.message
+    );
     let w = Wanted::of(
         Some(&state(ProgrammingReason::Throttled, "", "TooManyRequests")),
         &[],

@@ -74,10 +74,20 @@ impl Wanted {
                         error_code: String::new(),
                         event: Some(EventType::Normal),
                     },
-                    ProgrammingReason::Rejected => failure(
-                        "RejectedByAzure",
-                        "Azure rejected the load balancer; nothing is retried until the Service changes",
-                    ),
+                    ProgrammingReason::Rejected => {
+                        let what = match (c.address.as_str(), c.location.as_str()) {
+                            ("", "") => "Azure rejected the load balancer".to_owned(),
+                            ("", l) => format!("Azure refused the backends at location {l}"),
+                            (a, l) => format!("Azure refused backend address {a} at location {l}"),
+                        };
+                        failure(
+                            "RejectedByAzure",
+                            &format!(
+                                "{what}; it is held and sent again on the refusal schedule, or at \
+                                 once when the Service changes"
+                            ),
+                        )
+                    }
                     ProgrammingReason::Throttled => {
                         failure("Throttled", "Azure throttles the requests; retrying")
                     }
