@@ -127,6 +127,17 @@ impl DiffTracker {
             .unwrap_or_default()
     }
 
+    /// Whether `address` is desired at `location` with service `name` (canonical name) in its ref.
+    pub fn desired_with(&self, location: IpAddr, address: IpAddr, name: &str) -> bool {
+        let Some(sid) = self.services.id(name) else {
+            return false;
+        };
+        self.locations
+            .get(&location)
+            .and_then(|loc| loc.addresses.get(&address))
+            .is_some_and(|slot| slot.desired_refs().contains(&sid))
+    }
+
     /// Both sides of one service (any case).
     pub fn service_view(&self, name: &str) -> Option<ServiceView> {
         let sid = self.services.id(&name.to_ascii_lowercase())?;

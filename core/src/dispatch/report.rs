@@ -100,13 +100,7 @@ impl Dispatcher {
                 self.count(kind, "retryable", &code);
                 self.error(ids, &unit.work, &code, &message, false, now);
                 self.note_failing(&unit.work, &report.applied);
-                let recorded = self.record(
-                    tracker,
-                    ids,
-                    &unit.work,
-                    went,
-                    now,
-                );
+                let recorded = self.record(tracker, ids, &unit.work, went, now);
                 self.requeue(&unit.work, &report.applied, Some((retry_after, now)));
                 recorded
             }
@@ -137,13 +131,7 @@ impl Dispatcher {
                 };
                 self.error(ids, &unit.work, &code, &message, !again.is_empty(), now);
                 self.note_failing(&unit.work, &report.applied);
-                let recorded = self.record(
-                    tracker,
-                    ids,
-                    &unit.work,
-                    went,
-                    now,
-                );
+                let recorded = self.record(tracker, ids, &unit.work, went, now);
                 let mut skip = report.applied.clone();
                 if !again.is_empty() {
                     let record = self.errors.back().cloned().expect("just pushed");
@@ -176,13 +164,7 @@ impl Dispatcher {
             } => {
                 self.count(kind, "terminal", &code);
                 self.error(ids, &unit.work, &code, &message, true, now);
-                let recorded = self.record(
-                    tracker,
-                    ids,
-                    &unit.work,
-                    went,
-                    now,
-                );
+                let recorded = self.record(tracker, ids, &unit.work, went, now);
                 if let UnitWork::Observe = unit.work {
                     self.requeue(&unit.work, &[], Some((self.config.retry_max, now)));
                 }

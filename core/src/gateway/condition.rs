@@ -286,9 +286,11 @@ fn condition_facts<'a>(
             error,
         }),
         None => first_location(&mut g.dispatch().parked_locations()).or_else(|| {
+            // A hold whose address is no longer desired with the service is forgotten when its
+            // location is next cut: it no longer concerns the service.
             g.dispatch()
                 .refused_addresses_of(name)
-                .next()
+                .find(|r| g.tracker().desired_with(r.location, r.address, name))
                 .map(|r| Failure {
                     location: Some(r.location),
                     address: Some(r.address),

@@ -324,4 +324,11 @@ fn an_address_refused_on_its_own_rejects_its_services_naming_it() {
         c.message
     );
     assert_eq!(view.actual_addresses, 1, "the rest of the location went");
+    // The refused endpoint removed: no longer rejected, before the location is cut again.
+    g.tracker_mut()
+        .set_endpoints(svc, &[ep("10.1.0.1")])
+        .unwrap();
+    let view = g.tracker().service_view(svc).unwrap();
+    let c = g.service_condition(&view, "20.0.0.1");
+    assert_eq!(reason(&c), ConditionReason::Programmed, "{c:?}");
 }
