@@ -90,13 +90,6 @@ pub struct Args {
         conflicts_with = "coalesce"
     )]
     pub coalesce_ms: Option<u64>,
-    /// How often the write-back polls the state server while something is pending for a Service.
-    /// Replaces `--poll-ms` (`CLB_POLL_MS`), deprecated, which still takes milliseconds.
-    #[arg(long, env = "CLB_POLL", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
-    pub poll: Duration,
-    /// Deprecated: `--poll` in milliseconds.
-    #[arg(long, env = "CLB_POLL_MS", hide = true, conflicts_with = "poll")]
-    pub poll_ms: Option<u64>,
     /// Largest delay before a failed watch is re-opened: a change made as the API server comes
     /// back after an outage is seen within about this long. Replaces `--watch-backoff-max-ms`
     /// (`CLB_WATCH_BACKOFF_MAX_MS`), deprecated, which still takes milliseconds.
@@ -195,10 +188,6 @@ impl Args {
         c.coalesce = self
             .coalesce_ms
             .map_or(self.coalesce, Duration::from_millis);
-        c.poll_interval = self
-            .poll_ms
-            .map_or(self.poll, Duration::from_millis)
-            .max(ms);
         c.watch_backoff_max = self
             .watch_backoff_max_ms
             .map_or(self.watch_backoff_max, Duration::from_millis)
@@ -324,53 +313,38 @@ mod tests {
         let c = config(&["clb-watcher"]);
         let d = |ms| Duration::from_millis(ms);
         assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(30_000), d(50), d(1_000), d(1_000))
+            (c.move_bound, c.coalesce, c.watch_backoff_max),
+            (d(30_000), d(50), d(1_000))
         );
         assert_eq!(c.readiness_gate_timeout, Duration::from_secs(600));
         let c = config(&[
             "clb-watcher",
             "--node-move-bound=1m",
             "--coalesce=20ms",
-            "--poll=2s",
             "--watch-backoff-max=500ms",
             "--readiness-gate-timeout=90",
         ]);
         assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(60_000), d(20), d(2_000), d(500))
+            (c.move_bound, c.coalesce, c.watch_backoff_max),
+            (d(60_000), d(20), d(500))
         );
         assert_eq!(c.readiness_gate_timeout, Duration::from_secs(90));
         let c = config(&[
             "clb-watcher",
             "--node-move-bound-ms=60000",
             "--coalesce-ms=20",
-            "--poll-ms=2000",
             "--watch-backoff-max-ms=500",
         ]);
         assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(60_000), d(20), d(2_000), d(500))
+            (c.move_bound, c.coalesce, c.watch_backoff_max),
+            (d(60_000), d(20), d(500))
         );
         let err =
             Args::try_parse_from(["clb-watcher", "--coalesce=1ms", "--coalesce-ms=1"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
-        assert!(Args::try_parse_from(["clb-watcher", "--poll=often"]).is_err());
+        assert!(Args::try_parse_from(["clb-watcher", "--coalesce=often"]).is_err());
+        // Nothing polls any more: the flag is gone.
+        assert!(Args::try_parse_from(["clb-watcher", "--poll=1s"]).is_err());
     }
 
     #[test]

@@ -124,7 +124,7 @@ enum Timer {
 
 /// What woke the gate's loop.
 enum Woken {
-    Pod(Option<Result<Event<Pod>, watcher::Error>>),
+    Pod(Box<Option<Result<Event<Pod>, watcher::Error>>>),
     Pushed(Pushed),
     Acked,
     Timer(Timer),
@@ -184,17 +184,19 @@ impl Gate {
             }
             let pending = self.has_pending();
             let woken = tokio::select! {
-                e = events.next() => Woken::Pod(e),
+                e = events.next() => Woken::Pod(Box::new(e)),
                 Some(p) = pushes.recv() => Woken::Pushed(p),
                 Some(()) = acks.next(), if pending => Woken::Acked,
                 Some(t) = self.timers.next() => Woken::Timer(t.into_inner()),
             };
             match woken {
-                Woken::Pod(Some(Ok(e))) => self.event(e),
-                Woken::Pod(Some(Err(e))) => {
-                    tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
-                }
-                Woken::Pod(None) => return Ended::failed(READINESS_GATE, "its pod watch ended"),
+                Woken::Pod(e) => match *e {
+                    Some(Ok(e)) => self.event(e),
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
+                    }
+                    None => return Ended::failed(READINESS_GATE, "its pod watch ended"),
+                },
                 Woken::Pushed(p) => self.pushed(p),
                 Woken::Acked => self.all_pending_dirty(),
                 Woken::Timer(Timer::Pod(key)) => {
