@@ -25,7 +25,7 @@ use tonic::{Status, Streaming};
 
 use super::admin::condition_to_proto;
 use super::convert::invalid_argument;
-use super::session::{Shutdown, shut_down, spawn_stream, still_current};
+use super::session::{Shutdown, shut_down, spawn_stream, still_current, tell_shutdown};
 use crate::state::awaits::AwaitFollower;
 use crate::state::{GatewayHandle, StateServer};
 
@@ -105,11 +105,7 @@ async fn next_owed<T>(
         r = leadership.changed() => r.is_ok().then_some(None),
         () = tx.closed() => None,
         () = shut_down(shutdown) => {
-            let _ = tx
-                .send(Err(Status::unavailable(
-                    "the state server is shutting down: reconnect (to the next leader) and watch again",
-                )))
-                .await;
+            tell_shutdown(tx, "watch again").await;
             None
         }
     }

@@ -142,14 +142,20 @@ async fn wait_for_change<T>(
         r = leadership.changed() => r.is_ok(),
         () = tx.closed() => false,
         () = shut_down(shutdown) => {
-            let _ = tx
-                .send(Err(Status::unavailable(
-                    "the state server is shutting down: reconnect (to the next leader) and resync",
-                )))
-                .await;
+            tell_shutdown(tx, "resync").await;
             false
         }
     }
+}
+
+/// Tells the reader of a stream that the server shuts down (`UNAVAILABLE`): it reconnects to the
+/// next leader and does `then` (resync, watch again).
+pub(super) async fn tell_shutdown<T>(tx: &mpsc::Sender<Result<T, Status>>, then: &str) {
+    let _ = tx
+        .send(Err(Status::unavailable(format!(
+            "the state server is shutting down: reconnect (to the next leader) and {then}"
+        ))))
+        .await;
 }
 
 /// Whether the stream may go on: this replica leads in the epoch the stream began in. If not, the
