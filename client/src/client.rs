@@ -22,10 +22,10 @@ use crate::token::{CallInterceptor, TokenFile};
 use clb_proto::v1::admin_client::AdminClient;
 use clb_proto::v1::writer_client::WriterClient;
 use clb_proto::v1::{
-    ApplyRequest, ClusterTopology, DiffQuery, LocationQuery, LocationState, LocationsRequest,
-    PendingDiffResponse, ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery,
-    ServiceState, ServiceStates, SessionRequest, StatusRequest, StatusResponse, Update,
-    WatchServicesRequest, WriterSession, resync_request::Part,
+    ApplyRequest, ClusterTopology, DiffQuery, LocationQuery, LocationState, PendingDiffResponse,
+    ResyncChunk, ResyncHeader, ResyncRequest, ResyncScope, ServiceQuery, ServiceState,
+    ServiceStates, SessionRequest, StatusRequest, StatusResponse, Update, WatchServicesRequest,
+    WriterSession, resync_request::Part,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -34,6 +34,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::Instrument as _;
 
+mod awaits;
 mod error;
 mod outcomes;
 pub use error::ClientError;
@@ -579,62 +580,6 @@ impl Writer {
             .await
             .map_err(ClientError::rpc(RPC))?
             .into_inner())
-    }
-
-    /// `Writer.AddressesProgrammed`: per `(location, address, service)`, whether NRP has the
-    /// address at its location with the service (needs verb `write`).
-    pub async fn addresses_programmed(
-        &mut self,
-        addresses: Vec<clb_proto::v1::AddressQuery>,
-    ) -> Result<Vec<bool>, ClientError> {
-        Ok(self.addresses_state(addresses, false).await?.programmed)
-    }
-
-    /// `Writer.AddressesProgrammed` with each service's condition when `with_conditions` (why
-    /// it is not programmed).
-    pub async fn addresses_state(
-        &mut self,
-        addresses: Vec<clb_proto::v1::AddressQuery>,
-        with_conditions: bool,
-    ) -> Result<clb_proto::v1::AddressesResponse, ClientError> {
-        const RPC: &str = "Writer.AddressesProgrammed";
-        let request = clb_proto::v1::AddressesRequest {
-            gateway: self.gateway.clone(),
-            writer: self.name.clone(),
-            addresses,
-            with_conditions,
-        };
-        let span = self.call_span(RPC, 0);
-        Ok(self
-            .client
-            .addresses_programmed(request)
-            .instrument(span)
-            .await
-            .map_err(ClientError::rpc(RPC))?
-            .into_inner())
-    }
-
-    /// `Writer.LocationsProgrammed`: per location, whether NRP has every address desired there
-    /// (needs verb `write`).
-    pub async fn locations_programmed(
-        &mut self,
-        locations: Vec<String>,
-    ) -> Result<Vec<bool>, ClientError> {
-        const RPC: &str = "Writer.LocationsProgrammed";
-        let request = LocationsRequest {
-            gateway: self.gateway.clone(),
-            writer: self.name.clone(),
-            locations,
-        };
-        let span = self.call_span(RPC, 0);
-        Ok(self
-            .client
-            .locations_programmed(request)
-            .instrument(span)
-            .await
-            .map_err(ClientError::rpc(RPC))?
-            .into_inner()
-            .programmed)
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
+pub mod awaits;
 pub mod push;
 
 use crate::metrics::{self, Metrics};
@@ -68,7 +69,7 @@ pub use clb_core::gateway::WriterRecord;
 pub struct Gateway {
     core: GatewayCore,
     /// Writer spans to link from the spans of the units that carry their changes.
-    pub trace_links: crate::trace_links::TraceLinks,
+    trace_links: crate::trace_links::TraceLinks,
 }
 
 impl std::ops::Deref for Gateway {
@@ -105,6 +106,28 @@ impl Gateway {
             core,
             trace_links: Default::default(),
         }
+    }
+
+    /// Notes the writer request's span `link` for each update of `updates` that was applied
+    /// (`applied`, item by item), so that the units carrying them link to it.
+    pub fn link_applied(
+        &mut self,
+        link: Option<&clb_telemetry::SpanLink>,
+        updates: &[clb_proto::v1::Update],
+        applied: &[bool],
+    ) {
+        let Some(link) = link else { return };
+        for (update, _) in updates.iter().zip(applied).filter(|(_, a)| **a) {
+            self.trace_links.note(link, update);
+        }
+    }
+
+    /// The writer spans that the changes of `work` came from (taken: a unit links to them once).
+    pub fn take_links(
+        &mut self,
+        work: &clb_core::dispatch::UnitWork,
+    ) -> Vec<clb_telemetry::SpanLink> {
+        self.trace_links.take(work)
     }
 
     /// Logs what the restart gate decided since the last call.
@@ -153,6 +176,8 @@ pub struct GatewayHandle {
     /// Worker sessions serving the gateway ([`push::Ports`] keeps it).
     serving: std::sync::atomic::AtomicUsize,
     snapshot: tokio::sync::watch::Sender<Arc<GatewaySnapshot>>,
+    /// The followers of what writers wait for (`WatchLocations`, `WatchAddresses`).
+    awaits: awaits::Awaits,
 }
 
 impl GatewayHandle {
@@ -165,6 +190,7 @@ impl GatewayHandle {
             closed: Default::default(),
             serving: Default::default(),
             snapshot: tokio::sync::watch::Sender::new(Arc::default()),
+            awaits: Default::default(),
         }
     }
 
@@ -229,9 +255,19 @@ impl GatewayHandle {
         (rx, self.changes())
     }
 
-    /// Whether anyone follows the snapshot.
+    /// Whether anyone follows the gateway: its snapshot, or what writers wait for.
     pub fn followed(&self) -> bool {
+        self.snapshot_followed() || self.awaits.followed()
+    }
+
+    /// Whether anyone follows the snapshot.
+    pub fn snapshot_followed(&self) -> bool {
         self.snapshot.receiver_count() > 0
+    }
+
+    /// The followers of what writers wait for; the gateway's task answers them.
+    pub fn awaits(&self) -> &awaits::Awaits {
+        &self.awaits
     }
 
     /// Publishes a snapshot (the gateway's task does).

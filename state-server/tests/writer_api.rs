@@ -82,18 +82,29 @@ impl Writer for Observed {
         self.inner.watch_services(r).await
     }
 
-    async fn locations_programmed(
+    type WatchLocationsStream = <WriterService as Writer>::WatchLocationsStream;
+
+    async fn watch_locations(
         &self,
         r: Request<clb_proto::v1::LocationsRequest>,
-    ) -> Result<Response<clb_proto::v1::LocationsResponse>, Status> {
-        self.inner.locations_programmed(r).await
+    ) -> Result<Response<Self::WatchLocationsStream>, Status> {
+        self.inner.watch_locations(r).await
     }
 
-    async fn addresses_programmed(
+    type WatchAddressesStream = <WriterService as Writer>::WatchAddressesStream;
+
+    async fn watch_addresses(
         &self,
-        r: Request<clb_proto::v1::AddressesRequest>,
-    ) -> Result<Response<clb_proto::v1::AddressesResponse>, Status> {
-        self.inner.addresses_programmed(r).await
+        r: Request<Streaming<clb_proto::v1::AddressesWatch>>,
+    ) -> Result<Response<Self::WatchAddressesStream>, Status> {
+        self.inner.watch_addresses(r).await
+    }
+
+    async fn service_conditions(
+        &self,
+        r: Request<clb_proto::v1::ServiceConditionsRequest>,
+    ) -> Result<Response<clb_proto::v1::ServiceConditionsResponse>, Status> {
+        self.inner.service_conditions(r).await
     }
 }
 

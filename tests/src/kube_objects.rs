@@ -166,7 +166,6 @@ impl RunningWatcher {
 pub fn test_config(server: &str, mode: Mode) -> WatcherConfig {
     let mut config = WatcherConfig::new(ConnectOptions::new(server), mode);
     config.coalesce = Duration::from_millis(20);
-    config.poll_interval = Duration::from_millis(50);
     config.backoff_initial = Duration::from_millis(50);
     config.backoff_max = Duration::from_millis(500);
     config

@@ -162,3 +162,73 @@ async fn a_pod_never_programmed_fails_open_after_the_bound_with_a_warning_event(
     controllers.stop().await;
     h.shutdown().await;
 }
+
+/// Every Writer RPC the state server has received, by RPC (`clb_server_update_rpcs_total`).
+fn writer_rpcs(h: &Harness) -> Vec<(String, u64)> {
+    h.server()
+        .state
+        .metrics()
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("clb_server_update_rpcs_total{"))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Gated pods are released by what the state server pushes (`WatchAddresses`: no unary call for
+/// them, no poll), and once they are Ready an idle cluster costs the server no RPC at all: the
+/// watcher's session, write-back and gate only hold their streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_open_on_a_push_and_an_idle_cluster_costs_no_rpc() {
+    clb_tests::init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.put("nodes", node("node-0", &["10.0.0.1"]));
+    let controllers = fake.start_controllers(ControllersConfig::default());
+    fake.put("services", selecting_service("web", UID, "web"));
+    let mut d = with_readiness_gate(deployment("web", 2, "web"), GATE_CONDITION_TYPE);
+    d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
+    fake.put("deployments", d);
+    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
+    config.readiness_gate = true;
+    let w = RunningWatcher::start(config, fake.watcher_clients());
+    eventually("both pods Ready, their gates Programmed", || async {
+        let programmed = fake
+            .deployment_pods("web")
+            .iter()
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == GATE_CONDITION_TYPE
+                            && c["status"] == "True"
+                            && c["reason"] == "Programmed"
+                    })
+            })
+            .count();
+        match (programmed, ready_pods(&fake)) {
+            (2, 2) => Ok(()),
+            other => Err(format!("(programmed, ready) = {other:?}")),
+        }
+    })
+    .await;
+    let before = writer_rpcs(&h);
+    assert!(
+        before
+            .iter()
+            .any(|(rpc, n)| rpc.contains("\"watch_addresses\"") && *n >= 1),
+        "{before:?}"
+    );
+    // Idle: nothing changes in the cluster; the count of RPCs stays where it is.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(writer_rpcs(&h), before);
+    w.stop().await;
+    controllers.stop().await;
+    h.shutdown().await;
+}

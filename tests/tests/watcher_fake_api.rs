@@ -142,13 +142,7 @@ fn seed_expected() -> Expected {
 }
 
 fn start_watcher(h: &Harness, fake: &FakeApi, mode: Mode) -> Running {
-    start_watcher_polling(h, fake, mode, Duration::from_millis(50))
-}
-
-fn start_watcher_polling(h: &Harness, fake: &FakeApi, mode: Mode, poll: Duration) -> Running {
-    let mut config = test_config(&h.url(), mode);
-    config.poll_interval = poll;
-    run_watcher(config, fake)
+    run_watcher(test_config(&h.url(), mode), fake)
 }
 
 fn run_watcher(config: WatcherConfig, fake: &FakeApi) -> Running {
@@ -783,9 +777,9 @@ async fn a_finalizer_removal_that_meets_a_concurrent_writer_is_retried_and_keeps
     h.shutdown().await;
 }
 
-/// The finalizer of a new Service is added on its watch event, not by the write-back's poll: with a
-/// poll interval of an hour (after the first tick at start), a Service created later still gets its
-/// finalizer and its endpoints reach the state server's desired state.
+/// The finalizer of a new Service is added on its watch event (nothing polls): a Service created
+/// after the first list gets its finalizer and its endpoints reach the state server's desired
+/// state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_services_finalizer_is_added_on_its_first_event_without_waiting_for_a_poll() {
     init_tracing();
@@ -793,12 +787,7 @@ async fn a_new_services_finalizer_is_added_on_its_first_event_without_waiting_fo
     let h = Harness::start(Options::e2e()).await;
     let fake = FakeApi::start().await;
     seed(&fake);
-    let w = start_watcher_polling(
-        &h,
-        &fake,
-        Mode::Cluster { pods: true },
-        Duration::from_secs(3600),
-    );
+    let w = start_watcher(&h, &fake, Mode::Cluster { pods: true });
     let client = h.client().await;
     eventually("the first list is resynced", || async {
         let s = client.status().await.map_err(|e| e.to_string())?;

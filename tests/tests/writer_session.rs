@@ -1,13 +1,16 @@
 //! What the Writer service tells writers without the operator's Admin API (issue 20): the
 //! writer's session in every Apply and Resync answer and as a stream (`WatchSession`), the
-//! programming state of the gateway's services pushed (`WatchServices`), and `LocationsProgrammed`
-//! — against the real system (state server, workers, NRP emulator) over loopback.
+//! programming state of the gateway's services pushed (`WatchServices`), what writers wait for
+//! pushed (`WatchLocations`, `WatchAddresses`) and `ServiceConditions` — against the real system (state server, workers, NRP emulator) over loopback.
 
 use std::time::Duration;
 
 use clb_client::client::Client;
 use clb_client::updates;
-use clb_proto::v1::{ProgrammingReason, ServiceStates, WriterSession};
+use clb_proto::v1::{
+    AddressQuery, AddressesState, AddressesWatch, LocationsState, ProgrammingReason, ServiceStates,
+    WriterSession,
+};
 use clb_tests::{Harness, Options, PATIENCE};
 use tonic::Code;
 
@@ -183,8 +186,27 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
     h.shutdown().await;
 }
 
+fn q(location: &str, address: &str, service: &str) -> AddressQuery {
+    AddressQuery {
+        location: location.into(),
+        address: address.into(),
+        service: service.into(),
+    }
+}
+
+/// The answers of a `WatchAddresses` message, as (address, service, programmed).
+fn answers(m: &AddressesState) -> Vec<(String, String, bool)> {
+    m.addresses
+        .iter()
+        .map(|a| {
+            let q = a.query.clone().unwrap_or_default();
+            (q.address, q.service, a.programmed)
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locations_programmed_follows_nrp_and_refuses_a_bad_ip_precisely() {
+async fn locations_and_addresses_are_pushed_first_then_on_change_and_bad_queries_are_refused() {
     clb_tests::init_tracing();
     let h = Harness::start(Options::e2e()).await;
     let c = client(&h).await;
@@ -192,58 +214,119 @@ async fn locations_programmed_follows_nrp_and_refuses_a_bad_ip_precisely() {
     w.resync(clb_client::client::scope::all(), Vec::new())
         .await
         .unwrap();
-    let locations = vec!["10.0.0.1".to_owned(), "10.0.0.9".to_owned()];
-    // Nothing desired anywhere: programmed.
+    // Nothing desired anywhere: every location programmed, in the request's order.
+    let mut locations = w
+        .watch_locations(vec!["10.0.0.1".into(), "10.0.0.9".into()])
+        .await
+        .unwrap();
+    let first = until(&mut locations, "the first locations", |_| true).await;
+    let of = |m: &LocationsState| {
+        m.locations
+            .iter()
+            .map(|l| (l.location.clone(), l.programmed))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
-        w.locations_programmed(locations.clone()).await.unwrap(),
-        [true, true]
+        of(&first),
+        [("10.0.0.1".to_owned(), true), ("10.0.0.9".to_owned(), true)]
     );
+    // One stream of addresses, its set changed as it goes.
+    let (changes, rx) = futures::channel::mpsc::unbounded();
+    let mut addresses = w
+        .watch_addresses(vec![q("10.0.0.1", "10.1.0.5", "svc")], rx)
+        .await
+        .unwrap();
+    let a0 = until(&mut addresses, "the first addresses", |_| true).await;
+    assert_eq!(answers(&a0), [("10.1.0.5".into(), "svc".into(), false)]);
+
     w.apply(vec![
         updates::service_add("svc", &[]),
         updates::endpoints_level("svc", eps(&[("10.1.0.5", "10.0.0.1")])),
     ])
     .await
     .unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let p = w.locations_programmed(locations.clone()).await.unwrap();
-        if p == [true, true] {
-            break;
-        }
+    // Pushed: the location programmed once NRP has it; 10.0.0.9 never changed, never sent again.
+    until(&mut locations, "10.0.0.1 programmed", |m| {
         assert!(
-            tokio::time::Instant::now() < deadline,
-            "never programmed: {p:?}"
+            m.locations.iter().all(|l| l.location == "10.0.0.1"),
+            "{m:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let q = |location: &str, address: &str, service: &str| clb_proto::v1::AddressQuery {
-        location: location.into(),
-        address: address.into(),
-        service: service.into(),
-    };
-    let p = w
-        .addresses_programmed(vec![
-            q("10.0.0.1", "10.1.0.5", "svc"),
-            q("10.0.0.1", "10.1.0.5", "SVC"),
-            q("10.0.0.1", "10.1.0.5", "other"),
-            q("10.0.0.1", "10.1.0.6", "svc"),
-            q("10.0.0.9", "10.1.0.5", "svc"),
-        ])
+        m.locations.iter().any(|l| l.programmed)
+    })
+    .await;
+    until(&mut addresses, "the address programmed", |m| {
+        answers(m) == [("10.1.0.5".into(), "svc".into(), true)]
+    })
+    .await;
+    // The set changes on the open stream: only the new addresses are answered.
+    changes
+        .unbounded_send(AddressesWatch {
+            watch: vec![
+                q("10.0.0.1", "10.1.0.5", "SVC"),
+                q("10.0.0.1", "10.1.0.5", "other"),
+                q("10.0.0.1", "10.1.0.6", "svc"),
+                q("10.0.0.9", "10.1.0.5", "svc"),
+            ],
+            unwatch: vec![q("10.0.0.1", "10.1.0.5", "svc")],
+            ..AddressesWatch::default()
+        })
+        .unwrap();
+    let a1 = until(&mut addresses, "the new addresses", |_| true).await;
+    let mut got = answers(&a1);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("10.1.0.5".into(), "SVC".into(), true),
+            ("10.1.0.5".into(), "other".into(), false),
+            ("10.1.0.5".into(), "svc".into(), false),
+            ("10.1.0.6".into(), "svc".into(), false),
+        ]
+    );
+    // Why a service is (not) programmed: its condition; an unknown one, the default.
+    let conditions = w
+        .service_conditions(vec!["svc".into(), "unknown".into()])
         .await
         .unwrap();
-    assert_eq!(p, [true, true, false, false, false]);
+    assert_eq!(conditions.len(), 2);
+    assert_eq!(conditions[0].reason, ProgrammingReason::Programmed as i32);
+    assert_eq!(conditions[1], clb_proto::v1::ServiceCondition::default());
+    // A malformed change ends the stream, naming the field.
+    changes
+        .unbounded_send(AddressesWatch {
+            unwatch: vec![q("not-an-ip", "10.1.0.5", "svc")],
+            ..AddressesWatch::default()
+        })
+        .unwrap();
+    let status = loop {
+        match addresses.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("unwatch[0].location"),
+        "{}",
+        status.message()
+    );
+    // Malformed queries are refused at once, precisely.
     let err = w
-        .addresses_programmed(vec![q("10.0.0.1", "10.1.0.5", "")])
+        .watch_addresses(
+            vec![q("10.0.0.1", "10.1.0.5", "")],
+            futures::stream::pending(),
+        )
         .await
         .unwrap_err();
     assert!(
-        err.status()
-            .is_some_and(|s| s.code() == Code::InvalidArgument
-                && s.message().contains("addresses[0].service")),
+        err.status().is_some_and(
+            |s| s.code() == Code::InvalidArgument && s.message().contains("watch[0].service")
+        ),
         "{err}"
     );
     let err = w
-        .locations_programmed(vec!["10.0.0.1".into(), "not-an-ip".into()])
+        .watch_locations(vec!["10.0.0.1".into(), "not-an-ip".into()])
         .await
         .unwrap_err();
     let status = err.status().expect("a gRPC status");

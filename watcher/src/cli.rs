@@ -72,9 +72,6 @@ pub struct Args {
     /// How long updates are collected before one batch is sent.
     #[arg(long, env = "CLB_COALESCE", default_value = "50ms", value_name = "DURATION", value_parser = parse_duration)]
     pub coalesce: Duration,
-    /// How often the write-back polls the state server while something is pending for a Service.
-    #[arg(long, env = "CLB_POLL", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
-    pub poll: Duration,
     /// Largest delay before a failed watch is re-opened: a change made as the API server comes
     /// back after an outage is seen within about this long.
     #[arg(long, env = "CLB_WATCH_BACKOFF_MAX", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
@@ -160,7 +157,6 @@ impl Args {
         c.finalizer = self.finalizer.clone();
         let ms = Duration::from_millis(1);
         c.coalesce = self.coalesce;
-        c.poll_interval = self.poll.max(ms);
         c.watch_backoff_max = self.watch_backoff_max.max(ms);
         Ok(c)
     }
@@ -283,36 +279,26 @@ mod tests {
         let c = config(&["clb-watcher"]);
         let d = |ms| Duration::from_millis(ms);
         assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(30_000), d(50), d(1_000), d(1_000))
+            (c.move_bound, c.coalesce, c.watch_backoff_max),
+            (d(30_000), d(50), d(1_000))
         );
         assert_eq!(c.readiness_gate_timeout, Duration::from_secs(600));
         let c = config(&[
             "clb-watcher",
             "--node-move-bound=1m",
             "--coalesce=20ms",
-            "--poll=2s",
             "--watch-backoff-max=500ms",
             "--readiness-gate-timeout=90s",
         ]);
         assert_eq!(
-            (
-                c.move_bound,
-                c.coalesce,
-                c.poll_interval,
-                c.watch_backoff_max
-            ),
-            (d(60_000), d(20), d(2_000), d(500))
+            (c.move_bound, c.coalesce, c.watch_backoff_max),
+            (d(60_000), d(20), d(500))
         );
         assert_eq!(c.readiness_gate_timeout, Duration::from_secs(90));
         let err = Args::try_parse_from(["clb-watcher", "--coalesce=20"]).unwrap_err();
         assert!(err.to_string().contains("\"20\" has no unit"), "{err}");
-        assert!(Args::try_parse_from(["clb-watcher", "--poll=often"]).is_err());
+        // Nothing polls any more: the flag is gone.
+        assert!(Args::try_parse_from(["clb-watcher", "--poll=1s"]).is_err());
     }
 
     #[test]

@@ -55,11 +55,9 @@ pub struct WatcherConfig {
     pub coalesce: Duration,
     /// An `Apply` is sent at once when this many deltas are queued.
     pub max_batch: usize,
-    /// The first delay before a write-back's failed Kubernetes call is tried again (at least
-    /// `backoff_initial`; doubling up to `backoff_max`). Nothing polls: the write-back, the
-    /// readiness gate and node moves follow what the state server pushes.
-    pub poll_interval: Duration,
-    /// First delay after a failed call to the state server (doubled up to `backoff_max`).
+    /// First delay after a failed call to the state server, or to Kubernetes from the write-back
+    /// (doubled up to `backoff_max`). Nothing polls: the write-back, the readiness gate and node
+    /// moves follow what the state server pushes.
     pub backoff_initial: Duration,
     /// Largest delay between attempts after a failed call; a refused one (no connection, or
     /// `UNAVAILABLE` from a standby) waits at most [`crate::backoff::RECONNECT_MAX`] (2 s).
@@ -93,8 +91,7 @@ pub struct WatcherConfig {
 
 impl WatcherConfig {
     /// Defaults: our class, unclassed Services claimed, write-back on, 50 ms coalescing, batches
-    /// of up to 1000 updates, write-back retries from 1 s, backoff
-    /// 200 ms doubling to 10 s.
+    /// of up to 1000 updates, retries from 200 ms doubling to 10 s.
     pub fn new(server: ConnectOptions, mode: Mode) -> Self {
         Self {
             server,
@@ -105,7 +102,6 @@ impl WatcherConfig {
             finalizer: FINALIZER.to_owned(),
             coalesce: Duration::from_millis(50),
             max_batch: 1_000,
-            poll_interval: Duration::from_secs(1),
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             watch_backoff_max: Duration::from_secs(1),

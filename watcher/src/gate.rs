@@ -13,13 +13,21 @@
 //! - **True once programmed.** An eligible pod's gate turns `True` (reason `Programmed`) once, for
 //!   every clb Service whose EndpointSlices list the pod's address, the state server of the
 //!   Service's gateway reports the address in NRP's actual state at the pod's node's location
-//!   with that Service (`Writer.AddressesProgrammed`, verb `write`). A pod no clb Service lists
+//!   with that Service. The state server pushes it: one `Writer.WatchAddresses` stream per lane
+//!   (verb `write`) watches the addresses the lane's pending pods wait for, and the set changes on
+//!   the open stream (`streams.rs`). A pod no clb Service lists
 //!   (after [`NOT_SELECTED_GRACE`], so that a late EndpointSlice is not raced) gets `True` with
 //!   reason `NotSelected`: a gate never blocks an unrelated pod. While it waits, the condition is
 //!   `False`, reason `Pending`.
 //! - **Fail open, bounded.** Not programmed within `--readiness-gate-timeout` (10 min): `True`
 //!   with reason `Timeout`, a Warning Event `ReadinessGateTimeout` on the pod naming the Services,
-//!   and `clb_watcher_readiness_gate_total{reason="Timeout"}`.
+//!   and `clb_watcher_readiness_gate_total{reason="Timeout"}`. The Event names each Service's
+//!   condition (`Writer.ServiceConditions`, one call per lane when the gate times out).
+//! - **Nothing polls.** A pending pod is checked again when its pod changes, when a stream pushes
+//!   an answer, when a lane's translator has sent a change (its acknowledgement: an EndpointSlice
+//!   that lists the pod may have come), and when its own timer passes (one per pod on a
+//!   `DelayQueue`: [`NOT_SELECTED_GRACE`], the timeout, or a failed patch's retry). An idle
+//!   cluster costs no call.
 //! - **Never back to False.** A gate once `True` is left alone: a restarted server or watcher, or
 //!   a state held back by the restart gate, never turns a Ready pod un-Ready.
 //!
@@ -31,14 +39,16 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use clb_proto::v1::AddressQuery;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::config::{WATCHER_WRITER, WatcherConfig};
 use crate::lane::Lane;
@@ -47,81 +57,17 @@ use crate::supervise::{Ended, READINESS_GATE, fault_point};
 use crate::translate::ObjKey;
 use crate::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
 
+mod pod;
+mod streams;
+
+use pod::GatedPod;
+use streams::{AddressKey, LaneStream, Pushed};
+
 /// A pod that no clb Service lists gets `True` only after this long (its EndpointSlice may lag).
 pub const NOT_SELECTED_GRACE: Duration = Duration::from_secs(2);
 
-/// How often pending gates are checked against the state server.
-const POLL: Duration = Duration::from_millis(50);
-
-/// What the gate needs of a gated pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct GatedPod {
-    uid: String,
-    ips: Vec<IpAddr>,
-    /// Lists the gate in `spec.readinessGates`.
-    has_gate: bool,
-    /// `ContainersReady` is `True` and every readiness gate but ours is `True`.
-    ready_but_ours: bool,
-    deleting: bool,
-    /// Our condition's status (`True`, `False`), if set.
-    ours: Option<String>,
-}
-
-impl GatedPod {
-    fn of(pod: &Pod) -> Self {
-        let status = pod.status.as_ref();
-        let conditions = status.and_then(|s| s.conditions.as_ref());
-        let cond = |t: &str| {
-            conditions
-                .into_iter()
-                .flatten()
-                .find(|c| c.type_ == t)
-                .map(|c| c.status.clone())
-        };
-        let gates: Vec<String> = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.readiness_gates.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|g| g.condition_type.clone())
-            .collect();
-        let others_true = gates
-            .iter()
-            .filter(|g| *g != GATE_CONDITION_TYPE)
-            .all(|g| cond(g).as_deref() == Some("True"));
-        let mut ips: Vec<IpAddr> = status
-            .and_then(|s| s.pod_ips.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.ip.parse().ok())
-            .collect();
-        if ips.is_empty()
-            && let Some(ip) = status
-                .and_then(|s| s.pod_ip.as_ref())
-                .and_then(|i| i.parse().ok())
-        {
-            ips.push(ip);
-        }
-        Self {
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            ips,
-            has_gate: gates.iter().any(|g| g == GATE_CONDITION_TYPE),
-            ready_but_ours: cond("ContainersReady").as_deref() == Some("True") && others_true,
-            deleting: pod.metadata.deletion_timestamp.is_some(),
-            ours: cond(GATE_CONDITION_TYPE),
-        }
-    }
-
-    /// Containers ready, only our gate unmet (or met), not being deleted.
-    fn eligible(&self) -> bool {
-        self.has_gate && self.ready_but_ours && !self.deleting && !self.ips.is_empty()
-    }
-
-    fn open(&self) -> bool {
-        self.ours.as_deref() == Some("True")
-    }
-}
+/// How long after a failed patch of a pod's condition it is tried again.
+const PATCH_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct Tracked {
@@ -132,18 +78,56 @@ struct Tracked {
     pending_written: bool,
     /// We set it `True` (waiting for the watch to show it).
     opened: bool,
+    /// The addresses it waits for, by lane (what it added to the lanes' streams).
+    wanted: Vec<(usize, AddressKey)>,
+    /// Its timer: the next moment time alone may change its outcome.
+    timer: Option<delay_queue::Key>,
 }
 
-/// The gate's task: the gated pods' watch, the eligibility fed to the translators, and the checks.
+impl Tracked {
+    /// Eligible, and its gate not `True` yet.
+    fn pending(&self) -> bool {
+        self.pod.eligible() && !self.pod.open() && !self.opened
+    }
+}
+
+/// The gate's task: the gated pods' watch, the eligibility fed to the translators, the lanes'
+/// address streams, and the checks.
 pub(crate) struct Gate {
     config: WatcherConfig,
     lanes: Vec<Lane>,
     write: kube::Client,
     recorder: Recorder,
     pods: HashMap<ObjKey, Tracked>,
-    /// One connection per lane (by index).
+    /// Per lane (by index): its `WatchAddresses` stream.
+    streams: Vec<LaneStream>,
+    /// Per lane: a connection for `ServiceConditions` (a timed-out gate's Event).
     conns: Vec<Conn>,
+    /// Where the streams' readers send what they read.
+    pushed: mpsc::UnboundedSender<Pushed>,
+    pushes: Option<mpsc::UnboundedReceiver<Pushed>>,
+    /// Each pod's timer ([`Tracked::timer`]) and each failed stream's reopening.
+    timers: DelayQueue<Timer>,
+    /// Pods to check.
+    dirty: HashSet<ObjKey>,
     listing: Option<HashSet<ObjKey>>,
+}
+
+/// What a timer is for.
+#[derive(Debug)]
+enum Timer {
+    /// A pod's next moment ([`Tracked::timer`]).
+    Pod(ObjKey),
+    /// A failed stream's backoff passed: it may be opened again.
+    Reopen,
+}
+
+/// What woke the gate's loop.
+enum Woken {
+    Pod(Box<Option<Result<Event<Pod>, watcher::Error>>>),
+    Pushed(Pushed),
+    Acked,
+    Timer(Timer),
 }
 
 impl Gate {
@@ -156,13 +140,20 @@ impl Gate {
             .iter()
             .map(|l| Conn::new(&l.config().server))
             .collect();
+        let streams = lanes.iter().map(|l| LaneStream::new(l.config())).collect();
+        let (pushed, pushes) = mpsc::unbounded_channel();
         Self {
             recorder: Recorder::new(write.clone(), reporter),
             config,
             lanes,
             write,
             pods: HashMap::new(),
+            streams,
             conns,
+            pushed,
+            pushes: Some(pushes),
+            timers: DelayQueue::new(),
+            dirty: HashSet::new(),
             listing: None,
         }
     }
@@ -176,27 +167,74 @@ impl Gate {
             crate::relist::connection_backoff(self.config.watch_backoff_max),
         )
         .boxed();
-        let mut tick = tokio::time::interval(POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pushes = self.pushes.take().expect("run once");
+        // A lane's acknowledgement: its translator's change reached the server (an EndpointSlice
+        // that lists a pending pod may have come).
+        let mut acks: futures::stream::SelectAll<BoxStream<'static, ()>> =
+            futures::stream::select_all(self.lanes.iter().map(|l| {
+                futures::stream::unfold(l.acked(), |mut rx| async move {
+                    rx.changed().await.ok()?;
+                    Some(((), rx))
+                })
+                .boxed()
+            }));
         loop {
             if fault_point!(self.config.faults, READINESS_GATE) {
                 return Ended::failed(READINESS_GATE, "it returned");
             }
-            tokio::select! {
-                e = events.next() => match e {
+            let pending = self.has_pending();
+            let woken = tokio::select! {
+                e = events.next() => Woken::Pod(Box::new(e)),
+                Some(p) = pushes.recv() => Woken::Pushed(p),
+                Some(()) = acks.next(), if pending => Woken::Acked,
+                Some(t) = self.timers.next() => Woken::Timer(t.into_inner()),
+            };
+            match woken {
+                Woken::Pod(e) => match *e {
                     Some(Ok(e)) => self.event(e),
-                    Some(Err(e)) => tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying"),
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
+                    }
                     None => return Ended::failed(READINESS_GATE, "its pod watch ended"),
                 },
-                _ = tick.tick(), if self.has_pending() => self.check().await,
+                Woken::Pushed(p) => self.pushed(p),
+                Woken::Acked => self.all_pending_dirty(),
+                Woken::Timer(Timer::Pod(key)) => {
+                    if let Some(t) = self.pods.get_mut(&key) {
+                        t.timer = None;
+                    }
+                    self.dirty.insert(key);
+                }
+                Woken::Timer(Timer::Reopen) => {}
+            }
+            self.check_dirty().await;
+            for (lane, stream) in self.streams.iter_mut().enumerate() {
+                stream.sync(lane, &self.pushed);
             }
         }
     }
 
     fn has_pending(&self) -> bool {
-        self.pods
-            .values()
-            .any(|t| t.pod.eligible() && !t.pod.open() && !t.opened)
+        self.pods.values().any(Tracked::pending)
+    }
+
+    fn all_pending_dirty(&mut self) {
+        let keys = self
+            .pods
+            .iter()
+            .filter(|(_, t)| t.pending())
+            .map(|(k, _)| k);
+        self.dirty.extend(keys.cloned());
+    }
+
+    /// A stream's answers: every pending pod may be decided; a stream that ended is opened again
+    /// after its backoff.
+    fn pushed(&mut self, p: Pushed) {
+        let lane = p.lane;
+        if let Some(delay) = self.streams[lane].pushed(p) {
+            self.timers.insert(Timer::Reopen, delay);
+        }
+        self.all_pending_dirty();
     }
 
     fn event(&mut self, e: Event<Pod>) {
@@ -235,11 +273,13 @@ impl Gate {
         let before = self.pods.get(&key).map(|t| t.pod.clone());
         let was = before.as_ref().is_some_and(GatedPod::eligible);
         let old_ips = before.as_ref().map(|p| p.ips.clone()).unwrap_or_default();
-        let t = self.pods.entry(key).or_insert(Tracked {
+        let t = self.pods.entry(key.clone()).or_insert(Tracked {
             pod: now.clone(),
             eligible_since: None,
             pending_written: false,
             opened: false,
+            wanted: Vec::new(),
+            timer: None,
         });
         if t.pod.uid != now.uid {
             // Another pod of the same name (a missed deletion): start afresh.
@@ -257,6 +297,7 @@ impl Gate {
         // `opened` stays once we set True: an event older than our patch may still show False,
         // and the gate never goes back to False.
         t.pod = now.clone();
+        self.dirty.insert(key);
         let is = now.eligible();
         if was != is || old_ips != now.ips {
             for ip in old_ips.iter().filter(|ip| !now.ips.contains(ip)) {
@@ -269,7 +310,11 @@ impl Gate {
     }
 
     fn gone(&mut self, key: &ObjKey) {
+        self.want(key, Vec::new());
         if let Some(t) = self.pods.remove(key) {
+            if let Some(timer) = t.timer {
+                self.timers.remove(&timer);
+            }
             for ip in t.pod.ips {
                 self.feed(ip, false);
             }
@@ -283,150 +328,171 @@ impl Gate {
         }
     }
 
-    /// Checks every pending gate: writes `False, Pending` once, then `True` once programmed (or
-    /// selected by no clb Service, or past the bound).
-    async fn check(&mut self) {
-        let keys: Vec<ObjKey> = self
-            .pods
-            .iter()
-            .filter(|(_, t)| t.pod.eligible() && !t.pod.open() && !t.opened)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in keys {
-            let Some(t) = self.pods.get(&key) else {
-                continue;
-            };
-            let since = t.eligible_since.unwrap_or_else(Instant::now);
-            let pod = t.pod.clone();
-            let pending_written = t.pending_written;
-            // Per lane: the (service, location, address) the gate waits for.
-            let mut wanted: Vec<(usize, Vec<AddressQuery>)> = Vec::new();
-            let mut listed = false;
-            let mut ours_listed = false;
-            for (i, lane) in self.lanes.iter().enumerate() {
-                let mut q = Vec::new();
-                lane.read(|t| {
-                    for ip in &pod.ips {
-                        listed |= t.lists_address(*ip);
-                        ours_listed |= t.ours_lists_address(*ip);
-                        for (uid, loc) in t.gate_services(*ip) {
-                            q.push(AddressQuery {
-                                location: loc.to_string(),
-                                address: ip.to_string(),
-                                service: uid,
-                            });
+    /// Makes `wanted` what pod `key` waits for, in the lanes' streams.
+    fn want(&mut self, key: &ObjKey, wanted: Vec<(usize, AddressKey)>) {
+        let Some(t) = self.pods.get_mut(key) else {
+            return;
+        };
+        if t.wanted == wanted {
+            return;
+        }
+        for (lane, k) in &wanted {
+            self.streams[*lane].want(k.clone());
+        }
+        for (lane, k) in std::mem::replace(&mut t.wanted, wanted) {
+            self.streams[lane].unwant(&k);
+        }
+    }
+
+    /// Sets pod `key`'s timer to `at` (its next moment).
+    fn arm(&mut self, key: &ObjKey, at: Instant) {
+        let Some(t) = self.pods.get_mut(key) else {
+            return;
+        };
+        match &t.timer {
+            Some(timer) => self.timers.reset_at(timer, at),
+            None => t.timer = Some(self.timers.insert_at(Timer::Pod(key.clone()), at)),
+        }
+    }
+
+    /// Checks the pods marked dirty.
+    async fn check_dirty(&mut self) {
+        for key in std::mem::take(&mut self.dirty) {
+            self.check(&key).await;
+        }
+    }
+    /// Checks pod `key`: writes `False, Pending` once, then `True` once programmed (or selected by
+    /// no clb Service, or past the bound). Keeps what it waits for in the lanes' streams, and its
+    /// timer at the next moment time alone may decide it.
+    async fn check(&mut self, key: &ObjKey) {
+        let Some(t) = self.pods.get(key) else {
+            return;
+        };
+        if !t.pending() {
+            self.settled(key);
+            return;
+        }
+        let since = t.eligible_since.unwrap_or_else(Instant::now);
+        let pod = t.pod.clone();
+        let pending_written = t.pending_written;
+        // Per lane: the (location, address, service) the gate waits for.
+        let mut wanted: Vec<(usize, AddressKey)> = Vec::new();
+        let mut listed = false;
+        let mut ours_listed = false;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            lane.read(|t| {
+                for ip in &pod.ips {
+                    listed |= t.lists_address(*ip);
+                    ours_listed |= t.ours_lists_address(*ip);
+                    for (uid, loc) in t.gate_services(*ip) {
+                        let k = (i, (loc.to_string(), ip.to_string(), uid));
+                        if !wanted.contains(&k) {
+                            wanted.push(k);
                         }
                     }
-                });
-                if !q.is_empty() {
-                    wanted.push((i, q));
                 }
-            }
-            let waited = since.elapsed();
-            let outcome = if wanted.is_empty() && !ours_listed {
-                if !listed && waited < NOT_SELECTED_GRACE {
-                    None
-                } else {
-                    Some((
-                        "NotSelected",
-                        "no Service of clb's class lists the pod".to_owned(),
-                    ))
-                }
-            } else if !wanted.is_empty() && self.programmed(&wanted).await {
-                let services: Vec<&str> = wanted
-                    .iter()
-                    .flat_map(|(_, q)| q.iter().map(|a| a.service.as_str()))
-                    .collect();
-                Some((
-                    "Programmed",
-                    format!(
-                        "Azure has the pod's address in the backend pools of {}",
-                        services.join(", ")
-                    ),
-                ))
-            } else if waited >= self.config.readiness_gate_timeout {
-                let services = self.why_not(&wanted).await;
-                let why = format!(
-                    "not programmed in Azure within {:?}: {}; failing open (the pod turns Ready \
-                     without Azure's confirmation)",
-                    self.config.readiness_gate_timeout,
-                    services.join("; ")
-                );
-                self.warn(&key, &pod, &why).await;
-                Some(("Timeout", why))
-            } else {
-                if !pending_written {
-                    let msg = "waiting for Azure to program the pod's address in its Services' backend pools";
-                    if self.patch(&key, "False", "Pending", msg).await
-                        && let Some(t) = self.pods.get_mut(&key)
-                    {
-                        t.pending_written = true;
-                    }
-                }
+            });
+        }
+        self.want(key, wanted.clone());
+        let waited = since.elapsed();
+        let timeout = self.config.readiness_gate_timeout;
+        let outcome = if wanted.is_empty() && !ours_listed {
+            if !listed && waited < NOT_SELECTED_GRACE {
+                self.arm(key, since + NOT_SELECTED_GRACE);
                 None
-            };
-            if let Some((reason, message)) = outcome
-                && self.patch(&key, "True", reason, &message).await
-            {
-                self.config
-                    .metrics
-                    .gate_opened(reason, since.elapsed().as_secs_f64());
-                tracing::info!(pod = %key, reason, waited = ?since.elapsed(), "readiness gate {GATE_CONDITION_TYPE} set True");
-                if let Some(t) = self.pods.get_mut(&key) {
-                    t.opened = true;
+            } else {
+                Some((
+                    "NotSelected",
+                    "no Service of clb's class lists the pod".to_owned(),
+                ))
+            }
+        } else if !wanted.is_empty() && wanted.iter().all(|(i, k)| self.streams[*i].programmed(k)) {
+            let services: Vec<&str> = wanted.iter().map(|(_, k)| k.2.as_str()).collect();
+            Some((
+                "Programmed",
+                format!(
+                    "Azure has the pod's address in the backend pools of {}",
+                    services.join(", ")
+                ),
+            ))
+        } else if waited >= timeout {
+            let services = self.why_not(&wanted).await;
+            let why = format!(
+                "not programmed in Azure within {timeout:?}: {}; failing open (the pod turns Ready \
+                 without Azure's confirmation)",
+                services.join("; ")
+            );
+            self.warn(key, &pod, &why).await;
+            Some(("Timeout", why))
+        } else {
+            self.arm(key, since + timeout);
+            if !pending_written {
+                let msg =
+                    "waiting for Azure to program the pod's address in its Services' backend pools";
+                if !self.patch(key, "False", "Pending", msg).await {
+                    self.arm(key, Instant::now() + PATCH_RETRY);
+                } else if let Some(t) = self.pods.get_mut(key) {
+                    t.pending_written = true;
                 }
             }
+            None
+        };
+        let Some((reason, message)) = outcome else {
+            return;
+        };
+        if !self.patch(key, "True", reason, &message).await {
+            self.arm(key, Instant::now() + PATCH_RETRY);
+            return;
+        }
+        self.config
+            .metrics
+            .gate_opened(reason, since.elapsed().as_secs_f64());
+        tracing::info!(pod = %key, reason, waited = ?since.elapsed(), "readiness gate {GATE_CONDITION_TYPE} set True");
+        if let Some(t) = self.pods.get_mut(key) {
+            t.opened = true;
+        }
+        self.settled(key);
+    }
+
+    /// Pod `key` waits for nothing (any more): out of the streams, its timer gone.
+    fn settled(&mut self, key: &ObjKey) {
+        self.want(key, Vec::new());
+        if let Some(timer) = self.pods.get_mut(key).and_then(|t| t.timer.take()) {
+            self.timers.remove(&timer);
         }
     }
 
-    /// Whether every queried address is programmed in its lane's gateway.
-    async fn programmed(&mut self, wanted: &[(usize, Vec<AddressQuery>)]) -> bool {
-        for (i, q) in wanted {
-            let client = match self.conns[*i].get().await {
-                Ok(c) => c,
-                Err(_) => {
-                    self.conns[*i].reset();
-                    return false;
-                }
-            };
-            match client
-                .writer(WATCHER_WRITER)
-                .addresses_programmed(q.clone())
-                .await
-            {
-                Ok(p) if p.iter().all(|b| *b) => {}
-                Ok(_) => return false,
-                Err(e) => {
-                    tracing::debug!(error = %e, "readiness gate: AddressesProgrammed failed");
-                    self.conns[*i].reset();
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    /// Per queried service, why it is not programmed: the server's condition (parked after a
-    /// terminal error, throttled, retrying, held back, pending), or what is known without it.
-    async fn why_not(&mut self, wanted: &[(usize, Vec<AddressQuery>)]) -> Vec<String> {
+    /// Per awaited address, why it is not programmed: its service's condition (parked after a
+    /// terminal error, throttled, retrying, held back, pending; `Writer.ServiceConditions`, one
+    /// call per lane), or what is known without it.
+    async fn why_not(&mut self, wanted: &[(usize, AddressKey)]) -> Vec<String> {
+        let mut lanes: Vec<usize> = wanted.iter().map(|(i, _)| *i).collect();
+        lanes.dedup();
         let mut out = Vec::new();
-        for (i, q) in wanted {
-            let answer = match self.conns[*i].get().await {
+        for i in lanes {
+            let keys: Vec<&AddressKey> = wanted
+                .iter()
+                .filter(|(l, _)| *l == i)
+                .map(|(_, k)| k)
+                .collect();
+            let services = keys.iter().map(|k| k.2.clone()).collect();
+            let answer = match self.conns[i].get().await {
                 Ok(client) => client
                     .writer(WATCHER_WRITER)
-                    .addresses_state(q.clone(), true)
+                    .service_conditions(services)
                     .await
                     .ok(),
                 Err(_) => None,
             };
-            for (n, a) in q.iter().enumerate() {
+            if answer.is_none() {
+                self.conns[i].reset();
+            }
+            for (n, (location, _, service)) in keys.into_iter().enumerate() {
                 let what = format!(
-                    "Service {} at {} (gateway {:?})",
-                    a.service,
-                    a.location,
-                    self.lanes[*i].gateway()
+                    "Service {service} at {location} (gateway {:?})",
+                    self.lanes[i].gateway()
                 );
-                let cond = answer.as_ref().and_then(|r| r.conditions.get(n));
+                let cond = answer.as_ref().and_then(|r| r.get(n));
                 out.push(match cond {
                     Some(c) => {
                         let reason = clb_proto::v1::ProgrammingReason::try_from(c.reason)
@@ -497,55 +563,5 @@ impl Gate {
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(pod = %key, error = %e, "publishing an event failed");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(gates: &[&str], conditions: &[(&str, &str)], ips: &[&str]) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
-            "spec": {"containers": [], "readinessGates": gates.iter().map(|g| json!({"conditionType": g})).collect::<Vec<_>>()},
-            "status": {
-                "conditions": conditions.iter().map(|(t, s)| json!({"type": t, "status": s})).collect::<Vec<_>>(),
-                "podIPs": ips.iter().map(|i| json!({"ip": i})).collect::<Vec<_>>(),
-            }
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_pod_is_eligible_when_only_our_gate_is_unmet() {
-        let ours = GATE_CONDITION_TYPE;
-        let p = GatedPod::of(&pod(&[ours], &[("ContainersReady", "True")], &["10.1.0.5"]));
-        assert!(p.eligible() && !p.open());
-        let p = GatedPod::of(&pod(
-            &[ours],
-            &[("ContainersReady", "False")],
-            &["10.1.0.5"],
-        ));
-        assert!(!p.eligible(), "containers not ready");
-        let p = GatedPod::of(&pod(
-            &[ours, "other/gate"],
-            &[("ContainersReady", "True")],
-            &["10.1.0.5"],
-        ));
-        assert!(!p.eligible(), "another gate unmet");
-        let p = GatedPod::of(&pod(
-            &[ours, "other/gate"],
-            &[
-                ("ContainersReady", "True"),
-                ("other/gate", "True"),
-                (ours, "True"),
-            ],
-            &["10.1.0.5"],
-        ));
-        assert!(p.eligible() && p.open());
-        let p = GatedPod::of(&pod(&[], &[("ContainersReady", "True")], &["10.1.0.5"]));
-        assert!(!p.eligible(), "no gate: nothing to do");
-        let p = GatedPod::of(&pod(&[ours], &[("ContainersReady", "True")], &[]));
-        assert!(!p.eligible(), "no IP yet");
     }
 }

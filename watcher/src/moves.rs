@@ -2,8 +2,9 @@
 //!
 //! The old gateway's translator *holds* the node (it keeps its endpoints and pods there) while the
 //! new gateway's translator adds them; once the new gateway's lane has sent the move and the state
-//! server reports every address desired at the node's IPs in the new gateway as actual
-//! (`Writer.LocationsProgrammed`, authorized by the watcher's verb `write`), or after `--node-move-bound`, the hold is released and the old gateway drops
+//! server pushes that every address desired at the node's IPs in the new gateway is actual
+//! (`Writer.WatchLocations`, authorized by the watcher's verb `write`), or after
+//! `--node-move-bound`, the hold is released and the old gateway drops
 //! them. Both lanes resync after their share changed, so that each gateway's declared topology
 //! follows the node.
 
@@ -12,9 +13,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clb_client::ClientError;
 use clb_gateways::Gateways;
 use k8s_openapi::api::core::v1::Node;
 
+use crate::backoff::ServerBackoff;
 use crate::config::WATCHER_WRITER;
 use crate::lane::Lane;
 use crate::sender::Conn;
@@ -107,42 +110,54 @@ impl Moves {
 }
 
 /// Waits until `lane` has sent event `seq` and its gateway has every address desired at `ips`
-/// actual (polling `GetLocation`; failures are retried).
+/// actual, following `Writer.WatchLocations` (verb `write`, no Admin permission): the server
+/// pushes the answers, nothing polls. A stream that fails or ends is opened again after the
+/// server backoff.
 async fn programmed(lane: &Lane, ips: &[IpAddr], seq: u64) {
     let mut acked = lane.acked();
     if acked.wait_for(|a| *a >= seq).await.is_err() {
         std::future::pending::<()>().await;
     }
-    let mut conn = Conn::new(&lane.config().server);
+    let config = lane.config();
+    let mut conn = Conn::new(&config.server);
+    let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
+    let locations: Vec<String> = ips.iter().map(ToString::to_string).collect();
     loop {
-        if all_actual(&mut conn, ips).await {
-            return;
+        match follow(&mut conn, &locations).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "WatchLocations failed; watching again");
+                conn.reset();
+                tokio::time::sleep(backoff.next_delay(&e)).await;
+            }
         }
-        tokio::time::sleep(lane.config().poll_interval).await;
     }
 }
 
-/// `Writer.LocationsProgrammed` (verb `write`, no Admin permission): whether NRP has every
-/// address desired at each of `ips`. A failure is "not yet" (the caller polls again).
-async fn all_actual(conn: &mut Conn, ips: &[IpAddr]) -> bool {
-    let client = match conn.get().await {
-        Ok(c) => c,
-        Err(_) => {
-            conn.reset();
-            return false;
-        }
-    };
-    let locations = ips.iter().map(ToString::to_string).collect();
-    match client
+/// Follows `Writer.WatchLocations` until every location of `locations` is programmed.
+async fn follow(conn: &mut Conn, locations: &[String]) -> Result<(), ClientError> {
+    const RPC: &str = "Writer.WatchLocations";
+    let client = conn.get().await?;
+    let mut stream = client
         .writer(WATCHER_WRITER)
-        .locations_programmed(locations)
-        .await
-    {
-        Ok(programmed) => programmed.iter().all(|p| *p),
-        Err(e) => {
-            tracing::debug!(error = %e, "LocationsProgrammed failed; asking again");
-            conn.reset();
-            false
+        .watch_locations(locations.to_vec())
+        .await?;
+    let mut programmed: HashMap<String, bool> = HashMap::new();
+    loop {
+        match stream.message().await {
+            Ok(Some(m)) => {
+                programmed.extend(m.locations.into_iter().map(|l| (l.location, l.programmed)));
+                if locations.iter().all(|l| programmed.get(l) == Some(&true)) {
+                    return Ok(());
+                }
+            }
+            Ok(None) => {
+                return Err(ClientError::StreamClosed {
+                    rpc: RPC,
+                    batch_id: 0,
+                });
+            }
+            Err(status) => return Err(ClientError::Rpc { rpc: RPC, status }),
         }
     }
 }

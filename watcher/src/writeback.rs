@@ -133,7 +133,6 @@ pub(crate) enum Next {
 pub(crate) struct Config {
     server: ConnectOptions,
     finalizer: String,
-    poll: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
     metrics: std::sync::Arc<crate::metrics::WatcherMetrics>,
@@ -149,7 +148,6 @@ impl From<&WatcherConfig> for Config {
         Self {
             server: c.server.clone(),
             finalizer: c.finalizer.clone(),
-            poll: c.poll_interval,
             backoff_initial: c.backoff_initial,
             backoff_max: c.backoff_max,
             metrics: c.metrics.clone(),
@@ -178,7 +176,7 @@ struct Record {
     /// When it is due (meaningful while `timer` is set).
     due_at: Instant,
     /// The backoff of this record while its actions fail in a row ([`clb_client::backoff`]:
-    /// from `max(backoff_initial, poll)` up to `backoff_max`); `None` once one succeeds.
+    /// from `backoff_initial` up to `backoff_max`); `None` once one succeeds.
     retry: Option<Backoff>,
     /// The resource version at which our last patch succeeded: the same patch is not sent again
     /// before the watch shows the result.
@@ -558,7 +556,7 @@ impl WriteBack {
                         self.config.metrics.writeback_failure(what);
                         tracing::warn!(service = %key, error = %e, "write-back failed; retrying");
                     }
-                    let base = self.config.backoff_initial.max(self.config.poll);
+                    let base = self.config.backoff_initial;
                     let max = self.config.backoff_max.max(base);
                     let d = r
                         .retry

@@ -117,6 +117,27 @@ impl DiffTracker {
         })
     }
 
+    /// Whether NRP has every address desired at `location` (also where nothing is desired there).
+    /// O(addresses at the location).
+    pub fn location_programmed(&self, location: IpAddr) -> bool {
+        self.locations.get(&location).is_none_or(|loc| {
+            loc.addresses
+                .iter()
+                .all(|(_, s)| !s.has_desired() || s.has_actual())
+        })
+    }
+
+    /// Whether NRP has `address` at `location` with `service` (any case) in its ref. O(1).
+    pub fn address_programmed(&self, location: IpAddr, address: IpAddr, service: &str) -> bool {
+        let Some(sid) = self.services.id(&service.to_ascii_lowercase()) else {
+            return false;
+        };
+        self.locations
+            .get(&location)
+            .and_then(|loc| loc.addresses.get(&address))
+            .is_some_and(|slot| slot.actual().contains(&sid))
+    }
+
     /// NRP's service ref of `address` at `location`, names sorted (empty when NRP does not have
     /// it there).
     pub fn actual_ref(&self, location: IpAddr, address: IpAddr) -> Vec<String> {

@@ -14,7 +14,10 @@
 pub mod condition;
 pub mod gate;
 pub mod lb;
+pub mod node_scope;
+pub mod programmed;
 mod report;
+pub use report::Folded;
 pub mod update;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -242,8 +245,9 @@ impl GatewayCore {
         &self.tracker
     }
 
-    /// The desired state, to apply writers' updates to (the writer edge validates and applies
-    /// them one by one; see [`GatewayCore::spec_desired`] for what goes beside).
+    /// The desired state, changed directly (tests only, feature `test-support`: writers' updates
+    /// go through [`GatewayCore::apply`] and [`GatewayCore::replace_scope`]).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn tracker_mut(&mut self) -> &mut DiffTracker {
         &mut self.tracker
     }

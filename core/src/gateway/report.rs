@@ -53,7 +53,39 @@ impl MissingNat {
     }
 }
 
+/// What became of a worker's report ([`GatewayCore::fold_report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folded {
+    /// The unit was leased to the worker: its report changed the gateway.
+    Taken,
+    /// Late: the unit's lease had ended (or it was never leased); counted and ignored.
+    Late,
+}
+
 impl GatewayCore {
+    /// Folds worker `worker`'s report of a unit: taken ([`GatewayCore::take_report`], with the
+    /// subscription's `remaining_writes` the worker saw) while the unit is still leased, otherwise
+    /// late: counted ([`GatewayCore::count_late_report`]) and ignored, so that a unit that went
+    /// back to the queue is never answered twice.
+    pub fn fold_report(
+        &mut self,
+        worker: u64,
+        report: Report,
+        extras: ReportExtras,
+        remaining_writes: Option<u32>,
+        now: Instant,
+    ) -> Folded {
+        if !self.holds(report.work_id) {
+            self.count_late_report();
+            return Folded::Late;
+        }
+        if let Some(remaining) = remaining_writes {
+            self.note_remaining_writes(remaining);
+        }
+        self.take_report(worker, report, extras, now);
+        Folded::Taken
+    }
+
     /// Folds a worker's report: the dispatcher records it in the tracker, then what is kept beside
     /// the tracker follows. When an observe completes, each desired inbound service that NRP has
     /// and whose rules were read back with other ports than the desired ones is created again.

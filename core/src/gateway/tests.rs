@@ -274,3 +274,48 @@ fn a_burst_of_writes_is_gathered_into_one_wave_and_the_deadline_says_when() {
     // 150 new locations, and the first one, whose endpoints the new set no longer names.
     assert_eq!(wave, vec![38, 37, 38, 38]);
 }
+
+/// A follower is owed each first answer, then only the answers that changed: a location is
+/// programmed once NRP has every address desired there, an address once NRP has it with its
+/// service (any case).
+#[test]
+fn awaiting_owes_first_answers_then_only_changes() {
+    use super::programmed::{Awaited, Awaiting};
+    let t0 = Instant::now();
+    let mut g = gateway(t0);
+    let location: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+    let address = |a: &str, service: &str| Awaited::Address {
+        location,
+        address: a.parse().unwrap(),
+        service: service.into(),
+    };
+    let mut awaiting = Awaiting::default();
+    awaiting.watch(Awaited::Location(location));
+    awaiting.watch(address("10.1.0.1", "SVC"));
+    awaiting.watch(address("10.1.0.9", "svc"));
+    awaiting.watch(Awaited::Location(location));
+    assert_eq!(awaiting.len(), 3);
+    // Nothing desired yet: the location is programmed, no address is.
+    assert!(awaiting.refresh(&g));
+    assert_eq!(
+        awaiting.take_owed(),
+        [
+            (Awaited::Location(location), true),
+            (address("10.1.0.1", "SVC"), false),
+            (address("10.1.0.9", "svc"), false),
+        ]
+    );
+    assert!(!awaiting.refresh(&g), "nothing changed");
+    apply_view(&mut g);
+    assert!(awaiting.refresh(&g));
+    assert_eq!(awaiting.take_owed(), [(Awaited::Location(location), false)]);
+    awaiting.unwatch(&Awaited::Location(location));
+    drain(&mut g, t0, &mut 1);
+    assert!(g.location_programmed(location));
+    assert!(awaiting.refresh(&g));
+    assert_eq!(awaiting.take_owed(), [(address("10.1.0.1", "SVC"), true)]);
+    awaiting.unwatch(&address("10.1.0.1", "SVC"));
+    awaiting.unwatch(&address("10.1.0.1", "SVC"));
+    assert_eq!(awaiting.len(), 1);
+    assert!(!awaiting.refresh(&g));
+}

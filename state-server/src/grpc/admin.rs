@@ -204,7 +204,7 @@ pub(crate) fn nat_gateway_of(g: &Gateway, state: &mut clb_proto::v1::ServiceStat
 }
 
 /// A condition as proto.
-fn condition_to_proto(c: Condition) -> ServiceCondition {
+pub(crate) fn condition_to_proto(c: Condition) -> ServiceCondition {
     let reason = match c.reason {
         ConditionReason::Pending => ProgrammingReason::Pending,
         ConditionReason::Programmed => ProgrammingReason::Programmed,

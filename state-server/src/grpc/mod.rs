@@ -4,6 +4,7 @@
 //! optionally mutual.
 
 pub mod admin;
+pub mod awaits;
 pub mod convert;
 pub mod resync;
 pub mod session;

@@ -1,8 +1,8 @@
 //! What the Writer service tells writers about themselves and their services, without the
 //! operator's Admin API: the writer's session (does the server hold its resync? which epoch?) in
 //! every answer and as a stream (`WatchSession`), the programming state of the gateway's inbound
-//! services as a stream (`WatchServices`), and whether NRP has the addresses of some locations
-//! (`LocationsProgrammed`).
+//! services as a stream (`WatchServices`). What writers wait for (`WatchLocations`,
+//! `WatchAddresses`) is pushed by `awaits.rs`.
 //!
 //! Both streams are pushed: a task per stream follows its gateway's snapshot (published by the
 //! gateway's task after each change, at most every [`crate::state::push::SNAPSHOT_SPACING`], and when a
@@ -15,18 +15,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use clb_core::difftracker::identity::ServiceKind;
-use clb_core::difftracker::ip::parse_ip;
-use clb_proto::v1::{
-    AddressesRequest, AddressesResponse, LocationsRequest, LocationsResponse, ServiceState,
-    ServiceStates, WriterSession,
-};
+use clb_proto::v1::{ServiceState, ServiceStates, WriterSession};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::admin::{nat_gateway_of, service_condition};
-use super::convert::{invalid_argument, service_state_uncounted};
+use super::convert::service_state_uncounted;
 use crate::state::{Gateway, GatewayHandle, GatewaySnapshot, StateServer};
 
 /// The stream of `WatchSession`.
@@ -105,7 +101,7 @@ fn ended() -> Status {
 
 /// Runs `body` as the producer of a bounded stream; the task ends when the receiver is dropped
 /// (`tx.closed()` in `body`'s waits) or `body` returns.
-fn spawn_stream<T, F>(
+pub(super) fn spawn_stream<T, F>(
     body: impl FnOnce(mpsc::Sender<Result<T, Status>>) -> F,
 ) -> ReceiverStream<Result<T, Status>>
 where
@@ -121,7 +117,7 @@ where
 pub type Shutdown = Option<tokio::sync::watch::Receiver<bool>>;
 
 /// Resolves once `shutdown` is signalled (never without one).
-async fn shut_down(shutdown: &mut Shutdown) {
+pub(super) async fn shut_down(shutdown: &mut Shutdown) {
     match shutdown {
         Some(rx) => {
             if rx.wait_for(|stop| *stop).await.is_err() {
@@ -146,19 +142,25 @@ async fn wait_for_change<T>(
         r = leadership.changed() => r.is_ok(),
         () = tx.closed() => false,
         () = shut_down(shutdown) => {
-            let _ = tx
-                .send(Err(Status::unavailable(
-                    "the state server is shutting down: reconnect (to the next leader) and resync",
-                )))
-                .await;
+            tell_shutdown(tx, "resync").await;
             false
         }
     }
 }
 
+/// Tells the reader of a stream that the server shuts down (`UNAVAILABLE`): it reconnects to the
+/// next leader and does `then` (resync, watch again).
+pub(super) async fn tell_shutdown<T>(tx: &mpsc::Sender<Result<T, Status>>, then: &str) {
+    let _ = tx
+        .send(Err(Status::unavailable(format!(
+            "the state server is shutting down: reconnect (to the next leader) and {then}"
+        ))))
+        .await;
+}
+
 /// Whether the stream may go on: this replica leads in the epoch the stream began in. If not, the
 /// reader is told so ([`ended`]).
-async fn still_current<T>(
+pub(super) async fn still_current<T>(
     state: &StateServer,
     epoch: u64,
     tx: &mpsc::Sender<Result<T, Status>>,
@@ -208,7 +210,6 @@ pub fn watch_session(
 /// counted), and whether NRP was read back.
 fn read_services(g: &Gateway, kind: ServiceKind) -> (HashMap<String, ServiceState>, bool) {
     let states = g
-        .tracker()
         .service_views(kind)
         .map(|view| {
             let mut st = service_state_uncounted(g, &view);
@@ -217,7 +218,7 @@ fn read_services(g: &Gateway, kind: ServiceKind) -> (HashMap<String, ServiceStat
             (view.name, st)
         })
         .collect();
-    (states, g.gate().nrp_observed())
+    (states, g.nrp_observed())
 }
 
 /// `WatchServices`: a snapshot of the gateway's inbound services (and its outbound ones with
@@ -313,92 +314,6 @@ fn split(
         }),
     }
     out
-}
-
-/// `LocationsProgrammed`: per location, whether NRP has every address desired there.
-pub fn locations_programmed(
-    handle: &GatewayHandle,
-    req: &LocationsRequest,
-) -> Result<LocationsResponse, Status> {
-    let mut ips = Vec::with_capacity(req.locations.len());
-    for (i, l) in req.locations.iter().enumerate() {
-        let ip = parse_ip(&format!("locations[{i}]"), l)
-            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
-        ips.push(ip);
-    }
-    let g = handle.lock();
-    let programmed = ips
-        .into_iter()
-        .map(|ip| {
-            g.tracker().location_view(ip).is_none_or(|v| {
-                v.addresses
-                    .iter()
-                    .all(|a| a.desired.is_none() || a.actual.is_some())
-            })
-        })
-        .collect();
-    Ok(LocationsResponse { programmed })
-}
-
-/// `AddressesProgrammed`: per address, whether NRP has it at its location with its service.
-pub fn addresses_programmed(
-    handle: &GatewayHandle,
-    req: &AddressesRequest,
-) -> Result<AddressesResponse, Status> {
-    let mut queries = Vec::with_capacity(req.addresses.len());
-    for (i, q) in req.addresses.iter().enumerate() {
-        let location = parse_ip(&format!("addresses[{i}].location"), &q.location)
-            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
-        let address = parse_ip(&format!("addresses[{i}].address"), &q.address)
-            .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
-        if q.service.is_empty() {
-            return Err(invalid_argument(
-                &format!("addresses[{i}].service"),
-                "",
-                "must name the service the address should carry",
-            ));
-        }
-        queries.push((location, address, q.service.as_str()));
-    }
-    let g = handle.lock();
-    let mut views = HashMap::new();
-    let programmed = queries
-        .into_iter()
-        .map(|(location, address, service)| {
-            let view = views
-                .entry(location)
-                .or_insert_with(|| g.tracker().location_view(location));
-            view.as_ref().is_some_and(|v| {
-                v.addresses.iter().any(|a| {
-                    a.address == address
-                        && a.actual
-                            .iter()
-                            .flatten()
-                            .any(|s| s.eq_ignore_ascii_case(service))
-                })
-            })
-        })
-        .collect();
-    let conditions = if req.with_conditions {
-        req.addresses
-            .iter()
-            .map(|q| {
-                g.tracker()
-                    .service_view(&q.service)
-                    .map(|view| {
-                        let st = service_state_uncounted(&g, &view);
-                        service_condition(&g, &view, &st.frontend_ip)
-                    })
-                    .unwrap_or_default()
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Ok(AddressesResponse {
-        programmed,
-        conditions,
-    })
 }
 
 #[cfg(test)]

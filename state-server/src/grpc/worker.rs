@@ -21,7 +21,7 @@ use super::convert::unit_to_proto;
 use super::convert::{frontends_from_proto, report_from_proto, rules_from_proto};
 use crate::state::push::{UnitSink, WorkerPort};
 use crate::state::{GatewayHandle, StateServer, WorkerInfo, unix_ms};
-use clb_core::gateway::ReportExtras;
+use clb_core::gateway::{Folded, ReportExtras};
 
 /// Serves `clb.v1.Worker`.
 #[derive(Debug, Clone)]
@@ -283,26 +283,18 @@ impl Session {
         let missing_nat_gateways = missing_nat_gateways_from_proto(&report);
         let report = report_from_proto(report);
         self.port.reported();
-        let handled = {
+        let folded = {
             let mut gw = gateway.lock();
-            let held = gw.holds(work_id);
-            if held {
-                if let Some(remaining) = remaining_writes {
-                    gw.note_remaining_writes(remaining);
-                }
-                let extras = ReportExtras {
-                    frontends,
-                    rules,
-                    missing_nat_gateways,
-                };
-                gw.take_report(session, report, extras, Instant::now());
-                gw.log_gate_notes();
-            } else {
-                gw.count_late_report();
-            }
-            held
+            let extras = ReportExtras {
+                frontends,
+                rules,
+                missing_nat_gateways,
+            };
+            let folded = gw.fold_report(session, report, extras, remaining_writes, Instant::now());
+            gw.log_gate_notes();
+            folded
         };
-        if !handled {
+        if folded == Folded::Late {
             warn!(
                 work_id,
                 "report for a unit whose lease ended (late): ignored"

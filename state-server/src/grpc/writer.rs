@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use clb_proto::v1::writer_server::{Writer, WriterServer};
 use clb_proto::v1::{
-    AddressesRequest, AddressesResponse, ApplyRequest, ApplyResponse, LocationsRequest,
-    LocationsResponse, ResyncHeader, ResyncRequest, ResyncResponse, SessionRequest, Update,
+    AddressesWatch, ApplyRequest, ApplyResponse, LocationsRequest, ResyncHeader, ResyncRequest,
+    ResyncResponse, ServiceConditionsRequest, ServiceConditionsResponse, SessionRequest, Update,
     WatchServicesRequest, resync_request::Part,
 };
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use super::awaits::{self, AddressesStream, LocationsStream};
 use super::convert::{
     invalid_argument, item_error_of, resync_scope, resync_topology, unknown_gateway,
     update_from_proto,
@@ -152,13 +153,9 @@ fn apply_batch(
     let (revision, outcome, session) = {
         let mut gateway = handle.lock();
         let (outcome, applied) = gateway.apply(&req.writer, &rights, &items);
-        if let Some(link) = &link {
-            for (update, _) in req.updates.iter().zip(applied).filter(|(_, a)| *a) {
-                gateway.trace_links.note(link, update);
-            }
-        }
+        gateway.link_applied(link.as_ref(), &req.updates, &applied);
         let session = session::session(state, &gateway, &req.writer);
-        (gateway.tracker().revision(), outcome, session)
+        (gateway.revision(), outcome, session)
     };
     drop(items);
     let applied = outcome.applied;
@@ -197,59 +194,32 @@ fn dry_run(
     let rejected: Vec<_> = outcome.rejected.into_iter().map(item_error_of).collect();
     ApplyResponse {
         batch_id: req.batch_id,
-        revision: gateway.tracker().revision(),
+        revision: gateway.revision(),
         applied,
         rejected,
         session: Some(session::session(state, &gateway, &req.writer)),
     }
 }
 
-/// Node binding of a resync: a node agent resyncs only the pods at one of its node's locations.
+/// Node binding of a resync ([`clb_core::gateway::GatewayCore::authorize_node_resync`]): a
+/// refusal is `PERMISSION_DENIED` naming the field at fault, `UNAVAILABLE` while the topology is
+/// not declared yet (the agent retries within 2 s).
 fn check_node_scope(handle: &GatewayHandle, node: &str, scope: &Scope) -> Result<(), Status> {
-    let denied = |field: &str, value: &str, why: String| {
-        Status::permission_denied(format!(
-            "{field} = {}: {why}",
-            clb_core::difftracker::quote(value)
-        ))
+    let refusal = match handle.lock().authorize_node_resync(node, scope) {
+        Ok(()) => return Ok(()),
+        Err(refusal) => refusal,
     };
-    let only_pods = scope.pods && !scope.services && !scope.egresses && !scope.endpoints;
-    let Some(location) = scope.location.filter(|_| only_pods) else {
-        return Err(denied(
-            "header.scope",
-            &scope.to_string(),
-            format!(
-                "the node agent of node {node:?} may resync only `pods` at one of its node's \
-                 locations (scope.location)"
-            ),
-        ));
+    if refusal.is_transient() {
+        return Err(Status::unavailable(refusal.to_string()));
+    }
+    let (field, value) = match refusal.location() {
+        Some(location) => ("header.scope.location", location.to_string()),
+        None => ("header.scope", scope.to_string()),
     };
-    let gateway = handle.lock();
-    if !gateway.gate().topology_declared() {
-        // Transient, not a refusal: right after a (re)start the watcher's resync (which declares
-        // the nodes) may come after the agents'; UNAVAILABLE makes them retry within 2 s.
-        return Err(Status::unavailable(format!(
-            "the node agent of node {node:?} resyncs location {location} before the cluster \
-             watcher has declared the node topology since this server started: retry shortly"
-        )));
-    }
-    match gateway.gate().node_of(location) {
-        Some(owner) if owner == node => Ok(()),
-        owner => Err(denied(
-            "header.scope.location",
-            &location.to_string(),
-            match owner {
-                Some(other) => format!(
-                    "is a location of node {other:?}: the node agent of node {node:?} may resync \
-                     only its own node's locations"
-                ),
-                None => format!(
-                    "is not a location of node {node:?} in the topology the cluster watcher \
-                     declared (none declared yet, or another node's): retry after the watcher's \
-                     resync"
-                ),
-            },
-        )),
-    }
+    Err(Status::permission_denied(format!(
+        "{field} = {}: {refusal}",
+        clb_core::difftracker::quote(&value)
+    )))
 }
 
 /// A resync read to its clean end.
@@ -436,11 +406,7 @@ impl WriterService {
                 std::time::Instant::now(),
                 crate::state::unix_ms(std::time::SystemTime::now()),
             );
-            if let Some(link) = &link {
-                for (update, _) in view.iter().zip(&done.applied).filter(|(_, a)| **a) {
-                    gateway.trace_links.note(link, update);
-                }
-            }
+            gateway.link_applied(link.as_ref(), &view, &done.applied);
             gateway.log_gate_notes();
             // A resync that changed who owns the pods of some locations dropped the old owner's
             // pods there; removals wait for the new owner's resync (see `gateway/gate.rs`).
@@ -456,7 +422,7 @@ impl WriterService {
             }
             tracing::Span::current().record("handed_over", done.dropped);
             (
-                gateway.tracker().revision(),
+                gateway.revision(),
                 ResyncOutcome::from(done.outcome),
                 session::session(&self.state, &gateway, &writer),
             )
@@ -584,29 +550,71 @@ impl Writer for WriterService {
         )))
     }
 
-    async fn locations_programmed(
+    type WatchLocationsStream = LocationsStream;
+
+    async fn watch_locations(
         &self,
         request: Request<LocationsRequest>,
-    ) -> Result<Response<LocationsResponse>, Status> {
-        self.state.metrics().update_rpc("locations_programmed");
+    ) -> Result<Response<LocationsStream>, Status> {
+        self.state.metrics().update_rpc("watch_locations");
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
+        let locations = awaits::locations(req)?;
         let handle = self
             .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
-        session::locations_programmed(&handle, req).map(Response::new)
+        Ok(Response::new(awaits::watch_locations(
+            self.state.clone(),
+            handle,
+            locations,
+            self.shutdown.clone(),
+        )))
     }
 
-    async fn addresses_programmed(
+    type WatchAddressesStream = AddressesStream;
+
+    async fn watch_addresses(
         &self,
-        request: Request<AddressesRequest>,
-    ) -> Result<Response<AddressesResponse>, Status> {
-        self.state.metrics().update_rpc("addresses_programmed");
+        request: Request<Streaming<AddressesWatch>>,
+    ) -> Result<Response<AddressesStream>, Status> {
+        self.state.metrics().update_rpc("watch_addresses");
+        let caller = Caller::of(request.extensions()).cloned();
+        let mut incoming = request.into_inner();
+        let Some(first) = incoming.message().await? else {
+            return Err(invalid_argument(
+                "writer",
+                "",
+                "the stream ended before its first message, which names the writer",
+            ));
+        };
+        let handle = self
+            .follow(
+                caller.as_ref(),
+                &first.gateway,
+                &first.writer,
+                Some(Verb::Write),
+            )
+            .await?;
+        awaits::watch_addresses(
+            self.state.clone(),
+            handle,
+            first,
+            incoming,
+            self.shutdown.clone(),
+        )
+        .map(Response::new)
+    }
+
+    async fn service_conditions(
+        &self,
+        request: Request<ServiceConditionsRequest>,
+    ) -> Result<Response<ServiceConditionsResponse>, Status> {
+        self.state.metrics().update_rpc("service_conditions");
         let req = request.get_ref();
         let caller = Caller::of(request.extensions());
         let handle = self
             .follow(caller, &req.gateway, &req.writer, Some(Verb::Write))
             .await?;
-        session::addresses_programmed(&handle, req).map(Response::new)
+        Ok(Response::new(awaits::service_conditions(&handle, req)))
     }
 }

@@ -330,7 +330,7 @@ impl Task {
                     port.unreserve(work_id);
                     break;
                 };
-                let links = gw.trace_links.take(&leased.unit.work);
+                let links = gw.take_links(&leased.unit.work);
                 let families = leased_families(gw.tracker(), &leased);
                 let work_id = leased.unit.work_id;
                 let span = port.sink.send(handle.name(), leased, families, links);
@@ -345,9 +345,11 @@ impl Task {
                 Some((_, when)) if now < when + SNAPSHOT_SPACING => Some(when + SNAPSHOT_SPACING),
                 _ => {
                     // Built only while a writer's stream follows it.
-                    if handle.followed() {
+                    if handle.snapshot_followed() {
                         handle.publish((self.snapshot)(gw, changes));
                     }
+                    // What writers wait for, answered; only those owed an answer are woken.
+                    handle.awaits().refresh(gw);
                     self.published = Some((changes, now));
                     None
                 }
