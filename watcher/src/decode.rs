@@ -254,11 +254,14 @@ pub(crate) fn port_records(key: &ObjKey, svc: &Service) -> Vec<PortRecord> {
     out.into_values().collect()
 }
 
+/// A value the API gave where an IP address belongs that is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not an IP address")]
+pub(crate) struct NotAnIp;
+
 /// Parses an IP address given by the API (surrounding blanks ignored).
-pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    s.trim()
-        .parse::<IpAddr>()
-        .map_err(|_| "not an IP address".to_owned())
+pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, NotAnIp> {
+    s.trim().parse::<IpAddr>().map_err(|_| NotAnIp)
 }
 
 /// `IPv4` or `IPv6`, for messages.
@@ -299,7 +302,7 @@ impl NodeIps {
                     node = %key,
                     field = %format!("status.addresses[{i}].address"),
                     value = %a.address,
-                    reason,
+                    %reason,
                     "node address skipped"
                 ),
             }
@@ -605,7 +608,7 @@ pub(crate) fn pod(key: &ObjKey, pod: &Pod, only_node: Option<&str>) -> Decoded<P
             Ok(ip) if !addresses.contains(&ip) => addresses.push(ip),
             Ok(_) => {}
             Err(reason) => {
-                tracing::warn!(pod = %key, field = %field, value = %value, reason, "pod address skipped");
+                tracing::warn!(pod = %key, field = %field, value = %value, %reason, "pod address skipped");
             }
         }
     }
@@ -624,7 +627,7 @@ pub(crate) fn pod(key: &ObjKey, pod: &Pod, only_node: Option<&str>) -> Decoded<P
         match parse_ip(h) {
             Ok(ip) => host_ips.push(ip),
             Err(reason) => {
-                tracing::warn!(pod = %key, field = "status.hostIPs", value = h, reason, "pod host IP ignored");
+                tracing::warn!(pod = %key, field = "status.hostIPs", value = h, %reason, "pod host IP ignored");
             }
         }
     }
@@ -662,7 +665,7 @@ pub(crate) fn slice_endpoints(key: &ObjKey, slice: &EndpointSlice) -> Vec<SliceE
         let address = match parse_ip(raw) {
             Ok(a) => a,
             Err(reason) => {
-                tracing::warn!(slice = %key, field = %format!("endpoints[{i}].addresses[0]"), value = %raw, reason, "endpoint skipped");
+                tracing::warn!(slice = %key, field = %format!("endpoints[{i}].addresses[0]"), value = %raw, %reason, "endpoint skipped");
                 continue;
             }
         };

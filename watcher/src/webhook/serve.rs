@@ -53,39 +53,71 @@ impl std::fmt::Debug for Webhook {
     }
 }
 
+/// Why a request body is not an `admission.k8s.io/v1` `AdmissionReview` with a request (answered
+/// `400 Bad Request` with this text).
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// Not JSON.
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// JSON, but not an object.
+    #[error("the body is not a JSON object (an AdmissionReview)")]
+    NotAnObject,
+    /// Another apiVersion or kind.
+    #[error(
+        "apiVersion {api_version} and kind {kind}: expected {META_API_VERSION_V1} {META_KIND} \
+         (admissionReviewVersions: [\"v1\"])"
+    )]
+    WrongType {
+        /// The apiVersion given, quoted, or `(none)`.
+        api_version: String,
+        /// The kind given, quoted, or `(none)`.
+        kind: String,
+    },
+    /// No `request`.
+    #[error("the AdmissionReview has no request object")]
+    NoRequest,
+    /// No `request.uid`.
+    #[error("request.uid is missing or not a non-empty string")]
+    NoUid,
+    /// The request does not decode.
+    #[error("the AdmissionReview's request does not decode: {0}")]
+    Undecodable(String),
+}
+
 /// Parses a request body: an `admission.k8s.io/v1` `AdmissionReview` with a `request`. The error
 /// says precisely what is wrong.
-fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
     let Some(obj) = value.as_object() else {
-        return Err("the body is not a JSON object (an AdmissionReview)".to_owned());
+        return Err(ReviewError::NotAnObject);
     };
     let api_version = obj.get("apiVersion").and_then(Value::as_str);
     let kind = obj.get("kind").and_then(Value::as_str);
     if api_version != Some(META_API_VERSION_V1) || kind != Some(META_KIND) {
-        return Err(format!(
-            "apiVersion {} and kind {}: expected {META_API_VERSION_V1} {META_KIND} \
-             (admissionReviewVersions: [\"v1\"])",
-            api_version.map_or("(none)".to_owned(), |v| format!("{v:?}")),
-            kind.map_or("(none)".to_owned(), |v| format!("{v:?}")),
-        ));
+        let quoted = |v: Option<&str>| v.map_or("(none)".to_owned(), |v| format!("{v:?}"));
+        return Err(ReviewError::WrongType {
+            api_version: quoted(api_version),
+            kind: quoted(kind),
+        });
     }
     let Some(request) = obj.get("request").and_then(Value::as_object) else {
-        return Err("the AdmissionReview has no request object".to_owned());
+        return Err(ReviewError::NoRequest);
     };
     if request
         .get("uid")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {
-        return Err("request.uid is missing or not a non-empty string".to_owned());
+        return Err(ReviewError::NoUid);
     }
-    let review: AdmissionReview<DynamicObject> = serde_json::from_value(value)
-        .map_err(|e| format!("the AdmissionReview's request does not decode: {e}"))?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(|e| ReviewError::Undecodable(e.to_string()))?;
     review
         .try_into()
-        .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| e.to_string())
+        .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
+            ReviewError::Undecodable(e.to_string())
+        })
 }
 
 impl Webhook {
@@ -123,7 +155,7 @@ impl Webhook {
     /// true`), or, for a body that is not an `admission.k8s.io/v1` AdmissionReview with a request,
     /// the reason (answered `400 Bad Request`). Counts the answer in
     /// `clb_webhook_admissions_total` and logs what was done.
-    pub fn answer(&self, body: &[u8]) -> Result<Value, String> {
+    pub fn answer(&self, body: &[u8]) -> Result<Value, ReviewError> {
         let metrics = &self.inner.metrics;
         let request = match parse_review(body) {
             Ok(r) => r,
@@ -441,7 +473,7 @@ mod tests {
             ),
         ];
         for (body, want) in cases {
-            let e = w.answer(&body).expect_err("refused");
+            let e = w.answer(&body).expect_err("refused").to_string();
             assert!(e.contains(want), "{e:?} does not contain {want:?}");
         }
         assert_eq!(w.metrics().admissions("error"), 6);

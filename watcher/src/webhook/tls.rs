@@ -30,42 +30,90 @@ pub struct CertificateFiles {
     pub key: PathBuf,
 }
 
-fn read(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path)
-        .map_err(|e| format!("--{flag} {}: cannot read the file: {e}", path.display()))
+/// Why the certificate files do not make a serving certificate; each names the flag and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateError {
+    /// A file cannot be read.
+    #[error("--{flag} {}: cannot read the file: {source}", path.display())]
+    Read {
+        /// `tls-cert` or `tls-key`.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The certificate file is not PEM.
+    #[error("--tls-cert {}: invalid PEM: {reason}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The certificate file holds no certificate.
+    #[error("--tls-cert {}: no PEM certificate (-----BEGIN CERTIFICATE-----) found", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file holds no usable key.
+    #[error("--tls-key {}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {reason}", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The key is not the certificate's (or rustls refuses the pair).
+    #[error("--tls-cert {} with --tls-key {}: {reason}", cert.display(), key.display())]
+    Pair {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, CertificateError> {
+    std::fs::read(path).map_err(|source| CertificateError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl CertificateFiles {
     /// Reads both files.
-    fn read(&self) -> Result<(Vec<u8>, Vec<u8>), String> {
+    fn read(&self) -> Result<(Vec<u8>, Vec<u8>), CertificateError> {
         Ok((read("tls-cert", &self.cert)?, read("tls-key", &self.key)?))
     }
 
     /// The certified key of PEM contents `cert_pem` and `key_pem` (read from these files); every
     /// error names the flag and the file.
-    fn parse(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
+    fn parse(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, CertificateError> {
         let chain = CertificateDer::pem_slice_iter(cert_pem)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("--tls-cert {}: invalid PEM: {e}", self.cert.display()))?;
+            .map_err(|e| CertificateError::Pem {
+                path: self.cert.clone(),
+                reason: e.to_string(),
+            })?;
         if chain.is_empty() {
-            return Err(format!(
-                "--tls-cert {}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
-                self.cert.display()
-            ));
+            return Err(CertificateError::NoCertificate {
+                path: self.cert.clone(),
+            });
         }
-        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
-            format!(
-                "--tls-key {}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}",
-                self.key.display()
-            )
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| CertificateError::Key {
+            path: self.key.clone(),
+            reason: e.to_string(),
         })?;
         CertifiedKey::from_der(chain, key, &rustls::crypto::aws_lc_rs::default_provider()).map_err(
-            |e| {
-                format!(
-                    "--tls-cert {} with --tls-key {}: {e}",
-                    self.cert.display(),
-                    self.key.display()
-                )
+            |e| CertificateError::Pair {
+                cert: self.cert.clone(),
+                key: self.key.clone(),
+                reason: e.to_string(),
             },
         )
     }
@@ -91,8 +139,8 @@ impl ReloadingCertificate {
     /// Reads and checks the files; an error (naming the flag and the file) if they do not make a
     /// certificate and its key.
     pub fn load(files: CertificateFiles) -> anyhow::Result<Arc<Self>> {
-        let (cert, key) = files.read().map_err(anyhow::Error::msg)?;
-        let certified = files.parse(&cert, &key).map_err(anyhow::Error::msg)?;
+        let (cert, key) = files.read()?;
+        let certified = files.parse(&cert, &key)?;
         Ok(Arc::new(Self {
             files,
             current: RwLock::new(Arc::new(certified)),
@@ -117,7 +165,7 @@ impl ReloadingCertificate {
     /// Re-reads the files: `Ok(true)` when their content changed and the new pair is in use,
     /// `Ok(false)` when nothing changed, an error when the files cannot be read or the new pair
     /// does not load (the previous one stays in use; the same content is not tried again).
-    pub fn reload(&self) -> Result<bool, String> {
+    pub fn reload(&self) -> Result<bool, CertificateError> {
         let (cert, key) = self.files.read()?;
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if last.cert == cert && last.key == key {
