@@ -22,11 +22,12 @@ impl Dispatcher {
         &mut self,
         tracker: &DiffTracker,
         now: Instant,
-        room: usize,
         creations_only: bool,
     ) -> Option<UnitWork> {
         let mut changes: Vec<ServiceChange> = Vec::new();
-        let max = self.config.max_services_per_unit.max(1).min(room);
+        // Up to the unit bound whatever the room: the unit is counted for `min(changes, room)` calls
+        // side by side (`calls_of`), and its registrations go in one `updateServices` call.
+        let max = self.config.max_services_per_unit.max(1);
         let mut keep = Vec::new();
         while changes.len() < max {
             let Some(name) = self.pending_services.pop() else {

@@ -115,6 +115,8 @@ struct InFlight {
     started: Instant,
     deadline: Instant,
     work: UnitWork,
+    /// The concurrent mutating calls it is counted for ([`Dispatcher::mutating_calls_in_flight`]).
+    calls: usize,
 }
 
 /// When NRP is to be read back.
@@ -498,6 +500,7 @@ impl Dispatcher {
     ) -> Option<Unit> {
         self.absorb(tracker, now);
         let due = self.observe.due(now, self.config.anti_entropy_interval);
+        let room = self.mutation_room();
         let work = if due && self.units_holding_observe() == 0 {
             self.observe.in_flight = Some(work_id);
             self.observe.cut_at = Some((now, self.reports));
@@ -509,11 +512,10 @@ impl Dispatcher {
             // cut from a partial view of NRP would drop refs NRP has.
             let hold = due || self.observe.in_flight.is_some();
             let locations = self.observe.observed_once && !hold;
-            let room = self.mutation_room();
             if room == 0 || self.pacing.held_until(&self.config, now).is_some() {
                 return None;
             }
-            self.cut_services(tracker, now, room, hold).or_else(|| {
+            self.cut_services(tracker, now, hold).or_else(|| {
                 // A burst is gathered only if it began from idle (`batching.rs`); in steady churn
                 // the headway spaces the units instead (`stagger.rs`).
                 let out = self.location_units_in_flight();
@@ -559,6 +561,7 @@ impl Dispatcher {
         self.pacing.cut(&self.config, &work, now);
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
+        let calls = calls_of(&work, room);
         let unit = Unit {
             work_id,
             revision: tracker.revision(),
@@ -566,6 +569,10 @@ impl Dispatcher {
             lease: self.config.lease,
             attempt,
             work: work.clone(),
+            side_by_side: match work {
+                UnitWork::Services(_) => u32::try_from(calls).unwrap_or(u32::MAX),
+                _ => 0,
+            },
         };
         self.in_flight.insert(
             work_id,
@@ -574,6 +581,7 @@ impl Dispatcher {
                 started: now,
                 deadline,
                 work,
+                calls,
             },
         );
         Some(unit)
@@ -597,16 +605,9 @@ impl Dispatcher {
     }
 
     /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
-    /// go one after the other), 1 per change of a service unit (its changes may go side by side).
+    /// go one after the other), a service unit's `side_by_side` ([`calls_of`]).
     pub fn mutating_calls_in_flight(&self) -> usize {
-        self.in_flight
-            .values()
-            .map(|u| match &u.work {
-                UnitWork::Observe => 0,
-                UnitWork::Locations(_) => 1,
-                UnitWork::Services(changes) => changes.len(),
-            })
-            .sum()
+        self.in_flight.values().map(|u| u.calls).sum()
     }
 
     /// The location units in flight.
@@ -705,5 +706,18 @@ mod pacing_tests;
 mod refused_tests;
 #[cfg(test)]
 mod repair_tests;
+/// The concurrent mutating calls a unit cut with `room` free is counted for: none for an observe,
+/// 1 for a location unit (its calls go one after the other), and for a service unit as many of its
+/// changes as go side by side: all of them, at most `room`. A service unit carries up to
+/// [`DispatchConfig::max_services_per_unit`] changes whatever the room, so that their
+/// registrations go in one `updateServices` call; the worker runs them `side_by_side` at a time.
+fn calls_of(work: &UnitWork, room: usize) -> usize {
+    match work {
+        UnitWork::Observe => 0,
+        UnitWork::Locations(_) => 1,
+        UnitWork::Services(changes) => changes.len().min(room).max(1),
+    }
+}
+
 #[cfg(test)]
 mod tests;

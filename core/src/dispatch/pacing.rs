@@ -65,8 +65,7 @@ impl WriteBudget {
 struct Pacing {
     /// The last remaining writes a worker reported.
     remaining: Option<u32>,
-    /// Writes the units cut since then may make (an estimate: 1 per location unit, 3 per service
-    /// change: public IP, load balancer or NAT gateway, registration).
+    /// Writes the units cut since then may make (an estimate: [`writes_of`]).
     spent: u32,
     /// When the last mutating unit was cut.
     last_cut: Option<Instant>,
@@ -153,18 +152,23 @@ impl Pacing {
         self.spent = self.spent.saturating_add(writes);
         self.last_cut = Some(now);
         if let Some(tokens) = self.bucket_refilled(config, now) {
-            // May go below 0 (a service unit's 3 writes): the next unit then waits longer.
+            // May go below 0 (a service unit's writes): the next unit then waits longer.
             self.tokens = Some((tokens - f64::from(writes), now));
         }
     }
 }
 
-/// The writes a unit may make (an estimate): none for an observe, 1 per location unit, 3 per
-/// service change (public IP, load balancer or NAT gateway, registration).
+/// The writes a unit may make (an estimate): none for an observe, 1 per location unit; for a
+/// service unit 2 per change (a creation's public IP and load balancer or NAT gateway, a
+/// deletion's load balancer or NAT gateway and public IP) and 1 for the unit's one
+/// `updateServices` call, which registers or unregisters them all.
 pub(super) fn writes_of(work: &UnitWork) -> u32 {
     match work {
         UnitWork::Observe => 0,
         UnitWork::Locations(_) => 1,
-        UnitWork::Services(changes) => 3 * changes.len() as u32,
+        UnitWork::Services(changes) => {
+            let n = u32::try_from(changes.len()).unwrap_or(u32::MAX);
+            n.saturating_mul(2).saturating_add(1)
+        }
     }
 }

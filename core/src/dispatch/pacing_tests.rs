@@ -200,3 +200,39 @@ fn once_a_budget_is_reported_a_burst_goes_at_once_and_the_long_run_keeps_the_pac
     off.note_remaining_writes(900);
     assert_eq!(off.batching_window(), None);
 }
+
+#[test]
+fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
+    let t0 = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_services_per_unit: 16,
+            write_pace: 10.0,
+            write_burst: 33,
+            write_reserve: 0,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, t0);
+    d.note_remaining_writes(1_000);
+    for i in 0..20 {
+        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    let u = d.next_unit(&mut t, 1, 2, t0).expect("a service unit");
+    assert_eq!(u.work.len(), 16);
+    assert_eq!(pacing::writes_of(&u.work), 16 * 2 + 1);
+    d.on_report(&mut t, 1, applied(u.work_id), t0);
+    // The unit spent the bucket's 33 writes exactly: the next unit waits for one write (100 ms at
+    // 10/s), not for the 15 more that 3 writes per change would have overspent.
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0).is_none(),
+        "the bucket is empty"
+    );
+    let due = d.next_deadline(t0).expect("the bucket's next write");
+    assert_eq!(due, t0 + Duration::from_millis(100));
+    let rest = d.next_unit(&mut t, 1, 4, due).expect("the other four");
+    assert_eq!(pacing::writes_of(&rest.work), 4 * 2 + 1);
+}
