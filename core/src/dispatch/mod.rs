@@ -561,7 +561,7 @@ impl Dispatcher {
         self.pacing.cut(&self.config, &work, now);
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
-        let calls = calls_of(&work, room);
+        let calls = cut::calls_of(&work, room);
         let unit = Unit {
             work_id,
             revision: tracker.revision(),
@@ -587,25 +587,8 @@ impl Dispatcher {
         Some(unit)
     }
 
-    /// Counts one more hand-out of each key `work` carries; returns the unit's attempt: 1 the first
-    /// time, more when any of its keys was handed out before and not yet recorded (a retry after a
-    /// failure, an expired lease or a worker that disconnected).
-    fn count_dispatch(&mut self, work: &UnitWork) -> u32 {
-        if let UnitWork::Observe = work {
-            self.observe_dispatches += 1;
-            return self.observe_dispatches;
-        }
-        let mut attempt = 1;
-        for key in work.keys() {
-            let n = self.dispatches.entry(key).or_default();
-            *n += 1;
-            attempt = attempt.max(*n);
-        }
-        attempt
-    }
-
     /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
-    /// go one after the other), a service unit's `side_by_side` ([`calls_of`]).
+    /// go one after the other), a service unit's `side_by_side` ([`cut::calls_of`]).
     pub fn mutating_calls_in_flight(&self) -> usize {
         self.in_flight.values().map(|u| u.calls).sum()
     }
@@ -616,14 +599,6 @@ impl Dispatcher {
             .values()
             .filter(|u| matches!(u.work, UnitWork::Locations(_)))
             .count()
-    }
-
-    /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).
-    fn mutation_room(&self) -> usize {
-        match self.config.max_mutating_units_in_flight {
-            0 => usize::MAX,
-            cap => cap.saturating_sub(self.mutating_calls_in_flight()),
-        }
     }
 
     /// Frees what a unit held (at `now`) and returns it.
@@ -706,18 +681,7 @@ mod pacing_tests;
 mod refused_tests;
 #[cfg(test)]
 mod repair_tests;
-/// The concurrent mutating calls a unit cut with `room` free is counted for: none for an observe,
-/// 1 for a location unit (its calls go one after the other), and for a service unit as many of its
-/// changes as go side by side: all of them, at most `room`. A service unit carries up to
-/// [`DispatchConfig::max_services_per_unit`] changes whatever the room, so that their
-/// registrations go in one `updateServices` call; the worker runs them `side_by_side` at a time.
-fn calls_of(work: &UnitWork, room: usize) -> usize {
-    match work {
-        UnitWork::Observe => 0,
-        UnitWork::Locations(_) => 1,
-        UnitWork::Services(changes) => changes.len().min(room).max(1),
-    }
-}
-
+#[cfg(test)]
+mod service_units_tests;
 #[cfg(test)]
 mod tests;
