@@ -499,6 +499,7 @@ impl Dispatcher {
         now: Instant,
     ) -> Option<Unit> {
         self.absorb(tracker, now);
+        self.pacing.fold(&self.config, now);
         let due = self.observe.due(now, self.config.anti_entropy_interval);
         let room = self.mutation_room();
         let work = if due && self.units_holding_observe() == 0 {

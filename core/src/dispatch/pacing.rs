@@ -58,6 +58,10 @@ impl WriteBudget {
     pub(super) fn cut(&self, config: &DispatchConfig, work: &UnitWork, now: Instant) {
         self.lock().cut(config, work, now);
     }
+
+    pub(super) fn fold(&self, config: &DispatchConfig, now: Instant) {
+        self.lock().fold(config, now);
+    }
 }
 
 /// What the dispatcher knows of the subscription's write budget.
@@ -71,6 +75,9 @@ struct Pacing {
     last_cut: Option<Instant>,
     /// The writes the long-run bucket holds, as of `refilled_at` (`None`: full).
     tokens: Option<(f64, Instant)>,
+    /// The last report's writes left, less the other units' in flight, not folded into `tokens`
+    /// yet ([`Pacing::fold`]).
+    reported: Option<f64>,
 }
 
 impl Pacing {
@@ -79,6 +86,21 @@ impl Pacing {
     fn note(&mut self, remaining: u32, in_flight: u32) {
         self.remaining = Some(remaining);
         self.spent = in_flight;
+        self.reported = Some(f64::from(remaining) - f64::from(in_flight));
+    }
+
+    /// Folds the last report into the long-run bucket at `now`: it holds no more than the
+    /// subscription has left. ARM's bucket can hold fewer writes than this one believes: at the
+    /// start (the units cut before any report went unpaced, and this bucket starts full), or when
+    /// another writer of the subscription spends from it. Counted as of `now`, later than the
+    /// reading: the refill between the two is not counted (the estimate errs low).
+    fn fold(&mut self, config: &DispatchConfig, now: Instant) {
+        let Some(left) = self.reported.take() else {
+            return;
+        };
+        if let Some(tokens) = self.bucket_refilled(config, now) {
+            self.tokens = Some((tokens.min(left), now));
+        }
     }
 
     /// The budget last reported.

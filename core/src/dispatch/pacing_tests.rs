@@ -236,3 +236,37 @@ fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
     let rest = d.next_unit(&mut t, 1, 4, due).expect("the other four");
     assert_eq!(pacing::writes_of(&rest.work), 4 * 2 + 1);
 }
+
+#[test]
+fn a_report_caps_the_bucket_at_what_the_subscription_has_left() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_services_per_unit: 16,
+            write_pace: 10.0,
+            write_burst: 200,
+            write_reserve: 0,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, t0);
+    for i in 0..40 {
+        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    // No budget reported yet: the first unit goes unpaced.
+    let first = d.next_unit(&mut t, 1, 2, t0).expect("the first unit");
+    d.on_report(&mut t, 1, applied(first.work_id), t0);
+    // The subscription has 20 writes left (its bucket paid for the first unit, others write too):
+    // the next unit's 33 writes leave this bucket 13 short, not 167 over.
+    d.note_remaining_writes(20);
+    let second = d.next_unit(&mut t, 1, 3, t0).expect("20 writes left");
+    assert_eq!(pacing::writes_of(&second.work), 33);
+    d.on_report(&mut t, 1, applied(second.work_id), t0);
+    assert!(d.next_unit(&mut t, 1, 4, t0).is_none(), "13 writes short");
+    let due = d.next_deadline(t0).expect("the bucket's next write");
+    assert!(due >= t0 + ms(1_399) && due <= t0 + ms(1_401), "{due:?}");
+}
