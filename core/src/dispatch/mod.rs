@@ -309,19 +309,6 @@ impl Dispatcher {
         &self.pacing
     }
 
-    /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
-    /// Called while the reporting unit is still in flight: the writes of the others are taken
-    /// off the reading (their calls were not yet counted in it).
-    pub fn note_remaining_writes(&mut self, remaining: u32) {
-        let in_flight: u32 = self
-            .in_flight
-            .values()
-            .map(|u| pacing::writes_of(&u.work))
-            .sum();
-        let others = in_flight.saturating_sub(1);
-        self.pacing.note(remaining, others);
-    }
-
     /// The remaining writes last reported, if any.
     pub fn remaining_writes(&self) -> Option<u32> {
         self.pacing.remaining()

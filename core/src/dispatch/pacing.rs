@@ -64,6 +64,32 @@ impl WriteBudget {
     }
 }
 
+impl super::Dispatcher {
+    /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
+    /// Called while the reporting unit is still in flight: the writes of the others are taken
+    /// off the reading (their calls were not yet counted in it); the reporting unit, not named
+    /// here, is taken to be a location unit (1 write). [`Dispatcher::note_remaining_writes_of`]
+    /// names it.
+    pub fn note_remaining_writes(&mut self, remaining: u32) {
+        let in_flight: u32 = self.in_flight.values().map(|u| writes_of(&u.work)).sum();
+        let others = in_flight.saturating_sub(1);
+        self.pacing.note(remaining, others);
+    }
+
+    /// [`Dispatcher::note_remaining_writes`] of the report of `work_id`: the writes of every other
+    /// unit in flight are taken off the reading, not those of the reporting unit (a service unit's
+    /// are 2 per change + 1, which the reading already counts).
+    pub fn note_remaining_writes_of(&mut self, remaining: u32, work_id: u64) {
+        let others: u32 = self
+            .in_flight
+            .iter()
+            .filter(|(id, _)| **id != work_id)
+            .map(|(_, u)| writes_of(&u.work))
+            .sum();
+        self.pacing.note(remaining, others);
+    }
+}
+
 /// What the dispatcher knows of the subscription's write budget.
 #[derive(Debug, Default)]
 struct Pacing {

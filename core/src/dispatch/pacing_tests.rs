@@ -270,3 +270,37 @@ fn a_report_caps_the_bucket_at_what_the_subscription_has_left() {
     let due = d.next_deadline(t0).expect("the bucket's next write");
     assert!(due >= t0 + ms(1_399) && due <= t0 + ms(1_401), "{due:?}");
 }
+
+#[test]
+fn a_service_unit_s_own_writes_are_not_taken_off_its_report_twice() {
+    let t0 = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_services_per_unit: 16,
+            write_pace: 10.0,
+            write_burst: 200,
+            write_reserve: 0,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, t0);
+    d.note_remaining_writes(1_000);
+    for i in 0..40 {
+        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    let a = d.next_unit(&mut t, 1, 2, t0).expect("a unit of 16");
+    // Its report: 34 writes left after its own 33, which the reading counts already.
+    d.note_remaining_writes_of(34, a.work_id);
+    d.on_report(&mut t, 1, applied(a.work_id), t0);
+    let b = d
+        .next_unit(&mut t, 1, 3, t0)
+        .expect("34 writes left: one more unit");
+    assert_eq!(pacing::writes_of(&b.work), 33);
+    d.on_report(&mut t, 1, applied(b.work_id), t0);
+    // One write left, not 31 short: the last eight go at once.
+    let c = d.next_unit(&mut t, 1, 4, t0).expect("one write left");
+    assert_eq!(c.work.len(), 8);
+}

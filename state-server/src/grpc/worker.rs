@@ -288,7 +288,7 @@ impl Session {
             let held = gw.holds(work_id);
             if held {
                 if let Some(remaining) = remaining_writes {
-                    gw.note_remaining_writes(remaining);
+                    gw.note_remaining_writes_of(remaining, work_id);
                 }
                 let extras = ReportExtras {
                     frontends,
