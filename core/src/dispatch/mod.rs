@@ -170,6 +170,8 @@ pub struct Dispatcher {
     service_refs_in_flight: HashMap<String, u32>,
     pending_locations: Queue<IpAddr>,
     pending_services: Queue<String>,
+    /// The writes of the next mutating unit, as last seen (`pacing.rs`).
+    writes_next: u32,
     /// When each pending key first became pending (for staleness).
     pending_since: HashMap<Key, Instant>,
     backoff: HashMap<Key, Backoff>,
@@ -216,6 +218,7 @@ impl Dispatcher {
             service_refs_in_flight: HashMap::default(),
             pending_locations: Queue::default(),
             pending_services: Queue::default(),
+            writes_next: 1,
             pending_since: HashMap::default(),
             backoff: HashMap::default(),
             parked: HashMap::default(),
@@ -273,7 +276,7 @@ impl Dispatcher {
         ];
         // While paced, the next mutating unit may go once the window has passed.
         let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
-            .then(|| self.pacing.held_until(&self.config, now))
+            .then(|| self.pacing.held_until(&self.config, now, self.writes_next))
             .flatten();
         // A burst being gathered (from idle) is cut once it goes quiet or has lingered enough, or
         // after its first quiet interval if it is a trickle.
@@ -500,7 +503,8 @@ impl Dispatcher {
             // cut from a partial view of NRP would drop refs NRP has.
             let hold = due || self.observe.in_flight.is_some();
             let locations = self.observe.observed_once && !hold;
-            if room == 0 || self.pacing.held_until(&self.config, now).is_some() {
+            let need = self.writes_next(tracker, now);
+            if room == 0 || self.pacing.held_until(&self.config, now, need).is_some() {
                 return None;
             }
             self.cut_services(tracker, now, hold).or_else(|| {

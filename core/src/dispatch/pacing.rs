@@ -11,7 +11,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{DispatchConfig, UnitWork};
+use super::{DispatchConfig, Key, UnitWork};
+use crate::difftracker::{DiffTracker, ServiceStatus};
 
 /// A subscription's write budget as its gateways' dispatchers see it. ARM counts writes per
 /// subscription, so the gateways of one subscription share one (clones of one `WriteBudget`):
@@ -51,8 +52,13 @@ impl WriteBudget {
         self.lock().window(config)
     }
 
-    pub(super) fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
-        self.lock().held_until(config, now)
+    pub(super) fn held_until(
+        &self,
+        config: &DispatchConfig,
+        now: Instant,
+        need: u32,
+    ) -> Option<Instant> {
+        self.lock().held_until(config, now, need)
     }
 
     pub(super) fn cut(&self, config: &DispatchConfig, work: &UnitWork, now: Instant) {
@@ -74,6 +80,27 @@ impl super::Dispatcher {
         let in_flight: u32 = self.in_flight.values().map(|u| writes_of(&u.work)).sum();
         let others = in_flight.saturating_sub(1);
         self.pacing.note(remaining, others);
+    }
+
+    /// The writes the next mutating unit may make, as pacing waits for them (noted for
+    /// [`Dispatcher::next_deadline`]): a service unit of the service changes pending and ready (at
+    /// most a unit's worth) while any are, else a location unit's one.
+    pub(super) fn writes_next(&mut self, tracker: &DiffTracker, now: Instant) -> u32 {
+        let max = self.config.max_services_per_unit.max(1);
+        let changes = self
+            .pending_services
+            .iter()
+            .filter(|name| {
+                self.ready(&Key::Service((*name).clone()), now)
+                    && matches!(tracker.service_status(name), ServiceStatus::Pending(_))
+            })
+            .take(max)
+            .count();
+        self.writes_next = match u32::try_from(changes).unwrap_or(u32::MAX) {
+            0 => 1,
+            n => n.saturating_mul(2).saturating_add(1),
+        };
+        self.writes_next
     }
 
     /// [`Dispatcher::note_remaining_writes`] of the report of `work_id`: the writes of every other
@@ -164,13 +191,17 @@ impl Pacing {
         }
     }
 
-    /// Until when the next mutating unit is held back (`None`: it may go now).
-    fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
+    /// Until when the next mutating unit, of `need` writes, is held back (`None`: it may go now):
+    /// the long-run bucket must hold its writes (at most the bucket's size) before it goes. A
+    /// location unit's one write may overdraw nothing; a service unit's (2 per change + 1) would
+    /// overdraw ARM's bucket as fast as its calls go, and meet 429s.
+    fn held_until(&self, config: &DispatchConfig, now: Instant, need: u32) -> Option<Instant> {
         let reserve = self
             .reserve_window(config)
             .and_then(|window| self.last_cut.map(|t| t + window));
+        let need = f64::from(need.clamp(1, config.write_burst.max(1)));
         let bucket = self.bucket_refilled(config, now).map(|tokens| {
-            let missing = (1.0 - tokens).max(0.0);
+            let missing = (need - tokens).max(0.0);
             now + Duration::from_secs_f64(missing / config.write_pace)
         });
         reserve.into_iter().chain(bucket).max().filter(|t| *t > now)
