@@ -81,25 +81,3 @@ async fn a_unit_runs_at_most_side_by_side_calls_at_once() {
     assert_eq!(registered(&h), 8);
     h.shutdown().await;
 }
-
-#[tokio::test]
-async fn a_registration_nrp_refuses_for_all_fails_every_change_of_the_call_as_before() {
-    // Deleting services that addresses still refer to: NRP refuses the unregistration (a code the
-    // server repairs, not a refusal to split), and nothing is deleted.
-    let mut h = Harness::default().await;
-    let mut conn = h.conn().await;
-    create_services(&mut conn).await;
-    assert_applied(&conn.run(locations(2, three_locations())).await);
-    h.emulator().reset_stats();
-    let r = conn
-        .run(services(
-            3,
-            vec![inbound("svc-a", Delete), outbound("egress-e", Delete)],
-        ))
-        .await;
-    assert_eq!(repair(&r).code, "ServiceWithOverlayMappingsCannotBeDeleted");
-    assert!(r.applied_indices.is_empty());
-    assert_eq!(h.emulator().stats().calls_of(UPDATE_SERVICES), 1);
-    assert_eq!(h.emulator().dump().load_balancers.len(), 1);
-    h.shutdown().await;
-}

@@ -201,26 +201,33 @@ fn once_a_budget_is_reported_a_burst_goes_at_once_and_the_long_run_keeps_the_pac
     assert_eq!(off.batching_window(), None);
 }
 
-#[test]
-fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
-    let t0 = Instant::now();
+/// A dispatcher pacing at 10 writes/s from a bucket of `burst` writes (no reserve; service units
+/// of up to 16 changes), NRP read back at `t0`, and a tracker with `services` creations pending.
+fn paced_creations(burst: u32, services: usize, t0: Instant) -> (DiffTracker, Dispatcher) {
     let mut t = DiffTracker::new();
     let mut d = Dispatcher::new(
         DispatchConfig {
             max_services_per_unit: 16,
             write_pace: 10.0,
-            write_burst: 33,
+            write_burst: burst,
             write_reserve: 0,
             ..DispatchConfig::unbatched()
         },
         env(),
     );
     observed(&mut d, &mut t, t0);
-    d.note_remaining_writes(1_000);
-    for i in 0..20 {
+    for i in 0..services {
         t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
             .unwrap();
     }
+    (t, d)
+}
+
+#[test]
+fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
+    let t0 = Instant::now();
+    let (mut t, mut d) = paced_creations(33, 20, t0);
+    d.note_remaining_writes(1_000);
     let u = d.next_unit(&mut t, 1, 2, t0).expect("a service unit");
     assert_eq!(u.work.len(), 16);
     assert_eq!(pacing::writes_of(&u.work), 16 * 2 + 1);
@@ -243,22 +250,7 @@ fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
 fn a_report_caps_the_bucket_at_what_the_subscription_has_left() {
     let t0 = Instant::now();
     let ms = Duration::from_millis;
-    let mut t = DiffTracker::new();
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_services_per_unit: 16,
-            write_pace: 10.0,
-            write_burst: 200,
-            write_reserve: 0,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, t0);
-    for i in 0..40 {
-        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
-            .unwrap();
-    }
+    let (mut t, mut d) = paced_creations(200, 40, t0);
     // No budget reported yet: the first unit goes unpaced.
     let first = d.next_unit(&mut t, 1, 2, t0).expect("the first unit");
     d.on_report(&mut t, 1, applied(first.work_id), t0);
@@ -275,23 +267,8 @@ fn a_report_caps_the_bucket_at_what_the_subscription_has_left() {
 #[test]
 fn a_service_unit_s_own_writes_are_not_taken_off_its_report_twice() {
     let t0 = Instant::now();
-    let mut t = DiffTracker::new();
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_services_per_unit: 16,
-            write_pace: 10.0,
-            write_burst: 200,
-            write_reserve: 0,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, t0);
+    let (mut t, mut d) = paced_creations(200, 40, t0);
     d.note_remaining_writes(1_000);
-    for i in 0..40 {
-        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
-            .unwrap();
-    }
     let a = d.next_unit(&mut t, 1, 2, t0).expect("a unit of 16");
     // Its report: 34 writes left after its own 33, which the reading counts already.
     d.note_remaining_writes_of(34, a.work_id);

@@ -23,7 +23,9 @@
 //!   public IP (an egress's IPv6 one too, whether or not it has one); a brought NAT gateway is
 //!   unlinked instead, never deleted.
 //!
-//! The changes of a unit run concurrently (bounded by the gateway's limiter). A saga that stops
+//! The changes of a unit run concurrently (bounded by the gateway's limiter and by the unit's
+//! `side_by_side`), and their registrations go in one `updateServices` call ([`Registrar`]: a saga
+//! hands its registration over and waits for the call). A saga that stops
 //! part-way reports the step it reached ([`v1::ServiceStep`] in `Report.service_progress`), so that
 //! the server's actual state follows what NRP accepted, never all or nothing: a creation that got
 //! as far as a public IP or load balancer leaves resources that a later deletion must clean up,
