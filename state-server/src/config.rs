@@ -89,12 +89,14 @@ pub struct Args {
     #[arg(long, env = "CLB_MAX_ADDRESSES_PER_UNIT", default_value_t = 5_000)]
     pub max_addresses_per_unit: usize,
 
-    /// Most service changes in one work unit.
+    /// Most service changes in one work unit, whatever the room for concurrent calls; the worker
+    /// registers a unit's services in one updateServices call.
     #[arg(long, env = "CLB_MAX_SERVICES_PER_UNIT", default_value_t = 16)]
     pub max_services_per_unit: usize,
 
     /// Most concurrent mutating NRP calls the work units in flight per gateway may make, across all
-    /// workers (a location unit counts 1, a service unit 1 per change); 0 = no bound.
+    /// workers (a location unit counts 1, a service unit the changes it runs side by side: at most
+    /// the room left when it was cut); 0 = no bound.
     #[arg(long, env = "CLB_MAX_MUTATING_UNITS_IN_FLIGHT", default_value_t = 4)]
     pub max_mutating_units_in_flight: usize,
 

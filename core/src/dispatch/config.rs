@@ -13,7 +13,10 @@ pub struct DispatchConfig {
     pub max_locations_per_unit: usize,
     /// Most addresses in one unit (a single larger location still goes, alone).
     pub max_addresses_per_unit: usize,
-    /// Most service changes in one unit.
+    /// Most service changes in one unit, whatever the room for concurrent calls: the worker
+    /// registers (or unregisters) a unit's services in one `updateServices` call, so a cold start
+    /// costs NRP 2 writes per Service and 1 per unit, not 3 per Service (issue 36). It also bounds
+    /// that call's size (the REST specification bounds none).
     pub max_services_per_unit: usize,
     /// First retry delay; doubles per attempt, with jitter.
     pub retry_base: Duration,
@@ -31,8 +34,9 @@ pub struct DispatchConfig {
     pub anti_entropy_interval: Duration,
     /// Most concurrent mutating NRP calls the units in flight for this gateway may make, whatever
     /// the number of workers: a location unit's calls go one after the other (it counts 1), a service
-    /// unit's changes may go side by side (it counts one per change). 0 means no bound. Observes are
-    /// not counted.
+    /// unit's changes go side by side as far as the room allowed when it was cut (it counts that
+    /// many, at most one per change: `ServiceWork.side_by_side`, which the worker keeps to). 0 means
+    /// no bound. Observes are not counted.
     pub max_mutating_units_in_flight: usize,
     /// Pacing against the subscription's write budget (ARM's
     /// `x-ms-ratelimit-remaining-subscription-writes`, reported by the workers): while the budget

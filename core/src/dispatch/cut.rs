@@ -18,15 +18,41 @@ use crate::difftracker::{
 pub const SPLIT_MIN_ADDRESSES: usize = 1_000;
 
 impl Dispatcher {
+    /// Counts one more hand-out of each key `work` carries; returns the unit's attempt: 1 the first
+    /// time, more when any of its keys was handed out before and not yet recorded (a retry after a
+    /// failure, an expired lease or a worker that disconnected).
+    pub(super) fn count_dispatch(&mut self, work: &UnitWork) -> u32 {
+        if let UnitWork::Observe = work {
+            self.observe_dispatches += 1;
+            return self.observe_dispatches;
+        }
+        let mut attempt = 1;
+        for key in work.keys() {
+            let n = self.dispatches.entry(key).or_default();
+            *n += 1;
+            attempt = attempt.max(*n);
+        }
+        attempt
+    }
+
+    /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).
+    pub(super) fn mutation_room(&self) -> usize {
+        match self.config.max_mutating_units_in_flight {
+            0 => usize::MAX,
+            cap => cap.saturating_sub(self.mutating_calls_in_flight()),
+        }
+    }
+
     pub(super) fn cut_services(
         &mut self,
         tracker: &DiffTracker,
         now: Instant,
-        room: usize,
         creations_only: bool,
     ) -> Option<UnitWork> {
         let mut changes: Vec<ServiceChange> = Vec::new();
-        let max = self.config.max_services_per_unit.max(1).min(room);
+        // Up to the unit bound whatever the room: the unit is counted for `min(changes, room)` calls
+        // side by side (`calls_of`), and its registrations go in one `updateServices` call.
+        let max = self.config.max_services_per_unit.max(1);
         let mut keep = Vec::new();
         while changes.len() < max {
             let Some(name) = self.pending_services.pop() else {
@@ -247,6 +273,19 @@ impl Dispatcher {
         let units = slots.min(backlog / SPLIT_MIN_ADDRESSES).max(1);
         let share = backlog.div_ceil(units).clamp(1, bound);
         (share, share >= backlog)
+    }
+}
+
+/// The concurrent mutating calls a unit cut with `room` free is counted for: none for an observe,
+/// 1 for a location unit (its calls go one after the other), and for a service unit as many of its
+/// changes as go side by side: all of them, at most `room`. A service unit carries up to
+/// [`super::DispatchConfig::max_services_per_unit`] changes whatever the room, so that their
+/// registrations go in one `updateServices` call; the worker runs them `side_by_side` at a time.
+pub(super) fn calls_of(work: &UnitWork, room: usize) -> usize {
+    match work {
+        UnitWork::Observe => 0,
+        UnitWork::Locations(_) => 1,
+        UnitWork::Services(changes) => changes.len().min(room).max(1),
     }
 }
 

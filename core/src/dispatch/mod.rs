@@ -115,6 +115,8 @@ struct InFlight {
     started: Instant,
     deadline: Instant,
     work: UnitWork,
+    /// The concurrent mutating calls it is counted for ([`Dispatcher::mutating_calls_in_flight`]).
+    calls: usize,
 }
 
 /// When NRP is to be read back.
@@ -168,6 +170,8 @@ pub struct Dispatcher {
     service_refs_in_flight: HashMap<String, u32>,
     pending_locations: Queue<IpAddr>,
     pending_services: Queue<String>,
+    /// The writes of the next mutating unit, as last seen (`pacing.rs`).
+    writes_next: u32,
     /// When each pending key first became pending (for staleness).
     pending_since: HashMap<Key, Instant>,
     backoff: HashMap<Key, Backoff>,
@@ -214,6 +218,7 @@ impl Dispatcher {
             service_refs_in_flight: HashMap::default(),
             pending_locations: Queue::default(),
             pending_services: Queue::default(),
+            writes_next: 1,
             pending_since: HashMap::default(),
             backoff: HashMap::default(),
             parked: HashMap::default(),
@@ -271,7 +276,7 @@ impl Dispatcher {
         ];
         // While paced, the next mutating unit may go once the window has passed.
         let paced = (!self.pending_locations.is_empty() || !self.pending_services.is_empty())
-            .then(|| self.pacing.held_until(&self.config, now))
+            .then(|| self.pacing.held_until(&self.config, now, self.writes_next))
             .flatten();
         // A burst being gathered (from idle) is cut once it goes quiet or has lingered enough, or
         // after its first quiet interval if it is a trickle.
@@ -305,19 +310,6 @@ impl Dispatcher {
     /// The write budget this dispatcher spends from.
     pub fn write_budget(&self) -> &WriteBudget {
         &self.pacing
-    }
-
-    /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
-    /// Called while the reporting unit is still in flight: the writes of the others are taken
-    /// off the reading (their calls were not yet counted in it).
-    pub fn note_remaining_writes(&mut self, remaining: u32) {
-        let in_flight: u32 = self
-            .in_flight
-            .values()
-            .map(|u| pacing::writes_of(&u.work))
-            .sum();
-        let others = in_flight.saturating_sub(1);
-        self.pacing.note(remaining, others);
     }
 
     /// The remaining writes last reported, if any.
@@ -497,7 +489,9 @@ impl Dispatcher {
         now: Instant,
     ) -> Option<Unit> {
         self.absorb(tracker, now);
+        self.pacing.fold(&self.config, now);
         let due = self.observe.due(now, self.config.anti_entropy_interval);
+        let room = self.mutation_room();
         let work = if due && self.units_holding_observe() == 0 {
             self.observe.in_flight = Some(work_id);
             self.observe.cut_at = Some((now, self.reports));
@@ -509,11 +503,11 @@ impl Dispatcher {
             // cut from a partial view of NRP would drop refs NRP has.
             let hold = due || self.observe.in_flight.is_some();
             let locations = self.observe.observed_once && !hold;
-            let room = self.mutation_room();
-            if room == 0 || self.pacing.held_until(&self.config, now).is_some() {
+            let need = self.writes_next(tracker, now);
+            if room == 0 || self.pacing.held_until(&self.config, now, need).is_some() {
                 return None;
             }
-            self.cut_services(tracker, now, room, hold).or_else(|| {
+            self.cut_services(tracker, now, hold).or_else(|| {
                 // A burst is gathered only if it began from idle (`batching.rs`); in steady churn
                 // the headway spaces the units instead (`stagger.rs`).
                 let out = self.location_units_in_flight();
@@ -559,6 +553,7 @@ impl Dispatcher {
         self.pacing.cut(&self.config, &work, now);
         let deadline = now + self.config.lease;
         let attempt = self.count_dispatch(&work);
+        let calls = cut::calls_of(&work, room);
         let unit = Unit {
             work_id,
             revision: tracker.revision(),
@@ -566,6 +561,10 @@ impl Dispatcher {
             lease: self.config.lease,
             attempt,
             work: work.clone(),
+            side_by_side: match work {
+                UnitWork::Services(_) => u32::try_from(calls).unwrap_or(u32::MAX),
+                _ => 0,
+            },
         };
         self.in_flight.insert(
             work_id,
@@ -574,39 +573,16 @@ impl Dispatcher {
                 started: now,
                 deadline,
                 work,
+                calls,
             },
         );
         Some(unit)
     }
 
-    /// Counts one more hand-out of each key `work` carries; returns the unit's attempt: 1 the first
-    /// time, more when any of its keys was handed out before and not yet recorded (a retry after a
-    /// failure, an expired lease or a worker that disconnected).
-    fn count_dispatch(&mut self, work: &UnitWork) -> u32 {
-        if let UnitWork::Observe = work {
-            self.observe_dispatches += 1;
-            return self.observe_dispatches;
-        }
-        let mut attempt = 1;
-        for key in work.keys() {
-            let n = self.dispatches.entry(key).or_default();
-            *n += 1;
-            attempt = attempt.max(*n);
-        }
-        attempt
-    }
-
     /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
-    /// go one after the other), 1 per change of a service unit (its changes may go side by side).
+    /// go one after the other), a service unit's `side_by_side` ([`cut::calls_of`]).
     pub fn mutating_calls_in_flight(&self) -> usize {
-        self.in_flight
-            .values()
-            .map(|u| match &u.work {
-                UnitWork::Observe => 0,
-                UnitWork::Locations(_) => 1,
-                UnitWork::Services(changes) => changes.len(),
-            })
-            .sum()
+        self.in_flight.values().map(|u| u.calls).sum()
     }
 
     /// The location units in flight.
@@ -615,14 +591,6 @@ impl Dispatcher {
             .values()
             .filter(|u| matches!(u.work, UnitWork::Locations(_)))
             .count()
-    }
-
-    /// How many more concurrent mutating calls may be handed out (`usize::MAX`: no bound).
-    fn mutation_room(&self) -> usize {
-        match self.config.max_mutating_units_in_flight {
-            0 => usize::MAX,
-            cap => cap.saturating_sub(self.mutating_calls_in_flight()),
-        }
     }
 
     /// Frees what a unit held (at `now`) and returns it.
@@ -705,5 +673,7 @@ mod pacing_tests;
 mod refused_tests;
 #[cfg(test)]
 mod repair_tests;
+#[cfg(test)]
+mod service_units_tests;
 #[cfg(test)]
 mod tests;

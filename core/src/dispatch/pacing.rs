@@ -11,7 +11,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{DispatchConfig, UnitWork};
+use super::{DispatchConfig, Key, UnitWork};
+use crate::difftracker::{DiffTracker, ServiceStatus};
 
 /// A subscription's write budget as its gateways' dispatchers see it. ARM counts writes per
 /// subscription, so the gateways of one subscription share one (clones of one `WriteBudget`):
@@ -51,12 +52,68 @@ impl WriteBudget {
         self.lock().window(config)
     }
 
-    pub(super) fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
-        self.lock().held_until(config, now)
+    pub(super) fn held_until(
+        &self,
+        config: &DispatchConfig,
+        now: Instant,
+        need: u32,
+    ) -> Option<Instant> {
+        self.lock().held_until(config, now, need)
     }
 
     pub(super) fn cut(&self, config: &DispatchConfig, work: &UnitWork, now: Instant) {
         self.lock().cut(config, work, now);
+    }
+
+    pub(super) fn fold(&self, config: &DispatchConfig, now: Instant) {
+        self.lock().fold(config, now);
+    }
+}
+
+impl super::Dispatcher {
+    /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
+    /// Called while the reporting unit is still in flight: the writes of the others are taken
+    /// off the reading (their calls were not yet counted in it); the reporting unit, not named
+    /// here, is taken to be a location unit (1 write). [`Dispatcher::note_remaining_writes_of`]
+    /// names it.
+    pub fn note_remaining_writes(&mut self, remaining: u32) {
+        let in_flight: u32 = self.in_flight.values().map(|u| writes_of(&u.work)).sum();
+        let others = in_flight.saturating_sub(1);
+        self.pacing.note(remaining, others);
+    }
+
+    /// The writes the next mutating unit may make, as pacing waits for them (noted for
+    /// [`Dispatcher::next_deadline`]): a service unit of the service changes pending and ready (at
+    /// most a unit's worth) while any are, else a location unit's one.
+    pub(super) fn writes_next(&mut self, tracker: &DiffTracker, now: Instant) -> u32 {
+        let max = self.config.max_services_per_unit.max(1);
+        let changes = self
+            .pending_services
+            .iter()
+            .filter(|name| {
+                self.ready(&Key::Service((*name).clone()), now)
+                    && matches!(tracker.service_status(name), ServiceStatus::Pending(_))
+            })
+            .take(max)
+            .count();
+        self.writes_next = match u32::try_from(changes).unwrap_or(u32::MAX) {
+            0 => 1,
+            n => n.saturating_mul(2).saturating_add(1),
+        };
+        self.writes_next
+    }
+
+    /// [`Dispatcher::note_remaining_writes`] of the report of `work_id`: the writes of every other
+    /// unit in flight are taken off the reading, not those of the reporting unit (a service unit's
+    /// are 2 per change + 1, which the reading already counts).
+    pub fn note_remaining_writes_of(&mut self, remaining: u32, work_id: u64) {
+        let others: u32 = self
+            .in_flight
+            .iter()
+            .filter(|(id, _)| **id != work_id)
+            .map(|(_, u)| writes_of(&u.work))
+            .sum();
+        self.pacing.note(remaining, others);
     }
 }
 
@@ -65,13 +122,15 @@ impl WriteBudget {
 struct Pacing {
     /// The last remaining writes a worker reported.
     remaining: Option<u32>,
-    /// Writes the units cut since then may make (an estimate: 1 per location unit, 3 per service
-    /// change: public IP, load balancer or NAT gateway, registration).
+    /// Writes the units cut since then may make (an estimate: [`writes_of`]).
     spent: u32,
     /// When the last mutating unit was cut.
     last_cut: Option<Instant>,
     /// The writes the long-run bucket holds, as of `refilled_at` (`None`: full).
     tokens: Option<(f64, Instant)>,
+    /// The last report's writes left, less the other units' in flight, not folded into `tokens`
+    /// yet ([`Pacing::fold`]).
+    reported: Option<f64>,
 }
 
 impl Pacing {
@@ -80,6 +139,21 @@ impl Pacing {
     fn note(&mut self, remaining: u32, in_flight: u32) {
         self.remaining = Some(remaining);
         self.spent = in_flight;
+        self.reported = Some(f64::from(remaining) - f64::from(in_flight));
+    }
+
+    /// Folds the last report into the long-run bucket at `now`: it holds no more than the
+    /// subscription has left. ARM's bucket can hold fewer writes than this one believes: at the
+    /// start (the units cut before any report went unpaced, and this bucket starts full), or when
+    /// another writer of the subscription spends from it. Counted as of `now`, later than the
+    /// reading: the refill between the two is not counted (the estimate errs low).
+    fn fold(&mut self, config: &DispatchConfig, now: Instant) {
+        let Some(left) = self.reported.take() else {
+            return;
+        };
+        if let Some(tokens) = self.bucket_refilled(config, now) {
+            self.tokens = Some((tokens.min(left), now));
+        }
     }
 
     /// The budget last reported.
@@ -117,13 +191,17 @@ impl Pacing {
         }
     }
 
-    /// Until when the next mutating unit is held back (`None`: it may go now).
-    fn held_until(&self, config: &DispatchConfig, now: Instant) -> Option<Instant> {
+    /// Until when the next mutating unit, of `need` writes, is held back (`None`: it may go now):
+    /// the long-run bucket must hold its writes (at most the bucket's size) before it goes. A
+    /// location unit's one write may overdraw nothing; a service unit's (2 per change + 1) would
+    /// overdraw ARM's bucket as fast as its calls go, and meet 429s.
+    fn held_until(&self, config: &DispatchConfig, now: Instant, need: u32) -> Option<Instant> {
         let reserve = self
             .reserve_window(config)
             .and_then(|window| self.last_cut.map(|t| t + window));
+        let need = f64::from(need.clamp(1, config.write_burst.max(1)));
         let bucket = self.bucket_refilled(config, now).map(|tokens| {
-            let missing = (1.0 - tokens).max(0.0);
+            let missing = (need - tokens).max(0.0);
             now + Duration::from_secs_f64(missing / config.write_pace)
         });
         reserve.into_iter().chain(bucket).max().filter(|t| *t > now)
@@ -153,18 +231,23 @@ impl Pacing {
         self.spent = self.spent.saturating_add(writes);
         self.last_cut = Some(now);
         if let Some(tokens) = self.bucket_refilled(config, now) {
-            // May go below 0 (a service unit's 3 writes): the next unit then waits longer.
+            // May go below 0 (a service unit's writes): the next unit then waits longer.
             self.tokens = Some((tokens - f64::from(writes), now));
         }
     }
 }
 
-/// The writes a unit may make (an estimate): none for an observe, 1 per location unit, 3 per
-/// service change (public IP, load balancer or NAT gateway, registration).
+/// The writes a unit may make (an estimate): none for an observe, 1 per location unit; for a
+/// service unit 2 per change (a creation's public IP and load balancer or NAT gateway, a
+/// deletion's load balancer or NAT gateway and public IP) and 1 for the unit's one
+/// `updateServices` call, which registers or unregisters them all.
 pub(super) fn writes_of(work: &UnitWork) -> u32 {
     match work {
         UnitWork::Observe => 0,
         UnitWork::Locations(_) => 1,
-        UnitWork::Services(changes) => 3 * changes.len() as u32,
+        UnitWork::Services(changes) => {
+            let n = u32::try_from(changes.len()).unwrap_or(u32::MAX);
+            n.saturating_mul(2).saturating_add(1)
+        }
     }
 }

@@ -200,3 +200,82 @@ fn once_a_budget_is_reported_a_burst_goes_at_once_and_the_long_run_keeps_the_pac
     off.note_remaining_writes(900);
     assert_eq!(off.batching_window(), None);
 }
+
+/// A dispatcher pacing at 10 writes/s from a bucket of `burst` writes (no reserve; service units
+/// of up to 16 changes), NRP read back at `t0`, and a tracker with `services` creations pending.
+fn paced_creations(burst: u32, services: usize, t0: Instant) -> (DiffTracker, Dispatcher) {
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(
+        DispatchConfig {
+            max_services_per_unit: 16,
+            write_pace: 10.0,
+            write_burst: burst,
+            write_reserve: 0,
+            ..DispatchConfig::unbatched()
+        },
+        env(),
+    );
+    observed(&mut d, &mut t, t0);
+    for i in 0..services {
+        t.update_service(crate::difftracker::Operation::Add, &format!("svc-{i}"))
+            .unwrap();
+    }
+    (t, d)
+}
+
+#[test]
+fn a_service_unit_spends_two_writes_per_change_and_one_for_its_registrations() {
+    let t0 = Instant::now();
+    let (mut t, mut d) = paced_creations(33, 20, t0);
+    d.note_remaining_writes(1_000);
+    let u = d.next_unit(&mut t, 1, 2, t0).expect("a service unit");
+    assert_eq!(u.work.len(), 16);
+    assert_eq!(pacing::writes_of(&u.work), 16 * 2 + 1);
+    d.on_report(&mut t, 1, applied(u.work_id), t0);
+    // The unit spent the bucket's 33 writes exactly. The next, of the other four (9 writes), waits
+    // until the bucket holds them: 900 ms at 10/s (at 3 writes a change the first unit would have
+    // overdrawn it by 15, and ARM's bucket with it).
+    assert!(
+        d.next_unit(&mut t, 1, 3, t0).is_none(),
+        "the bucket is empty"
+    );
+    let due = d.next_deadline(t0).expect("the bucket holds the next unit");
+    let ms = Duration::from_millis;
+    assert!(due >= t0 + ms(899) && due <= t0 + ms(901), "{due:?}");
+    let rest = d.next_unit(&mut t, 1, 4, due).expect("the other four");
+    assert_eq!(pacing::writes_of(&rest.work), 4 * 2 + 1);
+}
+
+#[test]
+fn a_report_caps_the_bucket_at_what_the_subscription_has_left() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let (mut t, mut d) = paced_creations(200, 40, t0);
+    // No budget reported yet: the first unit goes unpaced.
+    let first = d.next_unit(&mut t, 1, 2, t0).expect("the first unit");
+    d.on_report(&mut t, 1, applied(first.work_id), t0);
+    // The subscription has 20 writes left (its bucket paid for the first unit, others write too):
+    // the next unit's 33 writes wait for 13 more (1.3 s at 10/s), not for none (167 left).
+    d.note_remaining_writes(20);
+    assert!(d.next_unit(&mut t, 1, 3, t0).is_none(), "13 writes short");
+    let due = d.next_deadline(t0).expect("the bucket's next writes");
+    assert!(due >= t0 + ms(1_299) && due <= t0 + ms(1_301), "{due:?}");
+    let second = d.next_unit(&mut t, 1, 4, due).expect("the bucket holds it");
+    assert_eq!(pacing::writes_of(&second.work), 33);
+}
+
+#[test]
+fn a_service_unit_s_own_writes_are_not_taken_off_its_report_twice() {
+    let t0 = Instant::now();
+    let (mut t, mut d) = paced_creations(200, 40, t0);
+    d.note_remaining_writes(1_000);
+    let a = d.next_unit(&mut t, 1, 2, t0).expect("a unit of 16");
+    // Its report: 34 writes left after its own 33, which the reading counts already.
+    d.note_remaining_writes_of(34, a.work_id);
+    d.on_report(&mut t, 1, applied(a.work_id), t0);
+    // 34 left, not 2: the next unit of 16 (33 writes) goes at once.
+    let b = d
+        .next_unit(&mut t, 1, 3, t0)
+        .expect("34 writes left: one more unit");
+    assert_eq!(pacing::writes_of(&b.work), 33);
+}

@@ -372,38 +372,6 @@ fn mutating_units_in_flight_are_capped_per_gateway_and_observes_are_not() {
     assert!(matches!(o.work, UnitWork::Observe));
 }
 
-#[test]
-fn a_service_unit_counts_one_call_per_change_against_the_cap() {
-    let now = Instant::now();
-    let mut t = DiffTracker::new();
-    let mut d = Dispatcher::new(
-        DispatchConfig {
-            max_mutating_units_in_flight: 3,
-            ..DispatchConfig::unbatched()
-        },
-        env(),
-    );
-    observed(&mut d, &mut t, now);
-    for i in 0..5 {
-        t.update_service(Operation::Add, &format!("svc-{i}"))
-            .unwrap();
-    }
-    // Five creations pending, room for three side-by-side calls: one unit of three changes.
-    let u = d.next_unit(&mut t, 1, 2, now).expect("service unit");
-    let UnitWork::Services(changes) = &u.work else {
-        panic!("service unit");
-    };
-    assert_eq!(changes.len(), 3);
-    assert_eq!(d.mutating_calls_in_flight(), 3);
-    assert!(d.next_unit(&mut t, 2, 3, now).is_none(), "no room left");
-    d.on_report(&mut t, 1, applied(2), now);
-    let u = d.next_unit(&mut t, 2, 4, now).expect("the rest");
-    let UnitWork::Services(changes) = &u.work else {
-        panic!("service unit");
-    };
-    assert_eq!(changes.len(), 2);
-}
-
 fn retryable(work_id: u64) -> Report {
     Report {
         refused: Vec::new(),

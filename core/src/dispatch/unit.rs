@@ -113,6 +113,10 @@ pub struct Unit {
     pub attempt: u32,
     /// What to do.
     pub work: UnitWork,
+    /// For a service unit: the most of its changes whose NRP calls go side by side, what it counts
+    /// against [`super::DispatchConfig::max_mutating_units_in_flight`] (0 for other units: a
+    /// location unit's calls go one after the other, an observe is not counted).
+    pub side_by_side: u32,
 }
 
 /// How a unit ended.

@@ -269,6 +269,12 @@ impl GatewayCore {
         self.dispatch.note_remaining_writes(remaining);
     }
 
+    /// [`GatewayCore::note_remaining_writes`] as the report of `work_id` carried it (that unit's
+    /// own writes are in the reading).
+    pub fn note_remaining_writes_of(&mut self, remaining: u32, work_id: u64) {
+        self.dispatch.note_remaining_writes_of(remaining, work_id);
+    }
+
     /// Asks for a read-back of NRP as soon as possible.
     pub fn request_observe(&mut self) {
         self.dispatch.request_observe();

@@ -80,7 +80,7 @@ impl GatewayCore {
             return Folded::Late;
         }
         if let Some(remaining) = remaining_writes {
-            self.note_remaining_writes(remaining);
+            self.note_remaining_writes_of(remaining, report.work_id);
         }
         self.take_report(worker, report, extras, now);
         Folded::Taken

@@ -490,6 +490,7 @@ pub fn unit_to_proto(gateway: &str, leased: Leased, families: &[Option<IpFamily>
                     service_change(c, spec, family)
                 })
                 .collect(),
+            side_by_side: unit.side_by_side,
         }),
         UnitWork::Locations(diffs) => v1::work_unit::Work::Locations(v1::LocationWork {
             locations: diffs.iter().map(location_change).collect(),

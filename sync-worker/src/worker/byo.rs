@@ -25,7 +25,8 @@ use clb_nrp::wire::{GatewayService, NatGateway, ResourceId, ResourceKind, SubRes
 use clb_proto::v1::{self, ServiceChange};
 
 use super::ctx::{UnitCtx, UnitError};
-use super::services::{Progress, nat_gateway_name, update};
+use super::registrar::Seat;
+use super::services::{Progress, nat_gateway_name, registration};
 
 /// The SKU a NAT gateway needs to be linked to a Service Gateway.
 pub const STANDARD_V2: &str = "StandardV2";
@@ -64,6 +65,7 @@ pub(crate) async fn create(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
     progress: &Progress,
+    seat: &Seat<'_>,
 ) -> Result<(), UnitError> {
     let nat = change.nat_gateway.as_str();
     let Some(rg) = ctx.nat_gateway_resource_group() else {
@@ -158,9 +160,11 @@ pub(crate) async fn create(
         .await?
         .flatten()
         .filter(|old| !old.to_string().eq_ignore_ascii_case(&nat_id));
-    let req = update(false, GatewayService::outbound(&change.name, &nat_id));
-    ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
-        .await?;
+    seat.register(registration(
+        false,
+        GatewayService::outbound(&change.name, &nat_id),
+    ))
+    .await?;
     match previous {
         Some(old) if is_own(&old, &gateway, &change.name) => {
             tracing::info!(egress = %change.name, "the egress now brings its NAT gateway: deleting the one clb made");

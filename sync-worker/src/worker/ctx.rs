@@ -181,6 +181,8 @@ pub(crate) struct UnitCtx<'a> {
     target: &'a GatewayTarget,
     limiter: Arc<AimdLimiter>,
     abort: AtomicBool,
+    /// The unit's own bound on its mutating calls at once (a service unit's `side_by_side`), if any.
+    side_by_side: std::sync::OnceLock<tokio::sync::Semaphore>,
 }
 
 impl<'a> UnitCtx<'a> {
@@ -208,6 +210,7 @@ impl<'a> UnitCtx<'a> {
             target,
             limiter: env.limiters.get(gateway),
             abort: AtomicBool::new(false),
+            side_by_side: std::sync::OnceLock::new(),
         })
     }
 
@@ -237,6 +240,14 @@ impl<'a> UnitCtx<'a> {
             .region
             .clone()
             .unwrap_or_else(|| self.env.config.gateway_region.clone())
+    }
+
+    /// Bounds the unit's mutating calls at once to `calls` (at least 1), besides the gateway's
+    /// limiter: what the server counted the unit for. Set once, before the unit's first call.
+    pub(crate) fn bound_calls(&self, calls: usize) {
+        let _ = self
+            .side_by_side
+            .set(tokio::sync::Semaphore::new(calls.max(1)));
     }
 
     /// Stops the parts of the unit that have not started their next call yet.
@@ -276,8 +287,9 @@ impl<'a> UnitCtx<'a> {
         Ok(call(opts).await?)
     }
 
-    /// A mutating call: waits for a permit of the gateway's limiter (until the lease ends), then
-    /// calls, and feeds the outcome back to the limiter.
+    /// A mutating call: waits for a permit of the unit's own bound if it has one, then for one of
+    /// the gateway's limiter (until the lease ends), then calls, and feeds the outcome back to the
+    /// limiter.
     pub(crate) async fn mutate<T, F, Fut>(&self, call: F) -> Result<T, UnitError>
     where
         F: FnOnce(CallOptions) -> Fut,
@@ -285,6 +297,14 @@ impl<'a> UnitCtx<'a> {
     {
         self.gate()?;
         let deadline = tokio::time::Instant::from_std(self.deadline);
+        let _own = match self.side_by_side.get() {
+            Some(bound) => tokio::select! {
+                () = self.env.cancel.cancelled() => return Err(UnitError::Cancelled),
+                () = tokio::time::sleep_until(deadline) => return Err(UnitError::LeaseExpired),
+                p = bound.acquire() => Some(p.map_err(|_| UnitError::Cancelled)?),
+            },
+            None => None,
+        };
         let permit = tokio::select! {
             () = self.env.cancel.cancelled() => return Err(UnitError::Cancelled),
             p = self.limiter.acquire(deadline) => p.map_err(|_| UnitError::LeaseExpired)?,

@@ -15,7 +15,7 @@ use clb_nrp::wire::{
     AddressLocationUpdate, GatewayAddress, UpdateAction, UpdateAddressLocationsRequest,
 };
 
-pub use refusals::refusal_split_bound;
+pub use super::split::refusal_split_bound;
 
 /// A piece of one location change: `addresses[start..end]` of `locations[index]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,8 +39,10 @@ mod inbound;
 mod limiter;
 mod locations;
 mod observe;
+mod registrar;
 mod services;
 mod session;
+mod split;
 mod targets;
 mod unit;
 

@@ -23,7 +23,9 @@
 //!   public IP (an egress's IPv6 one too, whether or not it has one); a brought NAT gateway is
 //!   unlinked instead, never deleted.
 //!
-//! The changes of a unit run concurrently (bounded by the gateway's limiter). A saga that stops
+//! The changes of a unit run concurrently (bounded by the gateway's limiter and by the unit's
+//! `side_by_side`), and their registrations go in one `updateServices` call ([`Registrar`]: a saga
+//! hands its registration over and waits for the call). A saga that stops
 //! part-way reports the step it reached ([`v1::ServiceStep`] in `Report.service_progress`), so that
 //! the server's actual state follows what NRP accepted, never all or nothing: a creation that got
 //! as far as a public IP or load balancer leaves resources that a later deletion must clean up,
@@ -37,12 +39,13 @@ use clb_proto::v1::{self, Report, ServiceChange, ServiceFrontend, ServiceProgres
 
 use super::ctx::{UnitCtx, UnitError, partial_report};
 use super::inbound::{self, PUBLIC_IP_SKU, RuleSettings};
+use super::registrar::{Registrar, Registry, Seat};
 use clb_nrp::wire::{
     BackendAddressPool, FrontendIpConfiguration, FrontendIpConfigurationProperties, GatewayService,
     LoadBalancer, LoadBalancerProperties, LoadBalancingRule, LoadBalancingRuleProperties,
     NatGateway, NatGatewayProperties, PublicIpAddress, PublicIpAddressProperties,
     PublicIpDnsSettings, ResourceId, ResourceKind, ServiceRequest, Sku, SubResource,
-    TransportProtocol, UpdateAction, UpdateServicesRequest,
+    TransportProtocol, UpdateServicesRequest,
 };
 
 /// Name of the frontend IP configuration of every load balancer the worker creates.
@@ -213,10 +216,18 @@ pub fn load_balancer(
     }
 }
 
-pub(crate) fn update(is_delete: bool, service: GatewayService) -> UpdateServicesRequest {
-    UpdateServicesRequest {
-        action: UpdateAction::PartialUpdate,
-        service_requests: vec![ServiceRequest { is_delete, service }],
+/// The registration of `service` (`is_delete`: its unregistration), as a saga hands it to the
+/// unit's [`Registrar`].
+pub(crate) fn registration(is_delete: bool, service: GatewayService) -> ServiceRequest {
+    ServiceRequest { is_delete, service }
+}
+
+/// The unit's registrations go to NRP through its context (gate, limiter, lease).
+#[async_trait::async_trait]
+impl Registry for UnitCtx<'_> {
+    async fn update_services(&self, body: &UpdateServicesRequest) -> Result<(), UnitError> {
+        self.mutate(|o| self.nrp().update_services(self.resource(), body, o))
+            .await
     }
 }
 
@@ -331,6 +342,7 @@ async fn create_inbound(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
     progress: &Progress,
+    seat: &Seat<'_>,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     let rules = rules(change)?;
     let settings = inbound::rule_settings(change)?;
@@ -374,9 +386,11 @@ async fn create_inbound(
         .find(|p| p.name == BACKEND_POOL_NAME)
         .and_then(|p| p.id.clone())
         .unwrap_or_else(|| lb_id.backend_pool_id(BACKEND_POOL_NAME));
-    let req = update(false, GatewayService::inbound(&change.name, pool));
-    ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
-        .await?;
+    seat.register(registration(
+        false,
+        GatewayService::inbound(&change.name, pool),
+    ))
+    .await?;
     if choice.is_ok() {
         // The frontend moved off clb's own public IP (the service brought one since): clb owns it,
         // nothing uses it any more.
@@ -407,9 +421,10 @@ async fn create_outbound(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
     progress: &Progress,
+    seat: &Seat<'_>,
 ) -> Result<(), UnitError> {
     if !change.nat_gateway.is_empty() {
-        return super::byo::create(ctx, change, progress).await;
+        return super::byo::create(ctx, change, progress, seat).await;
     }
     let region = ctx.ensure_gateway().await?;
     let sku = Sku {
@@ -449,9 +464,11 @@ async fn create_outbound(
         Some(id) => id,
         None => sibling_id(&pip_id, ResourceKind::NatGateway, &nat_name)?.to_string(),
     };
-    let req = update(false, GatewayService::outbound(&change.name, nat_id));
-    ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &req, o))
-        .await
+    seat.register(registration(
+        false,
+        GatewayService::outbound(&change.name, nat_id),
+    ))
+    .await
 }
 
 /// Deletes a service: unregister it, then its load balancer or NAT gateway, then its public IP.
@@ -461,8 +478,9 @@ async fn delete(
     change: &ServiceChange,
     inbound: bool,
     progress: &Progress,
+    seat: &Seat<'_>,
 ) -> Result<(), UnitError> {
-    let unregister = update(
+    let unregister = registration(
         true,
         GatewayService {
             name: change.name.clone(),
@@ -476,10 +494,7 @@ async fn delete(
     } else {
         super::byo::brought(ctx, change).await?
     };
-    let unregistered = gone_ok(
-        ctx.mutate(|o| ctx.nrp().update_services(ctx.resource(), &unregister, o))
-            .await,
-    );
+    let unregistered = gone_ok(seat.register(unregister).await);
     if unregistered.is_ok() {
         progress.reached(v1::ServiceStep::Unregistered, &unregistered);
     }
@@ -511,16 +526,23 @@ async fn saga(
     ctx: &UnitCtx<'_>,
     change: &ServiceChange,
     progress: &Progress,
+    seat: &Seat<'_>,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
     if change.name.trim().is_empty() {
         return Err(invalid("a service change without a name".into()));
     }
     use v1::{ServiceAction as A, ServiceKind as K};
     match (change.kind(), change.action()) {
-        (K::Inbound, A::Create) => create_inbound(ctx, change, progress).await,
-        (K::Outbound, A::Create) => create_outbound(ctx, change, progress).await.map(|()| None),
-        (K::Inbound, A::Delete) => delete(ctx, change, true, progress).await.map(|()| None),
-        (K::Outbound, A::Delete) => delete(ctx, change, false, progress).await.map(|()| None),
+        (K::Inbound, A::Create) => create_inbound(ctx, change, progress, seat).await,
+        (K::Outbound, A::Create) => create_outbound(ctx, change, progress, seat)
+            .await
+            .map(|()| None),
+        (K::Inbound, A::Delete) => delete(ctx, change, true, progress, seat)
+            .await
+            .map(|()| None),
+        (K::Outbound, A::Delete) => delete(ctx, change, false, progress, seat)
+            .await
+            .map(|()| None),
         _ => Err(invalid(format!(
             "service {}: unknown kind {} or action {}",
             change.name, change.kind, change.action
@@ -528,17 +550,26 @@ async fn saga(
     }
 }
 
-/// Runs every saga of `work` concurrently. A failure that is retried or repaired stops the sagas
-/// that have not started their next call yet; one that parks fails only its own change. The report
-/// carries the frontends of the inbound services created (whatever the outcome of the others), and
-/// the step each saga that did not go through reached.
+/// Runs every saga of `work` concurrently, at most `work.side_by_side` of them in an NRP call at
+/// once (0: no bound), and their registrations in one `updateServices` call ([`Registrar`]). A
+/// failure that is retried or repaired stops the sagas that have not started their next call yet;
+/// one that parks fails only its own change. The report carries the frontends of the inbound
+/// services created (whatever the outcome of the others), and the step each saga that did not go
+/// through reached.
 pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork) -> Report {
-    let results = futures::future::join_all(work.changes.iter().enumerate().map(
-        |(i, change)| async move {
+    if let Ok(bound @ 1..) = usize::try_from(work.side_by_side) {
+        ctx.bound_calls(bound);
+    }
+    let registrar = Registrar::new(work.changes.len());
+    let sagas = futures::future::join_all(work.changes.iter().enumerate().map(|(i, change)| {
+        let seat = registrar.seat();
+        async move {
             let span = tracing::debug_span!("saga", service = %change.name, kind = change.kind, action = change.action);
             let progress = Progress::default();
             let result =
-                tracing::Instrument::instrument(saga(ctx, change, &progress), span).await;
+                tracing::Instrument::instrument(saga(ctx, change, &progress, &seat), span).await;
+            // Ended: its registration, if it did not hand one over, is not waited for.
+            drop(seat);
             if let Err(e) = &result {
                 if e.is_retryable() {
                     ctx.abort();
@@ -553,9 +584,14 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
                 }
             }
             (i, result, progress.step())
-        },
-    ))
-    .await;
+        }
+    }));
+    let (results, sent) = futures::join!(sagas, registrar.run(ctx));
+    tracing::debug!(
+        registrations = sent.requests,
+        calls = sent.calls,
+        "the unit's registrations went in one updateServices call"
+    );
     let mut applied = Vec::new();
     let mut errors = Vec::new();
     let mut own = Vec::new();

@@ -305,7 +305,13 @@ pub fn outbound(name: &str, action: v1::ServiceAction) -> ServiceChange {
 }
 
 pub fn services(work_id: u64, changes: Vec<ServiceChange>) -> WorkUnit {
-    unit(work_id, work_unit::Work::Services(ServiceWork { changes }))
+    unit(
+        work_id,
+        work_unit::Work::Services(ServiceWork {
+            changes,
+            side_by_side: 0,
+        }),
+    )
 }
 
 pub fn location(loc: &str, full: bool, addresses: &[(&str, &[&str])]) -> LocationChange {

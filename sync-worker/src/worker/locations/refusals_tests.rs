@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::tests::change_of as change;
 use super::*;
+use clb_nrp::NrpError;
 
 const CODE: &str = "InvalidAddress";
 
