@@ -262,9 +262,13 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
 
     /// PEM CA certificate(s): every client must present a certificate signed by one (mutual TLS;
-    /// needs --tls-cert and --tls-key).
+    /// needs --tls-cert and --tls-key, or --tls-self-managed).
     #[arg(long, env = "CLB_TLS_CLIENT_CA", value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub self_managed: crate::self_managed::SelfManagedArgs,
 
     /// How callers are identified: `kubernetes` validates each call's bearer token with a
     /// TokenReview (audience --token-audience); `none` trusts every caller (refused on a
@@ -389,6 +393,9 @@ pub enum ConfigError {
     /// `--token-audience` is empty.
     #[error("--token-audience must not be empty")]
     EmptyAudience,
+    /// The self-managed TLS flags do not fit ([`crate::self_managed::SelfManagedArgs::validate`]).
+    #[error("{0}")]
+    SelfManaged(String),
     /// A TLS flag is given without the flag(s) it needs.
     #[error("--{given} requires {missing}")]
     TlsIncomplete {
@@ -535,11 +542,12 @@ impl Args {
         match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
             (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
             (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
-            (None, None, Some(_)) => {
-                return incomplete("tls-client-ca", "--tls-cert and --tls-key");
+            (None, None, Some(_)) if !self.self_managed.tls_self_managed => {
+                return incomplete("tls-client-ca", "--tls-cert and --tls-key, or --tls-self-managed");
             }
             _ => {}
         }
+        self.self_managed.validate().map_err(ConfigError::SelfManaged)?;
         self.validate_auth()
     }
 
@@ -598,9 +606,13 @@ impl Args {
         }
     }
 
-    /// Reads and checks the TLS files (call [`Args::validate`] first): tonic's configuration, or
+    /// Reads and checks the TLS files (call [`Args::validate`] first): the server's TLS (with
+    /// `--tls-self-managed`, without a certificate until [`crate::self_managed`] sets one), or
     /// `None` for plaintext; the error names the flag and the file.
-    pub fn server_tls(&self) -> Result<Option<tonic::transport::ServerTlsConfig>, TlsError> {
+    pub fn server_tls(&self) -> Result<Option<crate::tls_listener::ServerTls>, TlsError> {
+        if self.self_managed.tls_self_managed {
+            return crate::tls::without_certificate(self.tls_client_ca.as_deref()).map(Some);
+        }
         self.tls_files().map(|f| f.load()).transpose()
     }
 

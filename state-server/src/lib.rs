@@ -8,8 +8,12 @@ pub use clb_core::gateway::gate;
 pub mod grpc;
 pub mod leader;
 pub mod metrics;
+pub mod pki;
 pub mod run;
 pub mod state;
 pub use clb_telemetry as telemetry;
+pub mod self_managed;
 pub mod tls;
+pub mod tls_listener;
 pub mod trace_links;
+

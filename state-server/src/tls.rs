@@ -1,8 +1,10 @@
 //! TLS of the gRPC API (`--tls-cert`, `--tls-key`, optionally `--tls-client-ca` for mutual TLS).
 //!
-//! The PEM files are read and checked once, at start-up, so that a missing or malformed file, or a key
+//! The PEM files are read and checked at start-up, so that a missing or malformed file, or a key
 //! that does not belong to the certificate, is an error naming the flag and the file rather than a
-//! failed handshake later. The metrics endpoint is not affected: it stays plaintext.
+//! failed handshake later; after that the pair is re-read when it changes
+//! ([`crate::tls_listener::reload_files`]). The metrics endpoint is not affected: it stays
+//! plaintext.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,7 +13,8 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::tls_listener::{ServerTls, ServingCertificate};
 
 /// Bound on one TLS handshake, so that a peer that connects and says nothing does not hold a
 /// handshake task forever.
@@ -101,51 +104,72 @@ fn certificates(
 }
 
 impl TlsFiles {
-    /// Reads and checks the files and returns tonic's server configuration: the identity, and, with
-    /// `client_ca`, client certificates required and verified against it.
-    pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
-        let cert_pem = read("tls-cert", &self.cert)?;
-        let key_pem = read("tls-key", &self.key)?;
-        let chain = certificates("tls-cert", &self.cert, &cert_pem)?;
-        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+    /// Reads `--tls-cert` and `--tls-key`.
+    pub fn read_pair(&self) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+        Ok((read("tls-cert", &self.cert)?, read("tls-key", &self.key)?))
+    }
+
+    /// The certified key of the PEM contents of `--tls-cert` and `--tls-key`; errors name the
+    /// flags and files.
+    pub fn certified_key(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
+        let chain = certificates("tls-cert", &self.cert, cert_pem)?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
             invalid(
                 "tls-key",
                 &self.key,
                 format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
             )
         })?;
-        let identity_error = |reason: String| TlsError::Identity {
+        CertifiedKey::from_der(chain, key, &rustls::crypto::aws_lc_rs::default_provider()).map_err(
+            |e| TlsError::Identity {
+                cert: self.cert.clone(),
+                key: self.key.clone(),
+                reason: e.to_string(),
+            },
+        )
+    }
+
+    /// Reads and checks the files and returns the server's TLS: the identity, and, with
+    /// `client_ca`, client certificates required and verified against it.
+    pub fn load(&self) -> Result<ServerTls, TlsError> {
+        let (cert_pem, key_pem) = self.read_pair()?;
+        let certificate = ServingCertificate::new(self.certified_key(&cert_pem, &key_pem)?);
+        let client_ca = self.client_ca.as_deref().map(client_roots).transpose()?;
+        let mut tls = ServerTls::new(certificate, client_ca).map_err(|e| TlsError::Identity {
             cert: self.cert.clone(),
             key: self.key.clone(),
-            reason,
-        };
-        CertifiedKey::from_der(chain, key, &rustls::crypto::aws_lc_rs::default_provider())
-            .map_err(|e| identity_error(e.to_string()))?;
-        let mut config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(&cert_pem, &key_pem))
-            .timeout(HANDSHAKE_TIMEOUT);
-        if let Some(path) = &self.client_ca {
-            let ca_pem = read("tls-client-ca", path)?;
-            let mut roots = RootCertStore::empty();
-            for cert in certificates("tls-client-ca", path, &ca_pem)? {
-                roots.add(cert).map_err(|e| {
-                    invalid(
-                        "tls-client-ca",
-                        path,
-                        format!("not a usable CA certificate: {e}"),
-                    )
-                })?;
-            }
-            config = config
-                .client_ca_root(Certificate::from_pem(&ca_pem))
-                .client_auth_optional(false);
-        }
-        // What tonic will do at start: anything it refuses is reported here, naming the files.
-        tonic::transport::Server::builder()
-            .tls_config(config.clone())
-            .map_err(|e| identity_error(chain_of(&e)))?;
-        Ok(config)
+            reason: chain_of(&e),
+        })?;
+        tls.files = Some((self.cert.clone(), self.key.clone()));
+        Ok(tls)
     }
+}
+
+/// The CA(s) of `--tls-client-ca` `path`.
+fn client_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let ca_pem = read("tls-client-ca", path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in certificates("tls-client-ca", path, &ca_pem)? {
+        roots.add(cert).map_err(|e| {
+            invalid(
+                "tls-client-ca",
+                path,
+                format!("not a usable CA certificate: {e}"),
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The server's TLS without a certificate yet (`--tls-self-managed` sets it), verifying clients
+/// against `--tls-client-ca` when given.
+pub fn without_certificate(client_ca: Option<&Path>) -> Result<ServerTls, TlsError> {
+    let roots = client_ca.map(client_roots).transpose()?;
+    ServerTls::new(ServingCertificate::empty(), roots).map_err(|e| TlsError::Invalid {
+        flag: "tls-client-ca",
+        path: client_ca.map(Path::to_owned).unwrap_or_default(),
+        reason: chain_of(&e),
+    })
 }
 
 /// `error: cause: cause…` (tonic's errors keep the detail in their sources).

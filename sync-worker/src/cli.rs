@@ -59,6 +59,10 @@ pub struct Args {
     /// /var/run/secrets/clb/token if it exists, else no token.
     #[arg(long, env = "CLB_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
+    /// (refused otherwise: the token would cross the network in clear).
+    #[arg(long, env = "CLB_INSECURE_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub insecure_plaintext: bool,
     /// Name of this worker (default: hostname-pid).
     #[arg(long, env = "CLB_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -295,6 +299,13 @@ impl Args {
         let mut c = WorkerConfig::new(&self.server, worker_id);
         c.tls = self.tls()?;
         c.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
+        clb_client::tls::check_plaintext(
+            &self.server,
+            c.uses_tls(),
+            c.token_file.as_deref(),
+            self.insecure_plaintext,
+        )
+        .map_err(WorkerError::InvalidConfig)?;
         c.capacity = self.capacity;
         c.gateways = self.served_gateways(self.gateways_file()?.as_ref())?;
         c.limits = Limits {

@@ -110,9 +110,14 @@ pub struct Args {
         conflicts_with = "watch_backoff_max"
     )]
     pub watch_backoff_max_ms: Option<u64>,
-    /// PEM file of the CA that signs the state server's certificate.
+    /// PEM file of the CA bundle that signs the state server's certificate (turns TLS on); re-read
+    /// when it changes (the mounted ConfigMap clb-ca-bundle during a CA rotation).
     #[arg(long, env = "CLB_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
+    /// (refused otherwise: the token would cross the network in clear).
+    #[arg(long, env = "CLB_INSECURE_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub insecure_plaintext: bool,
     /// PEM certificate and key files of this client, for mutual TLS.
     #[arg(long, env = "CLB_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -137,12 +142,13 @@ impl Args {
         let mut server = ConnectOptions::new(&self.server);
         server.gateway = self.gateway.clone();
         server.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
+        server.insecure_plaintext = self.insecure_plaintext;
         if self.server.starts_with("https://") || self.tls_ca.is_some() {
             let read = |p: &std::path::PathBuf| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))
             };
             server.tls = Some(TlsOptions {
-                ca_pem: self.tls_ca.as_ref().map(read).transpose()?,
+                ca: self.tls_ca.clone().map(clb_client::tls::CaBundle::File),
                 domain: None,
                 identity: match (&self.tls_cert, &self.tls_key) {
                     (Some(c), Some(k)) => Some((read(c)?, read(k)?)),

@@ -1,0 +1,288 @@
+//! The gRPC port behind TLS: the certificate presented now ([`ServingCertificate`], swapped without
+//! a restart: by the self-managed PKI, [`crate::self_managed`], or by re-reading `--tls-cert` and
+//! `--tls-key`), and the accepted connections ([`incoming`]), each handshake in a task of its own.
+//!
+//! A connection that opens with something else than a TLS handshake is refused with an answer the
+//! client can show: a plaintext HTTP/2 client (a `http://` URL) gets a `GOAWAY` frame
+//! (`INADEQUATE_SECURITY`) whose debug data says that the port serves TLS only; anything else an
+//! HTTP/1.1 `400`. Connections already open keep the certificate they were made with.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::Stream;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::tls::HANDSHAKE_TIMEOUT;
+
+/// What a client that speaks plaintext to the TLS port is told.
+pub const PLAINTEXT_REFUSAL: &str = "this state server's gRPC port serves TLS only: connect with an \
+     https:// URL and the CA bundle (--tls-ca), see docs/security.md";
+
+/// The serving certificate, replaceable at any time; a rustls certificate resolver (each handshake
+/// gets the current one). Empty until the first is set: handshakes fail until then.
+#[derive(Debug)]
+pub struct ServingCertificate {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+    ready: watch::Sender<bool>,
+}
+
+impl ServingCertificate {
+    /// Without a certificate yet.
+    pub fn empty() -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(None),
+            ready: watch::channel(false).0,
+        })
+    }
+
+    /// With `key`.
+    pub fn new(key: CertifiedKey) -> Arc<Self> {
+        let me = Self::empty();
+        me.set(key);
+        me
+    }
+
+    /// Presents `key` from the next handshake on.
+    pub fn set(&self, key: CertifiedKey) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(key));
+        self.ready.send_replace(true);
+    }
+
+    /// The certificate chain presented now (leaf first), if any.
+    pub fn chain(&self) -> Option<Vec<rustls::pki_types::CertificateDer<'static>>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|k| k.cert.clone())
+    }
+
+    /// Whether a certificate is set (the server is ready to serve TLS).
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+}
+
+impl ResolvesServerCert for ServingCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The TLS side of the gRPC port: the certificate, rustls' configuration (ALPN `h2`; with
+/// `--tls-client-ca`, client certificates required) and, with `--tls-cert`, the files it is
+/// re-read from.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The certificate presented.
+    pub certificate: Arc<ServingCertificate>,
+    /// rustls' configuration (resolving to [`ServerTls::certificate`]).
+    pub config: Arc<rustls::ServerConfig>,
+    /// `--tls-cert`/`--tls-key`, re-read by [`reload_files`]; `None` when the self-managed PKI
+    /// sets the certificate.
+    pub files: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("ready", &self.certificate.is_ready())
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// rustls' configuration for `certificate`, verifying clients with `client_ca` when given.
+    pub fn new(
+        certificate: Arc<ServingCertificate>,
+        client_ca: Option<rustls::RootCertStore>,
+    ) -> Result<Self, rustls::Error> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = match client_ca {
+            Some(roots) => builder.with_client_cert_verifier(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(|e| rustls::Error::General(e.to_string()))?,
+            ),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(certificate.clone());
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Self {
+            certificate,
+            config: Arc::new(config),
+            files: None,
+        })
+    }
+}
+
+/// Accepts on `listener` (`TCP_NODELAY` on each connection) and hands out the connections whose
+/// TLS handshake completed within [`HANDSHAKE_TIMEOUT`]; a failed or plaintext one is logged and
+/// closed (see the module). Ends when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a gRPC connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&acceptor, tcp, peer)).await
+                {
+                    Ok(Some(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(None) => {}
+                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// The first byte of a TLS record carrying a handshake.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+async fn handshake(
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<TlsStream<TcpStream>> {
+    let mut first = [0u8; 1];
+    match tcp.peek(&mut first).await {
+        Ok(1..) if first[0] != TLS_HANDSHAKE => {
+            refuse_plaintext(tcp, peer, first[0]).await;
+            return None;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "connection closed before the TLS handshake");
+            return None;
+        }
+    }
+    match acceptor.accept(tcp).await {
+        Ok(tls) => Some(tls),
+        Err(e) => {
+            tracing::info!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+    }
+}
+
+/// HTTP/2 error code `INADEQUATE_SECURITY` (RFC 9113, section 7).
+const INADEQUATE_SECURITY: u32 = 0xc;
+
+/// An empty HTTP/2 SETTINGS frame, then a GOAWAY carrying [`PLAINTEXT_REFUSAL`].
+fn goaway() -> Vec<u8> {
+    let debug = PLAINTEXT_REFUSAL.as_bytes();
+    let len = u32::try_from(8 + debug.len()).unwrap_or(u32::MAX);
+    let mut out = vec![0, 0, 0, 0x4, 0, 0, 0, 0, 0];
+    out.extend_from_slice(&len.to_be_bytes()[1..]);
+    out.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    out.extend_from_slice(&INADEQUATE_SECURITY.to_be_bytes());
+    out.extend_from_slice(debug);
+    out
+}
+
+async fn refuse_plaintext(mut tcp: TcpStream, peer: SocketAddr, first: u8) {
+    // A plaintext HTTP/2 client opens with "PRI * HTTP/2.0".
+    let answer = if first == b'P' {
+        goaway()
+    } else {
+        format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{PLAINTEXT_REFUSAL}",
+            PLAINTEXT_REFUSAL.len()
+        )
+        .into_bytes()
+    };
+    tracing::warn!(%peer, "a client spoke plaintext to the TLS port: refused ({PLAINTEXT_REFUSAL})");
+    let _ = tcp.write_all(&answer).await;
+    let _ = tcp.flush().await;
+    // Read what the client still sends until it closes (or the handshake timeout), so that the
+    // answer is not lost to a reset.
+    let mut sink = [0u8; 1024];
+    loop {
+        match tokio::io::AsyncReadExt::read(&mut tcp, &mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Re-reads `--tls-cert`/`--tls-key` every `every` and presents the new pair when their content
+/// changed (cert-manager renewed the Secret and the kubelet swapped the files); a pair that does
+/// not load is logged and the previous one stays.
+pub async fn reload_files(tls: ServerTls, every: Duration) {
+    let Some((cert, key)) = tls.files.clone() else {
+        return;
+    };
+    let files = crate::tls::TlsFiles {
+        cert,
+        key,
+        client_ca: None,
+    };
+    let mut last = files.read_pair().ok();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let read = {
+            let files = files.clone();
+            tokio::task::spawn_blocking(move || files.read_pair()).await
+        };
+        let Ok(Ok(pair)) = read else {
+            continue;
+        };
+        if last.as_ref() == Some(&pair) {
+            continue;
+        }
+        match files.certified_key(&pair.0, &pair.1) {
+            Ok(key) => {
+                tls.certificate.set(key);
+                tracing::info!(cert = %files.cert.display(), "serving certificate reloaded");
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the certificate files changed but do not load; the previous certificate stays in use"
+            ),
+        }
+        last = Some(pair);
+    }
+}
