@@ -516,6 +516,16 @@ impl Shipped {
     /// A client of the Service with a new operator identity bound (as docs/security.md tells
     /// operators) to `clb-reader` and `clb-writer`: for the test's own reads, never a component's.
     pub async fn operator(&mut self) -> Client {
+        let mut options = self.operator_options();
+        options.token_file = Some(self.operator_token());
+        options.attempts = 20;
+        Client::connect(options)
+            .await
+            .expect("the operator connects")
+    }
+
+    /// The token file of a new operator identity bound to `clb-reader` and `clb-writer`.
+    pub fn operator_token(&mut self) -> PathBuf {
         let name = self.pod_name("operator");
         let token = format!("clb-{name}");
         self.api
@@ -529,12 +539,7 @@ impl Shipped {
         }
         let file = self.dir.join(format!("{name}.token"));
         std::fs::write(&file, &token).expect("token file");
-        let mut options = self.operator_options();
-        options.token_file = Some(file);
-        options.attempts = 20;
-        Client::connect(options)
-            .await
-            .expect("the operator connects")
+        file
     }
 
     /// How an operator reaches the Service as deploy/ ships the server: over TLS, trusting the CA
