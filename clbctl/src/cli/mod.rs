@@ -124,6 +124,16 @@ pub struct Global {
         value_name = "FILE"
     )]
     pub token_file: Option<std::path::PathBuf>,
+    /// Name to verify in the state server's certificate (default: the host of --server), e.g.
+    /// clb-state-server.clb-system.svc through `kubectl port-forward`.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_TLS_DOMAIN",
+        value_name = "NAME"
+    )]
+    pub tls_domain: Option<String>,
     /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
     /// (refused otherwise: the token would cross the network in clear).
     #[arg(
@@ -276,7 +286,7 @@ impl Global {
             options.tls = Some(TlsOptions {
                 ca,
                 identity,
-                ..TlsOptions::default()
+                domain: self.tls_domain.clone(),
             });
         }
         options.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
