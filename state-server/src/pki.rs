@@ -12,10 +12,12 @@
 //!   CA (its mounted bundle not yet refreshed by the kubelet) verifies the new certificate through
 //!   it, and a client that trusts the new one verifies it directly. The old CA stays in the bundle
 //!   (`previous-ca.crt`) until it expires, so a replica still serving the old certificate for a
-//!   moment is trusted too. No step needs the clients to have reloaded first.
+//!   moment is trusted too, and the cross-signed CA stays in the serving chain (renewals included)
+//!   for as long, so even a client whose bundle never refreshed verifies. No step needs the clients
+//!   to have reloaded first.
 //!
-//! The Secret's keys: `ca.crt`, `ca.key`, `tls.crt` (leaf first, then the cross-signed CA right
-//! after a CA rotation), `tls.key`, and `previous-ca.crt` while the old CA is valid.
+//! The Secret's keys: `ca.crt`, `ca.key`, `tls.crt` (leaf first, then the cross-signed CA while the
+//! previous CA is kept), `tls.key`, and `previous-ca.crt` while the old CA is valid.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -473,6 +475,7 @@ pub fn execute(
         Plan::Keep { .. } => Ok(None),
         Plan::DropPrevious => Ok(current.map(|m| Material {
             previous_ca: None,
+            tls_cert: split_leaf(&m.tls_cert).0.to_owned(),
             ..m.clone()
         })),
         Plan::RenewServing { .. } => {
@@ -493,8 +496,13 @@ pub fn execute(
                 .unwrap_or(now);
             let issuer =
                 Issuer::from_ca_cert_pem(&m.ca_cert, ca_key).map_err(issue_err("CA issuer"))?;
-            let (tls_cert, tls_key) =
+            let (mut tls_cert, tls_key) =
                 serving(names, &issuer, now, (now + lifetimes.serving).min(ca_after))?;
+            if m.previous_ca.is_some() {
+                // The CA cross-signed by the previous one stays in the chain while that one is
+                // trusted: a client whose bundle was never refreshed still verifies.
+                tls_cert.push_str(split_leaf(&m.tls_cert).1);
+            }
             Ok(Some(Material {
                 tls_cert,
                 tls_key,
@@ -540,6 +548,23 @@ pub fn execute(
                 previous_ca,
             }))
         }
+    }
+}
+
+/// A PEM chain split after its first certificate: (the leaf, the rest).
+fn split_leaf(chain: &str) -> (&str, &str) {
+    const END: &str = "-----END CERTIFICATE-----";
+    match chain.find(END) {
+        Some(i) => {
+            let mut at = i + END.len();
+            if chain[at..].starts_with("\r\n") {
+                at += 2;
+            } else if chain[at..].starts_with('\n') {
+                at += 1;
+            }
+            chain.split_at(at)
+        }
+        None => (chain, ""),
     }
 }
 

@@ -161,6 +161,13 @@ fn a_ca_rotation_is_trusted_by_clients_of_the_old_bundle_and_of_the_new_one() {
         .unwrap()
         .unwrap();
     verify(&old_latest, &bundle, name, due).unwrap();
+    // A renewal while the old CA is kept keeps the cross-signed CA in the chain: a client whose
+    // bundle never refreshed still verifies.
+    let renewed = execute(&renew, Some(&new), &names(), lifetimes(), due + DAY)
+        .unwrap()
+        .unwrap();
+    assert_eq!(pems(&renewed.tls_cert).len(), 2);
+    verify(&renewed, &old.bundle(now), name, due + DAY).unwrap();
     // The new CA is kept until its own renewal; the old one leaves the bundle when it expires.
     let n = inspect(&new).unwrap();
     assert!(n.leaf_is_ca_s);
@@ -183,6 +190,7 @@ fn a_ca_rotation_is_trusted_by_clients_of_the_old_bundle_and_of_the_new_one() {
     }
     assert!(steps.contains(&Plan::DropPrevious), "{steps:?}");
     assert_eq!(m.previous_ca, None);
+    assert_eq!(pems(&m.tls_cert).len(), 1, "the cross-signed CA leaves the chain with it");
     assert_eq!(m.ca_cert, new.ca_cert, "the new CA stays");
     verify(&m, &m.bundle(old_end), name, old_end).unwrap();
 }

@@ -3,9 +3,10 @@
 //! `--tls-key`), and the accepted connections ([`incoming`]), each handshake in a task of its own.
 //!
 //! A connection that opens with something else than a TLS handshake is refused with an answer the
-//! client can show: a plaintext HTTP/2 client (a `http://` URL) gets a `GOAWAY` frame
-//! (`INADEQUATE_SECURITY`) whose debug data says that the port serves TLS only; anything else an
-//! HTTP/1.1 `400`. Connections already open keep the certificate they were made with.
+//! client can show: a plaintext HTTP/2 client (a gRPC client with an `http://` URL) gets every call
+//! answered with `FAILED_PRECONDITION` and [`PLAINTEXT_REFUSAL`] (until the handshake timeout
+//! closes the connection); anything else an HTTP/1.1 `400` saying the same. Connections already
+//! open keep the certificate they were made with.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -203,36 +204,26 @@ async fn handshake(
     }
 }
 
-/// HTTP/2 error code `INADEQUATE_SECURITY` (RFC 9113, section 7).
-const INADEQUATE_SECURITY: u32 = 0xc;
-
-/// An empty HTTP/2 SETTINGS frame, then a GOAWAY carrying [`PLAINTEXT_REFUSAL`].
-fn goaway() -> Vec<u8> {
-    let debug = PLAINTEXT_REFUSAL.as_bytes();
-    let len = u32::try_from(8 + debug.len()).unwrap_or(u32::MAX);
-    let mut out = vec![0, 0, 0, 0x4, 0, 0, 0, 0, 0];
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]);
-    out.extend_from_slice(&0u32.to_be_bytes());
-    out.extend_from_slice(&INADEQUATE_SECURITY.to_be_bytes());
-    out.extend_from_slice(debug);
-    out
-}
-
 async fn refuse_plaintext(mut tcp: TcpStream, peer: SocketAddr, first: u8) {
-    // A plaintext HTTP/2 client opens with "PRI * HTTP/2.0".
-    let answer = if first == b'P' {
-        goaway()
-    } else {
-        format!(
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n{PLAINTEXT_REFUSAL}",
-            PLAINTEXT_REFUSAL.len()
-        )
-        .into_bytes()
-    };
     tracing::warn!(%peer, "a client spoke plaintext to the TLS port: refused ({PLAINTEXT_REFUSAL})");
-    let _ = tcp.write_all(&answer).await;
+    // A plaintext HTTP/2 client opens with "PRI * HTTP/2.0": its calls get a gRPC status.
+    if first == b'P' {
+        let answer = hyper::service::service_fn(|_request| async {
+            Ok::<_, std::convert::Infallible>(
+                tonic::Status::failed_precondition(PLAINTEXT_REFUSAL).into_http::<tonic::body::Body>(),
+            )
+        });
+        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(hyper_util::rt::TokioIo::new(tcp), answer)
+            .await;
+        return;
+    }
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{PLAINTEXT_REFUSAL}",
+        PLAINTEXT_REFUSAL.len()
+    );
+    let _ = tcp.write_all(answer.as_bytes()).await;
     let _ = tcp.flush().await;
     // Read what the client still sends until it closes (or the handshake timeout), so that the
     // answer is not lost to a reset.
