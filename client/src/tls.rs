@@ -195,12 +195,26 @@ impl TlsConnector {
             .connect(self.inner.server_name.clone(), tcp)
             .await
             .map_err(|e| {
-                DialError(format!(
-                    "TLS handshake with {host}:{port} failed: {e} (the server's certificate must be \
-                     signed by a CA of {} and name {:?})",
-                    self.inner.ca,
-                    self.inner.server_name.to_str()
-                ))
+                let refused = e
+                    .get_ref()
+                    .and_then(|i| i.downcast_ref::<rustls::Error>())
+                    .is_some_and(|r| {
+                        matches!(
+                            r,
+                            rustls::Error::InvalidCertificate(_)
+                                | rustls::Error::NoCertificatesPresented
+                        )
+                    });
+                let why = if refused {
+                    format!(
+                        "the server's certificate must be signed by a CA of {} and name {:?}",
+                        self.inner.ca,
+                        self.inner.server_name.to_str()
+                    )
+                } else {
+                    "the connection ended or was refused before the handshake completed".to_owned()
+                };
+                DialError(format!("TLS handshake with {host}:{port} failed: {e} ({why})"))
             })?;
         Ok(TokioIo::new(tls))
     }
