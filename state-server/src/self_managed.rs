@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::parse_duration;
+use clb_telemetry::flags::format_duration;
 use crate::pki::{self, Lifetimes, Material, Plan};
 use crate::tls_listener::ServingCertificate;
 
@@ -98,14 +99,18 @@ impl SelfManagedArgs {
         ] {
             if value < MIN_VALIDITY {
                 return Err(format!(
-                    "--{flag} {value:?}: too short, at least {MIN_VALIDITY:?}"
+                    "--{flag} {}: too short, at least {}",
+                    format_duration(value),
+                    format_duration(MIN_VALIDITY)
                 ));
             }
         }
         if self.tls_serving_validity > self.tls_ca_validity {
             return Err(format!(
-                "--tls-serving-validity {:?} is longer than --tls-ca-validity {:?}: a certificate never outlives its CA",
-                self.tls_serving_validity, self.tls_ca_validity
+                "--tls-serving-validity {} is longer than --tls-ca-validity {}: a certificate never \
+                 outlives its CA",
+                format_duration(self.tls_serving_validity),
+                format_duration(self.tls_ca_validity)
             ));
         }
         if let Some(bad) = self.tls_extra_names.iter().find(|n| {
