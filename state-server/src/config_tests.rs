@@ -292,7 +292,7 @@ fn the_self_managed_certificate_flags_are_checked_and_exclude_a_certificate_file
         ),
         (
             &["--tls-ca-validity=100d"],
-            "--tls-serving-validity 69120000s is longer than --tls-ca-validity 315360000s: a certificate never outlives its CA",
+            "--tls-serving-validity 365d is longer than --tls-ca-validity 100d: a certificate never outlives its CA",
         ),
         (
             &["--tls-extra-names=10.0.0.1,bad name"],

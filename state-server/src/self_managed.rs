@@ -100,8 +100,8 @@ impl SelfManagedArgs {
             if value < MIN_VALIDITY {
                 return Err(format!(
                     "--{flag} {}: too short, at least {}",
-                    format_duration(value),
-                    format_duration(MIN_VALIDITY)
+                    days(value),
+                    days(MIN_VALIDITY)
                 ));
             }
         }
@@ -109,8 +109,8 @@ impl SelfManagedArgs {
             return Err(format!(
                 "--tls-serving-validity {} is longer than --tls-ca-validity {}: a certificate never \
                  outlives its CA",
-                format_duration(self.tls_serving_validity),
-                format_duration(self.tls_ca_validity)
+                days(self.tls_serving_validity),
+                days(self.tls_ca_validity)
             ));
         }
         if let Some(bad) = self.tls_extra_names.iter().find(|n| {
@@ -133,6 +133,16 @@ impl SelfManagedArgs {
             ca: self.tls_ca_validity,
             serving: self.tls_serving_validity,
         }
+    }
+}
+
+/// A lifetime as the flags' defaults write it: whole days as `365d`, else as the other duration
+/// flags print (humantime's months would make a year `11months 30days 3h 50m 24s`).
+fn days(d: Duration) -> String {
+    const DAY: u64 = 86_400;
+    match d.as_secs() {
+        s if s >= DAY && s % DAY == 0 && d.subsec_nanos() == 0 => format!("{}d", s / DAY),
+        _ => format_duration(d),
     }
 }
 
