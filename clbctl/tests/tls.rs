@@ -159,14 +159,19 @@ async fn the_typed_client_needs_the_ca_and_then_writes_over_tls() {
     // Another CA: the handshake fails, and the error says which bundle and name were checked.
     let stranger = Pki::new("stranger-ca");
     let foreign_ca = TlsOptions {
-        ca: Some(clb_client::tls::CaBundle::Pem(stranger.ca.clone().into_bytes())),
+        ca: Some(clb_client::tls::CaBundle::Pem(
+            stranger.ca.clone().into_bytes(),
+        )),
         ..TlsOptions::default()
     };
     let e = Client::connect(options(&server.url(), foreign_ca))
         .await
         .expect_err("a server signed by another CA");
     let e = format!("{:?}", anyhow::Error::from(e));
-    assert!(e.contains("TLS handshake") && e.contains("UnknownIssuer"), "{e}");
+    assert!(
+        e.contains("TLS handshake") && e.contains("UnknownIssuer"),
+        "{e}"
+    );
     // A domain the certificate does not name: a connect error too.
     let wrong = TlsOptions {
         domain: Some("not-the-server".into()),

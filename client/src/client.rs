@@ -147,9 +147,13 @@ impl ConnectOptions {
                 )
             })?;
             let host = ep.uri().host().unwrap_or_default().to_owned();
-            let connector =
-                TlsConnector::new(ca, &host, options.domain.as_deref(), options.identity.as_ref())
-                    .map_err(invalid)?;
+            let connector = TlsConnector::new(
+                ca,
+                &host,
+                options.domain.as_deref(),
+                options.identity.as_ref(),
+            )
+            .map_err(invalid)?;
             Some(connector)
         } else {
             None
@@ -667,7 +671,10 @@ mod tests {
         let mut tls = ConnectOptions::new("http://127.0.0.1:50051");
         tls.tls = Some(TlsOptions::default());
         let e = tls.dialer().unwrap_err().to_string();
-        assert!(e.contains("needs the CA bundle") && e.contains("--tls-ca"), "{e}");
+        assert!(
+            e.contains("needs the CA bundle") && e.contains("--tls-ca"),
+            "{e}"
+        );
         let https = ConnectOptions::new("https://127.0.0.1:50051");
         assert!(https.dialer().unwrap_err().to_string().contains("--tls-ca"));
     }

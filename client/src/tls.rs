@@ -54,7 +54,9 @@ impl std::fmt::Display for CaBundle {
 impl CaBundle {
     fn read(&self) -> Result<Vec<u8>, String> {
         match self {
-            Self::File(p) => std::fs::read(p).map_err(|e| format!("{self}: cannot read the file: {e}")),
+            Self::File(p) => {
+                std::fs::read(p).map_err(|e| format!("{self}: cannot read the file: {e}"))
+            }
             Self::Pem(p) => Ok(p.clone()),
         }
     }
@@ -178,13 +180,19 @@ impl TlsConnector {
                     current.0 = pem;
                 }
             },
-            Err(e) => tracing::warn!(error = %e, "the CA bundle cannot be read; the last one stays in use"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the CA bundle cannot be read; the last one stays in use")
+            }
         }
         current.1.clone()
     }
 
     async fn dial(self, uri: Uri) -> Result<TokioIo<TlsStream<TcpStream>>, DialError> {
-        let host = uri.host().unwrap_or_default().trim_matches(['[', ']']).to_owned();
+        let host = uri
+            .host()
+            .unwrap_or_default()
+            .trim_matches(['[', ']'])
+            .to_owned();
         let port = uri.port_u16().unwrap_or(443);
         let tcp = TcpStream::connect((host.as_str(), port))
             .await
@@ -214,7 +222,9 @@ impl TlsConnector {
                 } else {
                     "the connection ended or was refused before the handshake completed".to_owned()
                 };
-                DialError(format!("TLS handshake with {host}:{port} failed: {e} ({why})"))
+                DialError(format!(
+                    "TLS handshake with {host}:{port} failed: {e} ({why})"
+                ))
             })?;
         Ok(TokioIo::new(tls))
     }
@@ -331,8 +341,14 @@ mod tests {
         let token = Path::new("/var/run/secrets/clb/token");
         let remote = "http://clb-state-server.clb-system.svc:50051";
         let e = check_plaintext(remote, false, Some(token), false).unwrap_err();
-        assert!(e.contains(remote) && e.contains("/var/run/secrets/clb/token"), "{e}");
-        assert!(e.contains("--insecure-plaintext") && e.contains("--tls-ca"), "{e}");
+        assert!(
+            e.contains(remote) && e.contains("/var/run/secrets/clb/token"),
+            "{e}"
+        );
+        assert!(
+            e.contains("--insecure-plaintext") && e.contains("--tls-ca"),
+            "{e}"
+        );
         assert_eq!(check_plaintext(remote, false, Some(token), true), Ok(()));
         assert_eq!(check_plaintext(remote, true, Some(token), false), Ok(()));
         assert_eq!(check_plaintext(remote, false, None, false), Ok(()));
@@ -342,7 +358,11 @@ mod tests {
             "http://[::1]:50051",
             "127.0.0.2:9",
         ] {
-            assert_eq!(check_plaintext(local, false, Some(token), false), Ok(()), "{local}");
+            assert_eq!(
+                check_plaintext(local, false, Some(token), false),
+                Ok(()),
+                "{local}"
+            );
         }
         assert!(check_plaintext("10.0.0.1:50051", false, Some(token), false).is_err());
     }

@@ -543,11 +543,16 @@ impl Args {
             (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
             (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
             (None, None, Some(_)) if !self.self_managed.tls_self_managed => {
-                return incomplete("tls-client-ca", "--tls-cert and --tls-key, or --tls-self-managed");
+                return incomplete(
+                    "tls-client-ca",
+                    "--tls-cert and --tls-key, or --tls-self-managed",
+                );
             }
             _ => {}
         }
-        self.self_managed.validate().map_err(ConfigError::SelfManaged)?;
+        self.self_managed
+            .validate()
+            .map_err(ConfigError::SelfManaged)?;
         self.validate_auth()
     }
 

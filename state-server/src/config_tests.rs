@@ -272,19 +272,35 @@ fn the_self_managed_certificate_flags_are_checked_and_exclude_a_certificate_file
     assert_eq!(a.self_managed.tls_secret, "clb-state-server-tls");
     assert_eq!(a.self_managed.tls_ca_bundle, "clb-ca-bundle");
     assert_eq!(a.self_managed.tls_service, "clb-state-server");
-    assert_eq!(a.self_managed.tls_ca_validity, Duration::from_secs(3650 * 86_400));
-    assert_eq!(a.self_managed.tls_serving_validity, Duration::from_secs(365 * 86_400));
+    assert_eq!(
+        a.self_managed.tls_ca_validity,
+        Duration::from_secs(3650 * 86_400)
+    );
+    assert_eq!(
+        a.self_managed.tls_serving_validity,
+        Duration::from_secs(365 * 86_400)
+    );
     let tls = a.server_tls().unwrap().expect("TLS");
-    assert!(!tls.certificate.is_ready(), "no certificate before the Secret is read");
+    assert!(
+        !tls.certificate.is_ready(),
+        "no certificate before the Secret is read"
+    );
     assert!(tls.files.is_none());
     // Mutual TLS with the self-managed certificate.
-    parse(&["--listen=127.0.0.1:1", "--tls-self-managed", "--tls-client-ca=ca.pem"])
-        .validate()
-        .unwrap();
+    parse(&[
+        "--listen=127.0.0.1:1",
+        "--tls-self-managed",
+        "--tls-client-ca=ca.pem",
+    ])
+    .validate()
+    .unwrap();
     let e = Args::try_parse_from(["clb-state-server", "--tls-self-managed", "--tls-cert=c.pem"])
         .unwrap_err()
         .to_string();
-    assert!(e.contains("--tls-cert") && e.contains("cannot be used with"), "{e}");
+    assert!(
+        e.contains("--tls-cert") && e.contains("cannot be used with"),
+        "{e}"
+    );
     let cases: [(&[&str], &str); 4] = [
         (
             &["--tls-ca-validity=30s"],
@@ -303,7 +319,11 @@ fn the_self_managed_certificate_flags_are_checked_and_exclude_a_certificate_file
     for (args, want) in cases {
         let mut argv = vec!["--listen=127.0.0.1:1", "--tls-self-managed"];
         argv.extend_from_slice(args);
-        assert_eq!(parse(&argv).validate().unwrap_err().to_string(), want, "{args:?}");
+        assert_eq!(
+            parse(&argv).validate().unwrap_err().to_string(),
+            want,
+            "{args:?}"
+        );
     }
     // Without --tls-self-managed the others are not looked at.
     parse(&["--listen=127.0.0.1:1", "--tls-ca-validity=1s"])

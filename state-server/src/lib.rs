@@ -16,4 +16,3 @@ pub mod self_managed;
 pub mod tls;
 pub mod tls_listener;
 pub mod trace_links;
-

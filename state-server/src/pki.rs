@@ -119,7 +119,10 @@ impl Material {
         let mut data = BTreeMap::from([
             (keys::CA_CERT.to_owned(), self.ca_cert.clone().into_bytes()),
             (keys::CA_KEY.to_owned(), self.ca_key.clone().into_bytes()),
-            (keys::TLS_CERT.to_owned(), self.tls_cert.clone().into_bytes()),
+            (
+                keys::TLS_CERT.to_owned(),
+                self.tls_cert.clone().into_bytes(),
+            ),
             (keys::TLS_KEY.to_owned(), self.tls_key.clone().into_bytes()),
         ]);
         if let Some(p) = &self.previous_ca {
@@ -212,8 +215,14 @@ fn info(der: &[u8]) -> Result<CertInfo, String> {
             match n {
                 GeneralName::DNSName(d) => names.push((*d).to_owned()),
                 GeneralName::IPAddress(b) => match b.len() {
-                    4 => names.push(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).unwrap_or_default()).to_string()),
-                    16 => names.push(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).unwrap_or_default()).to_string()),
+                    4 => names.push(
+                        std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).unwrap_or_default())
+                            .to_string(),
+                    ),
+                    16 => names.push(
+                        std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).unwrap_or_default())
+                            .to_string(),
+                    ),
                     _ => {}
                 },
                 _ => {}
@@ -432,14 +441,15 @@ fn serving_params(
     );
     p.distinguished_name = dn;
     for n in names {
-        p.subject_alt_names.push(match n.parse::<std::net::IpAddr>() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(
-                n.clone()
-                    .try_into()
-                    .map_err(issue_err("serving certificate's DNS name"))?,
-            ),
-        });
+        p.subject_alt_names
+            .push(match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(
+                    n.clone()
+                        .try_into()
+                        .map_err(issue_err("serving certificate's DNS name"))?,
+                ),
+            });
     }
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -516,7 +526,9 @@ pub fn execute(
             let ca_cert = params.self_signed(&ca_key).map_err(issue_err("CA"))?.pem();
             // The old CA, if it can still sign: it cross-signs the new one.
             let old = current.and_then(|m| {
-                let info = read_one(&m.ca_cert).ok().filter(|c| !c.validity.expired(now))?;
+                let info = read_one(&m.ca_cert)
+                    .ok()
+                    .filter(|c| !c.validity.expired(now))?;
                 let key = KeyPair::from_pem(&m.ca_key).ok()?;
                 let issuer = Issuer::from_ca_cert_pem(&m.ca_cert, key).ok()?;
                 Some((m.ca_cert.clone(), info, issuer))

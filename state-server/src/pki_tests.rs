@@ -71,7 +71,11 @@ fn a_missing_secret_gets_a_ca_and_a_serving_certificate_for_the_service_names() 
     assert_eq!(s.leaf.names, names());
     assert_eq!(s.previous, None);
     assert_eq!(pems(&m.bundle(now)).len(), 1, "the bundle is the CA alone");
-    for name in ["clb-state-server.clb-system.svc", "clb-state-server", "127.0.0.1"] {
+    for name in [
+        "clb-state-server.clb-system.svc",
+        "clb-state-server",
+        "127.0.0.1",
+    ] {
         verify(&m, &m.bundle(now), name, now).unwrap();
     }
     let e = verify(&m, &m.bundle(now), "elsewhere.example", now).unwrap_err();
@@ -95,13 +99,31 @@ fn the_serving_certificate_is_renewed_at_two_thirds_of_its_life_by_the_same_ca()
         Plan::Keep { .. }
     ));
     let p = plan(&Ok(s), &names(), due);
-    assert!(matches!(&p, Plan::RenewServing { reason } if reason.contains("due for renewal")), "{p:?}");
-    let renewed = execute(&p, Some(&m), &names(), lifetimes(), due).unwrap().unwrap();
+    assert!(
+        matches!(&p, Plan::RenewServing { reason } if reason.contains("due for renewal")),
+        "{p:?}"
+    );
+    let renewed = execute(&p, Some(&m), &names(), lifetimes(), due)
+        .unwrap()
+        .unwrap();
     assert_eq!(renewed.ca_cert, m.ca_cert, "same CA");
     assert_ne!(renewed.tls_key, m.tls_key, "a new key");
-    assert_eq!(renewed.bundle(due), m.bundle(due), "clients need nothing new");
-    verify(&renewed, &m.bundle(now), "clb-state-server.clb-system.svc", due).unwrap();
-    assert!(matches!(plan(&inspect(&renewed), &names(), due), Plan::Keep { .. }));
+    assert_eq!(
+        renewed.bundle(due),
+        m.bundle(due),
+        "clients need nothing new"
+    );
+    verify(
+        &renewed,
+        &m.bundle(now),
+        "clb-state-server.clb-system.svc",
+        due,
+    )
+    .unwrap();
+    assert!(matches!(
+        plan(&inspect(&renewed), &names(), due),
+        Plan::Keep { .. }
+    ));
 }
 
 #[test]
@@ -110,7 +132,10 @@ fn other_names_or_a_certificate_of_another_ca_are_renewed_at_once() {
     let m = fresh(now);
     let more = service_names("clb-state-server", "clb-system", &["10.0.0.9".into()]);
     let p = plan(&inspect(&m), &more, now);
-    assert!(matches!(&p, Plan::RenewServing { reason } if reason.contains("10.0.0.9")), "{p:?}");
+    assert!(
+        matches!(&p, Plan::RenewServing { reason } if reason.contains("10.0.0.9")),
+        "{p:?}"
+    );
     let other = fresh(now);
     let mixed = Material {
         tls_cert: other.tls_cert.clone(),
@@ -118,15 +143,22 @@ fn other_names_or_a_certificate_of_another_ca_are_renewed_at_once() {
         ..m.clone()
     };
     let p = plan(&inspect(&mixed), &names(), now);
-    assert!(matches!(&p, Plan::RenewServing { reason } if reason.contains("not signed by the CA")), "{p:?}");
-    let fixed = execute(&p, Some(&mixed), &names(), lifetimes(), now).unwrap().unwrap();
+    assert!(
+        matches!(&p, Plan::RenewServing { reason } if reason.contains("not signed by the CA")),
+        "{p:?}"
+    );
+    let fixed = execute(&p, Some(&mixed), &names(), lifetimes(), now)
+        .unwrap()
+        .unwrap();
     verify(&fixed, &m.bundle(now), "clb-state-server", now).unwrap();
     // Unreadable content is replaced as a whole.
     let broken = Material {
         ca_cert: "garbage".into(),
         ..m
     };
-    assert!(matches!(plan(&inspect(&broken), &names(), now), Plan::RotateCa { reason } if reason.contains("ca.crt")));
+    assert!(
+        matches!(plan(&inspect(&broken), &names(), now), Plan::RotateCa { reason } if reason.contains("ca.crt"))
+    );
 }
 
 #[test]
@@ -137,11 +169,20 @@ fn a_ca_rotation_is_trusted_by_clients_of_the_old_bundle_and_of_the_new_one() {
     let due = s.ca.validity.renew_at();
     // Renewed serving certificates in between do not touch the CA.
     let p = plan(&Ok(s), &names(), due);
-    assert!(matches!(&p, Plan::RotateCa { reason } if reason.contains("the CA is due")), "{p:?}");
-    let new = execute(&p, Some(&old), &names(), lifetimes(), due).unwrap().unwrap();
+    assert!(
+        matches!(&p, Plan::RotateCa { reason } if reason.contains("the CA is due")),
+        "{p:?}"
+    );
+    let new = execute(&p, Some(&old), &names(), lifetimes(), due)
+        .unwrap()
+        .unwrap();
     assert_ne!(new.ca_cert, old.ca_cert);
     assert_eq!(new.previous_ca.as_deref(), Some(old.ca_cert.as_str()));
-    assert_eq!(pems(&new.tls_cert).len(), 2, "leaf and the new CA cross-signed by the old");
+    assert_eq!(
+        pems(&new.tls_cert).len(),
+        2,
+        "leaf and the new CA cross-signed by the old"
+    );
     // During the rotation the bundle holds both CAs, the new one first.
     let bundle = new.bundle(due);
     assert_eq!(pems(&bundle).len(), 2);
@@ -172,8 +213,14 @@ fn a_ca_rotation_is_trusted_by_clients_of_the_old_bundle_and_of_the_new_one() {
     let n = inspect(&new).unwrap();
     assert!(n.leaf_is_ca_s);
     let old_end = n.previous.as_ref().unwrap().validity.not_after;
-    assert!(matches!(plan(&Ok(n.clone()), &names(), due), Plan::Keep { until } if until <= old_end));
-    assert_eq!(pems(&new.bundle(old_end)).len(), 1, "an expired CA is not trusted");
+    assert!(
+        matches!(plan(&Ok(n.clone()), &names(), due), Plan::Keep { until } if until <= old_end)
+    );
+    assert_eq!(
+        pems(&new.bundle(old_end)).len(),
+        1,
+        "an expired CA is not trusted"
+    );
     // At the old CA's end, the replicas' loop: plan, write, read again, until nothing is due.
     let mut m = new.clone();
     let mut steps = Vec::new();
@@ -190,7 +237,11 @@ fn a_ca_rotation_is_trusted_by_clients_of_the_old_bundle_and_of_the_new_one() {
     }
     assert!(steps.contains(&Plan::DropPrevious), "{steps:?}");
     assert_eq!(m.previous_ca, None);
-    assert_eq!(pems(&m.tls_cert).len(), 1, "the cross-signed CA leaves the chain with it");
+    assert_eq!(
+        pems(&m.tls_cert).len(),
+        1,
+        "the cross-signed CA leaves the chain with it"
+    );
     assert_eq!(m.ca_cert, new.ca_cert, "the new CA stays");
     verify(&m, &m.bundle(old_end), name, old_end).unwrap();
 }
@@ -202,7 +253,9 @@ fn an_expired_ca_is_replaced_without_cross_signing() {
     let after = now + 31 * DAY;
     let p = plan(&inspect(&old), &names(), after);
     assert!(matches!(p, Plan::RotateCa { .. }));
-    let new = execute(&p, Some(&old), &names(), lifetimes(), after).unwrap().unwrap();
+    let new = execute(&p, Some(&old), &names(), lifetimes(), after)
+        .unwrap()
+        .unwrap();
     assert_eq!(new.previous_ca, None, "an expired CA is trusted by no one");
     assert_eq!(pems(&new.tls_cert).len(), 1);
     verify(&new, &new.bundle(after), "clb-state-server", after).unwrap();
@@ -218,13 +271,22 @@ fn the_secret_data_round_trips_and_names_what_is_missing() {
         Material::from_data(&data).unwrap_err(),
         "key \"tls.key\" is missing"
     );
-    assert!(!format!("{m:?}").contains("PRIVATE KEY"), "Debug shows no key");
+    assert!(
+        !format!("{m:?}").contains("PRIVATE KEY"),
+        "Debug shows no key"
+    );
 }
 
 #[test]
 fn the_names_are_the_services_and_the_extra_ones_sorted() {
     assert_eq!(
         service_names("s", "ns", &[" 10.1.2.3 ".into(), "s".into(), String::new()]),
-        ["10.1.2.3", "s", "s.ns", "s.ns.svc", "s.ns.svc.cluster.local"]
+        [
+            "10.1.2.3",
+            "s",
+            "s.ns",
+            "s.ns.svc",
+            "s.ns.svc.cluster.local"
+        ]
     );
 }

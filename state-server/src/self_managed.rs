@@ -23,9 +23,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::parse_duration;
-use clb_telemetry::flags::format_duration;
 use crate::pki::{self, Lifetimes, Material, Plan};
 use crate::tls_listener::ServingCertificate;
+use clb_telemetry::flags::format_duration;
 
 /// Flags of the self-managed certificate (flattened into [`crate::config::Args`]).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -45,21 +45,41 @@ pub struct SelfManagedArgs {
     pub tls_self_managed: bool,
 
     /// The Secret (in the server's namespace) that holds the self-managed CA and certificate.
-    #[arg(long, env = "CLB_TLS_SECRET", default_value = "clb-state-server-tls", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "CLB_TLS_SECRET",
+        default_value = "clb-state-server-tls",
+        value_name = "NAME"
+    )]
     pub tls_secret: String,
 
     /// The ConfigMap (in the server's namespace) the self-managed CA bundle is published in (key
     /// ca.crt), for clients to mount.
-    #[arg(long, env = "CLB_TLS_CA_BUNDLE", default_value = "clb-ca-bundle", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "CLB_TLS_CA_BUNDLE",
+        default_value = "clb-ca-bundle",
+        value_name = "NAME"
+    )]
     pub tls_ca_bundle: String,
 
     /// The Service clients reach the server by: the self-managed certificate names NAME,
     /// NAME.<namespace>, NAME.<namespace>.svc and NAME.<namespace>.svc.cluster.local.
-    #[arg(long, env = "CLB_TLS_SERVICE", default_value = "clb-state-server", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "CLB_TLS_SERVICE",
+        default_value = "clb-state-server",
+        value_name = "NAME"
+    )]
     pub tls_service: String,
 
     /// More DNS names or IP addresses the self-managed certificate names (comma-separated).
-    #[arg(long, env = "CLB_TLS_EXTRA_NAMES", value_delimiter = ',', value_name = "NAME")]
+    #[arg(
+        long,
+        env = "CLB_TLS_EXTRA_NAMES",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
     pub tls_extra_names: Vec<String>,
 
     /// Lifetime of a self-managed CA; a new one is made at 2/3 of it.
@@ -207,7 +227,11 @@ enum Wrote {
 impl SelfManaged {
     /// For the flags `args`, in the namespace of `client` (the server's own in a pod), presenting
     /// through `certificate`.
-    pub fn new(args: &SelfManagedArgs, client: Client, certificate: Arc<ServingCertificate>) -> Self {
+    pub fn new(
+        args: &SelfManagedArgs,
+        client: Client,
+        certificate: Arc<ServingCertificate>,
+    ) -> Self {
         let namespace = client.default_namespace().to_owned();
         Self {
             secrets: Api::namespaced(client.clone(), &namespace),
@@ -243,10 +267,12 @@ impl SelfManaged {
         let wake = Arc::new(Notify::new());
         let watch = {
             let (wake, secrets) = (wake.clone(), self.secrets.clone());
-            let config =
-                kube::runtime::watcher::Config::default().fields(&format!("metadata.name={}", self.secret));
+            let config = kube::runtime::watcher::Config::default()
+                .fields(&format!("metadata.name={}", self.secret));
             tokio::spawn(async move {
-                let mut events = kube::runtime::watcher(secrets, config).default_backoff().boxed();
+                let mut events = kube::runtime::watcher(secrets, config)
+                    .default_backoff()
+                    .boxed();
                 while let Some(event) = events.next().await {
                     match event {
                         Ok(_) => wake.notify_one(),
@@ -294,9 +320,18 @@ impl SelfManaged {
                     Material::from_data(&data.into_iter().map(|(k, v)| (k, v.0)).collect())
                 }
             };
-            let inspected = material.as_ref().map_err(Clone::clone).and_then(pki::inspect);
+            let inspected = material
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(pki::inspect);
             let plan = pki::plan(&inspected, &self.names, now);
-            let Some(new) = pki::execute(&plan, material.as_ref().ok(), &self.names, self.lifetimes, now)?
+            let Some(new) = pki::execute(
+                &plan,
+                material.as_ref().ok(),
+                &self.names,
+                self.lifetimes,
+                now,
+            )?
             else {
                 let Plan::Keep { until } = plan else {
                     unreachable!("only Keep issues nothing")
@@ -332,7 +367,11 @@ impl SelfManaged {
         )))
     }
 
-    async fn write(&self, current: Option<Secret>, new: &Material) -> Result<Wrote, SelfManagedError> {
+    async fn write(
+        &self,
+        current: Option<Secret>,
+        new: &Material,
+    ) -> Result<Wrote, SelfManagedError> {
         let data = new
             .to_data()
             .into_iter()

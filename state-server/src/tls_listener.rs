@@ -210,7 +210,8 @@ async fn refuse_plaintext(mut tcp: TcpStream, peer: SocketAddr, first: u8) {
     if first == b'P' {
         let answer = hyper::service::service_fn(|_request| async {
             Ok::<_, std::convert::Infallible>(
-                tonic::Status::failed_precondition(PLAINTEXT_REFUSAL).into_http::<tonic::body::Body>(),
+                tonic::Status::failed_precondition(PLAINTEXT_REFUSAL)
+                    .into_http::<tonic::body::Body>(),
             )
         });
         let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())

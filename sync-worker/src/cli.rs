@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, env = "CLB_SERVER", default_value = "http://127.0.0.1:50051")]
     pub server: String,
     /// PEM CA certificate(s) that sign the state server's certificate; turns TLS on (an `http://`
-    /// --server is then reached as `https://`).
+    /// --server is then reached as `https://`). Read again for each connection when it changed
+    /// (the mounted ConfigMap clb-ca-bundle during a CA rotation).
     #[arg(long, env = "CLB_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// PEM certificate of this worker, for mutual TLS (needs --tls-key; turns TLS on).

@@ -407,7 +407,10 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
         );
     }
     // (Its TLS Secret and CA bundle, by name: tls::the_state_server_may_keep_only_its_own_certificate.)
-    for rule in rules.iter().filter(|r| r.resources.iter().flatten().any(|r| r == "leases")) {
+    for rule in rules
+        .iter()
+        .filter(|r| r.resources.iter().flatten().any(|r| r == "leases"))
+    {
         // get and update only on its own Lease (create cannot be limited to a name).
         if rule.verbs.iter().any(|v| v != "create") {
             assert_eq!(

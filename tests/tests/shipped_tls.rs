@@ -77,10 +77,7 @@ fn secret_data(s: &Shipped) -> std::collections::BTreeMap<String, String> {
 
 /// Writes `changes` into the Secret (as an operator or a restore would).
 fn write_secret(s: &Shipped, changes: &[(&str, &str)]) {
-    let mut secret = s
-        .api
-        .get("secrets", NAMESPACE, SECRET)
-        .expect("the Secret");
+    let mut secret = s.api.get("secrets", NAMESPACE, SECRET).expect("the Secret");
     for (k, v) in changes {
         secret["data"][*k] = json!(base64::engine::general_purpose::STANDARD.encode(v));
     }
@@ -121,8 +118,8 @@ fn aged_ca(ca: &str, ca_key: &str) -> String {
 
 /// A serving certificate for `names` from the CA `ca`, due for renewal.
 fn aged_leaf(ca: &str, ca_key: &str, names: &[String]) -> (String, String) {
-    let issuer = Issuer::from_ca_cert_pem(ca, KeyPair::from_pem(ca_key).expect("CA key"))
-        .expect("issuer");
+    let issuer =
+        Issuer::from_ca_cert_pem(ca, KeyPair::from_pem(ca_key).expect("CA key")).expect("issuer");
     let key = KeyPair::generate().expect("key");
     let mut p = CertificateParams::new(names.to_vec()).expect("names");
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -154,9 +151,7 @@ async fn operator_with(s: &mut Shipped, bundle: &str) -> Result<Client, String> 
     });
     options.token_file = Some(s.operator_token());
     options.attempts = 3;
-    Client::connect(options)
-        .await
-        .map_err(|e| chain(&e))
+    Client::connect(options).await.map_err(|e| chain(&e))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +233,10 @@ async fn the_shipped_system_speaks_tls_refuses_strangers_and_rotates_without_a_f
     };
 
     // The CA is due: the servers rotate it (the new one cross-signed by the old).
-    write_secret(&s, &[("ca.crt", &aged_ca(&first["ca.crt"], &first["ca.key"]))]);
+    write_secret(
+        &s,
+        &[("ca.crt", &aged_ca(&first["ca.crt"], &first["ca.key"]))],
+    );
     let rotated = until("the CA rotated", async || {
         let d = secret_data(&s);
         if d["ca.key"] != first["ca.key"] && d.contains_key("previous-ca.crt") {
@@ -271,7 +269,10 @@ async fn the_shipped_system_speaks_tls_refuses_strangers_and_rotates_without_a_f
     let (leaf, key) = aged_leaf(&rotated["ca.crt"], &rotated["ca.key"], &names);
     let end = "-----END CERTIFICATE-----";
     let rest = &rotated["tls.crt"][rotated["tls.crt"].find(end).expect("a chain") + end.len()..];
-    assert!(rest.contains("BEGIN CERTIFICATE"), "the cross-signed CA follows the leaf");
+    assert!(
+        rest.contains("BEGIN CERTIFICATE"),
+        "the cross-signed CA follows the leaf"
+    );
     let leaf = format!("{}{rest}", leaf.trim_end());
     write_secret(&s, &[("tls.crt", &leaf), ("tls.key", &key)]);
     until("the serving certificate renewed", async || {
@@ -310,13 +311,22 @@ async fn the_shipped_system_speaks_tls_refuses_strangers_and_rotates_without_a_f
         .expect("a client with the current bundle");
     s.wait_writers_resynced(&fresh).await;
 
-    for p in s.workers.iter().chain(std::iter::once(&s.watcher)).chain(&s.agents) {
+    for p in s
+        .workers
+        .iter()
+        .chain(std::iter::once(&s.watcher))
+        .chain(&s.agents)
+    {
         let bad: Vec<_> = p
             .log()
             .into_iter()
             .filter(|l| l.contains("invalid peer certificate"))
             .collect();
-        assert!(bad.is_empty(), "{}: a certificate was refused: {bad:#?}", p.name);
+        assert!(
+            bad.is_empty(),
+            "{}: a certificate was refused: {bad:#?}",
+            p.name
+        );
     }
     s.shutdown().await;
 }

@@ -82,8 +82,8 @@ pub struct Global {
     /// Output format.
     #[arg(long, short = 'o', global = true, help_heading = "Global options", value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL;
-    /// `--ca-cert` is the older name).
+    /// PEM file of the CA bundle that signs the state server's certificate (with an `https://` URL;
+    /// `--ca-cert` is the older name); read again for each connection when it changed.
     #[arg(
         long = "tls-ca",
         visible_alias = "ca-cert",
@@ -622,7 +622,10 @@ mod tests {
             .connect_options("https://clb.example")
             .expect("options");
         let tls = o.tls.expect("TLS");
-        assert_eq!(tls.ca, Some(clb_client::tls::CaBundle::File(ca.clone().into())));
+        assert_eq!(
+            tls.ca,
+            Some(clb_client::tls::CaBundle::File(ca.clone().into()))
+        );
         assert_eq!(tls.identity, Some((b"cert\n".to_vec(), b"key\n".to_vec())));
         assert_eq!(o.token_file.as_deref(), Some(std::path::Path::new(&token)));
         let e = cli

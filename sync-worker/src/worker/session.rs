@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clb_client::tls::{Dialer, TlsConnector};
 use clb_proto::v1::worker_client::WorkerClient;
 use clb_proto::v1::{self, Hello, ServerMessage, WorkUnit, WorkerMessage, server_message};
 use tokio::sync::{Semaphore, mpsc};
@@ -11,7 +12,6 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
-use clb_client::tls::{Dialer, TlsConnector};
 use tonic::transport::{Channel, Endpoint};
 use tracing::Instrument;
 

@@ -51,10 +51,17 @@ fn the_state_server_may_keep_only_its_own_certificate() {
         rbac.authorize(&server, &a).allowed
     };
     for &(_, resource, verb) in STATE_SERVER_TLS_CALLS {
-        let own = if resource == "secrets" { secret } else { bundle };
+        let own = if resource == "secrets" {
+            secret
+        } else {
+            bundle
+        };
         if verb == "create" {
             assert!(allowed(verb, resource, NS, ""), "create {resource}");
-            assert!(!allowed(verb, resource, "default", ""), "create {resource} elsewhere");
+            assert!(
+                !allowed(verb, resource, "default", ""),
+                "create {resource} elsewhere"
+            );
             continue;
         }
         // get, update, and list/watch by name (a metadata.name field selector).
@@ -63,7 +70,10 @@ fn the_state_server_may_keep_only_its_own_certificate() {
             !allowed(verb, resource, NS, "another"),
             "{verb} {resource} of another object"
         );
-        assert!(!allowed(verb, resource, "default", own), "{verb} {resource} elsewhere");
+        assert!(
+            !allowed(verb, resource, "default", own),
+            "{verb} {resource} elsewhere"
+        );
     }
     // Not a list of every Secret, not a delete.
     assert!(!allowed("list", "secrets", NS, ""));
@@ -130,11 +140,15 @@ fn every_client_reaches_the_state_server_over_tls_trusting_the_published_bundle(
             "{workload}: the server's certificate names {names:?}, not {host}"
         );
         let (volume, file) = volume_of(&m, workload, flag(&m, workload, "tls-ca"));
-        let cm = volume.config_map.unwrap_or_else(|| {
-            panic!("{workload}: --tls-ca is not on the CA bundle's ConfigMap")
-        });
+        let cm = volume
+            .config_map
+            .unwrap_or_else(|| panic!("{workload}: --tls-ca is not on the CA bundle's ConfigMap"));
         assert_eq!(cm.name, "clb-ca-bundle", "{workload}");
-        assert_eq!(file, pki::keys::BUNDLE, "{workload}: the key the server publishes");
+        assert_eq!(
+            file,
+            pki::keys::BUNDLE,
+            "{workload}: the key the server publishes"
+        );
         assert!(
             cm.optional != Some(true),
             "{workload}: the pod must wait for the bundle"
