@@ -9,7 +9,6 @@ use clap::{CommandFactory, Parser};
 
 use crate::auth::{AuthConfig, Mode};
 use crate::state::ServerConfig;
-use crate::tls::{TlsError, TlsFiles};
 use clb_core::dispatch::DispatchConfig;
 use clb_telemetry::flags::format_duration;
 
@@ -538,21 +537,7 @@ impl Args {
         if self.leader_elect {
             self.election_config("namespace-checked-later").validate()?;
         }
-        let incomplete = |given, missing| Err(ConfigError::TlsIncomplete { given, missing });
-        match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
-            (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
-            (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
-            (None, None, Some(_)) if !self.self_managed.tls_self_managed => {
-                return incomplete(
-                    "tls-client-ca",
-                    "--tls-cert and --tls-key, or --tls-self-managed",
-                );
-            }
-            _ => {}
-        }
-        self.self_managed
-            .validate()
-            .map_err(ConfigError::SelfManaged)?;
+        self.validate_tls()?;
         self.validate_auth()
     }
 
@@ -597,28 +582,6 @@ impl Args {
             cache_capacity: self.auth_cache_size,
             review_timeout: crate::auth::REVIEW_TIMEOUT,
         }
-    }
-
-    /// The TLS files the flags name (call [`Args::validate`] first); `None` is plaintext.
-    pub fn tls_files(&self) -> Option<TlsFiles> {
-        match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: self.tls_client_ca.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// Reads and checks the TLS files (call [`Args::validate`] first): the server's TLS (with
-    /// `--tls-self-managed`, without a certificate until [`crate::self_managed`] sets one), or
-    /// `None` for plaintext; the error names the flag and the file.
-    pub fn server_tls(&self) -> Result<Option<crate::tls_listener::ServerTls>, TlsError> {
-        if self.self_managed.tls_self_managed {
-            return crate::tls::without_certificate(self.tls_client_ca.as_deref()).map(Some);
-        }
-        self.tls_files().map(|f| f.load()).transpose()
     }
 
     /// `--server-id`, else `$HOSTNAME` (the pod name in Kubernetes), else [`DEFAULT_SERVER_ID`].

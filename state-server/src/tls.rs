@@ -14,6 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
+use crate::config::ConfigError;
 use crate::tls_listener::{ServerTls, ServingCertificate};
 
 /// Bound on one TLS handshake, so that a peer that connects and says nothing does not hold a
@@ -142,6 +143,52 @@ impl TlsFiles {
         })?;
         tls.files = Some((self.cert.clone(), self.key.clone()));
         Ok(tls)
+    }
+}
+
+/// The TLS the flags ask for (kept here, next to what it reads).
+impl crate::config::Args {
+    /// The TLS flags fit together: `--tls-cert` and `--tls-key` both or neither, `--tls-client-ca`
+    /// with a certificate, the self-managed flags valid.
+    pub(crate) fn validate_tls(&self) -> Result<(), ConfigError> {
+        let incomplete = |given, missing| Err(ConfigError::TlsIncomplete { given, missing });
+        match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
+            (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
+            (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
+            (None, None, Some(_)) if !self.self_managed.tls_self_managed => {
+                return incomplete(
+                    "tls-client-ca",
+                    "--tls-cert and --tls-key, or --tls-self-managed",
+                );
+            }
+            _ => {}
+        }
+        self.self_managed
+            .validate()
+            .map_err(ConfigError::SelfManaged)?;
+        Ok(())
+    }
+
+    /// The TLS files the flags name (call [`crate::config::Args::validate`] first); `None` is plaintext.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Reads and checks the TLS files (call [`crate::config::Args::validate`] first): the server's TLS (with
+    /// `--tls-self-managed`, without a certificate until [`crate::self_managed`] sets one), or
+    /// `None` for plaintext; the error names the flag and the file.
+    pub fn server_tls(&self) -> Result<Option<crate::tls_listener::ServerTls>, TlsError> {
+        if self.self_managed.tls_self_managed {
+            return without_certificate(self.tls_client_ca.as_deref()).map(Some);
+        }
+        self.tls_files().map(|f| f.load()).transpose()
     }
 }
 

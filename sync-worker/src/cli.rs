@@ -515,6 +515,26 @@ mod tests {
     }
 
     #[test]
+    fn a_token_to_a_remote_plaintext_server_refuses_to_start_unless_told() {
+        let token = "--token-file=/var/run/secrets/clb/token";
+        let remote = "--server=http://clb-state-server.clb-system.svc:50051";
+        let e = parse(&[remote, token])
+            .worker_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("would cross the network in clear") && e.contains("--insecure-plaintext"),
+            "{e}"
+        );
+        parse(&[remote, token, "--insecure-plaintext"])
+            .worker_config()
+            .unwrap();
+        parse(&["--server=http://127.0.0.1:50051", token])
+            .worker_config()
+            .unwrap();
+    }
+
+    #[test]
     fn metrics_listen_is_off_by_default_and_checked() {
         assert_eq!(parse(&[]).metrics_listen, None);
         assert_eq!(

@@ -143,6 +143,14 @@ impl Args {
         server.gateway = self.gateway.clone();
         server.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
         server.insecure_plaintext = self.insecure_plaintext;
+        // A token in clear over the network: refused at start, not at each reconnection.
+        clb_client::tls::check_plaintext(
+            &self.server,
+            self.server.to_ascii_lowercase().starts_with("https://") || self.tls_ca.is_some(),
+            server.token_file.as_deref(),
+            self.insecure_plaintext,
+        )
+        .map_err(anyhow::Error::msg)?;
         if self.server.starts_with("https://") || self.tls_ca.is_some() {
             let read = |p: &std::path::PathBuf| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))
@@ -309,6 +317,22 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn a_token_to_a_remote_plaintext_server_refuses_to_start_unless_told() {
+        let args = |extra: &[&str]| {
+            let mut argv = vec![
+                "clb-watcher",
+                "--server=http://clb-state-server.clb-system.svc:50051",
+                "--token-file=/var/run/secrets/clb/token",
+            ];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap()
+        };
+        let e = args(&[]).config().unwrap_err().to_string();
+        assert!(e.contains("would cross the network in clear"), "{e}");
+        args(&["--insecure-plaintext"]).config().unwrap();
+    }
 
     #[test]
     fn metrics_listen_is_off_by_default_and_checked() {
