@@ -343,13 +343,16 @@ pub fn plan(current: &Result<Inspected, String>, names: &[String], now: SystemTi
         }
         Ok(s) => s,
     };
+    let due = |what: &str, v: &Validity| {
+        format!(
+            "{what} is due for renewal since {} (valid until {})",
+            when(v.renew_at()),
+            when(v.not_after)
+        )
+    };
     if now >= s.ca.validity.renew_at() {
         return Plan::RotateCa {
-            reason: format!(
-                "the CA is due for renewal since {} (valid until {})",
-                when(s.ca.validity.renew_at()),
-                when(s.ca.validity.not_after)
-            ),
+            reason: due("the CA", &s.ca.validity),
         };
     }
     if !s.leaf_is_ca_s {
@@ -368,11 +371,7 @@ pub fn plan(current: &Result<Inspected, String>, names: &[String], now: SystemTi
     }
     if now >= s.leaf.validity.renew_at() {
         return Plan::RenewServing {
-            reason: format!(
-                "the serving certificate is due for renewal since {} (valid until {})",
-                when(s.leaf.validity.renew_at()),
-                when(s.leaf.validity.not_after)
-            ),
+            reason: due("the serving certificate", &s.leaf.validity),
         };
     }
     if let Some(p) = &s.previous
