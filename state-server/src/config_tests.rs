@@ -1,6 +1,7 @@
 //! Tests of `config.rs`: the flags, their defaults, their validation and where they go.
 
 use super::*;
+use crate::tls::TlsFiles;
 
 fn parse(args: &[&str]) -> Args {
     Args::try_parse_from(std::iter::once("clb-state-server").chain(args.iter().copied())).unwrap()

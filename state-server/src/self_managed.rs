@@ -180,7 +180,7 @@ pub enum SelfManagedError {
         name: String,
         /// The API's answer.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A certificate could not be made.
     #[error(transparent)]
@@ -256,7 +256,7 @@ impl SelfManaged {
             what,
             namespace,
             name,
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -181,8 +181,7 @@ async fn the_shipped_system_speaks_tls_refuses_strangers_and_rotates_without_a_f
     // Strangers: another CA, and plaintext.
     let e = operator_with(&mut s, &another_ca())
         .await
-        .err()
-        .expect("a client trusting another CA got in");
+        .expect_err("a client trusting another CA got in");
     assert!(
         e.contains("TLS handshake") && e.contains("UnknownIssuer") && e.contains("signed by a CA"),
         "{e}"
