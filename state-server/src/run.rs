@@ -291,7 +291,7 @@ impl Bound {
             if let Some(managed) = self_managed {
                 tasks.spawn(managed.run(stop.clone()));
             } else if let Some(tls) = tls.clone().filter(|t| t.files.is_some()) {
-                tasks.spawn(crate::tls_listener::reload_files(tls, TLS_FILES_RELOAD));
+                tasks.spawn(crate::tls::reload_files(tls, TLS_FILES_RELOAD));
             }
             tasks
         };

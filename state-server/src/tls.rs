@@ -17,9 +17,7 @@ use rustls::sign::CertifiedKey;
 use crate::config::ConfigError;
 use crate::tls_listener::{ServerTls, ServingCertificate};
 
-/// Bound on one TLS handshake, so that a peer that connects and says nothing does not hold a
-/// handshake task forever.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::tls_listener::HANDSHAKE_TIMEOUT;
 
 /// The PEM files of the gRPC API's TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,4 +227,46 @@ fn chain_of(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     s
+}
+
+/// Re-reads `--tls-cert`/`--tls-key` every `every` and presents the new pair when their content
+/// changed (cert-manager renewed the Secret and the kubelet swapped the files); a pair that does
+/// not load is logged and the previous one stays.
+pub async fn reload_files(tls: ServerTls, every: Duration) {
+    let Some((cert, key)) = tls.files.clone() else {
+        return;
+    };
+    let files = TlsFiles {
+        cert,
+        key,
+        client_ca: None,
+    };
+    let mut last = files.read_pair().ok();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let read = {
+            let files = files.clone();
+            tokio::task::spawn_blocking(move || files.read_pair()).await
+        };
+        let Ok(Ok(pair)) = read else {
+            continue;
+        };
+        if last.as_ref() == Some(&pair) {
+            continue;
+        }
+        match files.certified_key(&pair.0, &pair.1) {
+            Ok(key) => {
+                tls.certificate.set(key);
+                tracing::info!(cert = %files.cert.display(), "serving certificate reloaded");
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the certificate files changed but do not load; the previous certificate stays in use"
+            ),
+        }
+        last = Some(pair);
+    }
 }

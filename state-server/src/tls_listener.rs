@@ -1,6 +1,7 @@
 //! The gRPC port behind TLS: the certificate presented now ([`ServingCertificate`], swapped without
 //! a restart: by the self-managed PKI, [`crate::self_managed`], or by re-reading `--tls-cert` and
-//! `--tls-key`), and the accepted connections ([`incoming`]), each handshake in a task of its own.
+//! `--tls-key`, [`crate::tls::reload_files`]), and the accepted connections ([`incoming`]), each
+//! handshake in a task of its own.
 //!
 //! A connection that opens with something else than a TLS handshake is refused with an answer the
 //! client can show: a plaintext HTTP/2 client (a gRPC client with an `http://` URL) gets every call
@@ -23,7 +24,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::tls::HANDSHAKE_TIMEOUT;
+/// Bound on one TLS handshake, so that a peer that connects and says nothing does not hold a
+/// handshake task forever.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a client that speaks plaintext to the TLS port is told.
 pub const PLAINTEXT_REFUSAL: &str = "this state server's gRPC port serves TLS only: connect with an \
@@ -92,7 +95,7 @@ pub struct ServerTls {
     pub certificate: Arc<ServingCertificate>,
     /// rustls' configuration (resolving to [`ServerTls::certificate`]).
     pub config: Arc<rustls::ServerConfig>,
-    /// `--tls-cert`/`--tls-key`, re-read by [`reload_files`]; `None` when the self-managed PKI
+    /// `--tls-cert`/`--tls-key`, re-read by [`crate::tls::reload_files`]; `None` when the self-managed PKI
     /// sets the certificate.
     pub files: Option<(PathBuf, PathBuf)>,
 }
@@ -234,47 +237,5 @@ async fn refuse_plaintext(mut tcp: TcpStream, peer: SocketAddr, first: u8) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-    }
-}
-
-/// Re-reads `--tls-cert`/`--tls-key` every `every` and presents the new pair when their content
-/// changed (cert-manager renewed the Secret and the kubelet swapped the files); a pair that does
-/// not load is logged and the previous one stays.
-pub async fn reload_files(tls: ServerTls, every: Duration) {
-    let Some((cert, key)) = tls.files.clone() else {
-        return;
-    };
-    let files = crate::tls::TlsFiles {
-        cert,
-        key,
-        client_ca: None,
-    };
-    let mut last = files.read_pair().ok();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let read = {
-            let files = files.clone();
-            tokio::task::spawn_blocking(move || files.read_pair()).await
-        };
-        let Ok(Ok(pair)) = read else {
-            continue;
-        };
-        if last.as_ref() == Some(&pair) {
-            continue;
-        }
-        match files.certified_key(&pair.0, &pair.1) {
-            Ok(key) => {
-                tls.certificate.set(key);
-                tracing::info!(cert = %files.cert.display(), "serving certificate reloaded");
-            }
-            Err(e) => tracing::warn!(
-                error = %e,
-                "the certificate files changed but do not load; the previous certificate stays in use"
-            ),
-        }
-        last = Some(pair);
     }
 }
