@@ -22,10 +22,9 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::parse_duration;
 use crate::pki::{self, Lifetimes, Material, Plan};
 use crate::tls_listener::ServingCertificate;
-use clb_telemetry::flags::format_duration;
+use clb_telemetry::flags::{format_duration, parse_duration};
 
 /// Flags of the self-managed certificate (flattened into [`crate::config::Args`]).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
