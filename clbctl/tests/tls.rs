@@ -86,7 +86,7 @@ fn options(url: &str, tls: TlsOptions) -> ConnectOptions {
 
 fn with_ca(pki: &Pki) -> TlsOptions {
     TlsOptions {
-        ca_pem: Some(pki.ca.clone().into_bytes()),
+        ca: Some(clb_client::tls::CaBundle::Pem(pki.ca.clone().into_bytes())),
         ..TlsOptions::default()
     }
 }
@@ -149,11 +149,29 @@ async fn the_typed_client_needs_the_ca_and_then_writes_over_tls() {
         .await
         .expect("TLS options upgrade an http:// URL");
 
-    // (b) Without the CA (the built-in roots only): the server is not trusted; a connect error.
+    // (b) Without the CA: refused before dialling (this build trusts no system roots).
     match Client::connect(options(&server.url(), TlsOptions::default())).await {
-        Err(ClientError::Connect { attempts: 1, .. }) => {}
-        other => panic!("expected a connect error, got {other:?}"),
+        Err(e @ ClientError::InvalidEndpoint { .. }) => {
+            assert!(e.to_string().contains("--tls-ca"), "{e}");
+        }
+        other => panic!("expected an invalid endpoint, got {other:?}"),
     }
+    // Another CA: the handshake fails, and the error says which bundle and name were checked.
+    let stranger = Pki::new("stranger-ca");
+    let foreign_ca = TlsOptions {
+        ca: Some(clb_client::tls::CaBundle::Pem(
+            stranger.ca.clone().into_bytes(),
+        )),
+        ..TlsOptions::default()
+    };
+    let e = Client::connect(options(&server.url(), foreign_ca))
+        .await
+        .expect_err("a server signed by another CA");
+    let e = format!("{:?}", anyhow::Error::from(e));
+    assert!(
+        e.contains("TLS handshake") && e.contains("UnknownIssuer"),
+        "{e}"
+    );
     // A domain the certificate does not name: a connect error too.
     let wrong = TlsOptions {
         domain: Some("not-the-server".into()),
@@ -163,12 +181,14 @@ async fn the_typed_client_needs_the_ca_and_then_writes_over_tls() {
         Err(ClientError::Connect { .. }) => {}
         other => panic!("expected a connect error, got {other:?}"),
     }
-    // A plaintext client gets no answer from the TLS port.
+    // A plaintext client is told that the port serves TLS only.
     let mut plain = ConnectOptions::new(format!("http://127.0.0.1:{}", server.port));
     plain.attempts = 1;
-    connect_and_apply(plain)
+    let e = connect_and_apply(plain)
         .await
         .expect_err("plaintext to a TLS port");
+    let e = format!("{:?}", anyhow::Error::from(e));
+    assert!(e.contains("serves TLS only"), "{e}");
     server.stop().await;
 }
 

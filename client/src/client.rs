@@ -31,7 +31,9 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::tls::{CaBundle, Dialer, TlsConnector};
 use tracing::Instrument as _;
 
 mod awaits;
@@ -47,12 +49,12 @@ type Traced = InterceptedService<Channel, CallInterceptor>;
 /// Updates per `Apply` batch and per resync chunk (below the server's default batch limit).
 pub const CHUNK: usize = 2_000;
 
-/// TLS to the state server.
+/// TLS to the state server ([`crate::tls`]).
 #[derive(Debug, Clone, Default)]
 pub struct TlsOptions {
-    /// PEM of the CA that signs the server's certificate; `None` uses the TLS stack's enabled roots
-    /// (this build enables none: give the CA).
-    pub ca_pem: Option<Vec<u8>>,
+    /// The CA bundle that signs the server's certificate (a file is re-read when it changes).
+    /// Required: this build trusts no system roots.
+    pub ca: Option<CaBundle>,
     /// The name to check in the server's certificate; `None` uses the endpoint's host.
     pub domain: Option<String>,
     /// PEM certificate and key of this client, for mutual TLS.
@@ -83,6 +85,9 @@ pub struct ConnectOptions {
     /// The file of the bearer token every call sends (`authorization: Bearer <token>`), re-read
     /// when it changes; `None` sends none.
     pub token_file: Option<std::path::PathBuf>,
+    /// `--insecure-plaintext`: send the token over plaintext to a host that is not loopback
+    /// (refused otherwise: [`crate::tls::check_plaintext`]).
+    pub insecure_plaintext: bool,
 }
 
 impl ConnectOptions {
@@ -99,6 +104,7 @@ impl ConnectOptions {
             tls: None,
             gateway: String::new(),
             token_file: None,
+            insecure_plaintext: false,
         }
     }
 
@@ -108,14 +114,22 @@ impl ConnectOptions {
         self
     }
 
-    fn endpoint(&self) -> Result<Endpoint, ClientError> {
+    fn dialer(&self) -> Result<Dialer, ClientError> {
         let invalid = |reason: String| ClientError::InvalidEndpoint {
             endpoint: self.endpoint.clone(),
             reason,
         };
+        crate::tls::check_plaintext(
+            &self.endpoint,
+            self.tls.is_some() || self.endpoint.to_ascii_lowercase().starts_with("https://"),
+            self.token_file.as_deref(),
+            self.insecure_plaintext,
+        )
+        .map_err(invalid)?;
         // With TLS options an `http://` URL is dialled as `https://` (never plaintext by accident).
         let url = clb_proto::endpoint_url(&self.endpoint, self.tls.is_some());
-        let mut ep = Endpoint::from_shared(url)
+        let secure = url.to_ascii_lowercase().starts_with("https://");
+        let mut ep = Endpoint::from_shared(crate::tls::tonic_url(&url))
             .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
@@ -124,20 +138,28 @@ impl ConnectOptions {
         if let Some(t) = self.request_timeout {
             ep = ep.timeout(t);
         }
-        if let Some(tls) = &self.tls {
-            let mut cfg = ClientTlsConfig::new().with_enabled_roots();
-            if let Some(ca) = &tls.ca_pem {
-                cfg = cfg.ca_certificate(Certificate::from_pem(ca));
-            }
-            if let Some(d) = &tls.domain {
-                cfg = cfg.domain_name(d.clone());
-            }
-            if let Some((cert, key)) = &tls.identity {
-                cfg = cfg.identity(Identity::from_pem(cert, key));
-            }
-            ep = ep.tls_config(cfg).map_err(|e| invalid(e.to_string()))?;
-        }
-        Ok(ep)
+        let tls = if secure {
+            let options = self.tls.clone().unwrap_or_default();
+            let ca = options.ca.ok_or_else(|| {
+                invalid(
+                    "TLS needs the CA bundle that signs the server's certificate (--tls-ca): \
+                     this build trusts no system roots"
+                        .into(),
+                )
+            })?;
+            let host = ep.uri().host().unwrap_or_default().to_owned();
+            let connector = TlsConnector::new(
+                ca,
+                &host,
+                options.domain.as_deref(),
+                options.identity.as_ref(),
+            )
+            .map_err(invalid)?;
+            Some(connector)
+        } else {
+            None
+        };
+        Ok(Dialer { endpoint: ep, tls })
     }
 }
 
@@ -153,7 +175,7 @@ pub struct Client {
 impl Client {
     /// Connects, retrying with exponential backoff as `options` say.
     pub async fn connect(options: ConnectOptions) -> Result<Self, ClientError> {
-        let endpoint = options.endpoint()?;
+        let endpoint = options.dialer()?;
         let attempts = options.attempts.max(1);
         let mut backoff =
             crate::backoff::Backoff::new(options.initial_backoff, options.max_backoff);
@@ -588,13 +610,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn with_tls_options_an_http_endpoint_is_dialled_as_https() {
+    fn with_tls_options_an_http_endpoint_is_dialled_over_tls_which_needs_a_ca() {
         let plain = ConnectOptions::new("http://127.0.0.1:50051");
-        assert_eq!(plain.endpoint().unwrap().uri().scheme_str(), Some("http"));
+        assert!(plain.dialer().unwrap().tls.is_none());
         let mut tls = ConnectOptions::new("http://127.0.0.1:50051");
         tls.tls = Some(TlsOptions::default());
-        let uri = tls.endpoint().unwrap().uri().clone();
-        assert_eq!(uri.scheme_str(), Some("https"));
-        assert_eq!(uri.authority().map(|a| a.as_str()), Some("127.0.0.1:50051"));
+        let e = tls.dialer().unwrap_err().to_string();
+        assert!(
+            e.contains("needs the CA bundle") && e.contains("--tls-ca"),
+            "{e}"
+        );
+        let https = ConnectOptions::new("https://127.0.0.1:50051");
+        assert!(https.dialer().unwrap_err().to_string().contains("--tls-ca"));
+    }
+
+    #[test]
+    fn a_token_to_a_remote_plaintext_server_is_refused_before_connecting() {
+        let mut o = ConnectOptions::new("http://clb-state-server.clb-system.svc:50051");
+        o.token_file = Some("/var/run/secrets/clb/token".into());
+        let e = o.dialer().unwrap_err().to_string();
+        assert!(e.contains("would cross the network in clear"), "{e}");
+        o.insecure_plaintext = true;
+        assert!(o.dialer().is_ok());
     }
 }

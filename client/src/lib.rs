@@ -3,6 +3,8 @@
 //! - [`client`]: [`client::Client`] (connect with retry, optional TLS, Admin reads) and
 //!   [`client::Writer`] (single updates, bulk streaming, resync);
 //! - [`updates`]: builders of `clb.v1` updates;
+//! - [`tls`]: TLS to the state server verified against a CA bundle file re-read when it changes,
+//!   and the rule that a token never crosses the network in clear;
 //! - [`token`]: the bearer token every call sends, read from a file and re-read when it rotates;
 //! - [`backoff`]: the one retry policy (backon's exponential backoff with equal jitter) of the
 //!   client, the watcher and the sync worker.
@@ -12,6 +14,7 @@
 
 pub mod backoff;
 pub mod client;
+pub mod tls;
 pub mod token;
 pub mod updates;
 

@@ -9,7 +9,6 @@ use clap::{CommandFactory, Parser};
 
 use crate::auth::{AuthConfig, Mode};
 use crate::state::ServerConfig;
-use crate::tls::{TlsError, TlsFiles};
 use clb_core::dispatch::DispatchConfig;
 use clb_telemetry::flags::format_duration;
 
@@ -219,9 +218,13 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
 
     /// PEM CA certificate(s): every client must present a certificate signed by one (mutual TLS;
-    /// needs --tls-cert and --tls-key).
+    /// needs --tls-cert and --tls-key, or --tls-self-managed).
     #[arg(long, env = "CLB_TLS_CLIENT_CA", value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub self_managed: crate::self_managed::SelfManagedArgs,
 
     /// How callers are identified: `kubernetes` validates each call's bearer token with a
     /// TokenReview (audience --token-audience); `none` trusts every caller (refused on a
@@ -347,6 +350,9 @@ pub enum ConfigError {
     /// `--token-audience` is empty.
     #[error("--token-audience must not be empty")]
     EmptyAudience,
+    /// The self-managed TLS flags do not fit ([`crate::self_managed::SelfManagedArgs::validate`]).
+    #[error("{0}")]
+    SelfManaged(String),
     /// A TLS flag is given without the flag(s) it needs.
     #[error("--{given} requires {missing}")]
     TlsIncomplete {
@@ -460,15 +466,7 @@ impl Args {
         if self.leader_elect {
             self.election_config("namespace-checked-later").validate()?;
         }
-        let incomplete = |given, missing| Err(ConfigError::TlsIncomplete { given, missing });
-        match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
-            (Some(_), None, _) => return incomplete("tls-cert", "--tls-key"),
-            (None, Some(_), _) => return incomplete("tls-key", "--tls-cert"),
-            (None, None, Some(_)) => {
-                return incomplete("tls-client-ca", "--tls-cert and --tls-key");
-            }
-            _ => {}
-        }
+        self.validate_tls()?;
         self.validate_auth()
     }
 
@@ -513,24 +511,6 @@ impl Args {
             cache_capacity: self.auth_cache_size,
             review_timeout: crate::auth::REVIEW_TIMEOUT,
         }
-    }
-
-    /// The TLS files the flags name (call [`Args::validate`] first); `None` is plaintext.
-    pub fn tls_files(&self) -> Option<TlsFiles> {
-        match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: self.tls_client_ca.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// Reads and checks the TLS files (call [`Args::validate`] first): tonic's configuration, or
-    /// `None` for plaintext; the error names the flag and the file.
-    pub fn server_tls(&self) -> Result<Option<tonic::transport::ServerTlsConfig>, TlsError> {
-        self.tls_files().map(|f| f.load()).transpose()
     }
 
     /// `--server-id`, else `$HOSTNAME` (the pod name in Kubernetes), else [`DEFAULT_SERVER_ID`].

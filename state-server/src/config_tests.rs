@@ -1,6 +1,7 @@
 //! Tests of `config.rs`: the flags, their defaults, their validation and where they go.
 
 use super::*;
+use crate::tls::TlsFiles;
 
 fn parse(args: &[&str]) -> Args {
     Args::try_parse_from(std::iter::once("clb-state-server").chain(args.iter().copied())).unwrap()
@@ -212,7 +213,7 @@ fn tls_flags_come_as_a_pair_and_mutual_tls_needs_them() {
         (&["--tls-key=k.pem"], "--tls-key requires --tls-cert"),
         (
             &["--tls-client-ca=ca.pem"],
-            "--tls-client-ca requires --tls-cert and --tls-key",
+            "--tls-client-ca requires --tls-cert and --tls-key, or --tls-self-managed",
         ),
         (
             &["--tls-cert=c.pem", "--tls-client-ca=ca.pem"],
@@ -241,6 +242,72 @@ fn tls_flags_come_as_a_pair_and_mutual_tls_needs_them() {
             client_ca: Some("/ca.pem".into()),
         })
     );
+}
+
+#[test]
+fn the_self_managed_certificate_flags_are_checked_and_exclude_a_certificate_file() {
+    let a = parse(&["--listen=127.0.0.1:1", "--tls-self-managed"]);
+    a.validate().unwrap();
+    assert_eq!(a.self_managed.tls_secret, "clb-state-server-tls");
+    assert_eq!(a.self_managed.tls_ca_bundle, "clb-ca-bundle");
+    assert_eq!(a.self_managed.tls_service, "clb-state-server");
+    assert_eq!(
+        a.self_managed.tls_ca_validity,
+        Duration::from_secs(3650 * 86_400)
+    );
+    assert_eq!(
+        a.self_managed.tls_serving_validity,
+        Duration::from_secs(365 * 86_400)
+    );
+    let tls = a.server_tls().unwrap().expect("TLS");
+    assert!(
+        !tls.certificate.is_ready(),
+        "no certificate before the Secret is read"
+    );
+    assert!(tls.files.is_none());
+    // Mutual TLS with the self-managed certificate.
+    parse(&[
+        "--listen=127.0.0.1:1",
+        "--tls-self-managed",
+        "--tls-client-ca=ca.pem",
+    ])
+    .validate()
+    .unwrap();
+    let e = Args::try_parse_from(["clb-state-server", "--tls-self-managed", "--tls-cert=c.pem"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--tls-cert") && e.contains("cannot be used with"),
+        "{e}"
+    );
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--tls-ca-validity=30s"],
+            "--tls-ca-validity 30s: too short, at least 1m",
+        ),
+        (
+            &["--tls-ca-validity=100d"],
+            "--tls-serving-validity 365d is longer than --tls-ca-validity 100d: a certificate never outlives its CA",
+        ),
+        (
+            &["--tls-extra-names=10.0.0.1,bad name"],
+            "--tls-extra-names \"bad name\": neither a DNS name nor an IP address",
+        ),
+        (&["--tls-secret= "], "--tls-secret must not be empty"),
+    ];
+    for (args, want) in cases {
+        let mut argv = vec!["--listen=127.0.0.1:1", "--tls-self-managed"];
+        argv.extend_from_slice(args);
+        assert_eq!(
+            parse(&argv).validate().unwrap_err().to_string(),
+            want,
+            "{args:?}"
+        );
+    }
+    // Without --tls-self-managed the others are not looked at.
+    parse(&["--listen=127.0.0.1:1", "--tls-ca-validity=1s"])
+        .validate()
+        .unwrap();
 }
 
 #[test]

@@ -30,6 +30,9 @@ use crate::grpc;
 use crate::metrics::{router_with_readiness, serve_router};
 use crate::state::StateServer;
 
+/// How often `--tls-cert`/`--tls-key` are re-read (a renewed certificate is presented this late).
+pub const TLS_FILES_RELOAD: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The Kubernetes clients of the state server (both to one API server).
 #[derive(Clone)]
 pub struct KubeClients {
@@ -73,8 +76,9 @@ impl std::fmt::Debug for KubeClients {
 pub struct Options {
     /// The flags, validated, with the gateways of `--gateways-file` loaded.
     pub args: Args,
-    /// The gRPC port's TLS (`None`: plaintext), read from `--tls-cert`/`--tls-key`/`--tls-client-ca`.
-    pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// The gRPC port's TLS (`None`: plaintext), read from `--tls-cert`/`--tls-key`/`--tls-client-ca`,
+    /// or made by the server itself (`--tls-self-managed`).
+    pub tls: Option<crate::tls_listener::ServerTls>,
 }
 
 impl Options {
@@ -93,11 +97,15 @@ impl Options {
     /// The flags that need a Kubernetes API, for messages (`None`: no client is needed).
     pub fn needs_kubernetes(&self) -> Option<&'static str> {
         let auth = self.args.auth_config().needs_kubernetes();
-        match (auth, self.args.leader_elect) {
+        let flags = match (auth, self.args.leader_elect) {
             (true, true) => Some("--authentication/--authorization=kubernetes and --leader-elect"),
             (true, false) => Some("--authentication/--authorization=kubernetes"),
             (false, true) => Some("--leader-elect"),
             (false, false) => None,
+        };
+        match flags {
+            None if self.args.self_managed.tls_self_managed => Some("--tls-self-managed"),
+            flags => flags,
         }
     }
 }
@@ -114,7 +122,8 @@ pub struct Started {
 /// A state server whose listeners are bound; [`Bound::serve`] runs it.
 pub struct Bound {
     args: Args,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<crate::tls_listener::ServerTls>,
+    self_managed: Option<crate::self_managed::SelfManaged>,
     auth: Option<Arc<Auth>>,
     lease: Option<kube::Client>,
     state: Arc<StateServer>,
@@ -162,6 +171,17 @@ pub async fn bind(options: Options, kube: Option<KubeClients>) -> anyhow::Result
     } else {
         None
     };
+    let self_managed = match (&tls, args.self_managed.tls_self_managed) {
+        (Some(tls), true) => Some(crate::self_managed::SelfManaged::new(
+            &args.self_managed,
+            kube.as_ref()
+                .ok_or_else(|| needs("--tls-self-managed"))?
+                .lease
+                .clone(),
+            tls.certificate.clone(),
+        )),
+        _ => None,
+    };
     let lease = if args.leader_elect {
         Some(
             kube.as_ref()
@@ -198,6 +218,7 @@ pub async fn bind(options: Options, kube: Option<KubeClients>) -> anyhow::Result
     Ok(Bound {
         args,
         tls,
+        self_managed,
         auth,
         lease,
         state,
@@ -237,6 +258,7 @@ impl Bound {
         let Bound {
             args,
             tls,
+            self_managed,
             auth,
             lease,
             state,
@@ -260,6 +282,18 @@ impl Bound {
         let refresh = {
             let (metrics, state) = (metrics.clone(), state.clone());
             move || metrics.refresh_from(&state)
+        };
+        // The certificate: issued and renewed by the server (--tls-self-managed), or re-read from
+        // --tls-cert/--tls-key when they change. Not ready before a certificate is presented.
+        let certificate = tls.as_ref().map(|t| t.certificate.clone());
+        let tls_tasks = {
+            let mut tasks = tokio::task::JoinSet::new();
+            if let Some(managed) = self_managed {
+                tasks.spawn(managed.run(stop.clone()));
+            } else if let Some(tls) = tls.clone().filter(|t| t.files.is_some()) {
+                tasks.spawn(crate::tls::reload_files(tls, TLS_FILES_RELOAD));
+            }
+            tasks
         };
         let grpc = async {
             let r = grpc::serve_with(
@@ -289,7 +323,9 @@ impl Bound {
         };
         let router = {
             let state = state.clone();
-            router_with_readiness(metrics.clone(), refresh, move || state.is_leader())
+            router_with_readiness(metrics.clone(), refresh, move || {
+                state.is_leader() && certificate.as_ref().is_none_or(|c| c.is_ready())
+            })
         };
         let http = async {
             let r = serve_router(metrics_listener, router, stop.clone().cancelled_owned()).await;
@@ -297,6 +333,7 @@ impl Bound {
             r
         };
         let (grpc_result, metrics_result, ()) = tokio::join!(grpc, http, signal);
+        drop(tls_tasks);
         if let Some(election) = election {
             // On shutdown the leader steps down and releases the Lease (bounded by the retry period).
             let _ = election.await;

@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, env = "CLB_SERVER", default_value = "http://127.0.0.1:50051")]
     pub server: String,
     /// PEM CA certificate(s) that sign the state server's certificate; turns TLS on (an `http://`
-    /// --server is then reached as `https://`).
+    /// --server is then reached as `https://`). Read again for each connection when it changed
+    /// (the mounted ConfigMap clb-ca-bundle during a CA rotation).
     #[arg(long, env = "CLB_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// PEM certificate of this worker, for mutual TLS (needs --tls-key; turns TLS on).
@@ -59,6 +60,10 @@ pub struct Args {
     /// /var/run/secrets/clb/token if it exists, else no token.
     #[arg(long, env = "CLB_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
+    /// (refused otherwise: the token would cross the network in clear).
+    #[arg(long, env = "CLB_INSECURE_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub insecure_plaintext: bool,
     /// Name of this worker (default: hostname-pid).
     #[arg(long, env = "CLB_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -268,6 +273,13 @@ impl Args {
         let mut c = WorkerConfig::new(&self.server, worker_id);
         c.tls = self.tls()?;
         c.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
+        clb_client::tls::check_plaintext(
+            &self.server,
+            c.uses_tls(),
+            c.token_file.as_deref(),
+            self.insecure_plaintext,
+        )
+        .map_err(WorkerError::InvalidConfig)?;
         c.capacity = self.capacity;
         c.gateways = self.served_gateways(self.gateways_file()?.as_ref())?;
         c.limits = Limits {
@@ -467,6 +479,26 @@ mod tests {
     fn parse(args: &[&str]) -> Args {
         let base = ["clb-sync-worker", "--subscription=s", "--resource-group=rg"];
         Args::try_parse_from(base.iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn a_token_to_a_remote_plaintext_server_refuses_to_start_unless_told() {
+        let token = "--token-file=/var/run/secrets/clb/token";
+        let remote = "--server=http://clb-state-server.clb-system.svc:50051";
+        let e = parse(&[remote, token])
+            .worker_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("would cross the network in clear") && e.contains("--insecure-plaintext"),
+            "{e}"
+        );
+        parse(&[remote, token, "--insecure-plaintext"])
+            .worker_config()
+            .unwrap();
+        parse(&["--server=http://127.0.0.1:50051", token])
+            .worker_config()
+            .unwrap();
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! TokenReviews, SubjectAccessReviews answered by evaluating RBAC objects (deploy/'s, and bindings
 //! a test creates as an operator would), and optionally RBAC enforced on the fake's own requests:
 //! `fake_kube/auth.rs`.
-//! Pods (status subresource, strategic merge patch, graceful deletion) and `apps/v1` Deployments:
+//! Pods (status subresource, strategic merge patch, graceful deletion), `apps/v1` Deployments, and
+//! Secrets and ConfigMaps (create, get, list, watch, update with `resourceVersion`):
 //! `fake_kube/workloads.rs`; simulated kubelet, EndpointSlice and Deployment controllers
 //! ([`FakeApi::start_controllers`]): `fake_kube/controllers.rs`.
 //! Binds 127.0.0.1:0.
@@ -125,8 +126,12 @@ pub struct FakeApi {
     pub url: String,
 }
 
-const RESOURCES: [(&str, &str, &str); 6] = [
+const RESOURCES: [(&str, &str, &str); 8] = [
     ("services", "Service", "v1"),
+    // The state server's TLS Secret and CA bundle (--tls-self-managed): get, list and watch (by
+    // name), create, and update with the resourceVersion precondition (`409 Conflict`).
+    ("secrets", "Secret", "v1"),
+    ("configmaps", "ConfigMap", "v1"),
     ("endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
     ("pods", "Pod", "v1"),
     ("nodes", "Node", "v1"),

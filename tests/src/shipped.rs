@@ -6,10 +6,14 @@
 //! the NRP emulator as Azure.
 //!
 //! What is rewritten, and nothing else: addresses (`--listen`, `--metrics-listen` to
-//! `127.0.0.1:0`; `--server` to the Service in front of the state servers; `--nrp-endpoint` to the
-//! emulator), file paths (`--token-file`, `--gateways-file`, and `KUBECONFIG` standing in for the
-//! in-cluster ServiceAccount mount), the downward API's values (pod name, node name), and the sync
-//! worker's `--credential` (`none`: Entra ID cannot be reached here; the emulator takes no token).
+//! `127.0.0.1:0`; `--server` to the Service in front of the state servers, its scheme kept;
+//! `--nrp-endpoint` to the emulator; the state server's `--tls-extra-names` to that Service's
+//! address, which its self-managed certificate must name as it names the Service's DNS names in a
+//! cluster), file paths (`--token-file`, `--gateways-file`, paths under the mounts of ConfigMaps
+//! and Secrets made at run time, which [`kubelet`] projects from the fake API as the kubelet does,
+//! and `KUBECONFIG` standing in for the in-cluster ServiceAccount mount), the downward API's values
+//! (pod name, node name), and the sync worker's `--credential` (`none`: Entra ID cannot be reached
+//! here; the emulator takes no token).
 //!
 //! The state servers sit behind [`ServiceProxy`], which routes like the Kubernetes Service
 //! `clb-state-server`: to a replica whose `/readyz` answers 200 (the leader), probed every 100 ms.
@@ -22,7 +26,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use clb_client::client::{Client, ConnectOptions};
+use clb_client::client::{Client, ConnectOptions, TlsOptions};
+use clb_client::tls::CaBundle;
 use clb_gateways::Gateways;
 use clb_nrp_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use k8s_openapi::api::core::v1::Container;
@@ -31,6 +36,7 @@ use crate::PATIENCE;
 use crate::deploy::{NAMESPACE, Rendered};
 use crate::fake_kube::{API_AUDIENCE, FakeApi, TokenUser};
 
+pub mod kubelet;
 mod net;
 mod proc;
 pub use net::{ServiceProxy, TcpGate};
@@ -118,6 +124,8 @@ pub struct Shipped {
     dir: PathBuf,
     next_pod: u64,
     api_addr: SocketAddr,
+    /// The simulated kubelet's projections of runtime ConfigMaps and Secrets ([`kubelet`]).
+    kubelet: tokio::task::JoinSet<()>,
 }
 
 /// The environment of `c` as the kubelet sets it: literal values, ConfigMaps (`envFrom`), the
@@ -249,6 +257,7 @@ impl Shipped {
             dir,
             next_pod: 0,
             api_addr,
+            kubelet: tokio::task::JoinSet::new(),
         };
         for _ in 0..options.servers {
             s.start_server().await;
@@ -354,6 +363,10 @@ impl Shipped {
             rewrites.push(("--metrics-listen", "127.0.0.1:0".into()));
         }
         let args = rewrite(c.args.as_deref().unwrap_or_default(), &rewrites);
+        // As the kubelet: the pod starts once the ConfigMaps and Secrets it mounts exist.
+        let volumes = kubelet::runtime_volumes(&self.rendered, workload, &c, &self.dir.join(pod));
+        kubelet::project(&self.api, &volumes, &mut self.kubelet).await;
+        let args = kubelet::rewrite_paths(&args, &volumes);
         let mut p = Proc::spawn(pod, bin, &args, &env).await;
         // The state server names both addresses in its "listening" line; the others log the
         // metrics listener when they start it.
@@ -373,9 +386,18 @@ impl Shipped {
             kube_server: self.api_gate.url.clone(),
             ready_line: "listening",
         };
-        let p = self
-            .spawn(launch, vec![("--listen", "127.0.0.1:0".into())])
-            .await;
+        let mut rewrites = vec![("--listen", "127.0.0.1:0".to_owned())];
+        if self
+            .rendered
+            .container("clb-state-server")
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a == "--tls-self-managed" || a == "--tls-self-managed=true")
+        {
+            rewrites.push(("--tls-extra-names", self.service.ip().to_string()));
+        }
+        let p = self.spawn(launch, rewrites).await;
         assert!(p.grpc.is_some(), "{}: no gRPC address", p.name);
         self.servers.push(p);
         self.refresh_service();
@@ -391,9 +413,23 @@ impl Shipped {
         );
     }
 
+    /// `workload`'s `--server` in deploy/, pointed at the Service here (the scheme kept).
+    pub fn server_url(&self, workload: &str) -> String {
+        let shipped = self
+            .rendered
+            .container(workload)
+            .args
+            .iter()
+            .flatten()
+            .find_map(|a| a.strip_prefix("--server="))
+            .unwrap_or_else(|| panic!("{workload} has no --server in deploy/"));
+        let scheme = shipped.split_once("://").map_or("http", |(s, _)| s);
+        format!("{scheme}://{}", self.service.addr())
+    }
+
     async fn start_worker(&mut self) -> Proc {
         let rewrites = vec![
-            ("--server", self.service.url.clone()),
+            ("--server", self.server_url("clb-sync-worker")),
             ("--nrp-endpoint", self.nrp.base_url()),
             ("--credential", "none".to_owned()),
         ];
@@ -415,7 +451,7 @@ impl Shipped {
             kube_server: self.api.url.clone(),
             ready_line: "serving /metrics",
         };
-        let rewrites = vec![("--server", self.service.url.clone())];
+        let rewrites = vec![("--server", self.server_url(workload))];
         self.spawn(launch, rewrites).await
     }
 
@@ -480,6 +516,16 @@ impl Shipped {
     /// A client of the Service with a new operator identity bound (as docs/security.md tells
     /// operators) to `clb-reader` and `clb-writer`: for the test's own reads, never a component's.
     pub async fn operator(&mut self) -> Client {
+        let mut options = self.operator_options();
+        options.token_file = Some(self.operator_token());
+        options.attempts = 20;
+        Client::connect(options)
+            .await
+            .expect("the operator connects")
+    }
+
+    /// The token file of a new operator identity bound to `clb-reader` and `clb-writer`.
+    pub fn operator_token(&mut self) -> PathBuf {
         let name = self.pod_name("operator");
         let token = format!("clb-{name}");
         self.api
@@ -493,12 +539,28 @@ impl Shipped {
         }
         let file = self.dir.join(format!("{name}.token"));
         std::fs::write(&file, &token).expect("token file");
-        let mut options = ConnectOptions::new(&self.service.url);
-        options.token_file = Some(file);
-        options.attempts = 20;
-        Client::connect(options)
-            .await
-            .expect("the operator connects")
+        file
+    }
+
+    /// How an operator reaches the Service as deploy/ ships the server: over TLS, trusting the CA
+    /// bundle the state server publishes (read now), by the Service's address.
+    pub fn operator_options(&self) -> ConnectOptions {
+        let mut options = ConnectOptions::new(self.server_url("clb-watcher"));
+        if options.endpoint.starts_with("https://") {
+            options.tls = Some(TlsOptions {
+                ca: Some(CaBundle::Pem(self.ca_bundle().into_bytes())),
+                ..TlsOptions::default()
+            });
+        }
+        options
+    }
+
+    /// The CA bundle in the ConfigMap `clb-ca-bundle` (key `ca.crt`) now.
+    pub fn ca_bundle(&self) -> String {
+        self.api
+            .get("configmaps", NAMESPACE, "clb-ca-bundle")
+            .and_then(|cm| cm.pointer("/data/ca.crt")?.as_str().map(str::to_owned))
+            .expect("the state server publishes its CA bundle in the ConfigMap clb-ca-bundle")
     }
 
     /// Every component's log lines that mention a refusal of the caller checks or of the

@@ -401,11 +401,16 @@ fn rbac_grants_what_the_watcher_and_node_agent_call_and_no_more() {
     let rules = namespaced_rules_of(&m, "clb-state-server");
     for (g, r, v) in flat(&rules) {
         assert!(
-            lease.contains(&(g.as_str(), r.as_str(), v.as_str())),
+            lease.contains(&(g.as_str(), r.as_str(), v.as_str()))
+                || tls::STATE_SERVER_TLS_CALLS.contains(&(g.as_str(), r.as_str(), v.as_str())),
             "clb-state-server is granted {v} {g}/{r}, which it does not use"
         );
     }
-    for rule in &rules {
+    // (Its TLS Secret and CA bundle, by name: tls::the_state_server_may_keep_only_its_own_certificate.)
+    for rule in rules
+        .iter()
+        .filter(|r| r.resources.iter().flatten().any(|r| r == "leases"))
+    {
         // get and update only on its own Lease (create cannot be limited to a name).
         if rule.verbs.iter().any(|v| v != "create") {
             assert_eq!(
@@ -688,3 +693,5 @@ mod auth;
 mod components;
 #[path = "manifests/operability.rs"]
 mod operability;
+#[path = "manifests/tls.rs"]
+mod tls;

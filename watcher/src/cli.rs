@@ -76,9 +76,14 @@ pub struct Args {
     /// back after an outage is seen within about this long.
     #[arg(long, env = "CLB_WATCH_BACKOFF_MAX", default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub watch_backoff_max: Duration,
-    /// PEM file of the CA that signs the state server's certificate.
+    /// PEM file of the CA bundle that signs the state server's certificate (turns TLS on); re-read
+    /// when it changes (the mounted ConfigMap clb-ca-bundle during a CA rotation).
     #[arg(long, env = "CLB_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
+    /// (refused otherwise: the token would cross the network in clear).
+    #[arg(long, env = "CLB_INSECURE_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub insecure_plaintext: bool,
     /// PEM certificate and key files of this client, for mutual TLS.
     #[arg(long, env = "CLB_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -103,12 +108,21 @@ impl Args {
         let mut server = ConnectOptions::new(&self.server);
         server.gateway = self.gateway.clone();
         server.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
+        server.insecure_plaintext = self.insecure_plaintext;
+        // A token in clear over the network: refused at start, not at each reconnection.
+        clb_client::tls::check_plaintext(
+            &self.server,
+            self.server.to_ascii_lowercase().starts_with("https://") || self.tls_ca.is_some(),
+            server.token_file.as_deref(),
+            self.insecure_plaintext,
+        )
+        .map_err(anyhow::Error::msg)?;
         if self.server.starts_with("https://") || self.tls_ca.is_some() {
             let read = |p: &std::path::PathBuf| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))
             };
             server.tls = Some(TlsOptions {
-                ca_pem: self.tls_ca.as_ref().map(read).transpose()?,
+                ca: self.tls_ca.clone().map(clb_client::tls::CaBundle::File),
                 domain: None,
                 identity: match (&self.tls_cert, &self.tls_key) {
                     (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
@@ -258,6 +272,22 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn a_token_to_a_remote_plaintext_server_refuses_to_start_unless_told() {
+        let args = |extra: &[&str]| {
+            let mut argv = vec![
+                "clb-watcher",
+                "--server=http://clb-state-server.clb-system.svc:50051",
+                "--token-file=/var/run/secrets/clb/token",
+            ];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap()
+        };
+        let e = args(&[]).config().unwrap_err().to_string();
+        assert!(e.contains("would cross the network in clear"), "{e}");
+        args(&["--insecure-plaintext"]).config().unwrap();
+    }
 
     #[test]
     fn metrics_listen_is_off_by_default_and_checked() {

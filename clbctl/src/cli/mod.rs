@@ -82,7 +82,8 @@ pub struct Global {
     /// Output format.
     #[arg(long, short = 'o', global = true, help_heading = "Global options", value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// PEM file of the CA that signs the state server's certificate (with an `https://` URL).
+    /// PEM file of the CA bundle that signs the state server's certificate (with an `https://`
+    /// URL); read again for each connection when it changed.
     #[arg(
         long,
         global = true,
@@ -122,6 +123,25 @@ pub struct Global {
         value_name = "FILE"
     )]
     pub token_file: Option<std::path::PathBuf>,
+    /// Name to verify in the state server's certificate (default: the host of --server), e.g.
+    /// clb-state-server.clb-system.svc through `kubectl port-forward`.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_TLS_DOMAIN",
+        value_name = "NAME"
+    )]
+    pub tls_domain: Option<String>,
+    /// Send the bearer token over a plaintext (http://) connection to a host that is not loopback
+    /// (refused otherwise: the token would cross the network in clear).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "CLB_INSECURE_PLAINTEXT"
+    )]
+    pub insecure_plaintext: bool,
     /// Connection attempts before giving up (with exponential backoff from 200 ms).
     #[arg(
         long,
@@ -236,11 +256,13 @@ impl Global {
         options.max_backoff = Duration::from_secs(2);
         options.connect_timeout = Duration::from_secs(5);
         options.gateway = self.gateway.clone();
-        let ca_pem = match &self.tls_ca {
-            Some(path) => Some(
+        // Read now for a clear error; the client re-reads it for each connection (a rotated bundle).
+        let ca = match &self.tls_ca {
+            Some(path) => {
                 std::fs::read(path)
-                    .with_context(|| format!("cannot read the CA file {}", path.display()))?,
-            ),
+                    .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+                Some(clb_client::tls::CaBundle::File(path.clone()))
+            }
             None => None,
         };
         let identity = match (&self.tls_cert, &self.tls_key) {
@@ -254,19 +276,20 @@ impl Global {
             _ => None,
         };
         let https = server.starts_with("https://");
-        if (ca_pem.is_some() || identity.is_some()) && !https {
+        if (ca.is_some() || identity.is_some()) && !https {
             anyhow::bail!(
                 "--tls-ca/--tls-cert are for TLS: the server URL {server} must start with https://"
             );
         }
         if https {
             options.tls = Some(TlsOptions {
-                ca_pem,
+                ca,
                 identity,
-                ..TlsOptions::default()
+                domain: self.tls_domain.clone(),
             });
         }
         options.token_file = clb_client::token::token_file_or_default(self.token_file.as_deref());
+        options.insecure_plaintext = self.insecure_plaintext;
         Ok(options)
     }
 
@@ -535,7 +558,7 @@ mod tests {
             .global
             .connect_options("https://clb.example:443")
             .expect("options");
-        assert!(o.tls.as_ref().is_some_and(|t| t.ca_pem.is_none()));
+        assert!(o.tls.as_ref().is_some_and(|t| t.ca.is_none()));
 
         let ca = std::env::temp_dir().join(format!("clbctl-ca-{}.pem", std::process::id()));
         std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").expect("write");
@@ -545,7 +568,7 @@ mod tests {
             .global
             .connect_options("https://clb.example")
             .expect("options");
-        assert!(o.tls.as_ref().is_some_and(|t| t.ca_pem.is_some()));
+        assert!(o.tls.as_ref().is_some_and(|t| t.ca.is_some()));
         let e = cli
             .global
             .connect_options("http://clb.example")
@@ -597,7 +620,10 @@ mod tests {
             .connect_options("https://clb.example")
             .expect("options");
         let tls = o.tls.expect("TLS");
-        assert_eq!(tls.ca_pem.as_deref(), Some(&b"ca\n"[..]));
+        assert_eq!(
+            tls.ca,
+            Some(clb_client::tls::CaBundle::File(ca.clone().into()))
+        );
         assert_eq!(tls.identity, Some((b"cert\n".to_vec(), b"key\n".to_vec())));
         assert_eq!(o.token_file.as_deref(), Some(std::path::Path::new(&token)));
         let e = cli

@@ -1,7 +1,7 @@
 //! The gRPC edge: proto ↔ domain conversion, validation, and the Writer, Worker and Admin services,
 //! plus standard health and reflection (`grpc.reflection.v1` and `v1alpha`). `serve` runs them on a
-//! bound listener until `shutdown` (plaintext HTTP/2); `serve_tls` does the same behind TLS,
-//! optionally mutual.
+//! bound listener until `shutdown` (plaintext HTTP/2); `serve_tls` does the same behind TLS
+//! ([`crate::tls_listener`]: the certificate can change while serving), optionally mutual.
 
 pub mod admin;
 pub mod awaits;
@@ -19,11 +19,11 @@ use clb_proto::v1::admin_server::AdminServer;
 use clb_proto::v1::worker_server::WorkerServer;
 use clb_proto::v1::writer_server::WriterServer;
 use tokio::net::TcpListener;
-use tonic::transport::ServerTlsConfig;
 use tracing::info;
 use writer::WriterService;
 
 use crate::state::StateServer;
+use crate::tls_listener::ServerTls;
 use worker::WorkerService;
 
 /// Runs the gRPC services on `listener`, plaintext, until `shutdown` resolves; streams are then ended
@@ -38,11 +38,11 @@ pub async fn serve(
 
 /// Like [`serve`], behind TLS when `tls` is given (see [`crate::tls::TlsFiles::load`]; with a client
 /// CA, connections without a certificate it signed are refused during the handshake). A handshake
-/// that fails ends that connection only. The error is immediate if tonic refuses `tls`.
+/// that fails ends that connection only.
 pub async fn serve_tls(
     listener: TcpListener,
     state: Arc<StateServer>,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let options = ServeOptions { tls, auth: None };
@@ -53,7 +53,7 @@ pub async fn serve_tls(
 #[derive(Debug, Default)]
 pub struct ServeOptions {
     /// TLS (see [`serve_tls`]); `None` is plaintext.
-    pub tls: Option<ServerTlsConfig>,
+    pub tls: Option<ServerTls>,
     /// Authentication and authorization of every call but health and reflection
     /// ([`crate::auth`]); `None` checks nothing.
     pub auth: Option<Arc<crate::auth::Auth>>,
@@ -67,11 +67,7 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let ServeOptions { tls, auth } = options;
-    let mut builder = tonic::transport::Server::builder();
     let secure = tls.is_some();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
@@ -101,7 +97,7 @@ pub async fn serve_with(
     health.set_serving::<AdminServer<AdminService>>().await;
     let health_task = tokio::spawn(health_follows_leadership(health, state.leadership()));
     info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
-    let result = builder
+    let router = tonic::transport::Server::builder()
         .trace_fn(crate::telemetry::grpc_server_span)
         .layer(crate::auth::AuthLayer::new(auth).with_metrics(state.metrics().clone()))
         .add_service(health_service)
@@ -109,19 +105,27 @@ pub async fn serve_with(
         .add_service(reflection_v1alpha)
         .add_service(worker)
         .add_service(writer)
-        .add_service(admin)
+        .add_service(admin);
+    let signal = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    let result = match tls {
+        // The TLS listener sets TCP_NODELAY on each connection itself.
+        Some(tls) => {
+            let incoming = crate::tls_listener::incoming(listener, tls.config);
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
         // TCP_NODELAY on every accepted connection: a unit (or an acknowledgement) is a small
         // write after a pause, which Nagle's algorithm would hold until the peer's delayed ACK —
         // ≈ 40 ms for one unit in ten at 20,000 pods/s. Tonic applies its own `tcp_nodelay` only to
         // listeners it binds itself.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                shutdown.await;
-                let _ = stop_tx.send(true);
-            },
-        )
-        .await;
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+    };
     health_task.abort();
     result
 }

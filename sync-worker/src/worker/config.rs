@@ -116,9 +116,9 @@ fn has_scheme(url: &str, scheme: &str) -> bool {
 /// TLS towards the state server, the PEM contents already read (see [`WorkerTls::from_files`]).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct WorkerTls {
-    /// PEM of the CA certificate(s) that sign the state server's certificate; `None` uses the TLS
-    /// stack's enabled roots (this build enables none, so give the CA).
-    pub ca_pem: Option<Vec<u8>>,
+    /// The CA bundle that signs the state server's certificate (a file is re-read when it
+    /// changes); required for TLS: this build trusts no system roots.
+    pub ca: Option<clb_client::tls::CaBundle>,
     /// The name to verify in the server's certificate; `None` uses the host of the server URL.
     pub domain: Option<String>,
     /// PEM certificate chain and private key of this worker, for mutual TLS.
@@ -129,10 +129,7 @@ impl fmt::Debug for WorkerTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print the private key.
         f.debug_struct("WorkerTls")
-            .field(
-                "ca_pem",
-                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
-            )
+            .field("ca", &self.ca)
             .field("domain", &self.domain)
             .field(
                 "identity",
@@ -151,7 +148,7 @@ impl WorkerTls {
         identity: Option<(&Path, &Path)>,
         domain: Option<String>,
     ) -> Result<Self, WorkerError> {
-        let ca_pem = match ca {
+        let ca = match ca {
             Some(path) => {
                 let pem = read("tls-ca", path)?;
                 let mut roots = RootCertStore::empty();
@@ -160,7 +157,7 @@ impl WorkerTls {
                         invalid("tls-ca", path, format!("not a usable CA certificate: {e}"))
                     })?;
                 }
-                Some(pem)
+                Some(clb_client::tls::CaBundle::File(path.to_owned()))
             }
             None => None,
         };
@@ -198,7 +195,7 @@ impl WorkerTls {
             ));
         }
         Ok(Self {
-            ca_pem,
+            ca,
             domain,
             identity,
         })
@@ -357,7 +354,7 @@ mod tests {
     #[test]
     fn the_private_key_is_not_printed() {
         let tls = WorkerTls {
-            ca_pem: Some(b"ca".to_vec()),
+            ca: Some(clb_client::tls::CaBundle::Pem(b"ca".to_vec())),
             domain: None,
             identity: Some((b"cert".to_vec(), b"SECRET KEY".to_vec())),
         };
@@ -421,7 +418,7 @@ mod tests {
         let other_key = write("other.key", &key.serialize_pem());
 
         let tls = WorkerTls::from_files(Some(&ca), Some((&cert, &leaf_key)), None).unwrap();
-        assert!(tls.ca_pem.is_some() && tls.identity.is_some());
+        assert!(tls.ca.is_some() && tls.identity.is_some());
 
         let err = WorkerTls::from_files(None, Some((&cert, &other_key)), None).unwrap_err();
         let want = format!(

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clb_client::tls::{Dialer, TlsConnector};
 use clb_proto::v1::worker_client::WorkerClient;
 use clb_proto::v1::{self, Hello, ServerMessage, WorkUnit, WorkerMessage, server_message};
 use tokio::sync::{Semaphore, mpsc};
@@ -11,7 +12,7 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use tracing::Instrument;
 
 use super::WorkerError;
@@ -75,41 +76,41 @@ fn is_transport_failure(status: &tonic::Status) -> bool {
         .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some())
 }
 
-/// The endpoint of the state server, with the configured timeouts and TLS.
-pub(crate) fn endpoint(config: &WorkerConfig) -> Result<Endpoint, WorkerError> {
+/// How to reach the state server: the endpoint with the configured timeouts, and TLS
+/// ([`clb_client::tls`]: the CA bundle file is re-read when it changes).
+pub(crate) fn endpoint(config: &WorkerConfig) -> Result<Dialer, WorkerError> {
     let url = config.connect_url();
-    let endpoint = Endpoint::from_shared(url.clone())
+    let endpoint = Endpoint::from_shared(clb_client::tls::tonic_url(&url))
         .map_err(|e| WorkerError::InvalidConfig(format!("server URL {:?}: {e}", config.server)))?;
-    let mut endpoint = endpoint
+    let endpoint = endpoint
         .connect_timeout(config.connect_timeout)
         .http2_keep_alive_interval(config.keep_alive_interval)
         .keep_alive_timeout(config.keep_alive_interval)
         .keep_alive_while_idle(true)
         .tcp_nodelay(true);
-    if let Some(tls) = config.effective_tls() {
-        let mut cfg = ClientTlsConfig::new()
-            .with_enabled_roots()
-            .timeout(config.connect_timeout);
-        if let Some(ca) = &tls.ca_pem {
-            cfg = cfg.ca_certificate(Certificate::from_pem(ca));
+    let tls = match config.effective_tls() {
+        Some(tls) => {
+            let ca = tls.ca.clone().ok_or_else(|| {
+                WorkerError::InvalidConfig(format!(
+                    "TLS to {url:?} needs the CA bundle that signs the server's certificate \
+                     (--tls-ca): this build trusts no system roots"
+                ))
+            })?;
+            let host = endpoint.uri().host().unwrap_or_default().to_owned();
+            Some(
+                TlsConnector::new(ca, &host, tls.domain.as_deref(), tls.identity.as_ref())
+                    .map_err(|e| WorkerError::InvalidConfig(format!("TLS to {url:?}: {e}")))?,
+            )
         }
-        if let Some(domain) = &tls.domain {
-            cfg = cfg.domain_name(domain.clone());
-        }
-        if let Some((cert, key)) = &tls.identity {
-            cfg = cfg.identity(Identity::from_pem(cert, key));
-        }
-        endpoint = endpoint.tls_config(cfg).map_err(|e| {
-            WorkerError::InvalidConfig(format!("TLS settings for {url:?}: {}", chain(&e)))
-        })?;
-    }
-    Ok(endpoint)
+        None => None,
+    };
+    Ok(Dialer { endpoint, tls })
 }
 
 /// Runs sessions until `stop` is cancelled.
 pub(crate) async fn supervise(
     config: Arc<WorkerConfig>,
-    endpoint: Endpoint,
+    endpoint: Dialer,
     targets: NrpTargets,
     metrics: Arc<WorkerMetrics>,
     stop: CancellationToken,
@@ -186,7 +187,7 @@ fn unit_message(r: v1::Report) -> WorkerMessage {
 /// One session: connect, Hello/Welcome, then units until the stream breaks or `stop` fires.
 async fn session(
     config: &WorkerConfig,
-    endpoint: &Endpoint,
+    endpoint: &Dialer,
     env: Arc<Env>,
     metrics: &WorkerMetrics,
     stop: &CancellationToken,

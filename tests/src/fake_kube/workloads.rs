@@ -358,6 +358,8 @@ pub(super) fn route(
         _ => return None,
     };
     let workload = |p: &str| matches!(p, "pods" | "deployments");
+    // Created with POST and replaced with PUT (the state server's TLS Secret and CA bundle too).
+    let created = |p: &str| workload(p) || matches!(p, "secrets" | "configmaps");
     let answer = match (method, rest) {
         (&Method::GET, ["deployments"]) if served(inner, "deployments", &api_version) => {
             list_or_watch(inner, "deployments", q.clone())
@@ -379,14 +381,14 @@ pub(super) fn route(
             get(inner, plural, "", name)
         }
         (&Method::POST, ["namespaces", ns, plural])
-            if workload(plural) && served(inner, plural, &api_version) =>
+            if created(plural) && served(inner, plural, &api_version) =>
         {
             create(inner, plural, ns, body)
         }
-        (&Method::PUT, ["namespaces", ns, "deployments", name])
-            if served(inner, "deployments", &api_version) =>
+        (&Method::PUT, ["namespaces", ns, plural, name])
+            if created(plural) && *plural != "pods" && served(inner, plural, &api_version) =>
         {
-            replace(inner, "deployments", (ns, name), body)
+            replace(inner, plural, (ns, name), body)
         }
         (&Method::PATCH, ["namespaces", ns, plural, name, sub @ ..])
             if workload(plural) && served(inner, plural, &api_version) =>

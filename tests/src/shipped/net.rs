@@ -64,6 +64,19 @@ impl ServiceProxy {
     pub(super) fn set(&self, backends: Vec<(SocketAddr, SocketAddr)>) {
         *self.backends.lock().unwrap() = backends;
     }
+
+    /// Its address, `127.0.0.1:PORT` (a TCP forwarder: TLS passes through it).
+    pub fn addr(&self) -> SocketAddr {
+        self.url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the proxy's URL is http://ADDR")
+    }
+
+    /// Its IP address.
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.addr().ip()
+    }
 }
 
 /// A TCP forwarder to `target` that can refuse connections (its listener closed) and accept
