@@ -113,7 +113,7 @@ fn a_duration_without_a_unit_is_refused() {
         let value = flag.split_once('=').unwrap().1;
         assert!(
             err.contains(&format!("\"{value}\" has no unit"))
-                && err.contains("us, ms, s, m, h (e.g. 30s, 500ms"),
+                && err.contains("us, ms, s, m, h, d (e.g. 30s, 500ms"),
             "{flag}: {err}"
         );
     }

@@ -6,20 +6,21 @@
 use std::time::Duration;
 
 /// The units a duration is written in, with their length in nanoseconds.
-const UNITS: [(&str, u128); 5] = [
+const UNITS: [(&str, u128); 6] = [
     ("us", 1_000),
     ("ms", 1_000_000),
     ("s", 1_000_000_000),
     ("m", 60_000_000_000),
     ("h", 3_600_000_000_000),
+    ("d", 86_400_000_000_000),
 ];
 
 /// What a duration looks like, for the errors.
 const ACCEPTED: &str =
-    "a number with one of the units us, ms, s, m, h (e.g. 30s, 500ms, 2m, 1h 30m)";
+    "a number with one of the units us, ms, s, m, h, d (e.g. 30s, 500ms, 2m, 1h 30m, 365d)";
 
 /// Parses a duration flag: one or more terms of a non-negative number (`30`, `0.5`) and a unit
-/// (`us`, `ms`, `s`, `m`, `h`), optionally separated by white space (`30s`, `1500ms`, `1h 30m`,
+/// (`us`, `ms`, `s`, `m`, `h`, `d` = 24 h), optionally separated by white space (`30s`, `1500ms`, `1h 30m`,
 /// `0.5s`). A number without a unit is refused (`30000` could be seconds or milliseconds), except
 /// `0`, which is the same in every unit.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -111,6 +112,10 @@ mod tests {
         assert_eq!(parse_duration("0.1s"), Ok(ms(100)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("50us"), Ok(Duration::from_micros(50)));
+        assert_eq!(
+            parse_duration("365d"),
+            Ok(Duration::from_secs(365 * 86_400))
+        );
         assert_eq!(parse_duration(" 30s "), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
@@ -120,18 +125,18 @@ mod tests {
     fn a_number_without_a_unit_is_refused_with_the_units() {
         assert_eq!(
             parse_duration("30000").unwrap_err(),
-            "\"30000\" has no unit: write a number with one of the units us, ms, s, m, h (e.g. \
-             30s, 500ms, 2m, 1h 30m)"
+            "\"30000\" has no unit: write a number with one of the units us, ms, s, m, h, d (e.g. \
+             30s, 500ms, 2m, 1h 30m, 365d)"
         );
         assert_eq!(
             parse_duration("1h 30").unwrap_err(),
-            "\"1h 30\": 30 has no unit: write a number with one of the units us, ms, s, m, h \
-             (e.g. 30s, 500ms, 2m, 1h 30m)"
+            "\"1h 30\": 30 has no unit: write a number with one of the units us, ms, s, m, h, d \
+             (e.g. 30s, 500ms, 2m, 1h 30m, 365d)"
         );
         for bare in ["5", "1.5", " 30 ", "0.0"] {
             let e = parse_duration(bare).unwrap_err();
             assert!(
-                e.contains("has no unit") && e.contains("us, ms, s, m, h"),
+                e.contains("has no unit") && e.contains("us, ms, s, m, h, d"),
                 "{bare:?}: {e}"
             );
         }
@@ -142,11 +147,11 @@ mod tests {
         assert_eq!(
             parse_duration("5min").unwrap_err(),
             "\"5min\": \"min\" is not a unit of a duration: write a number with one of the units \
-             us, ms, s, m, h (e.g. 30s, 500ms, 2m, 1h 30m)"
+             us, ms, s, m, h, d (e.g. 30s, 500ms, 2m, 1h 30m, 365d)"
         );
-        for unit in ["15M", "1d", "2sec", "1e3s", "5µs", "1s,2s"] {
+        for unit in ["15M", "1D", "2sec", "1e3s", "5µs", "1s,2s"] {
             let e = parse_duration(unit).unwrap_err();
-            assert!(e.contains("us, ms, s, m, h"), "{unit:?}: {e}");
+            assert!(e.contains("us, ms, s, m, h, d"), "{unit:?}: {e}");
         }
         for bad in ["fast", "", "-1s", "s", "1..5s", ".s", "NaN", "3 parsecs"] {
             let e = parse_duration(bad).unwrap_err();

@@ -207,8 +207,9 @@ fn render() -> String {
          checked by `cargo test`, so it matches the code it is shipped with). A flag with an \
          environment variable can be set either way; the flag wins. Boolean flags shown with a \
          value (`--pods <PODS>`) take `true` or `false` (`--pods=false`); the others are \
-         switches. A `<DURATION>` is a number with a unit, `us`, `ms`, `s`, `m` or `h`, or \
-         several (`50us`, `200ms`, `0.5s`, `30s`, `3m`, `1h 30m`); a number without a unit is \
+         switches. A `<DURATION>` is a number with a unit, `us`, `ms`, `s`, `m`, `h` or `d` \
+         (24 h), or several (`50us`, `200ms`, `0.5s`, `30s`, `3m`, `1h 30m`, `365d`); a number \
+         without a unit is \
          refused (`--lease=30000` could be seconds or milliseconds), `0` alone excepted. \
          `<binary> --help` prints the same text.\n\n",
     );
