@@ -63,7 +63,7 @@ pub struct SelfManagedArgs {
     pub tls_ca_bundle: String,
 
     /// The Service clients reach the server by: the self-managed certificate names NAME,
-    /// NAME.<namespace>, NAME.<namespace>.svc and NAME.<namespace>.svc.cluster.local.
+    /// `NAME.<namespace>`, `NAME.<namespace>.svc` and `NAME.<namespace>.svc.cluster.local`.
     #[arg(
         long,
         env = "CLB_TLS_SERVICE",

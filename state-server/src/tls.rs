@@ -3,7 +3,7 @@
 //! The PEM files are read and checked at start-up, so that a missing or malformed file, or a key
 //! that does not belong to the certificate, is an error naming the flag and the file rather than a
 //! failed handshake later; after that the pair is re-read when it changes
-//! ([`crate::tls_listener::reload_files`]). The metrics endpoint is not affected: it stays
+//! ([`reload_files`]). The metrics endpoint is not affected: it stays
 //! plaintext.
 
 use std::path::{Path, PathBuf};

@@ -580,7 +580,7 @@ impl Dispatcher {
     }
 
     /// The concurrent mutating NRP calls the units in flight may make: 1 per location unit (its calls
-    /// go one after the other), a service unit's `side_by_side` ([`cut::calls_of`]).
+    /// go one after the other), a service unit's `side_by_side` (`cut::calls_of`).
     pub fn mutating_calls_in_flight(&self) -> usize {
         self.in_flight.values().map(|u| u.calls).sum()
     }

@@ -74,7 +74,7 @@ impl super::Dispatcher {
     /// Folds the remaining writes of the subscription a worker saw on its last mutating call.
     /// Called while the reporting unit is still in flight: the writes of the others are taken
     /// off the reading (their calls were not yet counted in it); the reporting unit, not named
-    /// here, is taken to be a location unit (1 write). [`Dispatcher::note_remaining_writes_of`]
+    /// here, is taken to be a location unit (1 write). [`super::Dispatcher::note_remaining_writes_of`]
     /// names it.
     pub fn note_remaining_writes(&mut self, remaining: u32) {
         let in_flight: u32 = self.in_flight.values().map(|u| writes_of(&u.work)).sum();
@@ -103,7 +103,7 @@ impl super::Dispatcher {
         self.writes_next
     }
 
-    /// [`Dispatcher::note_remaining_writes`] of the report of `work_id`: the writes of every other
+    /// [`super::Dispatcher::note_remaining_writes`] of the report of `work_id`: the writes of every other
     /// unit in flight are taken off the reading, not those of the reporting unit (a service unit's
     /// are 2 per change + 1, which the reading already counts).
     pub fn note_remaining_writes_of(&mut self, remaining: u32, work_id: u64) {
