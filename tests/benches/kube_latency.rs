@@ -134,17 +134,24 @@ impl Cluster {
         let token = format!("--token-file={}", token.display());
         let mut links = Vec::new();
         let mut writers = Vec::new();
-        let watcher = watcher_args("watcher.yaml", &[url.clone(), token.clone()])
+        // The in-process server speaks plain HTTP on loopback (deploy/'s TLS is the shipped
+        // suite's).
+        let plaintext = |mut a: clb_watcher::cli::Args| {
+            a.tls_ca = None;
+            a.insecure_plaintext = true;
+            a
+        };
+        let watcher = plaintext(watcher_args("watcher.yaml", &[url.clone(), token.clone()]))
             .config()
             .expect("watcher flags");
         let (w, l) = start(watcher, &api).await;
         writers.push(w);
         links.push(l);
         for i in 0..NODES {
-            let agent = watcher_args(
+            let agent = plaintext(watcher_args(
                 "node-agent.yaml",
                 &[url.clone(), token.clone(), format!("--node=node-{i}")],
-            )
+            ))
             .config()
             .expect("node agent flags");
             let (w, l) = start(agent, &api).await;

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -42,6 +43,7 @@ pub mod controllers;
 mod families;
 pub mod prune;
 mod workloads;
+mod writes;
 
 pub use auth::{API_AUDIENCE, TokenUser, forbidden_message, request_attributes, with_token};
 pub use controllers::{ControllersConfig, ControllersHandle, KubeletConfig};
@@ -116,6 +118,12 @@ struct Inner {
     primary_family: &'static str,
     /// Every field pruned from a PoolService (`fake_kube/prune.rs`): (namespace/name, path).
     pruned: Vec<(String, String)>,
+    /// How long every write (any method but GET) takes before it is served
+    /// ([`FakeApi::set_write_latency`]): a real API server's 10–20 ms (etcd's commit).
+    write_latency: Duration,
+    /// Writes being served now, and the most at once since the start.
+    writes_in_flight: usize,
+    max_writes_in_flight: usize,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -383,6 +391,9 @@ impl FakeApi {
             ip_mode_gate_off: false,
             primary_family: "IPv4",
             pruned: Vec::new(),
+            write_latency: Duration::ZERO,
+            writes_in_flight: 0,
+            max_writes_in_flight: 0,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -510,6 +521,17 @@ impl FakeApi {
     /// Service instead of keeping, defaulting and validating it.
     pub fn ip_mode_gate_off(&self) {
         self.lock().ip_mode_gate_off = true;
+    }
+
+    /// Every later write (any method but GET) takes `latency` before it is served, as on a real
+    /// API server where a write waits for etcd's commit; concurrent writes wait side by side.
+    pub fn set_write_latency(&self, latency: Duration) {
+        self.lock().write_latency = latency;
+    }
+
+    /// The most writes the API served at once since it started.
+    pub fn max_writes_in_flight(&self) -> usize {
+        self.lock().max_writes_in_flight
     }
 
     /// Every PATCH received, in order.
@@ -669,6 +691,12 @@ async fn handle(
     ));
     if let Some(denied) = auth::gate(&inner, &method, &path, &q, &headers) {
         return denied;
+    }
+    let in_flight = (method != Method::GET).then(|| writes::WriteInFlight::enter(&inner));
+    if let Some(w) = &in_flight {
+        if !w.latency.is_zero() {
+            tokio::time::sleep(w.latency).await;
+        }
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if let Some(answer) = auth::review(&inner, &method, &segs, &body) {

@@ -44,7 +44,9 @@
 //! **Bounded.** The inbox holds [`INBOX`] messages; when it is full the kube side waits
 //! (backpressure, never a dropped message). The Services due at once are handled in batches of at
 //! most [`BATCH`], their Kubernetes calls [`CONCURRENCY`] at a time; one Service is in at most one
-//! call at a time, so its own calls keep their order.
+//! call at a time, so its own calls keep their order. Before each batch, every message already in
+//! the inbox is folded in: a patch is built from the newest facts received, so a Service deleted
+//! or changed meanwhile is not sent a patch that can only meet 409 Conflict.
 //!
 //! **Not a kube-runtime `Controller`.** Its triggers are mostly not Service events (the server's
 //! pushed states, the translator's messages), it acts only on what the server acknowledged, and its
@@ -94,8 +96,11 @@ pub(crate) const INBOX: usize = 1024;
 /// The write-back's inbox, as the kube side holds it.
 pub(crate) type Inbox = mpsc::Sender<Msg>;
 
-/// The most Services handled in one batch (the inbox waits meanwhile).
-pub(crate) const BATCH: usize = 200;
+/// The most Services handled in one batch (the inbox waits meanwhile): one round of
+/// [`CONCURRENCY`] calls, so that what arrives during a batch (a Service deleted, a newer version)
+/// is folded in before the next round builds its patches — a patch built from facts a round old
+/// meets 409 Conflict (`tests/tests/watcher_mass_delete.rs`).
+pub(crate) const BATCH: usize = CONCURRENCY;
 
 /// The most Kubernetes calls of a batch under way at once.
 pub(crate) const CONCURRENCY: usize = 16;
@@ -365,6 +370,16 @@ pub(crate) async fn run(
                         _ => break,
                     }
                 }
+                // A patch built from facts older than a message already received cannot succeed
+                // (409 Conflict: e.g. a Service deleted meanwhile is cleaned up, not programmed):
+                // every message already in the inbox is folded in first. A due record's timer has
+                // expired, so folding leaves it due, not rescheduled.
+                while let Ok(m) = rx.try_recv() {
+                    wb.fold(m);
+                }
+                for f in std::mem::take(&mut wb.pool_warnings) {
+                    wb.publish_on_pool(&f).await;
+                }
                 wb.act(due).await;
             }
         }
@@ -614,8 +629,10 @@ impl WriteBack {
         let patched = self.patch_finalizers(key, finalizers, &rv).await?;
         if patched {
             tracing::info!(service = %key, finalizer = %self.config.finalizer, "finalizer added");
-            r.patched_at_rv = Some(rv);
         }
+        // Written, or refused for a newer version (409): either way a patch at this version is
+        // spent, and the next event brings the newer one.
+        r.patched_at_rv = Some(rv);
         Ok(Next::Wait)
     }
 
@@ -663,6 +680,11 @@ impl WriteBack {
 /// A failed Kubernetes call on Service `key`: a conflict (409) is `Ok(Next::Wait)` (the Service
 /// changed: its next event brings the new version), a missing Service (404) `Ok(Next::Forget)`,
 /// anything else an error to retry with backoff.
+/// Whether `e` is 409 Conflict: the object has a newer version than the one the patch named.
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 fn kube_error(key: &ObjKey, what: &'static str, e: kube::Error) -> Result<Next, WriteBackError> {
     match &e {
         kube::Error::Api(s) if s.code == 409 => {

@@ -249,7 +249,14 @@ impl WriteBack {
                 r.patched_at_rv = Some(rv);
                 pools.map(|()| Next::Wait)
             }
-            Err(e) => super::kube_error(key, "patching the Service's status", e),
+            Err(e) => {
+                if super::is_conflict(&e) {
+                    // A patch at this version cannot succeed: not sent again until the newer
+                    // version's event (on its way) makes the record due.
+                    r.patched_at_rv = Some(rv);
+                }
+                super::kube_error(key, "patching the Service's status", e)
+            }
         }
     }
 
@@ -319,8 +326,9 @@ impl WriteBack {
             .collect();
         if self.patch_finalizers(key, remaining, &rv).await? {
             tracing::info!(service = %key, uid = %facts.uid, "NRP no longer has the service; finalizer removed");
-            r.patched_at_rv = Some(facts.resource_version);
         }
+        // Written, or refused for a newer version: not sent again at this version.
+        r.patched_at_rv = Some(facts.resource_version);
         Ok(Next::Wait)
     }
 }
