@@ -281,11 +281,13 @@ async fn run(services: usize, write_latency: Duration) {
         "| last ingress after NRP held everything | {} |",
         secs(ingress.saturating_sub(nrp))
     );
-    println!(
-        "| watcher start → condition Programmed True on {} of {services} Services (waited ≤ 30 s after the last ingress) | {} |",
-        programmed.0,
-        secs(programmed.1)
-    );
+    if settle {
+        println!(
+            "| watcher start → condition Programmed True on {} of {services} Services (waited ≤ 30 s after the last ingress) | {} |",
+            programmed.0,
+            secs(programmed.1)
+        );
+    }
     println!(
         "| API writes: finalizer/metadata patches, status patches, Events, other | {meta}, {status}, {events}, {other} |"
     );

@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use clb_tests::deploy::watcher_args;
 use clb_tests::fake_kube::FakeApi;
-use clb_tests::kube_objects::{RunningWatcher, endpoint, eventually, node, service, slice};
+use clb_tests::kube_objects::{RunningWatcher, endpoint, node, service, slice};
 use clb_tests::{Harness, Options, init_tracing};
 use serde_json::{Value, json};
 
-const SERVICES: usize = 150;
-const NODES: usize = 4;
+const SERVICES: usize = 250;
+const NODES: usize = 100;
+const ENDPOINTS: usize = 10;
+const BOUND: Duration = Duration::from_secs(600);
 
 fn uid(i: usize) -> String {
     format!("5e1e7e00-0000-4000-8000-{i:012}")
@@ -27,6 +29,19 @@ fn has_ingress(s: &Value) -> bool {
     s.pointer("/status/loadBalancer/ingress/0/ip")
         .and_then(Value::as_str)
         .is_some_and(|ip| !ip.is_empty())
+}
+
+/// Polls `done`; panics naming `what` after [`BOUND`] (a bound on a hung test: a cold start of
+/// 2,500 addresses in a debug build on a loaded machine, not a timing assertion).
+async fn wait(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + BOUND;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not after {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -44,9 +59,9 @@ async fn services_deleted_at_once_get_no_patch_that_cannot_succeed() {
     for i in 0..SERVICES {
         let spec = json!({"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]});
         fake.put("services", service(&format!("svc-{i}"), &uid(i), spec));
-        let eps = (0..2)
+        let eps = (0..ENDPOINTS)
             .map(|k| {
-                let n = 2 * i + k;
+                let n = ENDPOINTS * i + k;
                 endpoint(
                     &format!("10.1.{}.{}", n / 250, n % 250 + 1),
                     &format!("node-{}", n % NODES),
@@ -75,15 +90,12 @@ async fn services_deleted_at_once_get_no_patch_that_cannot_succeed() {
     args.insecure_plaintext = true;
     let watcher = RunningWatcher::start(args.config().expect("flags"), fake.watcher_clients());
     // Deleted as soon as every ingress is written: conditions are still being written then.
-    eventually("every Service has its ingress", || async {
-        let n = fake
-            .objects("services")
+    wait("every Service has its ingress", || {
+        fake.objects("services")
             .iter()
             .filter(|s| has_ingress(s))
-            .count();
-        (n == SERVICES)
-            .then_some(())
-            .ok_or_else(|| format!("{n} of {SERVICES}"))
+            .count()
+            == SERVICES
     })
     .await;
 
@@ -91,13 +103,7 @@ async fn services_deleted_at_once_get_no_patch_that_cannot_succeed() {
     for i in 0..SERVICES {
         fake.delete("services", "default", &format!("svc-{i}"));
     }
-    eventually("every Service gone", || async {
-        let left = fake.objects("services").len();
-        (left == 0)
-            .then_some(())
-            .ok_or_else(|| format!("{left} left"))
-    })
-    .await;
+    wait("every Service gone", || fake.objects("services").is_empty()).await;
     // A patch sent before the watcher saw the delete meets 409 (the watch is behind; a real API
     // server's too): that costs one refused patch per version at most. A patch sent again at a
     // version already refused, or built from facts older than what the write-back had received,
@@ -114,6 +120,11 @@ async fn services_deleted_at_once_get_no_patch_that_cannot_succeed() {
         *refused.entry((p.path.clone(), rv)).or_default() += 1;
     }
     let again: Vec<_> = refused.iter().filter(|(_, n)| **n > 1).collect();
+    eprintln!(
+        "{} of {} patches after the delete met 409 Conflict",
+        refused.values().sum::<usize>(),
+        patches.len() - before
+    );
     assert!(
         again.is_empty(),
         "{} patches after the delete met 409 Conflict; sent again at a version already refused: {again:?}",
