@@ -96,11 +96,9 @@ pub(crate) const INBOX: usize = 1024;
 /// The write-back's inbox, as the kube side holds it.
 pub(crate) type Inbox = mpsc::Sender<Msg>;
 
-/// The most Services handled in one batch (the inbox waits meanwhile): one round of
-/// [`CONCURRENCY`] calls, so that what arrives during a batch (a Service deleted, a newer version)
-/// is folded in before the next round builds its patches — a patch built from facts a round old
-/// meets 409 Conflict (`tests/tests/watcher_mass_delete.rs`).
-pub(crate) const BATCH: usize = CONCURRENCY;
+/// The most Services handled in one batch (the inbox waits meanwhile; what it received before
+/// the batch is folded in first).
+pub(crate) const BATCH: usize = 200;
 
 /// The most Kubernetes calls of a batch under way at once.
 pub(crate) const CONCURRENCY: usize = 16;
