@@ -82,7 +82,7 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the descriptor set is generated at build time");
-    state.start_tasks(session::snapshot);
+    state.start_tasks();
     let max = state.config().max_message_bytes;
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
