@@ -58,6 +58,10 @@ struct State {
     /// nothing sent yet, so nothing to lose). An answer or session message with another epoch, or
     /// saying the server holds no resync of ours, makes a resync due at once.
     session_epoch: Option<u64>,
+    /// The `resync_sequence` of the last resync call this writer completed (0: none). A session
+    /// message that echoes an older one was built before that resync landed: its `resynced: false`
+    /// is stale and asks for nothing.
+    resync_sequence: u64,
     /// A resync is due at once, even while a stream relists: the server holds nothing of ours.
     resync_now: bool,
 }
@@ -114,6 +118,7 @@ impl Lane {
             acked,
             agent_locations: BTreeSet::new(),
             session_epoch: None,
+            resync_sequence: 0,
             resync_now: false,
         };
         let lane = Self {
@@ -280,12 +285,14 @@ impl Lane {
         self.lock().agent_locations.clone()
     }
 
-    /// The resync taken at event `seq` succeeded; the server's epoch is `epoch` (`sent`: it
-    /// carried something), the node agent's locations are now `locations`.
+    /// The resync taken at event `seq` succeeded; the server's epoch is `epoch` and its last call
+    /// carried `resync_sequence` (`sent`: it carried something), the node agent's locations are
+    /// now `locations`.
     pub(crate) fn resynced(
         &self,
         seq: u64,
         epoch: Option<u64>,
+        resync_sequence: u64,
         sent: bool,
         locations: BTreeSet<IpAddr>,
     ) {
@@ -293,6 +300,7 @@ impl Lane {
         s.in_flight = false;
         if sent {
             s.session_epoch = epoch.or(s.session_epoch);
+            s.resync_sequence = s.resync_sequence.max(resync_sequence);
         }
         s.agent_locations = locations;
         s.ack(seq);
@@ -366,10 +374,14 @@ impl State {
 
     /// Whether `session` (from an answer or the session stream) shows that the server no longer
     /// holds the resync this writer last completed: another epoch, or no resync of ours. Never
-    /// while nothing was sent.
+    /// while nothing was sent, and never from a message of this epoch built before our last
+    /// resync landed (it echoes an older `resync_sequence`): a reconnect costs one resync.
     fn lost_us(&self, session: Option<&WriterSession>) -> bool {
         match (self.session_epoch, session) {
-            (Some(epoch), Some(now)) => now.epoch != epoch || !now.resynced,
+            (Some(epoch), Some(now)) => {
+                now.epoch != epoch
+                    || (!now.resynced && now.resync_sequence >= self.resync_sequence)
+            }
             _ => false,
         }
     }

@@ -137,10 +137,10 @@ pub(crate) async fn run(lane: Lane) -> Result<(), ClientError> {
                 let r = resync(&mut conn, &writer, views).await;
                 config.metrics.resync_of(&config.server.gateway, r.is_ok());
                 match r {
-                    Ok(epoch) => {
+                    Ok((epoch, sequence)) => {
                         failed = false;
                         backoff.reset();
-                        lane.resynced(seq, epoch, sends, locations);
+                        lane.resynced(seq, epoch, sequence, sends, locations);
                     }
                     Err(e) => {
                         pause = Some(backoff.next_delay(&e));
@@ -236,16 +236,32 @@ fn fail_or_return(e: ClientError, lane: &Lane, conn: &mut Conn) -> Result<(), Cl
     Ok(())
 }
 
-/// Sends each view; returns the server's epoch as the last resync's answer states it.
+/// The `resync_sequence` of this process's next resync call: increasing, and in practice across
+/// restarts too (it starts from the wall clock in microseconds), so that the server's echo of a
+/// resync sent before a restart never looks newer than one sent after it.
+fn next_resync_sequence() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+    LAST.fetch_max(wall, Ordering::Relaxed);
+    LAST.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// Sends each view, each call with a new `resync_sequence`; returns the server's epoch as the last
+/// resync's answer states it, and the last call's sequence.
 async fn resync(
     conn: &mut Conn,
     writer: &str,
     views: Vec<View>,
-) -> Result<Option<u64>, ClientError> {
+) -> Result<(Option<u64>, u64), ClientError> {
     let client = conn.get().await?;
-    let mut w = client.writer(writer);
     let mut epoch = None;
+    let mut sequence = 0;
     for (scope, topology, view) in views {
+        sequence = next_resync_sequence();
+        let mut w = client.writer(writer).with_resync_sequence(sequence);
         let what = scope_name(&scope);
         let n = view.len();
         let nodes = topology.as_ref().map(|t| t.nodes.len());
@@ -266,7 +282,7 @@ async fn resync(
         );
         epoch = r.session.map(|s| s.epoch).or(epoch);
     }
-    Ok(epoch)
+    Ok((epoch, sequence))
 }
 
 /// Sends one batch; returns the writer's session as the answer states it.

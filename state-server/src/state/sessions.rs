@@ -118,7 +118,7 @@ mod tests {
     fn only_the_writer_whose_session_changed_is_woken() {
         let sessions = WriterSessions::default();
         let mut a = sessions.follow("node-agent/a");
-        let mut b = sessions.follow("node-agent/b");
+        let b = sessions.follow("node-agent/b");
         let held = WriterState {
             resynced: true,
             resync_sequence: 7,
