@@ -16,10 +16,22 @@ use crate::translate::{NodeIps, SentView, Translator};
 use clb_client::client::{Client, ClientError, ConnectOptions, scope};
 
 /// A connection to the state server, made on demand (one attempt per call; the caller backs off).
+/// [`Conn::share`] gives another task the same connection: a lane's sender and its session
+/// follower run their calls and streams over one HTTP/2 connection, so a node agent costs the
+/// server one connection (one file descriptor, one set of buffers), not two.
 #[derive(Debug)]
 pub(crate) struct Conn {
     options: ConnectOptions,
+    shared: std::sync::Arc<std::sync::Mutex<Slot>>,
+    /// The generation of the client this handle got last (0: none).
+    got: u64,
+}
+
+/// The connection that handles of one [`Conn`] share, and how many times it was made.
+#[derive(Debug, Default)]
+struct Slot {
     client: Option<Client>,
+    generation: u64,
 }
 
 impl Conn {
@@ -28,24 +40,54 @@ impl Conn {
         options.attempts = 1;
         Self {
             options,
-            client: None,
+            shared: Default::default(),
+            got: 0,
         }
+    }
+
+    /// Another handle on the same connection.
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            options: self.options.clone(),
+            shared: self.shared.clone(),
+            got: 0,
+        }
+    }
+
+    fn slot(shared: &std::sync::Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+        shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The client, connecting if needed.
     pub(crate) async fn get(&mut self) -> Result<Client, ClientError> {
-        if let Some(c) = &self.client {
-            return Ok(c.clone());
+        {
+            let slot = Self::slot(&self.shared);
+            if let Some(c) = &slot.client {
+                self.got = slot.generation;
+                return Ok(c.clone());
+            }
         }
         let c = Client::connect(self.options.clone()).await?;
+        let mut slot = Self::slot(&self.shared);
+        if let Some(other) = &slot.client {
+            // Another handle connected meanwhile: use its connection, drop this one.
+            self.got = slot.generation;
+            return Ok(other.clone());
+        }
         tracing::info!(endpoint = %self.options.endpoint, "connected to the state server");
-        self.client = Some(c.clone());
+        slot.generation += 1;
+        slot.client = Some(c.clone());
+        self.got = slot.generation;
         Ok(c)
     }
 
-    /// Forgets the connection after a failure; the next call reconnects.
+    /// Forgets the connection after a failure; the next call reconnects. A connection another
+    /// handle made since this one got its client is kept (it is not the one that failed).
     pub(crate) fn reset(&mut self) {
-        self.client = None;
+        let mut slot = Self::slot(&self.shared);
+        if slot.generation == self.got {
+            slot.client = None;
+        }
     }
 }
 
@@ -111,9 +153,9 @@ fn views(lane: &Lane, sent: &SentView) -> (Vec<View>, BTreeSet<IpAddr>) {
 pub(crate) async fn run(lane: Lane) -> Result<(), ClientError> {
     let config = lane.config().clone();
     let writer = config.writer();
-    let session = tokio::spawn(follow_session(lane.clone()));
-    let _session = AbortOnDrop(session);
     let mut conn = Conn::new(&config.server);
+    let session = tokio::spawn(follow_session(lane.clone(), conn.share()));
+    let _session = AbortOnDrop(session);
     let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
     let mut failed = false;
     // The delay the last failure earned, slept before the next attempt.
@@ -185,10 +227,9 @@ impl Drop for AbortOnDrop {
 /// once when the server no longer holds ours: a restart or a fail-over is noticed within a round
 /// trip of the new leader's first answer, without polling. A failed stream changes nothing by
 /// itself: the next answer of the new server says what it holds.
-async fn follow_session(lane: Lane) {
+async fn follow_session(lane: Lane, mut conn: Conn) {
     let config = lane.config().clone();
     let writer = config.writer();
-    let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, crate::backoff::RECONNECT_MAX);
     loop {
         let failure = match conn.get().await {
