@@ -629,4 +629,3 @@ impl StateServer {
         self.config.dispatch.lease
     }
 }
-

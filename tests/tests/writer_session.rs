@@ -359,19 +359,18 @@ async fn a_writers_session_stream_is_woken_only_by_its_own_session() {
         .watch_services()
         .await
         .expect("WatchServices");
-    until(&mut services, "the services snapshot", |m: &ServiceStates| {
-        m.snapshot
-    })
+    until(
+        &mut services,
+        "the services snapshot",
+        |m: &ServiceStates| m.snapshot,
+    )
     .await;
     let woken = state.metrics().session_wakeups();
 
     // Another node agent resyncs its node; the watcher resyncs and changes services.
     let mut other = c.writer("node-agent/b").with_resync_sequence(7);
     let r = other
-        .resync(
-            clb_client::client::scope::pods_at("10.1.0.2"),
-            Vec::new(),
-        )
+        .resync(clb_client::client::scope::pods_at("10.1.0.2"), Vec::new())
         .await
         .unwrap();
     let s = r.session.unwrap();
@@ -401,10 +400,7 @@ async fn a_writers_session_stream_is_woken_only_by_its_own_session() {
     // Its own resync wakes it once, with the sequence it gave.
     let mut agent = agent.with_resync_sequence(42);
     let r = agent
-        .resync(
-            clb_client::client::scope::pods_at("10.1.0.1"),
-            Vec::new(),
-        )
+        .resync(clb_client::client::scope::pods_at("10.1.0.1"), Vec::new())
         .await
         .unwrap();
     let answered = r.session.unwrap();

@@ -379,8 +379,7 @@ impl State {
     fn lost_us(&self, session: Option<&WriterSession>) -> bool {
         match (self.session_epoch, session) {
             (Some(epoch), Some(now)) => {
-                now.epoch != epoch
-                    || (!now.resynced && now.resync_sequence >= self.resync_sequence)
+                now.epoch != epoch || (!now.resynced && now.resync_sequence >= self.resync_sequence)
             }
             _ => false,
         }
@@ -415,4 +414,56 @@ fn endpoints_of(deltas: &[Update]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mode;
+    use clb_client::client::ConnectOptions;
+
+    const AGENT: &str = "node-agent/a";
+
+    fn session(epoch: u64, resynced: bool, resync_sequence: u64) -> WriterSession {
+        WriterSession {
+            epoch,
+            resynced,
+            resync_sequence,
+            ..WriterSession::default()
+        }
+    }
+
+    fn agent_lane() -> Lane {
+        let config = WatcherConfig::new(
+            ConnectOptions::new("http://127.0.0.1:1"),
+            Mode::NodeAgent { node: "a".into() },
+        );
+        let (config, tconfig) = config.lanes().remove(0);
+        Lane::new(config, tconfig).0
+    }
+
+    /// Issue 36: a session message built before the agent's resync landed reaches it after the
+    /// resync's answer, saying `resynced: false` with an older sequence: it asks for no second
+    /// resync. One that echoes the agent's last sequence (the server forgot that resync) or comes
+    /// from another epoch does.
+    #[test]
+    fn a_session_message_older_than_the_last_resync_asks_for_no_resync() {
+        let lane = agent_lane();
+        lane.resynced(0, Some(5), 10, true, BTreeSet::new());
+        for stale in [session(5, false, 9), session(5, false, 0)] {
+            lane.session_seen(&stale, AGENT);
+            assert!(!lane.lock().resync_due, "{stale:?} made a resync due");
+        }
+        lane.session_seen(&session(5, true, 10), AGENT);
+        assert!(!lane.lock().resync_due);
+        // The server forgot our resync (a pods handover): current, resync.
+        lane.session_seen(&session(5, false, 10), AGENT);
+        assert!(lane.lock().resync_due);
+
+        let lane = agent_lane();
+        lane.resynced(0, Some(5), 10, true, BTreeSet::new());
+        // Another epoch: the server holds nothing of ours, whatever it echoes.
+        lane.session_seen(&session(6, false, 0), AGENT);
+        assert!(lane.lock().resync_due);
+    }
 }

@@ -217,7 +217,10 @@ fn changes_of(
     let mut changed = Vec::new();
     let mut gone = Vec::new();
     if !first && now.seq == sent.seq + 1 {
-        for delta in [&now.inbound_delta, &now.outbound_delta].into_iter().take(kinds) {
+        for delta in [&now.inbound_delta, &now.outbound_delta]
+            .into_iter()
+            .take(kinds)
+        {
             changed.extend(delta.changed.iter().cloned());
             gone.extend(delta.gone.iter().cloned());
         }
@@ -225,9 +228,12 @@ fn changes_of(
         return (changed, gone);
     } else {
         let empty = Records::default();
-        for (n, before) in [(&now.inbound, &sent.inbound), (&now.outbound, &sent.outbound)]
-            .into_iter()
-            .take(kinds)
+        for (n, before) in [
+            (&now.inbound, &sent.inbound),
+            (&now.outbound, &sent.outbound),
+        ]
+        .into_iter()
+        .take(kinds)
         {
             let delta = KindDelta::between(if first { &empty } else { before }, n);
             changed.extend(delta.changed);

@@ -248,10 +248,7 @@ impl Ports {
 pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>) {
     let span = info_span!("gateway_task", gateway = %handle.name());
     let state = Arc::downgrade(state);
-    tokio::spawn(tracing::Instrument::instrument(
-        run(state, handle),
-        span,
-    ));
+    tokio::spawn(tracing::Instrument::instrument(run(state, handle), span));
 }
 
 async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
