@@ -200,7 +200,6 @@ fn record_to_proto(gateway: &str, r: &ServiceRecord) -> ServiceState {
         settings: r.settings.as_ref().map(settings_to_proto),
         nat_gateway: r.nat_gateway.clone(),
         nat_gateway_missing: r.nat_gateway_missing,
-        ..ServiceState::default()
     }
 }
 
