@@ -256,6 +256,7 @@ impl Client {
             name: writer.into(),
             next_batch: 1,
             chunk: CHUNK,
+            resync_sequence: 0,
         }
     }
 
@@ -323,9 +324,19 @@ pub struct Writer {
     name: String,
     next_batch: u64,
     chunk: usize,
+    /// The `resync_sequence` of the next resync's header (0: none).
+    resync_sequence: u64,
 }
 
 impl Writer {
+    /// Gives the next resyncs the sequence `sequence` (`ResyncHeader.resync_sequence`): the server
+    /// echoes the last one it recorded in `WriterSession.resync_sequence`, so that the writer can
+    /// tell a session message built before its resync landed (docs/protocol.md).
+    pub fn with_resync_sequence(mut self, sequence: u64) -> Self {
+        self.resync_sequence = sequence;
+        self
+    }
+
     /// The writer's name (the `writer` of its requests).
     pub fn name(&self) -> &str {
         &self.name
@@ -518,6 +529,7 @@ impl Writer {
                 writer: self.name.clone(),
                 scope: Some(scope),
                 topology,
+                resync_sequence: self.resync_sequence,
             })),
         };
         let chunk = self.chunk;

@@ -5,7 +5,7 @@
 //! `lease_expired`, `late_report`); the desired → programmed latency is observed through the
 //! dispatcher's [`DispatchObserver`] of each gateway ([`gateway_observer`]). Per-gateway gauges are
 //! set from a [`GatewaySnapshot`], usually by the `refresh` callback of [`serve_metrics`] right
-//! before each scrape (see `Metrics::refresh_from`, in `state.rs`). Every name starts with
+//! before each scrape (see `Metrics::refresh_from`, in `state/scrape.rs`). Every name starts with
 //! `clb_server_` (`clb_build_info` aside: every binary has it under that name); the list is in
 //! docs/metrics.md.
 
@@ -211,6 +211,7 @@ pub struct Metrics {
     leader: Gauge,
     lease_expiries: Counter,
     late_reports: Counter,
+    session_wakeups: Counter,
     programmed_latency: LatencyFamily,
     gw: GatewayGauges,
 }
@@ -233,6 +234,7 @@ impl Metrics {
         let leader = Gauge::default();
         let lease_expiries = Counter::default();
         let late_reports = Counter::default();
+        let session_wakeups = Counter::default();
         let programmed_latency: LatencyFamily =
             Family::new_with_constructor(|| Histogram::new(latency_buckets()));
         let gw = GatewayGauges::default();
@@ -282,6 +284,13 @@ impl Metrics {
             "late_reports",
             "Reports for units no longer leased to their sender (ignored)",
             late_reports.clone(),
+        );
+        server.register(
+            "session_wakeups",
+            "Wake-ups of writers' WatchSession streams (each a change of that writer's own \
+             session, or of leadership): a writer's stream is not woken by other writers' resyncs \
+             or by changes of services",
+            session_wakeups.clone(),
         );
 
         let gauges: [(&str, &str, &GatewayGauge); 12] = [
@@ -402,6 +411,7 @@ impl Metrics {
             leader,
             lease_expiries,
             late_reports,
+            session_wakeups,
             programmed_latency,
             gw,
         }
@@ -481,6 +491,16 @@ impl Metrics {
     /// Counts `n` expired leases.
     pub fn lease_expired(&self, n: u64) {
         self.lease_expiries.inc_by(n);
+    }
+
+    /// Counts one wake-up of a writer's `WatchSession` stream.
+    pub fn session_woken(&self) {
+        self.session_wakeups.inc();
+    }
+
+    /// Wake-ups of writers' `WatchSession` streams so far.
+    pub fn session_wakeups(&self) -> u64 {
+        self.session_wakeups.get()
     }
 
     /// Counts one late report.

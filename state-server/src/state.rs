@@ -2,7 +2,7 @@
 //! behind its own mutex and driven by its own task ([`crate::state::push`]): gRPC handlers lock a
 //! gateway briefly, change it, and wake its task.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -11,8 +11,14 @@ use tokio::sync::Notify;
 
 pub mod awaits;
 pub mod push;
+pub mod scrape;
+pub mod services;
+pub mod sessions;
 
-use crate::metrics::{self, Metrics};
+pub use scrape::gateway_snapshots;
+pub use services::ServicesSnapshot as GatewaySnapshot;
+
+use crate::metrics::Metrics;
 use clb_core::dispatch::{DispatchConfig, DispatchEnv, WriteBudget};
 use clb_core::gateway::{GatewayConfig, GatewayCore};
 pub use clb_proto::unix_ms;
@@ -70,6 +76,8 @@ pub struct Gateway {
     core: GatewayCore,
     /// Writer spans to link from the spans of the units that carry their changes.
     trace_links: crate::trace_links::TraceLinks,
+    /// The writers' session channels (the handle's: they outlive a fresh start of the gateway).
+    sessions: Arc<sessions::WriterSessions>,
 }
 
 impl std::ops::Deref for Gateway {
@@ -91,6 +99,7 @@ impl Gateway {
         config: &ServerConfig,
         metrics: Arc<Metrics>,
         budget: WriteBudget,
+        sessions: Arc<sessions::WriterSessions>,
     ) -> Self {
         let observer = crate::metrics::gateway_observer(metrics, &name);
         let settings = GatewayConfig {
@@ -105,7 +114,45 @@ impl Gateway {
         Self {
             core,
             trace_links: Default::default(),
+            sessions,
         }
+    }
+
+    /// Replaces `writer`'s scope with its resync's `view` ([`GatewayCore::replace_scope`]), records
+    /// the resync's `sequence` (echoed in the writer's session) and moves the sessions that changed
+    /// onto their channels: the writer's, and those of the writers a handover asks to resync.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resync(
+        &mut self,
+        writer: &str,
+        scope: &clb_core::gateway::Scope,
+        topology: Option<&clb_core::gateway::gate::Topology>,
+        view: &[clb_core::gateway::update::Item<'_>],
+        sequence: u64,
+        now: Instant,
+        now_unix_ms: i64,
+    ) -> clb_core::gateway::ResyncDone {
+        let done = self
+            .core
+            .replace_scope(writer, scope, topology, view, now, now_unix_ms);
+        self.core.record_resync_sequence(writer, sequence);
+        self.sync_sessions();
+        done
+    }
+
+    /// Moves the sessions the core changed since the last call onto their channels (only those:
+    /// O(writers changed)). The gateway's task calls it at each step, so a change made through
+    /// the core directly reaches the streams too.
+    pub fn sync_sessions(&mut self) {
+        for writer in self.core.take_session_changes() {
+            let state = sessions::WriterState::of(&self.core, &writer);
+            self.sessions.set(&writer, state);
+        }
+    }
+
+    /// `writer`'s session in this gateway now.
+    pub fn writer_state(&self, writer: &str) -> sessions::WriterState {
+        sessions::WriterState::of(&self.core, writer)
     }
 
     /// Notes the writer request's span `link` for each update of `updates` that was applied
@@ -142,25 +189,6 @@ impl Gateway {
     }
 }
 
-/// What the writers' streams (`WatchSession`, `WatchServices`) read of a gateway without its lock:
-/// published by the gateway's task ([`crate::state::push`]) after changes, at most every
-/// [`crate::state::push::SNAPSHOT_SPACING`], and only while someone follows it.
-#[derive(Debug, Default)]
-pub struct GatewaySnapshot {
-    /// The gateway's change counter it was built at ([`GatewayHandle::changes`]).
-    pub changes: u64,
-    /// Every inbound service with its writer-facing state (condition included, locations not
-    /// counted), by canonical name.
-    pub services: HashMap<String, clb_proto::v1::ServiceState>,
-    /// Every outbound service, the same way (with its brought NAT gateway): what `WatchServices`
-    /// streams with `include_outbound`.
-    pub egresses: HashMap<String, clb_proto::v1::ServiceState>,
-    /// Whether NRP was read back since the state started.
-    pub nrp_observed: bool,
-    /// The writers whose resync the server holds.
-    pub resynced: BTreeSet<String>,
-}
-
 /// Handle to one gateway: its state behind a lock, the signal that wakes its task, and the
 /// snapshot the task publishes.
 #[derive(Debug)]
@@ -176,6 +204,8 @@ pub struct GatewayHandle {
     /// Worker sessions serving the gateway ([`push::Ports`] keeps it).
     serving: std::sync::atomic::AtomicUsize,
     snapshot: tokio::sync::watch::Sender<Arc<GatewaySnapshot>>,
+    /// Each writer's session, on a channel of its own (`WatchSession` follows only its writer's).
+    sessions: Arc<sessions::WriterSessions>,
     /// The followers of what writers wait for (`WatchLocations`, `WatchAddresses`).
     awaits: awaits::Awaits,
 }
@@ -183,6 +213,7 @@ pub struct GatewayHandle {
 impl GatewayHandle {
     fn new(name: String, gateway: Gateway) -> Self {
         Self {
+            sessions: gateway.sessions.clone(),
             name,
             inner: Mutex::new(gateway),
             wake: Notify::new(),
@@ -265,9 +296,19 @@ impl GatewayHandle {
         self.snapshot.receiver_count() > 0
     }
 
+    /// The writers' sessions in this gateway, each on its own channel.
+    pub fn sessions(&self) -> &sessions::WriterSessions {
+        &self.sessions
+    }
+
     /// The followers of what writers wait for; the gateway's task answers them.
     pub fn awaits(&self) -> &awaits::Awaits {
         &self.awaits
+    }
+
+    /// The services' snapshot published last.
+    pub fn snapshot(&self) -> Arc<GatewaySnapshot> {
+        self.snapshot.borrow().clone()
     }
 
     /// Publishes a snapshot (the gateway's task does).
@@ -387,6 +428,7 @@ impl StateServer {
                         &config,
                         metrics.clone(),
                         budgets[name].clone(),
+                        Arc::default(),
                     ),
                 ))
             })
@@ -434,12 +476,16 @@ impl StateServer {
         if leading != self.is_leader() || !leading {
             self.epoch.fetch_add(1, Ordering::Relaxed);
             for g in &self.order {
-                *g.lock() = Gateway::new(
+                let mut gw = g.lock();
+                *gw = Gateway::new(
                     g.name.clone(),
                     &self.config,
                     self.metrics.clone(),
                     self.budgets[&g.name].clone(),
+                    g.sessions.clone(),
                 );
+                // Nothing is held in the new epoch (under the lock: no resync lands between).
+                g.sessions.reset();
             }
         }
         if leading {
@@ -489,13 +535,13 @@ impl StateServer {
     /// Starts one task per gateway ([`crate::state::push`]) once, when called inside a Tokio
     /// runtime (the gRPC services call it when they are built). The tasks end when the server is
     /// dropped.
-    pub fn start_tasks(self: &Arc<Self>, snapshot: crate::state::push::SnapshotFn) {
+    pub fn start_tasks(self: &Arc<Self>) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         self.tasks.call_once(|| {
             for g in &self.order {
-                crate::state::push::spawn(self, g.clone(), snapshot);
+                crate::state::push::spawn(self, g.clone());
             }
         });
     }
@@ -582,66 +628,4 @@ impl StateServer {
     pub fn lease_duration(&self) -> Duration {
         self.config.dispatch.lease
     }
-}
-
-/// The metrics read from the state at each scrape (here, not in `metrics.rs`: the metrics know
-/// nothing of the state).
-impl Metrics {
-    /// Sets every gateway's gauges from the server's current state.
-    pub fn refresh_from(&self, state: &StateServer) {
-        for s in gateway_snapshots(state, Instant::now()) {
-            self.set_gateway(&s);
-        }
-    }
-}
-
-/// One [`metrics::GatewaySnapshot`] per gateway of `state` (default first), each taken under its gateway lock.
-pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::GatewaySnapshot> {
-    let workers = state.workers();
-    state
-        .gateways()
-        .iter()
-        .map(|handle| {
-            let name = handle.name().to_owned();
-            let gw = handle.lock();
-            let c = gw.tracker().counts();
-            let serving = workers
-                .iter()
-                .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
-                .count();
-            let held_back = gw
-                .gate_view(now)
-                .holds
-                .into_iter()
-                .map(|h| {
-                    let held = metrics::HeldBack {
-                        removals: h.addresses + h.services,
-                        locations: h.locations,
-                    };
-                    (h.reason.label(), held)
-                })
-                .collect();
-            metrics::GatewaySnapshot {
-                revision: gw.tracker().revision(),
-                desired_addresses: c.desired_addresses,
-                actual_addresses: c.actual_addresses,
-                desired_locations: c.desired_locations,
-                actual_locations: c.actual_locations,
-                desired_services: c.desired_services + c.desired_egresses,
-                actual_services: c.actual_load_balancers + c.actual_nat_gateways,
-                dirty_locations: c.dirty_locations,
-                units_in_flight: gw.dispatch().units_in_flight() as u64,
-                parked_units: gw.dispatch().parked_units() as u64,
-                nat_gateways_missing: gw.missing_nat_gateways() as u64,
-                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
-                workers: serving as u64,
-                write_budget: gw.dispatch().remaining_writes(),
-                batching_window: gw.dispatch().batching_window().unwrap_or_default(),
-                unit_headway: gw.dispatch().unit_headway().unwrap_or_default(),
-                held_back,
-                refused: gw.dispatch().refused_by_code().into_iter().collect(),
-                gateway: name,
-            }
-        })
-        .collect()
 }

@@ -162,6 +162,8 @@ pub fn incoming(
                 () = tx.closed() => return,
             };
             let _ = tcp.set_nodelay(true);
+            // No TCP keepalive here (tokio sets none without socket2): the HTTP/2 keepalive pings
+            // of `grpc::connection_settings` find a peer that vanished.
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&acceptor, tcp, peer)).await

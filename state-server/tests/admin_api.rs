@@ -191,6 +191,7 @@ async fn status_reflects_applied_updates_gates_and_writers() {
                 gateway: "gw-main".into(),
                 writer: "node-agent/n1".into(),
                 topology: None,
+                resync_sequence: 0,
                 scope: Some(ResyncScope {
                     pods: true,
                     location: "10.0.0.1".into(),
@@ -516,6 +517,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
                 gateway: "gw-main".into(),
                 writer: "watcher".into(),
                 topology: None,
+                resync_sequence: 0,
                 scope: Some(ResyncScope {
                     services: true,
                     ..ResyncScope::default()

@@ -116,6 +116,7 @@ async fn resync(
                 writer: writer.into(),
                 scope: Some(scope),
                 topology,
+                resync_sequence: 0,
             })),
         },
         ResyncRequest {

@@ -569,6 +569,7 @@ fn header(writer: &str, scope: ResyncScope) -> ResyncRequest {
             gateway: String::new(),
             writer: writer.into(),
             topology: None,
+            resync_sequence: 0,
             scope: Some(scope),
         })),
     }

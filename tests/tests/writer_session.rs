@@ -338,3 +338,78 @@ async fn locations_and_addresses_are_pushed_first_then_on_change_and_bad_queries
     );
     h.shutdown().await;
 }
+
+/// Issue 36: a writer's `WatchSession` stream follows that writer's session only. Another writer's
+/// resync, a change of services and the gateway's publications neither wake its task (the server's
+/// `clb_server_session_wakeups_total` does not move) nor send it anything; its own resync wakes it
+/// once, and the session echoes the resync's sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_session_stream_is_woken_only_by_its_own_session() {
+    clb_tests::init_tracing();
+    let h = Harness::start(Options::e2e()).await;
+    let c = client(&h).await;
+    let state = h.server().state.clone();
+    let mut agent = c.writer("node-agent/a");
+    let mut session = agent.watch_session().await.unwrap();
+    let first = until(&mut session, "the first session message", |_| true).await;
+    assert!(!first.resynced && first.resync_sequence == 0, "{first:?}");
+    // A `WatchServices` follower makes the gateway publish its services after every change.
+    let mut services = c
+        .writer(WRITER)
+        .watch_services()
+        .await
+        .expect("WatchServices");
+    until(
+        &mut services,
+        "the services snapshot",
+        |m: &ServiceStates| m.snapshot,
+    )
+    .await;
+    let woken = state.metrics().session_wakeups();
+
+    // Another node agent resyncs its node; the watcher resyncs and changes services.
+    let mut other = c.writer("node-agent/b").with_resync_sequence(7);
+    let r = other
+        .resync(clb_client::client::scope::pods_at("10.1.0.2"), Vec::new())
+        .await
+        .unwrap();
+    let s = r.session.unwrap();
+    assert!(s.resynced && s.resync_sequence == 7, "{s:?}");
+    let mut w = c.writer(WRITER);
+    w.resync(
+        clb_client::client::scope::all(),
+        vec![updates::service_add("svc-x", &[])],
+    )
+    .await
+    .unwrap();
+    w.apply(vec![updates::service_add("svc-y", &[])])
+        .await
+        .unwrap();
+    until(&mut services, "svc-y pushed", |m: &ServiceStates| {
+        m.services.iter().any(|s| s.id == "svc-y")
+    })
+    .await;
+    let quiet = tokio::time::timeout(Duration::from_millis(300), session.message()).await;
+    assert!(quiet.is_err(), "the agent's stream sent {quiet:?}");
+    assert_eq!(
+        state.metrics().session_wakeups(),
+        woken,
+        "another writer's resync or a change of services woke the agent's session stream"
+    );
+
+    // Its own resync wakes it once, with the sequence it gave.
+    let mut agent = agent.with_resync_sequence(42);
+    let r = agent
+        .resync(clb_client::client::scope::pods_at("10.1.0.1"), Vec::new())
+        .await
+        .unwrap();
+    let answered = r.session.unwrap();
+    assert!(answered.resynced && answered.resync_sequence == 42);
+    let pushed = until(&mut session, "its resync pushed", |s: &WriterSession| {
+        s.resynced
+    })
+    .await;
+    assert_eq!(pushed, answered);
+    assert_eq!(state.metrics().session_wakeups(), woken + 1);
+    h.shutdown().await;
+}

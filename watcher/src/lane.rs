@@ -58,6 +58,10 @@ struct State {
     /// nothing sent yet, so nothing to lose). An answer or session message with another epoch, or
     /// saying the server holds no resync of ours, makes a resync due at once.
     session_epoch: Option<u64>,
+    /// The `resync_sequence` of the last resync call this writer completed (0: none). A session
+    /// message that echoes an older one was built before that resync landed: its `resynced: false`
+    /// is stale and asks for nothing.
+    resync_sequence: u64,
     /// A resync is due at once, even while a stream relists: the server holds nothing of ours.
     resync_now: bool,
 }
@@ -114,6 +118,7 @@ impl Lane {
             acked,
             agent_locations: BTreeSet::new(),
             session_epoch: None,
+            resync_sequence: 0,
             resync_now: false,
         };
         let lane = Self {
@@ -280,12 +285,14 @@ impl Lane {
         self.lock().agent_locations.clone()
     }
 
-    /// The resync taken at event `seq` succeeded; the server's epoch is `epoch` (`sent`: it
-    /// carried something), the node agent's locations are now `locations`.
+    /// The resync taken at event `seq` succeeded; the server's epoch is `epoch` and its last call
+    /// carried `resync_sequence` (`sent`: it carried something), the node agent's locations are
+    /// now `locations`.
     pub(crate) fn resynced(
         &self,
         seq: u64,
         epoch: Option<u64>,
+        resync_sequence: u64,
         sent: bool,
         locations: BTreeSet<IpAddr>,
     ) {
@@ -293,6 +300,7 @@ impl Lane {
         s.in_flight = false;
         if sent {
             s.session_epoch = epoch.or(s.session_epoch);
+            s.resync_sequence = s.resync_sequence.max(resync_sequence);
         }
         s.agent_locations = locations;
         s.ack(seq);
@@ -366,10 +374,13 @@ impl State {
 
     /// Whether `session` (from an answer or the session stream) shows that the server no longer
     /// holds the resync this writer last completed: another epoch, or no resync of ours. Never
-    /// while nothing was sent.
+    /// while nothing was sent, and never from a message of this epoch built before our last
+    /// resync landed (it echoes an older `resync_sequence`): a reconnect costs one resync.
     fn lost_us(&self, session: Option<&WriterSession>) -> bool {
         match (self.session_epoch, session) {
-            (Some(epoch), Some(now)) => now.epoch != epoch || !now.resynced,
+            (Some(epoch), Some(now)) => {
+                now.epoch != epoch || (!now.resynced && now.resync_sequence >= self.resync_sequence)
+            }
             _ => false,
         }
     }
@@ -403,4 +414,56 @@ fn endpoints_of(deltas: &[Update]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mode;
+    use clb_client::client::ConnectOptions;
+
+    const AGENT: &str = "node-agent/a";
+
+    fn session(epoch: u64, resynced: bool, resync_sequence: u64) -> WriterSession {
+        WriterSession {
+            epoch,
+            resynced,
+            resync_sequence,
+            ..WriterSession::default()
+        }
+    }
+
+    fn agent_lane() -> Lane {
+        let config = WatcherConfig::new(
+            ConnectOptions::new("http://127.0.0.1:1"),
+            Mode::NodeAgent { node: "a".into() },
+        );
+        let (config, tconfig) = config.lanes().remove(0);
+        Lane::new(config, tconfig).0
+    }
+
+    /// Issue 36: a session message built before the agent's resync landed reaches it after the
+    /// resync's answer, saying `resynced: false` with an older sequence: it asks for no second
+    /// resync. One that echoes the agent's last sequence (the server forgot that resync) or comes
+    /// from another epoch does.
+    #[test]
+    fn a_session_message_older_than_the_last_resync_asks_for_no_resync() {
+        let lane = agent_lane();
+        lane.resynced(0, Some(5), 10, true, BTreeSet::new());
+        for stale in [session(5, false, 9), session(5, false, 0)] {
+            lane.session_seen(&stale, AGENT);
+            assert!(!lane.lock().resync_due, "{stale:?} made a resync due");
+        }
+        lane.session_seen(&session(5, true, 10), AGENT);
+        assert!(!lane.lock().resync_due);
+        // The server forgot our resync (a pods handover): current, resync.
+        lane.session_seen(&session(5, false, 10), AGENT);
+        assert!(lane.lock().resync_due);
+
+        let lane = agent_lane();
+        lane.resynced(0, Some(5), 10, true, BTreeSet::new());
+        // Another epoch: the server holds nothing of ours, whatever it echoes.
+        lane.session_seen(&session(6, false, 0), AGENT);
+        assert!(lane.lock().resync_due);
+    }
 }

@@ -16,10 +16,22 @@ use crate::translate::{NodeIps, SentView, Translator};
 use clb_client::client::{Client, ClientError, ConnectOptions, scope};
 
 /// A connection to the state server, made on demand (one attempt per call; the caller backs off).
+/// [`Conn::share`] gives another task the same connection: a lane's sender and its session
+/// follower run their calls and streams over one HTTP/2 connection, so a node agent costs the
+/// server one connection (one file descriptor, one set of buffers), not two.
 #[derive(Debug)]
 pub(crate) struct Conn {
     options: ConnectOptions,
+    shared: std::sync::Arc<std::sync::Mutex<Slot>>,
+    /// The generation of the client this handle got last (0: none).
+    got: u64,
+}
+
+/// The connection that handles of one [`Conn`] share, and how many times it was made.
+#[derive(Debug, Default)]
+struct Slot {
     client: Option<Client>,
+    generation: u64,
 }
 
 impl Conn {
@@ -28,24 +40,54 @@ impl Conn {
         options.attempts = 1;
         Self {
             options,
-            client: None,
+            shared: Default::default(),
+            got: 0,
         }
+    }
+
+    /// Another handle on the same connection.
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            options: self.options.clone(),
+            shared: self.shared.clone(),
+            got: 0,
+        }
+    }
+
+    fn slot(shared: &std::sync::Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+        shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The client, connecting if needed.
     pub(crate) async fn get(&mut self) -> Result<Client, ClientError> {
-        if let Some(c) = &self.client {
-            return Ok(c.clone());
+        {
+            let slot = Self::slot(&self.shared);
+            if let Some(c) = &slot.client {
+                self.got = slot.generation;
+                return Ok(c.clone());
+            }
         }
         let c = Client::connect(self.options.clone()).await?;
+        let mut slot = Self::slot(&self.shared);
+        if let Some(other) = &slot.client {
+            // Another handle connected meanwhile: use its connection, drop this one.
+            self.got = slot.generation;
+            return Ok(other.clone());
+        }
         tracing::info!(endpoint = %self.options.endpoint, "connected to the state server");
-        self.client = Some(c.clone());
+        slot.generation += 1;
+        slot.client = Some(c.clone());
+        self.got = slot.generation;
         Ok(c)
     }
 
-    /// Forgets the connection after a failure; the next call reconnects.
+    /// Forgets the connection after a failure; the next call reconnects. A connection another
+    /// handle made since this one got its client is kept (it is not the one that failed).
     pub(crate) fn reset(&mut self) {
-        self.client = None;
+        let mut slot = Self::slot(&self.shared);
+        if slot.generation == self.got {
+            slot.client = None;
+        }
     }
 }
 
@@ -111,9 +153,9 @@ fn views(lane: &Lane, sent: &SentView) -> (Vec<View>, BTreeSet<IpAddr>) {
 pub(crate) async fn run(lane: Lane) -> Result<(), ClientError> {
     let config = lane.config().clone();
     let writer = config.writer();
-    let session = tokio::spawn(follow_session(lane.clone()));
-    let _session = AbortOnDrop(session);
     let mut conn = Conn::new(&config.server);
+    let session = tokio::spawn(follow_session(lane.clone(), conn.share()));
+    let _session = AbortOnDrop(session);
     let mut backoff = ServerBackoff::new(config.backoff_initial, config.backoff_max);
     let mut failed = false;
     // The delay the last failure earned, slept before the next attempt.
@@ -137,10 +179,10 @@ pub(crate) async fn run(lane: Lane) -> Result<(), ClientError> {
                 let r = resync(&mut conn, &writer, views).await;
                 config.metrics.resync_of(&config.server.gateway, r.is_ok());
                 match r {
-                    Ok(epoch) => {
+                    Ok((epoch, sequence)) => {
                         failed = false;
                         backoff.reset();
-                        lane.resynced(seq, epoch, sends, locations);
+                        lane.resynced(seq, epoch, sequence, sends, locations);
                     }
                     Err(e) => {
                         pause = Some(backoff.next_delay(&e));
@@ -185,10 +227,9 @@ impl Drop for AbortOnDrop {
 /// once when the server no longer holds ours: a restart or a fail-over is noticed within a round
 /// trip of the new leader's first answer, without polling. A failed stream changes nothing by
 /// itself: the next answer of the new server says what it holds.
-async fn follow_session(lane: Lane) {
+async fn follow_session(lane: Lane, mut conn: Conn) {
     let config = lane.config().clone();
     let writer = config.writer();
-    let mut conn = Conn::new(&config.server);
     let mut backoff = ServerBackoff::new(config.backoff_initial, crate::backoff::RECONNECT_MAX);
     loop {
         let failure = match conn.get().await {
@@ -236,16 +277,32 @@ fn fail_or_return(e: ClientError, lane: &Lane, conn: &mut Conn) -> Result<(), Cl
     Ok(())
 }
 
-/// Sends each view; returns the server's epoch as the last resync's answer states it.
+/// The `resync_sequence` of this process's next resync call: increasing, and in practice across
+/// restarts too (it starts from the wall clock in microseconds), so that the server's echo of a
+/// resync sent before a restart never looks newer than one sent after it.
+fn next_resync_sequence() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+    LAST.fetch_max(wall, Ordering::Relaxed);
+    LAST.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// Sends each view, each call with a new `resync_sequence`; returns the server's epoch as the last
+/// resync's answer states it, and the last call's sequence.
 async fn resync(
     conn: &mut Conn,
     writer: &str,
     views: Vec<View>,
-) -> Result<Option<u64>, ClientError> {
+) -> Result<(Option<u64>, u64), ClientError> {
     let client = conn.get().await?;
-    let mut w = client.writer(writer);
     let mut epoch = None;
+    let mut sequence = 0;
     for (scope, topology, view) in views {
+        sequence = next_resync_sequence();
+        let mut w = client.writer(writer).with_resync_sequence(sequence);
         let what = scope_name(&scope);
         let n = view.len();
         let nodes = topology.as_ref().map(|t| t.nodes.len());
@@ -266,7 +323,7 @@ async fn resync(
         );
         epoch = r.session.map(|s| s.epoch).or(epoch);
     }
-    Ok(epoch)
+    Ok((epoch, sequence))
 }
 
 /// Sends one batch; returns the writer's session as the answer states it.

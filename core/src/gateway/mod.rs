@@ -131,6 +131,9 @@ pub struct WriterRecord {
     pub updates_applied: u64,
     /// Items rejected from this writer.
     pub items_rejected: u64,
+    /// The sequence the writer gave its last recorded resync (0: none given); kept when the
+    /// resync is forgotten.
+    pub resync_sequence: u64,
 }
 
 /// Settings of a gateway.
@@ -196,6 +199,9 @@ pub struct GatewayCore {
     tracker: DiffTracker,
     dispatch: Dispatcher,
     writers: BTreeMap<String, WriterRecord>,
+    /// Writers whose session (resync held or forgotten, its sequence) changed since
+    /// [`GatewayCore::take_session_changes`].
+    session_changes: Vec<String>,
     /// Desired load balancers (ports and settings) of inbound identities (canonical name).
     service_specs: HashMap<String, LbSpec>,
     /// Frontend IPs of inbound identities as NRP last reported them: set by the report of a
@@ -225,6 +231,7 @@ impl GatewayCore {
             tracker,
             dispatch: Dispatcher::new(config.dispatch.clone(), env),
             writers: BTreeMap::new(),
+            session_changes: Vec::new(),
             service_specs: HashMap::new(),
             frontends: HashMap::new(),
             programmed: HashMap::new(),
@@ -567,6 +574,7 @@ impl GatewayCore {
             .entry(writer.to_owned())
             .or_default()
             .last_resync_unix_ms = Some(now_unix_ms);
+        self.session_changes.push(writer.to_owned());
         let handover = self
             .gate
             .resync_completed(writer, scope, topology, &self.tracker, now);
@@ -575,12 +583,29 @@ impl GatewayCore {
             dropped += self.drop_pods_at(*location);
         }
         for w in &handover.resync_asked {
-            if let Some(w) = self.writers.get_mut(w) {
-                w.last_resync_unix_ms = None;
+            if let Some(record) = self.writers.get_mut(w) {
+                record.last_resync_unix_ms = None;
+                self.session_changes.push(w.clone());
             }
         }
         self.update_gates(now);
         (handover, dropped)
+    }
+
+    /// Records the sequence `writer` gave the resync just completed (see
+    /// [`WriterRecord::resync_sequence`]); its session changed.
+    pub fn record_resync_sequence(&mut self, writer: &str, sequence: u64) {
+        let record = self.writers.entry(writer.to_owned()).or_default();
+        if record.resync_sequence != sequence {
+            record.resync_sequence = sequence;
+            self.session_changes.push(writer.to_owned());
+        }
+    }
+
+    /// The writers whose session changed since the last call (a writer may be listed twice):
+    /// whoever follows writers' sessions reads only theirs again.
+    pub fn take_session_changes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.session_changes)
     }
 
     /// Removes every pod at `location` from the desired state (an address stays while an inbound

@@ -82,7 +82,7 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the descriptor set is generated at build time");
-    state.start_tasks(session::snapshot);
+    state.start_tasks();
     let max = state.config().max_message_bytes;
     let worker = WorkerServer::new(WorkerService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(max)
@@ -97,7 +97,7 @@ pub async fn serve_with(
     health.set_serving::<AdminServer<AdminService>>().await;
     let health_task = tokio::spawn(health_follows_leadership(health, state.leadership()));
     info!(addr = ?listener.local_addr().ok(), tls = secure, "state server listening");
-    let router = tonic::transport::Server::builder()
+    let router = connection_settings(tonic::transport::Server::builder())
         .trace_fn(crate::telemetry::grpc_server_span)
         .layer(crate::auth::AuthLayer::new(auth).with_metrics(state.metrics().clone()))
         .add_service(health_service)
@@ -121,13 +121,44 @@ pub async fn serve_with(
         // ≈ 40 ms for one unit in ten at 20,000 pods/s. Tonic applies its own `tcp_nodelay` only to
         // listeners it binds itself.
         None => {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(TCP_KEEPALIVE));
             router.serve_with_incoming_shutdown(incoming, signal).await
         }
     };
     health_task.abort();
     result
+}
+
+/// Idle time before the kernel probes a connection (TCP keepalive): a peer that vanished without a
+/// FIN (a node powered off, a partition) is found by the kernel even if HTTP/2 pings are not sent.
+pub const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The HTTP/2 settings of the gRPC port, chosen for thousands of mostly idle writers (a node agent
+/// per node: one connection each, a `WatchSession` stream open, a write now and then) beside a
+/// few busy peers (the watcher's resyncs, the workers' streams):
+///
+/// - Flow-control windows are credit, not allocations, but they bound what one peer can make the
+///   server buffer before a handler reads it: 512 KiB per stream and 1 MiB per connection (hyper's
+///   default for the connection), so 5,000 agents can never pin 5,000 × the 16 MiB a grown window
+///   allows. A resync chunk still streams at full speed on a LAN (1 MiB per round trip).
+/// - Adaptive windows (BDP estimation) off: they grow windows per connection and ping with the
+///   data; fixed windows keep every connection's cost the same and predictable.
+/// - HTTP/2 keepalive every 60 s, 20 s to answer: a dead peer's connection, its streams and their
+///   tasks (~36 KB each) are dropped within 80 s; an idle live one costs one ping a minute (the
+///   clients ping every 30 s themselves, `clb_client`). TCP keepalive ([`TCP_KEEPALIVE`]) below it.
+/// - At most 128 concurrent streams per connection: a node agent uses 2 or 3, the watcher a few
+///   per gateway; the bound stops one peer from opening thousands of tasks.
+fn connection_settings(builder: tonic::transport::Server) -> tonic::transport::Server {
+    builder
+        .initial_stream_window_size(512 * 1024)
+        .initial_connection_window_size(1024 * 1024)
+        .http2_adaptive_window(Some(false))
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(60)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        .max_concurrent_streams(128)
+        .tcp_keepalive(Some(TCP_KEEPALIVE))
 }
 
 /// Refuses a call on a standby replica (leader election): `UNAVAILABLE`, so that clients reconnect

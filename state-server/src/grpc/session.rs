@@ -1,28 +1,31 @@
 //! What the Writer service tells writers about themselves and their services, without the
-//! operator's Admin API: the writer's session (does the server hold its resync? which epoch?) in
-//! every answer and as a stream (`WatchSession`), the programming state of the gateway's inbound
-//! services as a stream (`WatchServices`). What writers wait for (`WatchLocations`,
-//! `WatchAddresses`) is pushed by `awaits.rs`.
+//! operator's Admin API: the writer's session (does the server hold its resync? which epoch? the
+//! sequence of its last recorded resync) in every answer and as a stream (`WatchSession`), the
+//! programming state of the gateway's services as a stream (`WatchServices`). What writers wait for
+//! (`WatchLocations`, `WatchAddresses`) is pushed by `awaits.rs`.
 //!
-//! Both streams are pushed: a task per stream follows its gateway's snapshot (published by the
-//! gateway's task after each change, at most every [`crate::state::push::SNAPSHOT_SPACING`], and when a
-//! restart-gate bound passes: [`crate::state::GatewaySnapshot`]) and its replica's leadership, and
-//! sends what changed since it last sent; it takes no lock. An idle server wakes none. A stream ends with `UNAVAILABLE` when its replica stops leading or its state
-//! starts afresh (a new epoch): the writer then reconnects to the leader and resyncs.
+//! Both streams are pushed and take no lock. A `WatchSession` task follows only its writer's
+//! session channel ([`crate::state::sessions`]) and its replica's leadership: another writer's
+//! resync or a change of services does not wake it. A `WatchServices` task follows its gateway's
+//! services snapshot ([`crate::state::services`], published by the gateway's task after changes,
+//! at most every [`crate::state::push::SNAPSHOT_SPACING`]) and applies each publication's delta,
+//! so a change of services it does not follow costs it nothing. An idle server wakes none. A
+//! stream ends with `UNAVAILABLE` when its replica stops leading or its state starts afresh (a new
+//! epoch): the writer then reconnects to the leader and resyncs.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use clb_core::difftracker::identity::ServiceKind;
 use clb_proto::v1::{ServiceState, ServiceStates, WriterSession};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::admin::{nat_gateway_of, service_condition};
-use super::convert::service_state_uncounted;
+use super::admin::condition_to_proto;
+use super::convert::{ip_family_to_proto, port_to_proto, service_kind, settings_to_proto};
+use crate::state::services::{KindDelta, Records, ServiceRecord};
+use crate::state::sessions::WriterState;
 use crate::state::{Gateway, GatewayHandle, GatewaySnapshot, StateServer};
 
 /// The stream of `WatchSession`.
@@ -33,40 +36,18 @@ pub type ServiceStatesStream = Pin<Box<dyn Stream<Item = Result<ServiceStates, S
 /// Most inbound services in one `ServiceStates` message; a larger snapshot or change is split.
 const MAX_SERVICES_PER_MESSAGE: usize = 1_000;
 
-/// The session of writer `writer` as `snapshot` of gateway `gateway` shows it.
-fn session_in(
-    state: &StateServer,
-    gateway: &str,
-    snapshot: &GatewaySnapshot,
-    writer: &str,
-) -> WriterSession {
+/// The session of a writer whose state in gateway `gateway` is `writer`.
+fn session_of(state: &StateServer, gateway: &str, writer: WriterState) -> WriterSession {
     WriterSession {
         server_id: state.config().server_id.clone(),
         epoch: state.epoch(),
-        resynced: snapshot.resynced.contains(writer),
+        resynced: writer.resynced,
         gateway: gateway.to_owned(),
+        resync_sequence: writer.resync_sequence,
     }
 }
 
-/// The snapshot of `g` at change counter `changes` (its task publishes it).
-pub fn snapshot(g: &Gateway, changes: u64) -> GatewaySnapshot {
-    let (services, nrp_observed) = read_services(g, ServiceKind::Inbound);
-    let (egresses, _) = read_services(g, ServiceKind::Outbound);
-    GatewaySnapshot {
-        changes,
-        services,
-        egresses,
-        nrp_observed,
-        resynced: g
-            .writers()
-            .iter()
-            .filter(|(_, w)| w.last_resync_unix_ms.is_some())
-            .map(|(name, _)| name.clone())
-            .collect(),
-    }
-}
-
-/// Follows `handle`'s snapshot: the receiver and the first snapshot built after this call.
+/// Follows `handle`'s services snapshot: the receiver and the first snapshot built after this call.
 async fn follow(
     handle: &GatewayHandle,
 ) -> Option<(
@@ -80,15 +61,7 @@ async fn follow(
 
 /// The session of writer `writer` in gateway `g`.
 pub fn session(state: &StateServer, g: &Gateway, writer: &str) -> WriterSession {
-    WriterSession {
-        server_id: state.config().server_id.clone(),
-        epoch: state.epoch(),
-        resynced: g
-            .writers()
-            .get(writer)
-            .is_some_and(|w| w.last_resync_unix_ms.is_some()),
-        gateway: g.name().to_owned(),
-    }
+    session_of(state, g.name(), g.writer_state(writer))
 }
 
 /// The status that ends a stream whose replica stopped leading or started afresh.
@@ -131,14 +104,14 @@ pub(super) async fn shut_down(shutdown: &mut Shutdown) {
 /// Waits for a change worth a re-read: a new snapshot, the leadership; `false` when the stream is
 /// to end: the reader is gone, or the server shuts down (the reader is told `UNAVAILABLE`, so
 /// that a graceful shutdown is not held up by open streams).
-async fn wait_for_change<T>(
-    snapshots: &mut tokio::sync::watch::Receiver<Arc<GatewaySnapshot>>,
+async fn wait_for_change<T, S>(
+    followed: &mut tokio::sync::watch::Receiver<S>,
     leadership: &mut tokio::sync::watch::Receiver<bool>,
     shutdown: &mut Shutdown,
     tx: &mpsc::Sender<Result<T, Status>>,
 ) -> bool {
     tokio::select! {
-        r = snapshots.changed() => r.is_ok(),
+        r = followed.changed() => r.is_ok(),
         r = leadership.changed() => r.is_ok(),
         () = tx.closed() => false,
         () = shut_down(shutdown) => {
@@ -172,7 +145,9 @@ pub(super) async fn still_current<T>(
     false
 }
 
-/// `WatchSession`: the session now, then each change, until the epoch changes.
+/// `WatchSession`: the session now, then each change, until the epoch changes. The task wakes
+/// only when its writer's session changes or leadership does (each wake-up counted:
+/// `clb_server_session_wakeups_total`).
 pub fn watch_session(
     state: Arc<StateServer>,
     handle: Arc<GatewayHandle>,
@@ -182,43 +157,91 @@ pub fn watch_session(
     let stream = spawn_stream(move |tx| async move {
         let epoch = state.epoch();
         let mut leadership = state.leadership();
+        let mut mine = handle.sessions().follow(&writer);
         let mut last: Option<WriterSession> = None;
-        let Some((mut snapshots, _)) = follow(&handle).await else {
-            return;
-        };
         loop {
             if !still_current(&state, epoch, &tx).await {
                 return;
             }
-            let snapshot = snapshots.borrow_and_update().clone();
-            let now = session_in(&state, handle.name(), &snapshot, &writer);
+            let now = session_of(&state, handle.name(), *mine.borrow_and_update());
             if last.as_ref() != Some(&now) {
                 if tx.send(Ok(now.clone())).await.is_err() {
                     return;
                 }
                 last = Some(now);
             }
-            if !wait_for_change(&mut snapshots, &mut leadership, &mut shutdown, &tx).await {
+            if !wait_for_change(&mut mine, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }
+            state.metrics().session_woken();
         }
     });
     Box::pin(stream)
 }
 
-/// Every inbound service of `g` with its writer-facing state (condition included, locations not
-/// counted), and whether NRP was read back.
-fn read_services(g: &Gateway, kind: ServiceKind) -> (HashMap<String, ServiceState>, bool) {
-    let states = g
-        .service_views(kind)
-        .map(|view| {
-            let mut st = service_state_uncounted(g, &view);
-            st.condition = Some(service_condition(g, &view, &st.frontend_ip));
-            nat_gateway_of(g, &mut st);
-            (view.name, st)
-        })
-        .collect();
-    (states, g.nrp_observed())
+/// A service's record as the proto `ServiceState` of gateway `gateway` (`actual_locations` not
+/// counted: 0).
+fn record_to_proto(gateway: &str, r: &ServiceRecord) -> ServiceState {
+    let v = &r.view;
+    ServiceState {
+        gateway: gateway.to_owned(),
+        id: v.name.clone(),
+        kind: service_kind(v.kind) as i32,
+        desired: v.desired,
+        actual: v.actual,
+        desired_addresses: u64::from(v.desired_addresses),
+        actual_addresses: u64::from(v.actual_addresses),
+        desired_locations: v.locations as u64,
+        actual_locations: 0,
+        ports: r.ports.iter().map(port_to_proto).collect(),
+        frontend_ip: r.frontend_ip.clone(),
+        condition: Some(condition_to_proto(r.condition.clone())),
+        ip_family: ip_family_to_proto(r.family) as i32,
+        settings: r.settings.as_ref().map(settings_to_proto),
+        nat_gateway: r.nat_gateway.clone(),
+        nat_gateway_missing: r.nat_gateway_missing,
+    }
+}
+
+/// What a follower sends for one publication: the delta when it is one publication behind
+/// (`None`: nothing of what it follows changed), else (the first, or after missed publications) a
+/// comparison of the full maps.
+fn changes_of(
+    sent: &GatewaySnapshot,
+    now: &GatewaySnapshot,
+    first: bool,
+    include_outbound: bool,
+) -> (Vec<Arc<ServiceRecord>>, Vec<String>) {
+    let kinds = if include_outbound { 2 } else { 1 };
+    let mut changed = Vec::new();
+    let mut gone = Vec::new();
+    if !first && now.seq == sent.seq + 1 {
+        for delta in [&now.inbound_delta, &now.outbound_delta]
+            .into_iter()
+            .take(kinds)
+        {
+            changed.extend(delta.changed.iter().cloned());
+            gone.extend(delta.gone.iter().cloned());
+        }
+    } else if !first && now.seq == sent.seq {
+        return (changed, gone);
+    } else {
+        let empty = Records::default();
+        for (n, before) in [
+            (&now.inbound, &sent.inbound),
+            (&now.outbound, &sent.outbound),
+        ]
+        .into_iter()
+        .take(kinds)
+        {
+            let delta = KindDelta::between(if first { &empty } else { before }, n);
+            changed.extend(delta.changed);
+            gone.extend(delta.gone);
+        }
+    }
+    changed.sort_by(|a, b| a.view.name.cmp(&b.view.name));
+    gone.sort();
+    (changed, gone)
 }
 
 /// `WatchServices`: a snapshot of the gateway's inbound services (and its outbound ones with
@@ -244,27 +267,14 @@ pub fn watch_services(
                 return;
             }
             let snapshot = snapshots.borrow_and_update().clone();
-            let session = session_in(&state, handle.name(), &snapshot, &writer);
             let observed = snapshot.nrp_observed;
-            let mut changed = Vec::new();
-            let mut gone = Vec::new();
-            for (now, before) in [
-                (&snapshot.services, &sent.services),
-                (&snapshot.egresses, &sent.egresses),
-            ]
-            .into_iter()
-            .take(if include_outbound { 2 } else { 1 })
-            {
-                changed.extend(
-                    now.iter()
-                        .filter(|(id, st)| first || before.get(*id) != Some(*st))
-                        .map(|(_, st)| st.clone()),
-                );
-                gone.extend(before.keys().filter(|id| !now.contains_key(*id)).cloned());
-            }
-            changed.sort_by(|a, b| a.id.cmp(&b.id));
-            gone.sort();
+            let (changed, gone) = changes_of(&sent, &snapshot, first, include_outbound);
             if first || !changed.is_empty() || !gone.is_empty() || observed != sent_observed {
+                let session = session_of(&state, handle.name(), handle.sessions().get(&writer));
+                let changed = changed
+                    .iter()
+                    .map(|r| record_to_proto(handle.name(), r))
+                    .collect();
                 let messages = split(changed, gone, first, observed, &session);
                 for m in messages {
                     if tx.send(Ok(m)).await.is_err() {
@@ -272,9 +282,9 @@ pub fn watch_services(
                     }
                 }
                 sent_observed = observed;
-                sent = snapshot;
                 first = false;
             }
+            sent = snapshot;
             if !wait_for_change(&mut snapshots, &mut leadership, &mut shutdown, &tx).await {
                 return;
             }

@@ -34,7 +34,7 @@ pub struct WorkerService {
 impl WorkerService {
     /// A service over the shared state; sessions end when `shutdown` turns true.
     pub fn new(state: Arc<StateServer>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
-        state.start_tasks(super::session::snapshot);
+        state.start_tasks();
         Self {
             state,
             sessions: Arc::new(AtomicU64::new(1)),

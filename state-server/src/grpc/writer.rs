@@ -39,7 +39,7 @@ pub struct WriterService {
 impl WriterService {
     /// A Writer service changing the gateways of `state`.
     pub fn new(state: Arc<StateServer>) -> Self {
-        state.start_tasks(super::session::snapshot);
+        state.start_tasks();
         Self {
             state,
             shutdown: None,
@@ -52,7 +52,7 @@ impl WriterService {
         state: Arc<StateServer>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
-        state.start_tasks(super::session::snapshot);
+        state.start_tasks();
         Self {
             state,
             shutdown: Some(shutdown),
@@ -228,6 +228,8 @@ struct ResyncRead {
     writer: String,
     scope: Scope,
     topology: Option<Topology>,
+    /// The header's `resync_sequence`, echoed in the writer's session.
+    sequence: u64,
     view: Vec<Update>,
 }
 
@@ -308,6 +310,7 @@ async fn read_resync(
         writer: header.writer,
         scope,
         topology,
+        sequence: header.resync_sequence,
         view,
     })
 }
@@ -378,6 +381,7 @@ impl WriterService {
             writer,
             scope,
             topology,
+            sequence,
             view,
         } = match read_resync(&self.state, caller.as_ref(), &mut incoming).await {
             Ok(read) => read,
@@ -398,11 +402,12 @@ impl WriterService {
         let items = items(&view);
         let (revision, outcome, session) = {
             let mut gateway = handle.lock();
-            let done = gateway.replace_scope(
+            let done = gateway.resync(
                 &writer,
                 &scope,
                 topology.as_ref(),
                 &items,
+                sequence,
                 std::time::Instant::now(),
                 crate::state::unix_ms(std::time::SystemTime::now()),
             );

@@ -24,7 +24,7 @@ use clb_core::dispatch::UnitWork;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
 
-use super::{Gateway, GatewayHandle, GatewaySnapshot, StateServer, unix_ms};
+use super::{GatewayHandle, StateServer, services, unix_ms};
 
 /// The least time between two snapshots of a gateway: a burst of writes and reports costs one
 /// snapshot per interval, not one per change.
@@ -58,9 +58,6 @@ pub trait UnitSink: Send + Sync + std::fmt::Debug {
         links: Vec<clb_telemetry::SpanLink>,
     ) -> Span;
 }
-
-/// Builds the snapshot of a gateway at a change counter (the Writer service's view of it).
-pub type SnapshotFn = fn(&Gateway, u64) -> GatewaySnapshot;
 
 /// A connected worker as the gateway tasks see it: where to send units, how many it may hold, and
 /// which it holds (by work id: its `work_unit` span and the index of its gateway in `gateways`).
@@ -247,22 +244,15 @@ impl Ports {
     }
 }
 
-/// Starts the task of `handle` (it ends when the server is dropped or the handle closed);
-/// `snapshot` builds what the writers' streams read.
-pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>, snapshot: SnapshotFn) {
+/// Starts the task of `handle` (it ends when the server is dropped or the handle closed).
+pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>) {
     let span = info_span!("gateway_task", gateway = %handle.name());
     let state = Arc::downgrade(state);
-    tokio::spawn(tracing::Instrument::instrument(
-        run(state, handle, snapshot),
-        span,
-    ));
+    tokio::spawn(tracing::Instrument::instrument(run(state, handle), span));
 }
 
-async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>, snapshot: SnapshotFn) {
-    let mut task = Task {
-        published: None,
-        snapshot,
-    };
+async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
+    let mut task = Task { published: None };
     loop {
         let next = {
             let Some(state) = state.upgrade() else { return };
@@ -288,7 +278,6 @@ async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>, snapshot: Sna
 struct Task {
     /// The change counter the last snapshot was built at, and when.
     published: Option<(u64, Instant)>,
-    snapshot: SnapshotFn,
 }
 
 impl Task {
@@ -301,12 +290,15 @@ impl Task {
             Vec::new()
         };
         let mut served: Vec<Arc<WorkerPort>> = Vec::new();
+        let mut gathered = None;
         let (expired, next) = {
             let mut gw = handle.lock();
             let gw = &mut *gw;
             // Leases that expired, restart-gate bounds that passed.
             let expired = gw.tick(now);
             gw.log_gate_notes();
+            // Writers' sessions the core changed outside a resync reach their channels.
+            gw.sync_sessions();
             // Each unit to the best-ranked session with room ([`WorkerPort::rank`]), until none
             // has room or the dispatcher has nothing to cut now.
             loop {
@@ -344,9 +336,10 @@ impl Task {
                 Some((at, _)) if at == changes => None,
                 Some((_, when)) if now < when + SNAPSHOT_SPACING => Some(when + SNAPSHOT_SPACING),
                 _ => {
-                    // Built only while a writer's stream follows it.
+                    // Read only while a `WatchServices` stream follows it; compared and
+                    // published after the lock.
                     if handle.snapshot_followed() {
-                        handle.publish((self.snapshot)(gw, changes));
+                        gathered = Some(services::gather(gw, changes));
                     }
                     // What writers wait for, answered; only those owed an answer are woken.
                     handle.awaits().refresh(gw);
@@ -360,6 +353,10 @@ impl Task {
                 .min();
             (expired, next)
         };
+        if let Some(gathered) = gathered {
+            let before = handle.snapshot();
+            handle.publish(services::publication(&before, gathered));
+        }
         let when = unix_ms(SystemTime::now());
         served.dedup_by_key(|p| p.session);
         for port in ports.iter().map(|(p, _)| p) {

@@ -1,0 +1,67 @@
+//! The metrics read from the state at each scrape (here, not in `metrics.rs`: the metrics know
+//! nothing of the state).
+
+use std::time::Instant;
+
+use super::StateServer;
+use crate::metrics::{self, Metrics};
+
+impl Metrics {
+    /// Sets every gateway's gauges from the server's current state.
+    pub fn refresh_from(&self, state: &StateServer) {
+        for s in gateway_snapshots(state, Instant::now()) {
+            self.set_gateway(&s);
+        }
+    }
+}
+
+/// One [`metrics::GatewaySnapshot`] per gateway of `state` (default first), each taken under its gateway lock.
+pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::GatewaySnapshot> {
+    let workers = state.workers();
+    state
+        .gateways()
+        .iter()
+        .map(|handle| {
+            let name = handle.name().to_owned();
+            let gw = handle.lock();
+            let c = gw.tracker().counts();
+            let serving = workers
+                .iter()
+                .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
+                .count();
+            let held_back = gw
+                .gate_view(now)
+                .holds
+                .into_iter()
+                .map(|h| {
+                    let held = metrics::HeldBack {
+                        removals: h.addresses + h.services,
+                        locations: h.locations,
+                    };
+                    (h.reason.label(), held)
+                })
+                .collect();
+            metrics::GatewaySnapshot {
+                revision: gw.tracker().revision(),
+                desired_addresses: c.desired_addresses,
+                actual_addresses: c.actual_addresses,
+                desired_locations: c.desired_locations,
+                actual_locations: c.actual_locations,
+                desired_services: c.desired_services + c.desired_egresses,
+                actual_services: c.actual_load_balancers + c.actual_nat_gateways,
+                dirty_locations: c.dirty_locations,
+                units_in_flight: gw.dispatch().units_in_flight() as u64,
+                parked_units: gw.dispatch().parked_units() as u64,
+                nat_gateways_missing: gw.missing_nat_gateways() as u64,
+                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
+                workers: serving as u64,
+                write_budget: gw.dispatch().remaining_writes(),
+                batching_window: gw.dispatch().batching_window().unwrap_or_default(),
+                unit_headway: gw.dispatch().unit_headway().unwrap_or_default(),
+                held_back,
+                refused: gw.dispatch().refused_by_code().into_iter().collect(),
+                gateway: name,
+            }
+        })
+        .collect()
+}
