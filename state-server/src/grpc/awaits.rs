@@ -23,7 +23,7 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::admin::condition_to_proto;
+use super::convert::condition_to_proto;
 use super::convert::invalid_argument;
 use super::session::{Shutdown, shut_down, spawn_stream, still_current, tell_shutdown};
 use crate::state::awaits::AwaitFollower;

@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clb_proto::v1::{
     self, AddressChange, AddressState, ItemError, LocationChange, LocationState, ResyncScope,
@@ -27,15 +27,18 @@ use crate::state::{Gateway, UnknownGateway, WorkerInfo};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{
-    self, ActualSnapshot, DiffTracker, InvalidInput, IpFamily, LocationDiff, LocationView,
-    Operation, Reason, ServiceKind, ServiceView, excerpt, quote,
+    self, ActualSnapshot, InvalidInput, IpFamily, LocationDiff, Operation, Reason, ServiceKind,
+    ServiceView, excerpt, quote,
 };
 use clb_core::dispatch::{self, Outcome, Report, UnitWork};
 use clb_core::gateway::Scope;
+use clb_core::gateway::condition::{Condition, ConditionReason};
 use clb_core::gateway::update::{
     EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
 };
-use clb_core::gateway::{LbSettings, LbSpec, Leased, Port, Protocol};
+use clb_core::gateway::{
+    LbSettings, LbSpec, Leased, LocationStatus, Port, Protocol, ServiceStatus, StatusView,
+};
 
 /// A problem with the resync header as a whole (see [`resync_scope`]): the call fails
 /// with `INVALID_ARGUMENT`.
@@ -349,10 +352,12 @@ pub fn item_error_of(fault: ItemFault) -> ItemError {
     }
 }
 
-/// Validates one update and applies it to `tracker` (no rights, no port book: for tests and
-/// tools); `index` is its position in the batch. On error nothing of the update was applied.
-pub fn apply_update(
-    tracker: &mut DiffTracker,
+/// Validates one update and applies it to `tracker` (no rights, no port book); `index` is its
+/// position in the batch. On error nothing of the update was applied. Tests only: the state
+/// server applies through `clb_core::gateway::GatewayCore::apply`.
+#[cfg(test)]
+pub(crate) fn apply_update(
+    tracker: &mut difftracker::DiffTracker,
     update: &Update,
     index: usize,
 ) -> Result<(), ItemError> {
@@ -445,13 +450,10 @@ pub fn location_change(diff: &LocationDiff) -> LocationChange {
     }
 }
 
-/// Both sides of a location as proto. The location is desired when one of its addresses is;
-/// `refused` gives the hold of an address NRP refused on its own.
-pub fn location_state(
-    gateway: &str,
-    view: &LocationView,
-    refused: impl Fn(IpAddr) -> Option<clb_core::dispatch::RefusedItem>,
-) -> LocationState {
+/// Both sides of a location (the core's [`LocationStatus`]) as proto. The location is desired when
+/// one of its addresses is; `refused` gives the hold of an address NRP refused on its own.
+pub fn location_state(gateway: &str, status: &LocationStatus) -> LocationState {
+    let view = &status.view;
     LocationState {
         gateway: gateway.to_owned(),
         location: view.location.to_string(),
@@ -466,7 +468,11 @@ pub fn location_state(
                 actual: a.actual.is_some(),
                 desired_services: a.desired.clone().unwrap_or_default(),
                 actual_services: a.actual.clone().unwrap_or_default(),
-                refused: refused(a.address).map(status::refused_item),
+                refused: status
+                    .refused
+                    .get(&a.address)
+                    .cloned()
+                    .map(status::refused_item),
             })
             .collect(),
     }
@@ -639,8 +645,8 @@ mod status;
 pub use report::{frontends_from_proto, report_from_proto, rules_from_proto, snapshot_from_proto};
 pub use settings::{settings_from_proto, settings_to_proto};
 pub use status::{
-    error_record, gateway_status, init_gates, refused_item, service_state, service_state_uncounted,
-    worker_status,
+    STATUS_REFUSED_ITEMS, condition_to_proto, error_record, gateway_status, init_gates,
+    refused_item, service_state_of, service_state_uncounted, worker_status,
 };
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Tests of `convert.rs`: writer input, worker traffic and reads, as proto.
 
 use super::*;
+use clb_core::difftracker::DiffTracker;
 use clb_proto::v1::{EgressUpdate, EndpointEdge, EndpointSet, EndpointsUpdate, ServiceUpdate};
 
 fn ep(address: &str, location: &str) -> v1::Endpoint {
@@ -465,7 +466,11 @@ fn diffs_and_views_convert_to_proto() {
     assert_eq!(l.addresses[0].services, vec!["svc-a"]);
 
     let view = t.location_view("10.0.0.1".parse().unwrap()).unwrap();
-    let state = location_state("gw", &view, |_| None);
+    let status = LocationStatus {
+        view,
+        refused: Default::default(),
+    };
+    let state = location_state("gw", &status);
     assert!(state.desired && !state.actual);
     assert_eq!(state.addresses[0].desired_services, vec!["svc-a"]);
     assert!(!state.addresses[0].actual);
