@@ -34,7 +34,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType};
 
 use super::{WriteBack, truncate};
-use crate::EGRESS_LABEL;
+use crate::translate::EGRESS_LABEL;
 
 /// The failures that mean "the NAT gateway could not be read": missing, or no permission.
 const UNREADABLE_CODES: &[&str] = &[

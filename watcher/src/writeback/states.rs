@@ -147,7 +147,7 @@ impl States {
     async fn run(self, config: Config, gateway: String, changed: mpsc::Sender<Pushed>) {
         let mut conn = Conn::new(&config.server);
         let mut backoff = ServerBackoff::new(config.backoff_initial, RECONNECT_MAX);
-        let writer = crate::WATCHER_WRITER;
+        let writer = crate::config::WATCHER_WRITER;
         loop {
             let failure = match conn.get().await {
                 Err(e) => e,
