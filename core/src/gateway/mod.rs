@@ -248,7 +248,7 @@ impl GatewayCore {
     /// (`views.rs`: [`GatewayCore::status`], [`GatewayCore::service_status`], …); the one
     /// remaining caller outside tests is the state server's push task (the IP families of a
     /// leased unit, `state/push.rs`, being rewritten): once it reads
-    /// [`GatewayCore::service_family`], this joins [`GatewayCore::tracker_mut`] behind
+    /// [`GatewayCore::service_family`], this joins `GatewayCore::tracker_mut` behind
     /// `test-support`.
     pub fn tracker(&self) -> &DiffTracker {
         &self.tracker
