@@ -643,14 +643,14 @@ impl WriteBack {
         }
     }
 
-    /// The state of service `uid` in `gateway` as the server's stream last pushed it (`Ok(None)`:
-    /// the gateway does not know it).
+    /// The state of service `service_id` in `gateway` as the server's stream last pushed it
+    /// (`Ok(None)`: the gateway does not know it).
     fn service_state(
         &self,
         gateway: &str,
-        uid: &str,
+        service_id: &str,
     ) -> Result<Option<ServiceState>, WriteBackError> {
-        Ok(self.states.get(gateway, uid)?)
+        Ok(self.states.get(gateway, service_id)?)
     }
 
     /// Whether every gateway a Service may be in has read NRP back: only then does "unknown

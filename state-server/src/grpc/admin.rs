@@ -117,19 +117,19 @@ impl AdminService {
         Ok(location_state(g.name(), &status))
     }
 
-    #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.id))]
+    #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.service_id))]
     fn get_service(&self, q: &ServiceQuery) -> Result<ServiceState, Status> {
-        normalize_identity("id", &q.id)
+        normalize_identity("service_id", &q.service_id)
             .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
         let handle = self
             .state
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let status = g.service_status(&q.id).ok_or_else(|| {
+        let status = g.service_status(&q.service_id).ok_or_else(|| {
             Status::not_found(format!(
                 "service {} is unknown in gateway {}",
-                quote(&q.id),
+                quote(&q.service_id),
                 quote(g.name())
             ))
         })?;
@@ -176,7 +176,7 @@ pub(crate) fn service_condition(
 /// it missing (the core's [`clb_core::gateway::EgressStatus`]).
 pub(crate) fn nat_gateway_of(g: &Gateway, state: &mut clb_proto::v1::ServiceState) {
     if state.kind == clb_proto::v1::ServiceKind::Outbound as i32 {
-        let egress = g.egress_status(&state.id);
+        let egress = g.egress_status(&state.service_id);
         state.nat_gateway = egress.nat_gateway.unwrap_or_default();
         state.nat_gateway_missing = egress.nat_gateway_missing;
     }

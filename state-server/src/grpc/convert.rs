@@ -253,7 +253,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
     match kind {
         Kind::Service(s) => {
             let refuse = |fault| Refusal {
-                named: Named::Service(&s.id),
+                named: Named::Service(&s.service_id),
                 fault,
             };
             let op = operation("service", s.operation).map_err(refuse)?;
@@ -276,7 +276,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
             };
             Ok(GatewayUpdate::Service {
                 operation: op,
-                id: &s.id,
+                id: &s.service_id,
                 ports,
                 family,
                 settings,
@@ -284,12 +284,12 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
         }
         Kind::Egress(e) => {
             let operation = operation("egress", e.operation).map_err(|fault| Refusal {
-                named: Named::Egress(&e.id),
+                named: Named::Egress(&e.egress_id),
                 fault,
             })?;
             Ok(GatewayUpdate::Egress {
                 operation,
-                id: &e.id,
+                id: &e.egress_id,
             })
         }
         Kind::Endpoints(e) => {
@@ -328,7 +328,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
                 pod: difftracker::PodUpdate {
                     address: &p.address,
                     location: &p.location,
-                    outbound_identity: &p.outbound_identity,
+                    outbound_identity: &p.egress_id,
                     uid: &p.pod_uid,
                     nat_gateway: &p.nat_gateway,
                 },
@@ -402,7 +402,7 @@ pub fn service_change(
     let create_inbound =
         change.kind == ServiceKind::Inbound && change.action == difftracker::ServiceAction::Create;
     v1::ServiceChange {
-        name: change.name.clone(),
+        service_id: change.name.clone(),
         kind: service_kind(change.kind) as i32,
         action: service_action(change.action) as i32,
         ports: if create_inbound {
@@ -444,7 +444,7 @@ pub fn location_change(diff: &LocationDiff) -> LocationChange {
             .iter()
             .map(|a| AddressChange {
                 address: a.address.to_string(),
-                services: a.services.clone(),
+                service_ids: a.services.clone(),
             })
             .collect(),
     }
@@ -466,8 +466,8 @@ pub fn location_state(gateway: &str, status: &LocationStatus) -> LocationState {
                 address: a.address.to_string(),
                 desired: a.desired.is_some(),
                 actual: a.actual.is_some(),
-                desired_services: a.desired.clone().unwrap_or_default(),
-                actual_services: a.actual.clone().unwrap_or_default(),
+                desired_service_ids: a.desired.clone().unwrap_or_default(),
+                actual_service_ids: a.actual.clone().unwrap_or_default(),
                 refused: status
                     .refused
                     .get(&a.address)

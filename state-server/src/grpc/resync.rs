@@ -70,7 +70,7 @@ mod tests {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: 1,
-                id: id.into(),
+                service_id: id.into(),
                 ports: vec![],
                 ..Default::default()
             })),
@@ -81,7 +81,7 @@ mod tests {
         Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: 1,
-                id: id.into(),
+                egress_id: id.into(),
             })),
         }
     }
@@ -109,7 +109,7 @@ mod tests {
                 operation: op,
                 address: address.into(),
                 location: location.into(),
-                outbound_identity: egress.into(),
+                egress_id: egress.into(),
                 pod_key: String::new(),
                 pod_uid: String::new(),
                 ..Default::default()
@@ -210,7 +210,7 @@ mod tests {
             Update {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: 2,
-                    id: "svc-b".into(),
+                    service_id: "svc-b".into(),
                     ports: vec![],
                     ..Default::default()
                 })),

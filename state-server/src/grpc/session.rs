@@ -262,7 +262,7 @@ pub fn watch_services(
                 );
                 gone.extend(before.keys().filter(|id| !now.contains_key(*id)).cloned());
             }
-            changed.sort_by(|a, b| a.id.cmp(&b.id));
+            changed.sort_by(|a, b| a.service_id.cmp(&b.service_id));
             gone.sort();
             if first || !changed.is_empty() || !gone.is_empty() || observed != sent_observed {
                 let messages = split(changed, gone, first, observed, &session);
@@ -300,17 +300,17 @@ fn split(
             snapshot: snapshot && i == 0,
             nrp_observed,
             services: chunk.to_vec(),
-            gone: Vec::new(),
+            gone_service_ids: Vec::new(),
         })
         .collect();
     match out.last_mut() {
-        Some(last) => last.gone = gone,
+        Some(last) => last.gone_service_ids = gone,
         None => out.push(ServiceStates {
             session: Some(session.clone()),
             snapshot,
             nrp_observed,
             services: Vec::new(),
-            gone,
+            gone_service_ids: gone,
         }),
     }
     out
@@ -322,7 +322,7 @@ mod tests {
 
     fn st(id: &str) -> ServiceState {
         ServiceState {
-            id: id.to_owned(),
+            service_id: id.to_owned(),
             ..ServiceState::default()
         }
     }
@@ -338,9 +338,9 @@ mod tests {
             out.iter().map(|m| m.services.len()).collect::<Vec<_>>(),
             [1_000, 1_000, 500]
         );
-        assert!(out[0].gone.is_empty() && out[2].gone == ["old"]);
+        assert!(out[0].gone_service_ids.is_empty() && out[2].gone_service_ids == ["old"]);
         let only_gone = split(Vec::new(), vec!["x".into()], false, true, &session);
         assert_eq!(only_gone.len(), 1);
-        assert_eq!(only_gone[0].gone, ["x"]);
+        assert_eq!(only_gone[0].gone_service_ids, ["x"]);
     }
 }

@@ -47,7 +47,7 @@ pub fn refused_item(i: dispatch::RefusedItem) -> v1::RefusedItem {
         kind: i.kind.as_str().to_owned(),
         location: ip(i.location),
         address: ip(i.address),
-        services: i.services,
+        service_ids: i.services,
         code: i.record.code,
         message: i.record.message,
         at_unix_ms: i.record.at_unix_ms,
@@ -146,7 +146,7 @@ pub fn service_state_of(gateway: &str, status: ServiceStatus) -> v1::ServiceStat
         settings: settings.as_ref().map(super::settings_to_proto),
         nat_gateway: egress.nat_gateway.unwrap_or_default(),
         nat_gateway_missing: egress.nat_gateway_missing,
-        id: view.name,
+        service_id: view.name,
     }
 }
 
