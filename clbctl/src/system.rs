@@ -131,8 +131,11 @@ async fn compare_through_admin(
                     .into_iter()
                     .filter(|a| a.actual)
                     .map(|a| {
-                        let mut s: Vec<String> =
-                            a.actual_services.iter().map(|x| x.to_lowercase()).collect();
+                        let mut s: Vec<String> = a
+                            .actual_service_ids
+                            .iter()
+                            .map(|x| x.to_lowercase())
+                            .collect();
                         s.sort();
                         (a.address, s)
                     })

@@ -39,7 +39,7 @@ fn service(id: &str, family: v1::IpFamily) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: Operation::Add as i32,
-            id: id.into(),
+            service_id: id.into(),
             ports: vec![ServicePort {
                 port: 80,
                 protocol: v1::Protocol::Tcp as i32,
@@ -57,7 +57,7 @@ fn pod(address: &str, location: &str) -> Update {
             operation: Operation::Add as i32,
             address: address.into(),
             location: location.into(),
-            outbound_identity: "eg-fam".into(),
+            egress_id: "eg-fam".into(),
             pod_key: "ns/p".into(),
             pod_uid: "uid-p".into(),
             ..Default::default()
@@ -78,7 +78,7 @@ async fn the_family_of_services_and_of_egress_public_ips_is_shown() {
         Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: Operation::Add as i32,
-                id: "eg-fam".into(),
+                egress_id: "eg-fam".into(),
             })),
         },
         pod("10.9.0.1", "10.0.9.1"),

@@ -80,7 +80,7 @@ fn sample_status() -> StatusResponse {
                 kind: "address".into(),
                 location: "10.0.0.7".into(),
                 address: "10.1.0.9".into(),
-                services: vec!["svc-a".into()],
+                service_ids: vec!["svc-a".into()],
                 code: "BackendPoolAddressesMustHaveSameIpVersion".into(),
                 message: "refused by NRP".into(),
                 at_unix_ms: 1_700_000_000_000 - 10_000,

@@ -294,7 +294,7 @@ impl Client {
             .admin()
             .get_service(ServiceQuery {
                 gateway: self.gateway.clone(),
-                id: id.to_owned(),
+                service_id: id.to_owned(),
             })
             .await
             .map_err(ClientError::rpc("Admin.GetService"))?

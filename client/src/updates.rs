@@ -27,27 +27,32 @@ pub fn port_to(port: u16, protocol: Protocol, target_port: u16) -> ServicePort {
     }
 }
 
-/// Declares the inbound service `id` (a Service UID) with its load balancer ports, of no stated IP
+/// Declares the inbound service `service_id` (a Service UID) with its load balancer ports, of no stated IP
 /// family (an IPv4 frontend, endpoints of either family: the behaviour before families existed).
-pub fn service_add(id: &str, ports: &[ServicePort]) -> Update {
-    service(Operation::Add, id, ports.to_vec(), IpFamily::Unspecified)
+pub fn service_add(service_id: &str, ports: &[ServicePort]) -> Update {
+    service(
+        Operation::Add,
+        service_id,
+        ports.to_vec(),
+        IpFamily::Unspecified,
+    )
 }
 
-/// Declares the inbound service `id` of IP family `family` with its load balancer ports: its
+/// Declares the inbound service `service_id` of IP family `family` with its load balancer ports: its
 /// frontend is a public IP of that version and its endpoints must be of that family.
-pub fn service_add_family(id: &str, ports: &[ServicePort], family: IpFamily) -> Update {
-    service(Operation::Add, id, ports.to_vec(), family)
+pub fn service_add_family(service_id: &str, ports: &[ServicePort], family: IpFamily) -> Update {
+    service(Operation::Add, service_id, ports.to_vec(), family)
 }
 
-/// Declares the inbound service `id` of IP family `family` (`Unspecified`: none stated) with its
+/// Declares the inbound service `service_id` of IP family `family` (`Unspecified`: none stated) with its
 /// load balancer ports and settings (default settings are not sent).
 pub fn service_add_with(
-    id: &str,
+    service_id: &str,
     ports: &[ServicePort],
     family: IpFamily,
     settings: &LoadBalancerSettings,
 ) -> Update {
-    let mut update = service(Operation::Add, id, ports.to_vec(), family);
+    let mut update = service(Operation::Add, service_id, ports.to_vec(), family);
     if let Some(Kind::Service(s)) = &mut update.kind
         && *settings != LoadBalancerSettings::default()
     {
@@ -56,16 +61,21 @@ pub fn service_add_with(
     update
 }
 
-/// Withdraws the inbound service `id`.
-pub fn service_remove(id: &str) -> Update {
-    service(Operation::Remove, id, Vec::new(), IpFamily::Unspecified)
+/// Withdraws the inbound service `service_id`.
+pub fn service_remove(service_id: &str) -> Update {
+    service(
+        Operation::Remove,
+        service_id,
+        Vec::new(),
+        IpFamily::Unspecified,
+    )
 }
 
-fn service(op: Operation, id: &str, ports: Vec<ServicePort>, family: IpFamily) -> Update {
+fn service(op: Operation, service_id: &str, ports: Vec<ServicePort>, family: IpFamily) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: op as i32,
-            id: id.to_owned(),
+            service_id: service_id.to_owned(),
             ports,
             ip_family: family as i32,
             settings: None,
@@ -73,21 +83,21 @@ fn service(op: Operation, id: &str, ports: Vec<ServicePort>, family: IpFamily) -
     }
 }
 
-/// Declares the egress (outbound identity) `id`.
-pub fn egress_add(id: &str) -> Update {
-    egress(Operation::Add, id)
+/// Declares the egress (outbound identity) `egress_id`.
+pub fn egress_add(egress_id: &str) -> Update {
+    egress(Operation::Add, egress_id)
 }
 
-/// Withdraws the egress `id`.
-pub fn egress_remove(id: &str) -> Update {
-    egress(Operation::Remove, id)
+/// Withdraws the egress `egress_id`.
+pub fn egress_remove(egress_id: &str) -> Update {
+    egress(Operation::Remove, egress_id)
 }
 
-fn egress(op: Operation, id: &str) -> Update {
+fn egress(op: Operation, egress_id: &str) -> Update {
     Update {
         kind: Some(Kind::Egress(EgressUpdate {
             operation: op as i32,
-            id: id.to_owned(),
+            egress_id: egress_id.to_owned(),
         })),
     }
 }
@@ -100,21 +110,21 @@ pub fn endpoint(address: &str, location: &str) -> Endpoint {
     }
 }
 
-/// The complete set of ready endpoints of inbound service `id` (level-triggered).
-pub fn endpoints_level(id: &str, endpoints: Vec<Endpoint>) -> Update {
+/// The complete set of ready endpoints of inbound service `service_id` (level-triggered).
+pub fn endpoints_level(service_id: &str, endpoints: Vec<Endpoint>) -> Update {
     Update {
         kind: Some(Kind::Endpoints(EndpointsUpdate {
-            service_id: id.to_owned(),
+            service_id: service_id.to_owned(),
             change: Some(Change::Level(EndpointSet { endpoints })),
         })),
     }
 }
 
-/// A change of the endpoints of inbound service `id` from `old` to `new` (edge-triggered).
-pub fn endpoints_edge(id: &str, old: Vec<Endpoint>, new: Vec<Endpoint>) -> Update {
+/// A change of the endpoints of inbound service `service_id` from `old` to `new` (edge-triggered).
+pub fn endpoints_edge(service_id: &str, old: Vec<Endpoint>, new: Vec<Endpoint>) -> Update {
     Update {
         kind: Some(Kind::Endpoints(EndpointsUpdate {
-            service_id: id.to_owned(),
+            service_id: service_id.to_owned(),
             change: Some(Change::Edge(EndpointEdge {
                 old_endpoints: old,
                 new_endpoints: new,
@@ -123,10 +133,10 @@ pub fn endpoints_edge(id: &str, old: Vec<Endpoint>, new: Vec<Endpoint>) -> Updat
     }
 }
 
-/// A pod at `address` on `location`, using egress `outbound` (empty: none); `key` is
+/// A pod at `address` on `location`, using egress `egress_id` (empty: none); `key` is
 /// `namespace/name`, `uid` the pod UID (may be empty).
-pub fn pod_add(address: &str, location: &str, outbound: &str, key: &str, uid: &str) -> Update {
-    pod(Operation::Add, address, location, outbound, key, uid)
+pub fn pod_add(address: &str, location: &str, egress_id: &str, key: &str, uid: &str) -> Update {
+    pod(Operation::Add, address, location, egress_id, key, uid)
 }
 
 /// [`pod_add`] of a pod whose egress brings the NAT gateway `nat_gateway` (the pod annotation
@@ -134,12 +144,12 @@ pub fn pod_add(address: &str, location: &str, outbound: &str, key: &str, uid: &s
 pub fn pod_add_bringing(
     address: &str,
     location: &str,
-    outbound: &str,
+    egress_id: &str,
     key: &str,
     uid: &str,
     nat_gateway: &str,
 ) -> Update {
-    let mut update = pod(Operation::Add, address, location, outbound, key, uid);
+    let mut update = pod(Operation::Add, address, location, egress_id, key, uid);
     if let Some(Kind::Pod(p)) = &mut update.kind {
         p.nat_gateway = nat_gateway.to_owned();
     }
@@ -155,7 +165,7 @@ fn pod(
     op: Operation,
     address: &str,
     location: &str,
-    outbound: &str,
+    egress_id: &str,
     key: &str,
     uid: &str,
 ) -> Update {
@@ -164,7 +174,7 @@ fn pod(
             operation: op as i32,
             address: address.to_owned(),
             location: location.to_owned(),
-            outbound_identity: outbound.to_owned(),
+            egress_id: egress_id.to_owned(),
             pod_key: key.to_owned(),
             pod_uid: uid.to_owned(),
             ..Default::default()

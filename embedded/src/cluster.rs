@@ -309,7 +309,7 @@ impl Cluster {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
-                id: name.to_owned(),
+                service_id: name.to_owned(),
                 ports: if op == ADD {
                     self.ports_of(name)
                 } else {
@@ -337,7 +337,7 @@ impl Cluster {
                 operation: op,
                 address: pod.address.clone(),
                 location: pod.location.clone(),
-                outbound_identity: self.app_egress[pod.app].clone().unwrap_or_default(),
+                egress_id: self.app_egress[pod.app].clone().unwrap_or_default(),
                 pod_key: pod.key.clone(),
                 pod_uid: pod.uid.clone(),
                 ..Default::default()
@@ -363,7 +363,7 @@ impl Cluster {
         view.extend(self.egresses.iter().map(|e| Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: ADD,
-                id: e.clone(),
+                egress_id: e.clone(),
             })),
         }));
         view.extend(self.services.keys().map(|s| self.endpoints_update(s)));
@@ -571,7 +571,7 @@ impl Cluster {
         vec![Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: REMOVE,
-                id: name.to_owned(),
+                egress_id: name.to_owned(),
             })),
         }]
     }

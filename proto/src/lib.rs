@@ -127,11 +127,11 @@ mod tests {
                     addresses: vec![
                         AddressChange {
                             address: "10.244.1.7".into(),
-                            services: vec!["uid-a".into(), "egress-b".into()],
+                            service_ids: vec!["uid-a".into(), "egress-b".into()],
                         },
                         AddressChange {
                             address: "10.244.1.9".into(),
-                            services: vec![],
+                            service_ids: vec![],
                         },
                     ],
                 }],
@@ -147,7 +147,7 @@ mod tests {
             work_id: 9,
             applied_indices: vec![0, 2],
             frontends: vec![ServiceFrontend {
-                service: "uid-a".into(),
+                service_id: "uid-a".into(),
                 ip: "20.0.0.7".into(),
             }],
             service_progress: vec![super::v1::ServiceProgress {
@@ -170,7 +170,7 @@ mod tests {
     fn unknown_enum_values_are_kept_and_rejected_by_try_from() {
         let update = super::v1::ServiceUpdate {
             operation: 99,
-            id: "uid".into(),
+            service_id: "uid".into(),
             ports: vec![],
             ..Default::default()
         };

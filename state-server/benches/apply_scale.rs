@@ -57,7 +57,9 @@ fn update(kind: v1::update::Kind) -> v1::Update {
 
 /// Service `i`'s endpoints, its first one replaced by pod number `first`.
 fn endpoints(i: usize, first: usize) -> v1::Update {
-    let mut eps: Vec<v1::Endpoint> = (0..ENDPOINTS).map(|k| endpoint(i * ENDPOINTS + k)).collect();
+    let mut eps: Vec<v1::Endpoint> = (0..ENDPOINTS)
+        .map(|k| endpoint(i * ENDPOINTS + k))
+        .collect();
     eps[0] = endpoint(first);
     update(v1::update::Kind::Endpoints(v1::EndpointsUpdate {
         service_id: uid(i),
@@ -70,7 +72,7 @@ fn endpoints(i: usize, first: usize) -> v1::Update {
 fn service(i: usize) -> v1::Update {
     update(v1::update::Kind::Service(v1::ServiceUpdate {
         operation: v1::Operation::Add as i32,
-        id: uid(i),
+        service_id: uid(i),
         ports: vec![v1::ServicePort {
             port: 80,
             protocol: v1::Protocol::Tcp as i32,
@@ -148,10 +150,7 @@ async fn run(services: usize, calls: usize) {
     for k in 0..calls {
         let i = k % services;
         // A pod number no Service uses: 1,000,000 and up.
-        let req = request(
-            (services + k) as u64,
-            vec![endpoints(i, 1_000_000 + k)],
-        );
+        let req = request((services + k) as u64, vec![endpoints(i, 1_000_000 + k)]);
         let start = Instant::now();
         let r = client.apply(req).await.unwrap().into_inner();
         latencies.push(start.elapsed());

@@ -19,7 +19,7 @@ fn pod(i: usize, egress: usize) -> v1::Update {
             operation: v1::Operation::Add as i32,
             address: format!("10.{}.{}.{}", 128 + i / 65_536, (i / 256) % 256, i % 256),
             location: format!("10.0.{}.{}", location / 250, location % 250 + 1),
-            outbound_identity: format!("egress-{}", egress % 200),
+            egress_id: format!("egress-{}", egress % 200),
             pod_key: format!("default/pod-{i}"),
             pod_uid: format!("uid-{i}"),
             ..Default::default()

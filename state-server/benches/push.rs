@@ -235,7 +235,7 @@ fn pod(address: String, location: String) -> v1::Update {
             pod_uid: format!("uid-{address}"),
             address,
             location,
-            outbound_identity: EGRESS.into(),
+            egress_id: EGRESS.into(),
             ..Default::default()
         })),
     }
@@ -548,7 +548,7 @@ async fn main() {
         let mut updates = vec![v1::Update {
             kind: Some(v1::update::Kind::Egress(v1::EgressUpdate {
                 operation: v1::Operation::Add as i32,
-                id: EGRESS.into(),
+                egress_id: EGRESS.into(),
             })),
         }];
         updates.extend((0..NODES).map(|n| {

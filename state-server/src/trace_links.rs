@@ -85,8 +85,8 @@ fn keys_of(update: &Update) -> Vec<Key> {
     };
     let location = |l: &str| parse_ip("location", l).ok().map(Key::Location);
     match &update.kind {
-        Some(Kind::Service(s)) => service(&s.id).into_iter().collect(),
-        Some(Kind::Egress(e)) => service(&e.id).into_iter().collect(),
+        Some(Kind::Service(s)) => service(&s.service_id).into_iter().collect(),
+        Some(Kind::Egress(e)) => service(&e.egress_id).into_iter().collect(),
         Some(Kind::Endpoints(e)) => {
             let endpoints: Vec<&clb_proto::v1::Endpoint> = match &e.change {
                 Some(Change::Level(set)) => set.endpoints.iter().collect(),
@@ -108,8 +108,8 @@ fn keys_of(update: &Update) -> Vec<Key> {
         Some(Kind::Pod(p)) => location(&p.location)
             .into_iter()
             .chain(
-                (!p.outbound_identity.is_empty())
-                    .then(|| service(&p.outbound_identity))
+                (!p.egress_id.is_empty())
+                    .then(|| service(&p.egress_id))
                     .flatten(),
             )
             .collect(),
@@ -126,7 +126,7 @@ mod tests {
         use clb_proto::v1::{EndpointSet, EndpointsUpdate, PodUpdate, ServiceUpdate};
         let svc = Update {
             kind: Some(Kind::Service(ServiceUpdate {
-                id: "SVC-A".into(),
+                service_id: "SVC-A".into(),
                 ..Default::default()
             })),
         };
@@ -155,7 +155,7 @@ mod tests {
         let pod = Update {
             kind: Some(Kind::Pod(PodUpdate {
                 location: "10.0.0.3".into(),
-                outbound_identity: "egress-a".into(),
+                egress_id: "egress-a".into(),
                 ..Default::default()
             })),
         };

@@ -57,7 +57,7 @@ fn service(id: &str) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: ADD,
-            id: id.into(),
+            service_id: id.into(),
             ports: vec![],
             ..Default::default()
         })),
@@ -87,7 +87,7 @@ fn pod(address: &str, location: &str, egress: &str) -> Update {
             operation: ADD,
             address: address.into(),
             location: location.into(),
-            outbound_identity: egress.into(),
+            egress_id: egress.into(),
             pod_key: String::new(),
             pod_uid: String::new(),
             ..Default::default()
@@ -117,7 +117,7 @@ async fn seed(h: &mut Harness) -> u64 {
                 Update {
                     kind: Some(Kind::Egress(EgressUpdate {
                         operation: ADD,
-                        id: "eg".into(),
+                        egress_id: "eg".into(),
                     })),
                 },
                 pod("10.1.0.2", "10.0.0.1", "eg"),
@@ -249,7 +249,7 @@ async fn get_location_shows_both_sides_in_canonical_form() {
         .map(|a| {
             (
                 a.address.as_str(),
-                a.desired_services.iter().map(String::as_str).collect(),
+                a.desired_service_ids.iter().map(String::as_str).collect(),
                 a.actual,
             )
         })
@@ -312,7 +312,7 @@ async fn get_service_counts_desired_and_actual_references() {
     seed(&mut h).await;
     let query = |id: &str| ServiceQuery {
         gateway: "gw-main".into(),
-        id: id.into(),
+        service_id: id.into(),
     };
     let a = h
         .admin
@@ -320,7 +320,7 @@ async fn get_service_counts_desired_and_actual_references() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(a.id, "svc-a");
+    assert_eq!(a.service_id, "svc-a");
     assert_eq!(a.kind, v1::ServiceKind::Inbound as i32);
     assert!(a.desired && !a.actual);
     assert_eq!((a.desired_addresses, a.desired_locations), (2, 1));
@@ -364,7 +364,7 @@ async fn get_service_counts_desired_and_actual_references() {
         .admin
         .get_service(ServiceQuery {
             gateway: "gw-none".into(),
-            id: "svc-a".into(),
+            service_id: "svc-a".into(),
         })
         .await
         .unwrap_err();
@@ -388,7 +388,7 @@ async fn pending_diff_lists_what_would_be_sent_within_the_limit() {
     let services: Vec<(&str, i32, i32)> = d
         .services
         .iter()
-        .map(|s| (s.name.as_str(), s.kind, s.action))
+        .map(|s| (s.service_id.as_str(), s.kind, s.action))
         .collect();
     let (inbound, outbound, create) = (
         v1::ServiceKind::Inbound as i32,
@@ -430,7 +430,7 @@ async fn pending_diff_lists_what_would_be_sent_within_the_limit() {
         locations,
         vec![("10.0.0.1", partial, 2), ("fd00::1", partial, 1)]
     );
-    assert_eq!(d.locations[0].addresses[1].services, vec!["eg", "svc-a"]);
+    assert_eq!(d.locations[0].addresses[1].service_ids, vec!["eg", "svc-a"]);
 
     let d = h.admin.pending_diff(diff(1)).await.unwrap().into_inner();
     assert_eq!((d.locations.len(), d.truncated), (1, true));
@@ -450,7 +450,7 @@ fn service_with_ports(id: &str, ports: &[u32]) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: ADD,
-            id: id.into(),
+            service_id: id.into(),
             ports: ports
                 .iter()
                 .map(|&port| v1::ServicePort {
@@ -500,7 +500,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
     }
     let query = |id: &str| ServiceQuery {
         gateway: "gw-main".into(),
-        id: id.into(),
+        service_id: id.into(),
     };
     let p = h
         .admin
@@ -577,7 +577,7 @@ async fn the_ports_of_a_service_that_stops_being_desired_are_forgotten() {
             updates: vec![Update {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: v1::Operation::Remove as i32,
-                    id: "SVC-Q".into(),
+                    service_id: "SVC-Q".into(),
                     ports: vec![],
                     ..Default::default()
                 })),
@@ -615,7 +615,7 @@ async fn a_huge_gateway_name_or_value_gets_its_proper_code_and_a_short_message()
         .admin
         .get_service(ServiceQuery {
             gateway: huge.clone(),
-            id: "svc-a".into(),
+            service_id: "svc-a".into(),
         })
         .await
         .unwrap_err();
@@ -643,7 +643,7 @@ async fn a_huge_gateway_name_or_value_gets_its_proper_code_and_a_short_message()
         .admin
         .get_service(ServiceQuery {
             gateway: "gw-main".into(),
-            id: huge.clone(),
+            service_id: huge.clone(),
         })
         .await
         .unwrap_err();
@@ -680,7 +680,7 @@ async fn get_service_shows_the_settings_of_its_load_balancer() {
                 Update {
                     kind: Some(Kind::Service(ServiceUpdate {
                         operation: ADD,
-                        id: "tuned".into(),
+                        service_id: "tuned".into(),
                         settings: Some(settings.clone()),
                         ..Default::default()
                     })),
@@ -694,7 +694,7 @@ async fn get_service_shows_the_settings_of_its_load_balancer() {
     assert_eq!((r.applied, r.rejected.len()), (2, 0), "{r:?}");
     let query = |id: &str| v1::ServiceQuery {
         gateway: "gw-main".into(),
-        id: id.into(),
+        service_id: id.into(),
     };
     let tuned = h
         .admin

@@ -23,7 +23,7 @@ fn service(id: &str, family: i32) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: ADD,
-            id: id.into(),
+            service_id: id.into(),
             ports: vec![v1::ServicePort {
                 port: 80,
                 protocol: v1::Protocol::Tcp as i32,
@@ -118,7 +118,7 @@ async fn the_stated_family_reaches_the_creation_and_contradictions_are_refused()
         let st = admin
             .get_service(v1::ServiceQuery {
                 gateway: String::new(),
-                id: id.into(),
+                service_id: id.into(),
             })
             .await
             .unwrap()
@@ -145,7 +145,7 @@ async fn the_stated_family_reaches_the_creation_and_contradictions_are_refused()
     let mut got: Vec<(String, IpFamily)> = work
         .changes
         .iter()
-        .map(|c| (c.name.clone(), c.ip_family()))
+        .map(|c| (c.service_id.clone(), c.ip_family()))
         .collect();
     got.sort();
     assert_eq!(

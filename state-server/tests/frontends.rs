@@ -63,7 +63,7 @@ impl Clients {
         let update = Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op as i32,
-                id: id.into(),
+                service_id: id.into(),
                 ports: ports
                     .iter()
                     .map(|&(protocol, port, target_port)| ServicePort {
@@ -95,7 +95,7 @@ impl Clients {
         self.admin
             .get_service(ServiceQuery {
                 gateway: String::new(),
-                id: id.into(),
+                service_id: id.into(),
             })
             .await
             .map(tonic::Response::into_inner)
@@ -108,7 +108,7 @@ impl Clients {
 
 fn frontend(service: &str, ip: &str) -> v1::ServiceFrontend {
     v1::ServiceFrontend {
-        service: service.into(),
+        service_id: service.into(),
         ip: ip.into(),
     }
 }
@@ -127,7 +127,7 @@ fn service_changes(u: &v1::WorkUnit) -> Vec<Change> {
         Some(Work::Services(w)) => w
             .changes
             .iter()
-            .map(|c| (c.name.clone(), c.action(), port_list(&c.ports)))
+            .map(|c| (c.service_id.clone(), c.action(), port_list(&c.ports)))
             .collect(),
         other => panic!("expected a service unit, got {other:?}"),
     }
@@ -379,10 +379,10 @@ fn with_rules(
     ports: Option<&[(i32, u32)]>,
 ) -> v1::NrpSnapshot {
     let mut snapshot = nrp.lock().unwrap().snapshot();
-    snapshot.rules.retain(|r| r.service != service);
+    snapshot.rules.retain(|r| r.service_id != service);
     if let Some(ports) = ports {
         snapshot.rules.push(v1::ServiceRules {
-            service: service.into(),
+            service_id: service.into(),
             ports: ports
                 .iter()
                 .map(|&(protocol, port)| ServicePort {
@@ -412,7 +412,7 @@ fn change_targets(u: &v1::WorkUnit) -> Vec<TargetChange> {
                     .iter()
                     .map(|p| (p.protocol, p.port, p.target_port))
                     .collect();
-                (c.name.clone(), ports)
+                (c.service_id.clone(), ports)
             })
             .collect(),
         other => panic!("expected a service unit, got {other:?}"),

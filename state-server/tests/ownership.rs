@@ -39,7 +39,7 @@ fn pod(address: &str, location: &str) -> Update {
             operation: ADD,
             address: address.into(),
             location: location.into(),
-            outbound_identity: "eg-1".into(),
+            egress_id: "eg-1".into(),
             pod_key: format!("ns/{address}"),
             pod_uid: format!("uid-{address}"),
             ..Default::default()
@@ -53,7 +53,7 @@ fn cluster_view() -> Vec<Update> {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: ADD,
-                id: "svc-a".into(),
+                service_id: "svc-a".into(),
                 ports: vec![],
                 ..Default::default()
             })),

@@ -57,7 +57,7 @@ fn service_changes(u: &v1::WorkUnit) -> Vec<(String, i32)> {
         Some(v1::work_unit::Work::Services(w)) => w
             .changes
             .iter()
-            .map(|c| (c.name.clone(), c.action))
+            .map(|c| (c.service_id.clone(), c.action))
             .collect(),
         _ => vec![],
     }

@@ -241,8 +241,8 @@ async fn a_hung_worker_loses_its_units_when_the_lease_expires_and_its_late_repor
         let g = server.state.gateway("").unwrap();
         let gw = g.lock();
         let status = clb_state_server::grpc::convert::gateway_status(
-            &gw,
-            std::time::Instant::now(),
+            gw.name(),
+            gw.status(std::time::Instant::now(), 100),
             &|session| server.state.worker_id(session),
         );
         let e = status

@@ -155,7 +155,7 @@ fn service(op: i32, id: &str) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: op,
-            id: id.into(),
+            service_id: id.into(),
             ports: vec![],
             ..Default::default()
         })),
@@ -166,7 +166,7 @@ fn egress(op: i32, id: &str) -> Update {
     Update {
         kind: Some(Kind::Egress(EgressUpdate {
             operation: op,
-            id: id.into(),
+            egress_id: id.into(),
         })),
     }
 }
@@ -197,7 +197,7 @@ fn pod(op: i32, address: &str, location: &str, egress: &str) -> Update {
             operation: op,
             address: address.into(),
             location: location.into(),
-            outbound_identity: egress.into(),
+            egress_id: egress.into(),
             pod_key: format!("ns/{address}"),
             pod_uid: format!("uid-{address}"),
             ..Default::default()
@@ -276,7 +276,7 @@ async fn addresses_at(h: &mut Harness, location: &str) -> Vec<String> {
             .addresses
             .into_iter()
             .filter(|a| a.desired)
-            .map(|a| format!("{}={}", a.address, a.desired_services.join(",")))
+            .map(|a| format!("{}={}", a.address, a.desired_service_ids.join(",")))
             .collect(),
         Err(s) if s.code() == Code::NotFound => Vec::new(),
         Err(s) => panic!("{s}"),
@@ -288,7 +288,7 @@ async fn service_desired(h: &mut Harness, id: &str) -> bool {
         .admin
         .get_service(ServiceQuery {
             gateway: String::new(),
-            id: id.into(),
+            service_id: id.into(),
         })
         .await
     {
@@ -316,7 +316,7 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
     let bad_protocol = Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: ADD,
-            id: "svc-new".into(),
+            service_id: "svc-new".into(),
             ports: vec![ServicePort {
                 port: 80,
                 protocol: 42,
@@ -334,8 +334,8 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
          "updates[0].endpoints.level.endpoints[1].location", "node-1", "not an IPv4 or IPv6 address"),
         ("empty location", edge_empty_location,
          "updates[0].endpoints.edge.new_endpoints[0].location", "", "must not be empty"),
-        ("empty service id", service(ADD, ""), "updates[0].service.id", "", "must not be empty"),
-        ("empty egress id", egress(ADD, ""), "updates[0].egress.id", "", "must not be empty"),
+        ("empty service id", service(ADD, ""), "updates[0].service.service_id", "", "must not be empty"),
+        ("empty egress id", egress(ADD, ""), "updates[0].egress.egress_id", "", "must not be empty"),
         ("empty endpoints service id", level("", &[]),
          "updates[0].endpoints.service_id", "", "must not be empty"),
         ("unknown operation value", pod(9, "10.1.1.2", "10.0.0.1", ""),
@@ -354,9 +354,9 @@ async fn each_bad_update_gets_its_precise_error_and_changes_nothing() {
          Update { kind: Some(Kind::Endpoints(EndpointsUpdate { service_id: "svc-a".into(), change: None })) },
          "updates[0].endpoints.change", "", "neither level nor edge"),
         ("identity of the other kind", pod(ADD, "10.1.1.2", "10.0.0.1", "SVC-A"),
-         "updates[0].pod.outbound_identity", "SVC-A", "already a inbound identity"),
+         "updates[0].pod.egress_id", "SVC-A", "already a inbound identity"),
         ("invalid identity character", egress(ADD, "eg/1"),
-         "updates[0].egress.id", "eg/1", "only letters, digits"),
+         "updates[0].egress.egress_id", "eg/1", "only letters, digits"),
     ];
     for (case, update, field, value, reason) in cases {
         let before = snapshot(&mut h).await;
@@ -765,7 +765,7 @@ async fn huge_values_come_back_cut_in_item_errors_and_status_messages() {
     // each: the pod builder repeats its address in the pod's key and UID.)
     let items = [
         (pod(ADD, &huge, "10.0.0.1", "eg"), "updates[0].pod.address"),
-        (service(ADD, &huge), "updates[0].service.id"),
+        (service(ADD, &huge), "updates[0].service.service_id"),
         (
             level("svc-a", &[("10.1.1.1", &huge)]),
             "updates[0].endpoints.level.endpoints[0].location",
@@ -781,7 +781,7 @@ async fn huge_values_come_back_cut_in_item_errors_and_status_messages() {
         assert_eq!(r.applied, 0, "{field}");
         let [e]: [ItemError; 1] = r.rejected.try_into().unwrap();
         assert_eq!((e.field.as_str(), e.value.as_str()), (field, cut.as_str()));
-        if field.ends_with(".id") {
+        if field.ends_with(".service_id") {
             assert!(e.reason.contains("1048576 characters long"), "{}", e.reason);
         }
     }

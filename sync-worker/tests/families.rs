@@ -70,7 +70,7 @@ async fn each_family_s_service_gets_a_public_ip_of_its_version() {
     let frontends: BTreeMap<String, IpAddr> = r
         .frontends
         .iter()
-        .map(|f| (f.service.clone(), f.ip.parse().unwrap()))
+        .map(|f| (f.service_id.clone(), f.ip.parse().unwrap()))
         .collect();
     assert!(frontends["svc-v6"].is_ipv6(), "{frontends:?}");
     assert!(frontends["svc"].is_ipv4() && frontends["legacy"].is_ipv4());

@@ -91,7 +91,7 @@ fn frontend_of(lb: &LoadBalancer) -> String {
 fn frontend_ip(r: &Report, service: &str) -> Option<String> {
     r.frontends
         .iter()
-        .find(|f| f.service == service)
+        .find(|f| f.service_id == service)
         .map(|f| f.ip.clone())
 }
 
@@ -108,7 +108,7 @@ async fn observe(conn: &mut Conn, work_id: u64) -> NrpSnapshot {
 fn observed_settings(s: &NrpSnapshot, service: &str) -> LoadBalancerSettings {
     s.rules
         .iter()
-        .find(|r| r.service == service)
+        .find(|r| r.service_id == service)
         .and_then(|r| r.settings.clone())
         .unwrap_or_else(|| panic!("no settings of {service}: {s:?}"))
 }
@@ -344,7 +344,7 @@ async fn a_brought_public_ip_is_linked_reported_and_never_written() {
         ("svc-b", &here),
         ("svc-c", &by_address),
     ] {
-        let f = s.frontends.iter().find(|f| f.service == svc).unwrap();
+        let f = s.frontends.iter().find(|f| f.service_id == svc).unwrap();
         assert_eq!(Some(&f.ip), p.properties.ip_address.as_ref(), "{svc}");
     }
     let a = observed_settings(&s, "svc-a").brought_public_ip.unwrap();
@@ -495,7 +495,7 @@ async fn switching_between_clb_s_public_ip_and_a_brought_one() {
     assert_eq!(
         s.frontends
             .iter()
-            .find(|f| f.service == "svc-a")
+            .find(|f| f.service_id == "svc-a")
             .map(|f| &f.ip),
         mine.properties.ip_address.as_ref()
     );

@@ -302,7 +302,7 @@ async fn observe_reports_what_nrp_holds_in_parts() {
         );
         assert_eq!(l.action(), v1::AddressUpdateAction::FullUpdate);
         for a in &l.addresses {
-            let refs: BTreeSet<String> = a.services.iter().cloned().collect();
+            let refs: BTreeSet<String> = a.service_ids.iter().cloned().collect();
             observed.insert((l.location.clone(), a.address.clone()), refs);
         }
     }
@@ -314,7 +314,7 @@ async fn observe_reports_what_nrp_holds_in_parts() {
 fn frontends(list: &[v1::ServiceFrontend]) -> BTreeMap<String, String> {
     let map: BTreeMap<String, String> = list
         .iter()
-        .map(|f| (f.service.clone(), f.ip.clone()))
+        .map(|f| (f.service_id.clone(), f.ip.clone()))
         .collect();
     assert_eq!(map.len(), list.len(), "a service listed twice: {list:?}");
     map
@@ -474,7 +474,7 @@ fn rules(list: &[v1::ServiceRules]) -> BTreeMap<String, BTreeSet<(u32, v1::Proto
         .iter()
         .map(|r| {
             let ports = r.ports.iter().map(|p| (p.port, p.protocol())).collect();
-            (r.service.clone(), ports)
+            (r.service_id.clone(), ports)
         })
         .collect();
     assert_eq!(map.len(), list.len(), "a service listed twice: {list:?}");

@@ -81,7 +81,7 @@ fn assert_rejections(outcome: &ApplyOutcome) {
         .map(|r| r.error.field.as_str())
         .collect();
     assert!(fields[0].ends_with(".pod.address"), "{fields:?}");
-    assert!(fields[1].ends_with(".service.id"), "{fields:?}");
+    assert!(fields[1].ends_with(".service.service_id"), "{fields:?}");
     assert!(fields[2].contains(".pod."), "{fields:?}");
     assert!(
         fields[3].ends_with(".endpoints.level.endpoints[0].location"),
@@ -101,7 +101,7 @@ async fn assert_applied(client: &Client, tag: u8) {
         l.addresses
             .iter()
             .find(|a| a.address == address && a.desired)
-            .map(|a| a.desired_services.clone())
+            .map(|a| a.desired_service_ids.clone())
             .unwrap_or_else(|| panic!("no desired address {address} in {l:?}"))
     };
     let n1 = client

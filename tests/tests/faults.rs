@@ -100,7 +100,7 @@ impl Model {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: op,
-                id: s.to_owned(),
+                service_id: s.to_owned(),
                 ports: self.service_ports(s),
                 ..Default::default()
             })),
@@ -133,7 +133,7 @@ impl Model {
                 operation: op,
                 address: address.to_owned(),
                 location: p.location.clone(),
-                outbound_identity: p.egress.clone().unwrap_or_default(),
+                egress_id: p.egress.clone().unwrap_or_default(),
                 pod_key: p.key.clone(),
                 pod_uid: p.uid.clone(),
                 ..Default::default()
@@ -145,7 +145,7 @@ impl Model {
         Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: op,
-                id: e.to_owned(),
+                egress_id: e.to_owned(),
             })),
         }
     }

@@ -3,6 +3,12 @@
 //! Kubernetes crate; the sync worker and the watcher link neither the emulator nor the state server;
 //! no crate depends on `clb-tests`. Cargo enforces that a crate uses only what its manifest lists, so
 //! checking the manifests checks the code.
+//!
+//! Inside the crates, on the sources: the state server's modules import no circle and only grpc/
+//! and the composition root (`lib.rs`, `bin/`, `run.rs`) name `crate::grpc`; grpc/ calls the
+//! gateway's API and names neither its internals (`tracker()`, `dispatch()`, `gate()`) nor its
+//! fields; no watcher module takes an item back from the watcher's crate root (`lib.rs` only
+//! re-exports the public API).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -268,7 +274,11 @@ fn the_state_server_s_modules_import_no_circle_and_only_the_composition_root_imp
         graph.contains_key("state") && graph.contains_key("grpc::writer"),
         "{graph:?}"
     );
-    // Only `run` (what the binary runs: it serves the gRPC services) names `crate::grpc`.
+    // Only grpc/ itself and the composition root name `crate::grpc`. The composition root is
+    // `lib.rs`, `bin/` and `run.rs`: `run.rs` is the binary as a library (`run::bind` wires the
+    // state, the caller checks, TLS, leader election and metrics and serves the gRPC services;
+    // `bin/clb-state-server.rs` only parses flags and calls it), so it is the one place below the
+    // binary that names every layer, the gRPC edge included.
     for (module, deps) in &graph {
         if module.starts_with("grpc::") || module == "run" {
             continue;
@@ -336,7 +346,190 @@ fn the_grpc_layer_changes_gateways_only_through_the_core() {
                 path.display()
             );
         }
+        for (number, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if let Some(named) = core_internal_named(line) {
+                panic!(
+                    "{}:{}: names `{named}`: the gRPC layer converts requests to calls of the \
+                     gateway's API (clb_core::gateway::GatewayCore, state::Gateway) and their \
+                     results (the core's views) to responses; it never reaches into the tracker, \
+                     the dispatcher, the restart gate or a field of the gateway\n{line}",
+                    path.display(),
+                    number + 1
+                );
+            }
+        }
     }
+}
+
+/// The first accessor of the gateway's internals (`.tracker()`, `.dispatch()`, `.gate()`) or field
+/// of it (`.tracker`, `.dispatch`, `.core`, `.trace_links`: `state::Gateway`'s and `GatewayCore`'s)
+/// that `line` names, if any.
+fn core_internal_named(line: &str) -> Option<&'static str> {
+    const ACCESSORS: [&str; 3] = [".tracker()", ".dispatch()", ".gate()"];
+    const FIELDS: [&str; 4] = [".tracker", ".dispatch", ".core", ".trace_links"];
+    if let Some(a) = ACCESSORS.iter().find(|a| line.contains(**a)) {
+        return Some(a);
+    }
+    FIELDS.into_iter().find(|field| {
+        line.match_indices(field).any(|(at, _)| {
+            let next = line[at + field.len()..].chars().next();
+            !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[test]
+fn the_core_internals_check_sees_accessors_and_fields() {
+    assert_eq!(
+        core_internal_named("g.tracker().counts()"),
+        Some(".tracker()")
+    );
+    assert_eq!(
+        core_internal_named("let d = g.dispatch();"),
+        Some(".dispatch()")
+    );
+    assert_eq!(core_internal_named("g.gate().holds()"), Some(".gate()"));
+    assert_eq!(core_internal_named("self.core.apply(x)"), Some(".core"));
+    assert_eq!(
+        core_internal_named("g.trace_links.take(w)"),
+        Some(".trace_links")
+    );
+    assert_eq!(core_internal_named("g.gate_view(now)"), None);
+    assert_eq!(core_internal_named("g.status(now, 100)"), None);
+    assert_eq!(core_internal_named("clb_core::dispatch::RefusedItem"), None);
+    assert_eq!(core_internal_named("g.dispatch_unit(x)"), None);
+}
+
+/// The names `watcher/src/lib.rs` declares: its modules, and the items it re-exports (`pub use
+/// module::{A, b}` and `pub use module::A`, or `pub use clb_x::Y`).
+fn watcher_root() -> (BTreeSet<String>, BTreeSet<String>) {
+    let text = std::fs::read_to_string(root().join("watcher/src/lib.rs")).expect("watcher lib.rs");
+    let mut modules = BTreeSet::new();
+    let mut reexports = BTreeSet::new();
+    let mut statement = String::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("//") || line.starts_with("#[") {
+            continue;
+        }
+        if let Some(m) = line
+            .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("mod "))
+        {
+            modules.insert(m.trim_end_matches(';').to_owned());
+            continue;
+        }
+        if line.starts_with("pub use ") || !statement.is_empty() {
+            statement.push_str(line);
+            statement.push(' ');
+            if !line.ends_with(';') {
+                continue;
+            }
+            let body = statement
+                .trim()
+                .trim_start_matches("pub use ")
+                .trim_end_matches(';');
+            let names = match body.find('{') {
+                Some(open) => body[open + 1..body.rfind('}').unwrap_or(body.len())].to_owned(),
+                None => body.rsplit("::").next().unwrap_or(body).to_owned(),
+            };
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let name = name.rsplit(" as ").next().unwrap_or(name);
+                reexports.insert(name.to_owned());
+            }
+            statement.clear();
+        }
+    }
+    (modules, reexports)
+}
+
+/// The names `code` takes from the crate root: `crate::X` and each first segment of a
+/// `crate::{X, y::Z}` group.
+fn named_from_crate_root(code: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut names = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // A group, possibly over several lines and with nested groups: its top-level entries.
+            let mut depth = 0usize;
+            let mut entry = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        names.push(ident(entry.trim()));
+                        entry.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                entry.push(c);
+            }
+            names.push(ident(entry.trim()));
+        } else {
+            names.push(ident(rest));
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names
+}
+
+#[test]
+fn no_watcher_module_imports_state_back_from_the_crate_root() {
+    let (modules, reexports) = watcher_root();
+    assert!(
+        modules.contains("writeback") && reexports.contains("WatcherConfig"),
+        "{modules:?} {reexports:?}"
+    );
+    assert_eq!(
+        named_from_crate_root("use crate::{a, b::{C, d}, E};\nlet x = crate::F;"),
+        ["a", "b", "E", "F"]
+    );
+    let src = root().join("watcher/src");
+    let mut dirs = vec![src.clone()];
+    let mut offenders = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("watcher/src is readable") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path == src.join("lib.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("source is readable");
+            let code: String = text
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for name in named_from_crate_root(&code) {
+                // `run` is a module and a re-exported function: the module path is allowed.
+                if reexports.contains(&name) && !modules.contains(&name) {
+                    offenders.push(format!("{}: crate::{name}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "watcher modules name items through the crate root's re-exports (lib.rs is the crate \
+         root only: its `pub use` is the public API; inside the crate, name the module that \
+         defines the item, `crate::config::WatcherConfig`): {offenders:#?}"
+    );
 }
 
 /// The short name docs/architecture.md uses for a clb crate: `clb-core` is `core`, `clbctl` stays.

@@ -139,7 +139,7 @@ async fn refusal_is_contained_and_bounded(name_address: bool) {
         "{held:?}"
     );
     assert_eq!(held.code, CODE);
-    assert_eq!(held.services, ["svc-a"]);
+    assert_eq!(held.service_ids, ["svc-a"]);
     assert_eq!(
         status.parked_units, 0,
         "its location is not held: {status:?}"
@@ -184,7 +184,7 @@ async fn refusal_is_contained_and_bounded(name_address: bool) {
     wait_status(&h, "refused again with its new ref", |s| {
         s.refused
             .first()
-            .is_some_and(|r| r.services == ["svc-a", "svc-b"])
+            .is_some_and(|r| r.service_ids == ["svc-a", "svc-b"])
     })
     .await;
 

@@ -164,7 +164,7 @@ async fn desired_at(client: &Client, location: &str) -> Vec<String> {
     l.addresses
         .iter()
         .filter(|a| a.desired)
-        .map(|a| format!("{}={}", a.address, a.desired_services.join(",")))
+        .map(|a| format!("{}={}", a.address, a.desired_service_ids.join(",")))
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect()

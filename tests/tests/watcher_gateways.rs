@@ -127,7 +127,7 @@ async fn desired_at(client: &Client, gateway: &str, location: &str) -> Vec<Strin
             .addresses
             .iter()
             .filter(|a| a.desired)
-            .map(|a| format!("{}={}", a.address, a.desired_services.join(",")))
+            .map(|a| format!("{}={}", a.address, a.desired_service_ids.join(",")))
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect(),

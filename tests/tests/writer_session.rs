@@ -137,7 +137,7 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
         snapshot
             .services
             .iter()
-            .map(|s| s.id.as_str())
+            .map(|s| s.service_id.as_str())
             .collect::<Vec<_>>(),
         ["svc-old"]
     );
@@ -152,7 +152,7 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
     .unwrap();
     let programmed = |m: &ServiceStates| {
         m.services.iter().any(|s| {
-            s.id == "svc-new"
+            s.service_id == "svc-new"
                 && s.actual
                 && !s.frontend_ip.is_empty()
                 && s.actual_addresses == 2
@@ -168,7 +168,9 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
     let quiet = tokio::time::timeout(Duration::from_millis(1_500), states.message()).await;
     if let Ok(Ok(Some(m))) = &quiet {
         assert!(
-            !m.services.iter().any(|s| s.id == "svc-new" && s.actual),
+            !m.services
+                .iter()
+                .any(|s| s.service_id == "svc-new" && s.actual),
             "an unchanged state was pushed again: {m:?}"
         );
     }
@@ -180,7 +182,7 @@ async fn service_states_are_pushed_from_a_snapshot_to_programmed_and_gone() {
     .await
     .unwrap();
     until(&mut states, "svc-new gone", |m| {
-        m.gone.iter().any(|g| g == "svc-new")
+        m.gone_service_ids.iter().any(|g| g == "svc-new")
     })
     .await;
     h.shutdown().await;
@@ -190,7 +192,7 @@ fn q(location: &str, address: &str, service: &str) -> AddressQuery {
     AddressQuery {
         location: location.into(),
         address: address.into(),
-        service: service.into(),
+        service_id: service.into(),
     }
 }
 
@@ -200,7 +202,7 @@ fn answers(m: &AddressesState) -> Vec<(String, String, bool)> {
         .iter()
         .map(|a| {
             let q = a.query.clone().unwrap_or_default();
-            (q.address, q.service, a.programmed)
+            (q.address, q.service_id, a.programmed)
         })
         .collect()
 }
@@ -386,7 +388,7 @@ async fn a_writers_session_stream_is_woken_only_by_its_own_session() {
         .await
         .unwrap();
     until(&mut services, "svc-y pushed", |m: &ServiceStates| {
-        m.services.iter().any(|s| s.id == "svc-y")
+        m.services.iter().any(|s| s.service_id == "svc-y")
     })
     .await;
     let quiet = tokio::time::timeout(Duration::from_millis(300), session.message()).await;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::{DEFAULT_CLASS, FINALIZER, Mode, WatcherConfig};
+use crate::config::{Mode, WatcherConfig};
+use crate::translate::{DEFAULT_CLASS, FINALIZER};
 use clb_client::client::{ConnectOptions, TlsOptions};
 use clb_telemetry::flags::parse_duration;
 
@@ -181,7 +182,7 @@ impl Args {
 #[derive(Debug)]
 pub struct Bound {
     config: WatcherConfig,
-    kube: crate::KubeClients,
+    kube: crate::run::KubeClients,
     metrics_listener: Option<tokio::net::TcpListener>,
     metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -193,7 +194,7 @@ pub struct Bound {
 pub async fn bind(
     config: WatcherConfig,
     metrics_listen: Option<std::net::SocketAddr>,
-    kube: crate::KubeClients,
+    kube: crate::run::KubeClients,
 ) -> anyhow::Result<Bound> {
     let (metrics_listener, metrics_addr) = match metrics_listen {
         Some(addr) => {
@@ -217,7 +218,7 @@ pub async fn bind(
 /// completes.
 pub async fn run(
     args: &Args,
-    kube: crate::KubeClients,
+    kube: crate::run::KubeClients,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     bind(args.config()?, args.metrics_listen, kube)
@@ -238,7 +239,7 @@ impl Bound {
     }
 
     /// Serves the metrics endpoint and runs the watcher ([`crate::run`]) until `shutdown`
-    /// completes (`Ok`) or one of its tasks ends (the [`crate::WatcherError`], so that the binary
+    /// completes (`Ok`) or one of its tasks ends (the [`crate::supervise::WatcherError`], so that the binary
     /// exits non-zero); then the metrics endpoint stops too.
     pub async fn serve(
         self,

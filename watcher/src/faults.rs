@@ -1,6 +1,6 @@
 //! Test support (feature `test-support`, never in the shipped binaries): makes one of the
 //! watcher's tasks end or panic the next time it handles its input, so that a test can see the
-//! watcher stop with an error naming it ([`crate::WatcherError`], docs/watcher.md).
+//! watcher stop with an error naming it ([`crate::supervise::WatcherError`], docs/watcher.md).
 //!
 //! ```ignore
 //! let mut config = clb_watcher::WatcherConfig::new(server, mode);

@@ -384,8 +384,8 @@ impl Gate {
                 for ip in &pod.ips {
                     listed |= t.lists_address(*ip);
                     ours_listed |= t.ours_lists_address(*ip);
-                    for (uid, loc) in t.gate_services(*ip) {
-                        let k = (i, (loc.to_string(), ip.to_string(), uid));
+                    for (service_id, loc) in t.gate_services(*ip) {
+                        let k = (i, (loc.to_string(), ip.to_string(), service_id));
                         if !wanted.contains(&k) {
                             wanted.push(k);
                         }

@@ -1,6 +1,6 @@
 //! Prometheus metrics of the watcher and node agent, served on `--metrics-listen` by
 //! [`clb_telemetry::metrics`] (docs/metrics.md lists them). They travel in
-//! [`crate::WatcherConfig::metrics`], so every task of the watcher records into the same ones.
+//! [`crate::config::WatcherConfig::metrics`], so every task of the watcher records into the same ones.
 //!
 //! `/readyz` answers ready once the watcher is synced: every watch has completed its first list and
 //! the state server has acknowledged the first resync ([`WatcherMetrics::is_synced`]).

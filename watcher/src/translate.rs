@@ -629,7 +629,7 @@ impl Translator {
             && want.as_ref().is_none_or(|w| w.uid != sent.uid)
         {
             for u in &sent.units {
-                out.push(updates::service_remove(&u.id));
+                out.push(updates::service_remove(&u.service_id));
             }
             Arc::make_mut(&mut self.sent).services.remove(key);
         }
@@ -644,10 +644,10 @@ impl Translator {
         let units: Vec<SentUnit> = families::identities(&want.uid, &want.families)
             .into_iter()
             .enumerate()
-            .map(|(i, (id, family))| SentUnit {
+            .map(|(i, (service_id, family))| SentUnit {
                 endpoints: found.of_family(family),
                 settings: want.admission.settings(family, i == 0),
-                id,
+                service_id,
                 family,
             })
             .collect();
@@ -670,12 +670,12 @@ impl Translator {
         // (A family stated anew for the same identity is an add: the server refuses a change of
         // its frontend family.)
         for old in &sent.units {
-            if !units.iter().any(|u| u.id == old.id) {
-                out.push(updates::service_remove(&old.id));
+            if !units.iter().any(|u| u.service_id == old.service_id) {
+                out.push(updates::service_remove(&old.service_id));
             }
         }
         for unit in &units {
-            let before = sent.units.iter().find(|u| u.id == unit.id);
+            let before = sent.units.iter().find(|u| u.service_id == unit.service_id);
             let add = before.is_none_or(|b| b.family != unit.family || b.settings != unit.settings)
                 || ports_changed;
             let was = before.map_or(&EMPTY, |u| &u.endpoints);
@@ -685,13 +685,13 @@ impl Translator {
             // family comes (it refuses a family that the service's endpoints contradict).
             let endpoints_first = before.is_some_and(|b| b.family != unit.family);
             if set && endpoints_first {
-                out.push(level(&unit.id, &unit.endpoints));
+                out.push(level(&unit.service_id, &unit.endpoints));
             }
             if add {
                 out.push(service_add(unit, &sent.ports));
             }
             if set && !endpoints_first {
-                out.push(level(&unit.id, &unit.endpoints));
+                out.push(level(&unit.service_id, &unit.endpoints));
             }
         }
         sent.units = units;
@@ -807,7 +807,7 @@ impl Translator {
     }
 
     /// The Services of ours (exposed in this translator's gateway) whose EndpointSlices list
-    /// `address`, each as `(UID, location)`: what the gate waits for. A Service whose endpoint
+    /// `address`, each as `(inbound identity, location)`: what the gate waits for. A Service whose endpoint
     /// cannot be located here (its node is another gateway's) is left out.
     pub fn gate_services(&self, address: IpAddr) -> Vec<(String, IpAddr)> {
         let mut out = Vec::new();
@@ -829,7 +829,7 @@ impl Translator {
             };
             for ep in slice.endpoints.iter().filter(|e| e.address == address) {
                 if let Some(loc) = self.node_ip(&ep.node, address) {
-                    out.push((unit.id.clone(), loc));
+                    out.push((unit.service_id.clone(), loc));
                 }
             }
         }
@@ -1095,7 +1095,12 @@ impl Translator {
         self.sent
             .services
             .get(key)
-            .map(|s| s.units.iter().map(|u| (u.id.clone(), u.family)).collect())
+            .map(|s| {
+                s.units
+                    .iter()
+                    .map(|u| (u.service_id.clone(), u.family))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -249,8 +249,8 @@ struct WriteBack {
     /// Records waiting for a gateway's stream of states to come back, or for NRP to be read back.
     awaiting_states: HashSet<ObjKey>,
     acked: watch::Receiver<u64>,
-    /// PoolServices of our class, by key.
-    pools: HashMap<ObjKey, PoolServiceFacts>,
+    /// PoolServices of our class, by key, indexed by Service and by owner UID (`pool_index.rs`).
+    pools: PoolIndex,
     /// PoolService → the resourceVersion our last status patch was based on.
     pool_patched: Mutex<HashMap<ObjKey, String>>,
     /// PoolService → the problem last published as a Warning Event on it.
@@ -313,7 +313,7 @@ pub(crate) async fn run(
         awaiting_ack: BTreeMap::new(),
         awaiting_states: HashSet::new(),
         acked,
-        pools: HashMap::new(),
+        pools: PoolIndex::default(),
         pool_patched: Mutex::new(HashMap::new()),
         pool_warned: HashMap::new(),
         pool_warnings: Vec::new(),
@@ -418,7 +418,7 @@ impl WriteBack {
                 }
                 let svc = f.service.clone();
                 let owner = f.owner_uid.clone();
-                self.pools.insert(f.key.clone(), f);
+                self.pools.insert(f);
                 self.poke(svc.as_ref(), owner.as_deref());
             }
             Msg::PoolGone(key) => {
@@ -658,14 +658,14 @@ impl WriteBack {
         }
     }
 
-    /// The state of service `uid` in `gateway` as the server's stream last pushed it (`Ok(None)`:
-    /// the gateway does not know it).
+    /// The state of service `service_id` in `gateway` as the server's stream last pushed it
+    /// (`Ok(None)`: the gateway does not know it).
     fn service_state(
         &self,
         gateway: &str,
-        uid: &str,
+        service_id: &str,
     ) -> Result<Option<ServiceState>, WriteBackError> {
-        Ok(self.states.get(gateway, uid)?)
+        Ok(self.states.get(gateway, service_id)?)
     }
 
     /// Whether every gateway a Service may be in has read NRP back: only then does "unknown
@@ -703,11 +703,13 @@ fn kube_error(key: &ObjKey, what: &'static str, e: kube::Error) -> Result<Next, 
 
 mod egress;
 mod facts;
+mod pool_index;
 mod pools;
 mod program;
 mod states;
 mod wanted;
 
+use pool_index::PoolIndex;
 use states::States;
 #[cfg(test)]
 use wanted::Wanted;

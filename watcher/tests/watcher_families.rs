@@ -52,9 +52,9 @@ fn show(u: &Update) -> String {
     match u.kind.as_ref().unwrap() {
         UKind::Service(s) if s.operation == Operation::Add as i32 => {
             let family = IpFamily::try_from(s.ip_family).unwrap().as_str_name();
-            format!("add {} {family}", s.id)
+            format!("add {} {family}", s.service_id)
         }
-        UKind::Service(s) => format!("remove {}", s.id),
+        UKind::Service(s) => format!("remove {}", s.service_id),
         UKind::Endpoints(e) => match e.change.as_ref().unwrap() {
             Change::Level(set) => {
                 let eps: Vec<String> = set

@@ -80,9 +80,9 @@ fn show(us: &[Update]) -> Vec<String> {
     us.iter()
         .map(|u| match u.kind.as_ref().unwrap() {
             UKind::Service(s) if s.operation == clb_proto::v1::Operation::Add as i32 => {
-                format!("+svc {}", s.id)
+                format!("+svc {}", s.service_id)
             }
-            UKind::Service(s) => format!("-svc {}", s.id),
+            UKind::Service(s) => format!("-svc {}", s.service_id),
             UKind::Endpoints(e) => match e.change.as_ref().unwrap() {
                 Change::Level(l) => {
                     let eps: Vec<String> = l

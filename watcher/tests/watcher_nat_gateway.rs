@@ -38,7 +38,7 @@ fn pods(us: &[Update]) -> Vec<String> {
         .filter_map(|u| match u.kind.as_ref()? {
             UKind::Pod(p) if p.operation == Operation::Add as i32 => Some(format!(
                 "+pod {} {} {:?}",
-                p.address, p.outbound_identity, p.nat_gateway
+                p.address, p.egress_id, p.nat_gateway
             )),
             UKind::Pod(p) => Some(format!("-pod {}", p.address)),
             _ => None,

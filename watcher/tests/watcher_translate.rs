@@ -122,10 +122,10 @@ fn show(u: &Update) -> String {
                     format!("{}/{proto}", p.port)
                 })
                 .collect();
-            format!("+svc {} [{}]", s.id, ports.join(","))
+            format!("+svc {} [{}]", s.service_id, ports.join(","))
         }
-        UKind::Service(s) => format!("-svc {}", s.id),
-        UKind::Egress(e) => format!("egress {} {}", e.operation, e.id),
+        UKind::Service(s) => format!("-svc {}", s.service_id),
+        UKind::Egress(e) => format!("egress {} {}", e.operation, e.egress_id),
         UKind::Endpoints(e) => match e.change.as_ref().unwrap() {
             Change::Level(l) => {
                 let eps: Vec<String> = l
@@ -139,7 +139,7 @@ fn show(u: &Update) -> String {
         },
         UKind::Pod(p) if p.operation == Operation::Add as i32 => format!(
             "+pod {}@{} {} {} {}",
-            p.address, p.location, p.outbound_identity, p.pod_key, p.pod_uid
+            p.address, p.location, p.egress_id, p.pod_key, p.pod_uid
         ),
         UKind::Pod(p) => format!(
             "-pod {}@{} {} {}",
@@ -174,7 +174,7 @@ impl Model {
         match u.kind.as_ref().unwrap() {
             UKind::Service(s) if s.operation == Operation::Add as i32 => {
                 self.services.insert(
-                    s.id.clone(),
+                    s.service_id.clone(),
                     s.ports
                         .iter()
                         .map(|p| (p.port, p.protocol, p.target_port))
@@ -182,8 +182,8 @@ impl Model {
                 );
             }
             UKind::Service(s) => {
-                self.services.remove(&s.id);
-                self.endpoints.remove(&s.id);
+                self.services.remove(&s.service_id);
+                self.endpoints.remove(&s.service_id);
             }
             UKind::Egress(_) => panic!("the watcher declares no egress: {u:?}"),
             UKind::Endpoints(e) => match e.change.as_ref().unwrap() {
@@ -207,7 +207,7 @@ impl Model {
                     p.address.clone(),
                     (
                         p.location.clone(),
-                        p.outbound_identity.clone(),
+                        p.egress_id.clone(),
                         p.pod_key.clone(),
                         p.pod_uid.clone(),
                     ),

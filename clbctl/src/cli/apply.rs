@@ -458,17 +458,23 @@ pub fn file_field(server_field: &str) -> String {
         Some((head, rest)) if head.starts_with("updates[") => rest,
         _ => server_field,
     };
-    let path = path
-        .trim_start_matches("pod.")
-        .trim_start_matches("service.")
-        .trim_start_matches("egress.")
-        .trim_start_matches("endpoints.");
+    // The identity is `id` in the file's `service` and `egress` updates, `service` in its
+    // `endpoints` and `egress` in its `pod` updates (the wire's `service_id` and `egress_id`).
+    let (path, id) = [
+        ("pod.", "egress"),
+        ("service.", "id"),
+        ("egress.", "id"),
+        ("endpoints.", "service"),
+    ]
+    .into_iter()
+    .find_map(|(kind, id)| path.strip_prefix(kind).map(|rest| (rest, id)))
+    .unwrap_or((path, "id"));
     let path = path
         .replace("level.endpoints", "endpoints")
         .replace("edge.old_endpoints", "old")
         .replace("edge.new_endpoints", "new")
-        .replace("service_id", "service")
-        .replace("outbound_identity", "egress")
+        .replace("service_id", id)
+        .replace("egress_id", id)
         .replace("pod_key", "key")
         .replace("pod_uid", "uid")
         .replace("operation", "op");
@@ -644,7 +650,7 @@ mod tests {
         let updates: Vec<Update> = items.iter().map(Item::to_update).collect();
         match &updates[0].kind {
             Some(UKind::Service(s)) => {
-                assert_eq!(s.id, "svc-a");
+                assert_eq!(s.service_id, "svc-a");
                 assert_eq!(s.ports.len(), 2);
                 assert_eq!(s.ports[1].protocol, Protocol::Udp as i32);
                 // The pods' port; none given is the same as the port (0).
@@ -655,7 +661,7 @@ mod tests {
         }
         match &updates[2].kind {
             Some(UKind::Pod(p)) => {
-                assert_eq!(p.outbound_identity, "egress-a");
+                assert_eq!(p.egress_id, "egress-a");
                 assert_eq!(p.pod_key, "ns/p");
             }
             other => panic!("{other:?}"),
@@ -758,7 +764,9 @@ mod tests {
     #[test]
     fn server_fields_map_to_file_fields() {
         assert_eq!(file_field("updates[3].pod.address"), "address");
-        assert_eq!(file_field("updates[0].pod.outbound_identity"), "egress");
+        assert_eq!(file_field("updates[0].pod.egress_id"), "egress");
+        assert_eq!(file_field("updates[4].endpoints.service_id"), "service");
+        assert_eq!(file_field("updates[5].egress.egress_id"), "id");
         assert_eq!(
             file_field("updates[1].endpoints.level.endpoints[2].location"),
             "endpoints[2].location"
@@ -767,7 +775,7 @@ mod tests {
             file_field("updates[1].endpoints.edge.old_endpoints[0].address"),
             "old[0].address"
         );
-        assert_eq!(file_field("updates[9].service.id"), "id");
+        assert_eq!(file_field("updates[9].service.service_id"), "id");
         assert_eq!(
             file_field("updates[9].service.ports[0].port"),
             "ports[0].port"

@@ -37,11 +37,8 @@ pub async fn sample(
             let Some(g) = server.gateways().first() else {
                 return;
             };
-            let g = g.lock();
-            (
-                g.dispatch().batching_window(),
-                g.dispatch().remaining_writes(),
-            )
+            let pacing = g.lock().pacing();
+            (pacing.batching_window, pacing.remaining_writes)
         };
         {
             let mut v = out

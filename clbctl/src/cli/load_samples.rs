@@ -82,7 +82,7 @@ pub(super) async fn poll_samples(
                 let entry = state.addresses.iter().find(|a| a.address == sample.address);
                 let done = entry.is_some_and(|a| {
                     a.actual
-                        && a.actual_services
+                        && a.actual_service_ids
                             .iter()
                             .any(|x| x.eq_ignore_ascii_case(&sample.service))
                 });

@@ -41,7 +41,7 @@ impl From<&RefusedItem> for RefusedView {
             kind: i.kind.clone(),
             location: i.location.clone(),
             address: i.address.clone(),
-            services: i.services.clone(),
+            services: i.service_ids.clone(),
             code: i.code.clone(),
             message: i.message.clone(),
             at_unix_ms: i.at_unix_ms,
@@ -122,7 +122,7 @@ mod tests {
             } else {
                 String::new()
             },
-            services: vec!["svc-a".into()],
+            service_ids: vec!["svc-a".into()],
             code: "BackendPoolAddressesMustHaveSameIpVersion".into(),
             message: "x".repeat(150),
             at_unix_ms: 1_000_000,

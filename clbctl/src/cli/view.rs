@@ -366,11 +366,15 @@ pub struct AddressView {
 impl From<&AddressState> for AddressView {
     fn from(a: &AddressState) -> Self {
         let desired: BTreeSet<String> = a
-            .desired_services
+            .desired_service_ids
             .iter()
             .map(|s| s.to_lowercase())
             .collect();
-        let actual: BTreeSet<String> = a.actual_services.iter().map(|s| s.to_lowercase()).collect();
+        let actual: BTreeSet<String> = a
+            .actual_service_ids
+            .iter()
+            .map(|s| s.to_lowercase())
+            .collect();
         let sync = match (a.desired, a.actual) {
             (true, false) => AddressSync::ToAdd,
             (false, true) => AddressSync::ToRemove,
@@ -381,8 +385,8 @@ impl From<&AddressState> for AddressView {
             address: a.address.clone(),
             desired: a.desired,
             actual: a.actual,
-            desired_services: a.desired_services.clone(),
-            actual_services: a.actual_services.clone(),
+            desired_services: a.desired_service_ids.clone(),
+            actual_services: a.actual_service_ids.clone(),
             sync,
             missing_services: desired.difference(&actual).cloned().collect(),
             extra_services: actual.difference(&desired).cloned().collect(),
@@ -506,7 +510,7 @@ impl From<&ServiceState> for ServiceView {
     fn from(s: &ServiceState) -> Self {
         Self {
             gateway: s.gateway.clone(),
-            id: s.id.clone(),
+            id: s.service_id.clone(),
             kind: kind_name(s.kind),
             desired: s.desired,
             actual: s.actual,
@@ -557,7 +561,7 @@ impl From<&ServiceChange> for ServiceChangeView {
             Vec::new()
         };
         Self {
-            name: c.name.clone(),
+            name: c.service_id.clone(),
             kind: kind_name(c.kind),
             action: action_name(c.action),
             ports: c.ports.iter().map(PortView::from).collect(),
@@ -596,7 +600,7 @@ impl From<&LocationChange> for LocationChangeView {
                 .iter()
                 .map(|a| AddressChangeView {
                     address: a.address.clone(),
-                    services: a.services.clone(),
+                    services: a.service_ids.clone(),
                 })
                 .collect(),
         }

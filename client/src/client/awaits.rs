@@ -70,7 +70,7 @@ impl Writer {
         let request = ServiceConditionsRequest {
             gateway: self.gateway.clone(),
             writer: self.name.clone(),
-            services,
+            service_ids: services,
         };
         let span = self.call_span(RPC, 0);
         Ok(self

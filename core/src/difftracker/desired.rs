@@ -283,13 +283,13 @@ impl DiffTracker {
         id: &str,
         family: Option<IpFamily>,
     ) -> Result<(), InvalidInput> {
-        let name = normalize_identity("id", id)?;
+        let name = normalize_identity("service_id", id)?;
         match op {
             Operation::Add => {
                 let sid = self
                     .services
                     .intern(&name, ServiceKind::Inbound)
-                    .map_err(|k| conflict("id", id, k))?;
+                    .map_err(|k| conflict("service_id", id, k))?;
                 if let Err(e) = self.check_add_family(sid, family) {
                     self.services.release_if_unused(sid);
                     return Err(e);
@@ -331,7 +331,7 @@ impl DiffTracker {
     /// stops being desired. Counts as a desired change (the revision grows). Returns whether it
     /// did anything: an unknown, undesired or outbound identity is left alone.
     pub fn reprogram_service(&mut self, id: &str) -> Result<bool, InvalidInput> {
-        let name = normalize_identity("id", id)?;
+        let name = normalize_identity("service_id", id)?;
         let Some(sid) = self.services.id(&name) else {
             return Ok(false);
         };
@@ -354,13 +354,13 @@ impl DiffTracker {
     }
 
     fn update_egress_inner(&mut self, op: Operation, id: &str) -> Result<(), InvalidInput> {
-        let name = normalize_identity("id", id)?;
+        let name = normalize_identity("egress_id", id)?;
         match op {
             Operation::Add => {
                 let sid = self
                     .services
                     .intern(&name, ServiceKind::Outbound)
-                    .map_err(|k| conflict("id", id, k))?;
+                    .map_err(|k| conflict("egress_id", id, k))?;
                 let egress = self.services.get_mut(sid).egress.get_or_insert_default();
                 if !egress.declared {
                     let was_desired = egress.pods > 0;

@@ -62,11 +62,11 @@ impl DiffTracker {
                 let outbound = if outbound_identity.is_empty() {
                     None
                 } else {
-                    let name = normalize_identity("outbound_identity", outbound_identity)?;
+                    let name = normalize_identity("egress_id", outbound_identity)?;
                     let sid = self
                         .services
                         .intern(&name, ServiceKind::Outbound)
-                        .map_err(|k| conflict("outbound_identity", outbound_identity, k))?;
+                        .map_err(|k| conflict("egress_id", outbound_identity, k))?;
                     self.bind_nat_gateway(sid, nat_gateway)?;
                     Some(sid)
                 };

@@ -211,7 +211,10 @@ fn empty_location_or_address_is_rejected_and_changes_nothing() {
         .unwrap_err();
     assert_eq!(err.field, "address");
     let err = t.update_service(Operation::Add, "").unwrap_err();
-    assert_eq!((err.field.as_str(), err.reason), ("id", Reason::Empty));
+    assert_eq!(
+        (err.field.as_str(), err.reason),
+        ("service_id", Reason::Empty)
+    );
     assert_eq!(t.revision(), rev);
     assert_eq!(t.pending_diff(), before);
 }
@@ -287,7 +290,7 @@ fn an_identity_used_as_both_kinds_is_rejected() {
     let err = t
         .update_pod(Operation::Add, &pod("10.1.0.1", "10.0.0.1", "shared", "u"))
         .unwrap_err();
-    assert_eq!(err.field, "outbound_identity");
+    assert_eq!(err.field, "egress_id");
 }
 
 #[test]

@@ -220,7 +220,7 @@ pub(super) fn derive_condition(f: &ConditionFacts<'_>) -> Condition {
 
 /// Whether an address of `location` refers to `name` on either side.
 fn carries(g: &GatewayCore, location: IpAddr, name: &str) -> bool {
-    g.tracker().location_view(location).is_some_and(|v| {
+    g.tracker.location_view(location).is_some_and(|v| {
         v.addresses.iter().any(|a| {
             a.desired.iter().flatten().any(|s| s == name)
                 || a.actual.iter().flatten().any(|s| s == name)
@@ -231,10 +231,10 @@ fn carries(g: &GatewayCore, location: IpAddr, name: &str) -> bool {
 /// Whether `location` holds, only because removals are withheld there, an address NRP has with
 /// `name` that is not desired with it.
 fn held_at(g: &GatewayCore, location: IpAddr, name: &str) -> bool {
-    if !g.tracker().location_removals_withheld(location) {
+    if !g.tracker.location_removals_withheld(location) {
         return false;
     }
-    g.tracker().location_view(location).is_some_and(|v| {
+    g.tracker.location_view(location).is_some_and(|v| {
         v.addresses.iter().any(|a| {
             a.actual.iter().flatten().any(|s| s == name)
                 && !a.desired.iter().flatten().any(|s| s == name)
@@ -244,7 +244,7 @@ fn held_at(g: &GatewayCore, location: IpAddr, name: &str) -> bool {
 
 /// The hold of the restart gate that covers `location` (`None`: every location).
 fn hold_for(g: &GatewayCore, location: Option<IpAddr>) -> Option<HeldBack> {
-    g.gate()
+    g.gate
         .holds()
         .iter()
         .find(|h| match (&h.locations, location) {
@@ -279,18 +279,18 @@ fn condition_facts<'a>(
             error,
         })
     };
-    let parked = match g.dispatch().parked_service(name) {
+    let parked = match g.dispatch.parked_service(name) {
         Some(error) => Some(Failure {
             location: None,
             address: None,
             error,
         }),
-        None => first_location(&mut g.dispatch().parked_locations()).or_else(|| {
+        None => first_location(&mut g.dispatch.parked_locations()).or_else(|| {
             // A hold whose address is no longer desired with the service is forgotten when its
             // location is next cut: it no longer concerns the service.
-            g.dispatch()
+            g.dispatch
                 .refused_addresses_of(name)
-                .find(|r| g.tracker().desired_with(r.location, r.address, name))
+                .find(|r| g.tracker.desired_with(r.location, r.address, name))
                 .map(|r| Failure {
                     location: Some(r.location),
                     address: Some(r.address),
@@ -298,20 +298,20 @@ fn condition_facts<'a>(
                 })
         }),
     };
-    let failing = match g.dispatch().failing_service(name) {
+    let failing = match g.dispatch.failing_service(name) {
         Some(error) => Some(Failure {
             location: None,
             address: None,
             error,
         }),
-        None => first_location(&mut g.dispatch().failing_locations()),
+        None => first_location(&mut g.dispatch.failing_locations()),
     };
-    let held = if g.tracker().withheld().is_nothing() {
+    let held = if g.tracker.withheld().is_nothing() {
         None
-    } else if !view.desired && view.actual && g.tracker().withheld().deletions_of(view.kind) {
+    } else if !view.desired && view.actual && g.tracker.withheld().deletions_of(view.kind) {
         hold_for(g, None)
     } else {
-        g.tracker()
+        g.tracker
             .withheld_removals()
             .into_iter()
             .map(|(l, _)| l)
@@ -325,7 +325,7 @@ fn condition_facts<'a>(
         frontend_ip,
         desired_addresses: view.desired_addresses,
         actual_addresses: view.actual_addresses,
-        pending: g.tracker().is_service_dirty(name) || g.dispatch().service_pending(name),
+        pending: g.tracker.is_service_dirty(name) || g.dispatch.service_pending(name),
         parked,
         failing,
         held,

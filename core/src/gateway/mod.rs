@@ -19,6 +19,10 @@ pub mod programmed;
 mod report;
 pub use report::Folded;
 pub mod update;
+mod views;
+pub use views::{
+    EgressStatus, LoadView, LocationStatus, PacingView, PendingView, ServiceStatus, StatusView,
+};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -247,7 +251,12 @@ impl GatewayCore {
         &self.name
     }
 
-    /// The desired and actual state (read only).
+    /// The desired and actual state (read only). The state server's reads go through the views
+    /// (`views.rs`: [`GatewayCore::status`], [`GatewayCore::service_status`], …); the one
+    /// remaining caller outside tests is the state server's push task (the IP families of a
+    /// leased unit, `state/push.rs`, being rewritten): once it reads
+    /// [`GatewayCore::service_family`], this joins `GatewayCore::tracker_mut` behind
+    /// `test-support`.
     pub fn tracker(&self) -> &DiffTracker {
         &self.tracker
     }
@@ -259,7 +268,9 @@ impl GatewayCore {
         &mut self.tracker
     }
 
-    /// The dispatcher (read only: leases, reports and expiries go through the core).
+    /// The dispatcher (read only; tests only, feature `test-support`: reads go through the views,
+    /// leases, reports and expiries through the core).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn dispatch(&self) -> &Dispatcher {
         &self.dispatch
     }
@@ -287,7 +298,9 @@ impl GatewayCore {
         self.dispatch.request_observe();
     }
 
-    /// The restart gate.
+    /// The restart gate (tests only, feature `test-support`: reads go through
+    /// [`GatewayCore::gate_view`]).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn gate(&self) -> &RestartGate {
         &self.gate
     }

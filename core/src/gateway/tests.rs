@@ -319,3 +319,67 @@ fn awaiting_owes_first_answers_then_only_changes() {
     assert_eq!(awaiting.len(), 1);
     assert!(!awaiting.refresh(&g));
 }
+
+#[test]
+fn the_views_answer_status_location_service_and_pending_whole() {
+    use super::condition::ConditionReason;
+    let t0 = Instant::now();
+    let mut g = gateway(t0);
+    apply_view(&mut g);
+    g.resync_scope_completed("watcher", &Scope::ALL, None, t0, 1);
+
+    // Nothing programmed yet: the creation (with its family) is pending.
+    let p = g.pending(10);
+    assert_eq!(p.revision, g.revision());
+    assert_eq!(p.services.len(), 1);
+    assert_eq!(
+        (p.services[0].0.name.as_str(), p.services[0].1),
+        ("svc", None)
+    );
+    assert!(!p.truncated && p.refused.is_empty());
+    assert!(g.pending(0).truncated);
+    let s = g.service_status("SVC").expect("any case");
+    assert!(s.view.desired && !s.view.actual);
+    assert_eq!(s.ports, vec![tcp(80)]);
+    assert_eq!((s.frontend.as_deref(), s.actual_locations), (None, Some(0)));
+    assert!(s.egress.is_none());
+    assert_eq!(
+        s.condition.map(|c| c.reason),
+        Some(ConditionReason::Pending)
+    );
+    assert!(g.service_status("nobody").is_none());
+
+    let mut next = 1;
+    drain(&mut g, t0, &mut next);
+    let s = g.service_status("svc").expect("known");
+    assert!(s.view.actual);
+    assert_eq!(s.frontend.as_deref(), Some("20.0.0.1"));
+    assert_eq!(s.actual_locations, Some(1));
+    assert_eq!(
+        s.condition.map(|c| c.reason),
+        Some(ConditionReason::Programmed)
+    );
+    // The light view (a stream of every service) neither scans nor derives the condition.
+    let light = g.service_status_of(&s.view);
+    assert!(light.actual_locations.is_none() && light.condition.is_none());
+    assert_eq!(light.frontend, s.frontend);
+
+    let l = g
+        .location_status("10.0.0.1".parse().unwrap())
+        .expect("desired");
+    assert!(l.view.in_nrp && l.view.addresses.len() == 2 && l.refused.is_empty());
+    assert!(g.location_status("10.9.9.9".parse().unwrap()).is_none());
+
+    let status = g.status(t0, 10);
+    assert_eq!(status.revision, g.revision());
+    assert_eq!(status.counts.actual_addresses, 2);
+    assert_eq!((status.units_in_flight, status.parked_units), (0, 0));
+    assert!(status.gate.nrp_observed && status.refused.is_empty());
+    let load = g.load(t0);
+    assert_eq!(
+        (load.counts, load.revision),
+        (status.counts, status.revision)
+    );
+    assert_eq!(load.pacing, g.pacing());
+    assert!(g.pending(10).services.is_empty());
+}

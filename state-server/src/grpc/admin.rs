@@ -7,22 +7,20 @@ use std::time::Instant;
 
 use clb_proto::v1::admin_server::{Admin, AdminServer};
 use clb_proto::v1::{
-    DiffQuery, LocationQuery, LocationState, PendingDiffResponse, ProgrammingReason,
-    ServiceCondition, ServiceQuery, ServiceState, StatusRequest, StatusResponse, WriterStatus,
+    DiffQuery, LocationQuery, LocationState, PendingDiffResponse, ServiceQuery, ServiceState,
+    StatusRequest, StatusResponse, WriterStatus,
 };
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    gateway_status, invalid_argument, location_change, location_state, refused_item,
-    service_change, service_state, unknown_gateway, worker_status,
+    STATUS_REFUSED_ITEMS, gateway_status, invalid_argument, location_change, location_state,
+    refused_item, service_change, service_state_of, unknown_gateway, worker_status,
 };
 use crate::state::{Gateway, StateServer};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::quote;
-use clb_core::difftracker::view::ServiceView;
 use clb_core::gateway::LbSpec;
-use clb_core::gateway::condition::{Condition, ConditionReason};
 
 /// Entries of each `PendingDiff` list when the query leaves the limit to the server.
 pub const DEFAULT_DIFF_LIMIT: usize = 1000;
@@ -80,7 +78,8 @@ impl AdminService {
         let mut writers = BTreeMap::new();
         for handle in self.state.gateways() {
             let g = handle.lock();
-            gateways.push(gateway_status(&g, now, &|session| {
+            let status = g.status(now, STATUS_REFUSED_ITEMS);
+            gateways.push(gateway_status(g.name(), status, &|session| {
                 self.state.worker_id(session)
             }));
             merge_writers(&g, &mut writers);
@@ -108,37 +107,32 @@ impl AdminService {
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let view = g.tracker().location_view(ip).ok_or_else(|| {
+        let status = g.location_status(ip).ok_or_else(|| {
             Status::not_found(format!(
                 "location {ip} is neither desired nor in NRP in gateway {}",
                 quote(g.name())
             ))
         })?;
-        Ok(location_state(g.name(), &view, |a| {
-            g.dispatch().refused_address(view.location, a)
-        }))
+        Ok(location_state(g.name(), &status))
     }
 
-    #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.id))]
+    #[tracing::instrument(name = "Admin.GetService", skip_all, fields(gateway = %q.gateway, id = %q.service_id))]
     fn get_service(&self, q: &ServiceQuery) -> Result<ServiceState, Status> {
-        normalize_identity("id", &q.id)
+        normalize_identity("service_id", &q.service_id)
             .map_err(|e| invalid_argument(&e.field, &e.value, &e.reason.to_string()))?;
         let handle = self
             .state
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
         let g = handle.lock();
-        let view = g.tracker().service_view(&q.id).ok_or_else(|| {
+        let status = g.service_status(&q.service_id).ok_or_else(|| {
             Status::not_found(format!(
                 "service {} is unknown in gateway {}",
-                quote(&q.id),
+                quote(&q.service_id),
                 quote(g.name())
             ))
         })?;
-        let mut state = service_state(&g, &view);
-        state.condition = Some(service_condition(&g, &view, &state.frontend_ip));
-        nat_gateway_of(&g, &mut state);
-        Ok(state)
+        Ok(service_state_of(g.name(), status))
     }
 
     #[tracing::instrument(name = "Admin.PendingDiff", skip_all, fields(gateway = %q.gateway, limit = q.limit))]
@@ -151,79 +145,19 @@ impl AdminService {
             .state
             .gateway(&q.gateway)
             .map_err(|e| unknown_gateway(&e))?;
-        let g = handle.lock();
-        let diff = g.tracker().pending_diff();
-        let truncated = diff.services.len() > limit || diff.locations.len() > limit;
+        let pending = handle.lock().pending(limit);
         Ok(PendingDiffResponse {
-            gateway: g.name().to_owned(),
-            revision: g.tracker().revision(),
-            services: diff
+            gateway: handle.name().to_owned(),
+            revision: pending.revision,
+            services: pending
                 .services
                 .iter()
-                .take(limit)
-                .map(|s| service_change(s, &LbSpec::default(), g.tracker().service_family(&s.name)))
+                .map(|(s, family)| service_change(s, &LbSpec::default(), *family))
                 .collect(),
-            locations: diff
-                .locations
-                .iter()
-                .take(limit)
-                .map(location_change)
-                .collect(),
-            truncated,
-            refused: g
-                .dispatch()
-                .refused_items(limit)
-                .into_iter()
-                .map(refused_item)
-                .collect(),
+            locations: pending.locations.iter().map(location_change).collect(),
+            truncated: pending.truncated,
+            refused: pending.refused.into_iter().map(refused_item).collect(),
         })
-    }
-}
-
-/// The programming condition of a service (`ServiceState.condition`): the core's
-/// [`clb_core::gateway::condition::Condition`] as proto.
-pub(crate) fn service_condition(
-    g: &Gateway,
-    view: &ServiceView,
-    frontend_ip: &str,
-) -> ServiceCondition {
-    condition_to_proto(g.service_condition(view, frontend_ip))
-}
-
-/// The brought NAT gateway of an outbound service's `state` and whether the last read-back found
-/// it missing (`GatewayCore::nat_gateway_missing`).
-pub(crate) fn nat_gateway_of(g: &Gateway, state: &mut clb_proto::v1::ServiceState) {
-    if state.kind == clb_proto::v1::ServiceKind::Outbound as i32 {
-        state.nat_gateway = g
-            .tracker()
-            .egress_nat_gateway(&state.id)
-            .unwrap_or_default()
-            .to_owned();
-        state.nat_gateway_missing = g.nat_gateway_missing(&state.id);
-    }
-}
-
-/// A condition as proto.
-pub(crate) fn condition_to_proto(c: Condition) -> ServiceCondition {
-    let reason = match c.reason {
-        ConditionReason::Pending => ProgrammingReason::Pending,
-        ConditionReason::Programmed => ProgrammingReason::Programmed,
-        ConditionReason::Removed => ProgrammingReason::Removed,
-        ConditionReason::Rejected => ProgrammingReason::Rejected,
-        ConditionReason::Throttled => ProgrammingReason::Throttled,
-        ConditionReason::Retrying => ProgrammingReason::Retrying,
-        ConditionReason::HeldBack => ProgrammingReason::HeldBack,
-    };
-    ServiceCondition {
-        reason: reason as i32,
-        message: c.message,
-        error_code: c.error_code,
-        error_message: c.error_message,
-        location: c.location,
-        held_for: c.held_for,
-        held_for_writer: c.held_for_writer,
-        error_at_unix_ms: c.error_at_unix_ms,
-        address: c.address,
     }
 }
 

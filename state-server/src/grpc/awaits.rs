@@ -23,7 +23,7 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::admin::condition_to_proto;
+use super::convert::condition_to_proto;
 use super::convert::invalid_argument;
 use super::session::{Shutdown, shut_down, spawn_stream, still_current, tell_shutdown};
 use crate::state::awaits::AwaitFollower;
@@ -49,7 +49,7 @@ pub fn locations(req: &LocationsRequest) -> Result<Vec<(IpAddr, String)>, Status
 
 /// One address query as the gateway awaits it.
 fn address(field: &str, q: &AddressQuery) -> Result<Awaited, Status> {
-    if q.service.is_empty() {
+    if q.service_id.is_empty() {
         return Err(invalid_argument(
             &format!("{field}.service"),
             "",
@@ -59,7 +59,7 @@ fn address(field: &str, q: &AddressQuery) -> Result<Awaited, Status> {
     Ok(Awaited::Address {
         location: ip(&format!("{field}.location"), &q.location)?,
         address: ip(&format!("{field}.address"), &q.address)?,
-        service: q.service.clone(),
+        service: q.service_id.clone(),
     })
 }
 
@@ -212,7 +212,7 @@ pub fn watch_addresses(
                                 query: Some(AddressQuery {
                                     location: location.to_string(),
                                     address: address.to_string(),
-                                    service,
+                                    service_id: service,
                                 }),
                                 programmed,
                             }),
@@ -237,7 +237,7 @@ pub fn service_conditions(
 ) -> ServiceConditionsResponse {
     let g = handle.lock();
     let conditions = req
-        .services
+        .service_ids
         .iter()
         .map(|s| {
             g.condition_of(s)

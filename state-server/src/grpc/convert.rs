@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clb_proto::v1::{
     self, AddressChange, AddressState, ItemError, LocationChange, LocationState, ResyncScope,
@@ -27,15 +27,18 @@ use crate::state::{Gateway, UnknownGateway, WorkerInfo};
 use clb_core::difftracker::identity::normalize_identity;
 use clb_core::difftracker::ip::parse_ip;
 use clb_core::difftracker::{
-    self, ActualSnapshot, DiffTracker, InvalidInput, IpFamily, LocationDiff, LocationView,
-    Operation, Reason, ServiceKind, ServiceView, excerpt, quote,
+    self, ActualSnapshot, InvalidInput, IpFamily, LocationDiff, Operation, Reason, ServiceKind,
+    ServiceView, excerpt, quote,
 };
 use clb_core::dispatch::{self, Outcome, Report, UnitWork};
 use clb_core::gateway::Scope;
+use clb_core::gateway::condition::{Condition, ConditionReason};
 use clb_core::gateway::update::{
     EndpointsChange, Fault, Item, ItemFault, Named, Refusal, Update as GatewayUpdate,
 };
-use clb_core::gateway::{LbSettings, LbSpec, Leased, Port, Protocol};
+use clb_core::gateway::{
+    LbSettings, LbSpec, Leased, LocationStatus, Port, Protocol, ServiceStatus, StatusView,
+};
 
 /// A problem with the resync header as a whole (see [`resync_scope`]): the call fails
 /// with `INVALID_ARGUMENT`.
@@ -250,7 +253,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
     match kind {
         Kind::Service(s) => {
             let refuse = |fault| Refusal {
-                named: Named::Service(&s.id),
+                named: Named::Service(&s.service_id),
                 fault,
             };
             let op = operation("service", s.operation).map_err(refuse)?;
@@ -273,7 +276,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
             };
             Ok(GatewayUpdate::Service {
                 operation: op,
-                id: &s.id,
+                id: &s.service_id,
                 ports,
                 family,
                 settings,
@@ -281,12 +284,12 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
         }
         Kind::Egress(e) => {
             let operation = operation("egress", e.operation).map_err(|fault| Refusal {
-                named: Named::Egress(&e.id),
+                named: Named::Egress(&e.egress_id),
                 fault,
             })?;
             Ok(GatewayUpdate::Egress {
                 operation,
-                id: &e.id,
+                id: &e.egress_id,
             })
         }
         Kind::Endpoints(e) => {
@@ -325,7 +328,7 @@ pub fn update_from_proto(index: usize, update: &Update) -> Item<'_> {
                 pod: difftracker::PodUpdate {
                     address: &p.address,
                     location: &p.location,
-                    outbound_identity: &p.outbound_identity,
+                    outbound_identity: &p.egress_id,
                     uid: &p.pod_uid,
                     nat_gateway: &p.nat_gateway,
                 },
@@ -349,10 +352,12 @@ pub fn item_error_of(fault: ItemFault) -> ItemError {
     }
 }
 
-/// Validates one update and applies it to `tracker` (no rights, no port book: for tests and
-/// tools); `index` is its position in the batch. On error nothing of the update was applied.
-pub fn apply_update(
-    tracker: &mut DiffTracker,
+/// Validates one update and applies it to `tracker` (no rights, no port book); `index` is its
+/// position in the batch. On error nothing of the update was applied. Tests only: the state
+/// server applies through `clb_core::gateway::GatewayCore::apply`.
+#[cfg(test)]
+pub(crate) fn apply_update(
+    tracker: &mut difftracker::DiffTracker,
     update: &Update,
     index: usize,
 ) -> Result<(), ItemError> {
@@ -397,7 +402,7 @@ pub fn service_change(
     let create_inbound =
         change.kind == ServiceKind::Inbound && change.action == difftracker::ServiceAction::Create;
     v1::ServiceChange {
-        name: change.name.clone(),
+        service_id: change.name.clone(),
         kind: service_kind(change.kind) as i32,
         action: service_action(change.action) as i32,
         ports: if create_inbound {
@@ -439,19 +444,16 @@ pub fn location_change(diff: &LocationDiff) -> LocationChange {
             .iter()
             .map(|a| AddressChange {
                 address: a.address.to_string(),
-                services: a.services.clone(),
+                service_ids: a.services.clone(),
             })
             .collect(),
     }
 }
 
-/// Both sides of a location as proto. The location is desired when one of its addresses is;
-/// `refused` gives the hold of an address NRP refused on its own.
-pub fn location_state(
-    gateway: &str,
-    view: &LocationView,
-    refused: impl Fn(IpAddr) -> Option<clb_core::dispatch::RefusedItem>,
-) -> LocationState {
+/// Both sides of a location (the core's [`LocationStatus`]) as proto. The location is desired when
+/// one of its addresses is; `refused` gives the hold of an address NRP refused on its own.
+pub fn location_state(gateway: &str, status: &LocationStatus) -> LocationState {
+    let view = &status.view;
     LocationState {
         gateway: gateway.to_owned(),
         location: view.location.to_string(),
@@ -464,9 +466,13 @@ pub fn location_state(
                 address: a.address.to_string(),
                 desired: a.desired.is_some(),
                 actual: a.actual.is_some(),
-                desired_services: a.desired.clone().unwrap_or_default(),
-                actual_services: a.actual.clone().unwrap_or_default(),
-                refused: refused(a.address).map(status::refused_item),
+                desired_service_ids: a.desired.clone().unwrap_or_default(),
+                actual_service_ids: a.actual.clone().unwrap_or_default(),
+                refused: status
+                    .refused
+                    .get(&a.address)
+                    .cloned()
+                    .map(status::refused_item),
             })
             .collect(),
     }
@@ -639,8 +645,8 @@ mod status;
 pub use report::{frontends_from_proto, report_from_proto, rules_from_proto, snapshot_from_proto};
 pub use settings::{settings_from_proto, settings_to_proto};
 pub use status::{
-    error_record, gateway_status, init_gates, refused_item, service_state, service_state_uncounted,
-    worker_status,
+    STATUS_REFUSED_ITEMS, condition_to_proto, error_record, gateway_status, init_gates,
+    refused_item, service_state_of, service_state_uncounted, worker_status,
 };
 
 #[cfg(test)]

@@ -1,12 +1,18 @@
-//! Scope replacement for `Writer.Resync`: a writer's complete view of its scope replaces what the
-//! desired state holds in that scope. Pure (no I/O): the Writer service buffers the whole view and
-//! calls [`replace_scope`] under one lock once the stream has ended cleanly.
+//! Scope replacement for `Writer.Resync` on the wire: a writer's complete view of its scope
+//! replaces what the desired state holds in that scope. The Writer service buffers the whole view
+//! and calls [`clb_core::gateway::GatewayCore::replace_scope`] under one lock once the stream has
+//! ended cleanly; its outcome goes back as a [`ResyncOutcome`].
 
+#[cfg(test)]
 use clb_core::difftracker::DiffTracker;
 use clb_core::gateway::update;
-use clb_proto::v1::{ItemError, Update};
+use clb_proto::v1::ItemError;
+#[cfg(test)]
+use clb_proto::v1::Update;
 
-use super::convert::{item_error_of, update_from_proto};
+use super::convert::item_error_of;
+#[cfg(test)]
+use super::convert::update_from_proto;
 
 pub use super::convert::HeaderError;
 pub use clb_core::gateway::Scope;
@@ -34,9 +40,15 @@ impl From<update::ResyncOutcome> for ResyncOutcome {
 
 /// Replaces the scope's desired state of `tracker` with a view from the wire (the rules are
 /// `clb_core::gateway::update`'s; the state server goes through
-/// [`clb_core::gateway::GatewayCore::replace_scope`], which also keeps the port book and the
-/// writer's record). Indices count across the whole view.
-pub fn replace_scope(tracker: &mut DiffTracker, scope: &Scope, view: &[Update]) -> ResyncOutcome {
+/// `clb_core::gateway::GatewayCore::replace_scope`, which also keeps the port book and the
+/// writer's record). Indices count across the whole view. Tests only: the scope rules seen from
+/// the wire, without a gateway.
+#[cfg(test)]
+pub(crate) fn replace_scope(
+    tracker: &mut DiffTracker,
+    scope: &Scope,
+    view: &[Update],
+) -> ResyncOutcome {
     let items: Vec<_> = view
         .iter()
         .enumerate()
@@ -58,7 +70,7 @@ mod tests {
         Update {
             kind: Some(Kind::Service(ServiceUpdate {
                 operation: 1,
-                id: id.into(),
+                service_id: id.into(),
                 ports: vec![],
                 ..Default::default()
             })),
@@ -69,7 +81,7 @@ mod tests {
         Update {
             kind: Some(Kind::Egress(EgressUpdate {
                 operation: 1,
-                id: id.into(),
+                egress_id: id.into(),
             })),
         }
     }
@@ -97,7 +109,7 @@ mod tests {
                 operation: op,
                 address: address.into(),
                 location: location.into(),
-                outbound_identity: egress.into(),
+                egress_id: egress.into(),
                 pod_key: String::new(),
                 pod_uid: String::new(),
                 ..Default::default()
@@ -198,7 +210,7 @@ mod tests {
             Update {
                 kind: Some(Kind::Service(ServiceUpdate {
                     operation: 2,
-                    id: "svc-b".into(),
+                    service_id: "svc-b".into(),
                     ports: vec![],
                     ..Default::default()
                 })),

@@ -22,8 +22,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::admin::condition_to_proto;
-use super::convert::{ip_family_to_proto, port_to_proto, service_kind, settings_to_proto};
+use super::convert::{
+    condition_to_proto, ip_family_to_proto, port_to_proto, service_kind, settings_to_proto,
+};
 use crate::state::services::{KindDelta, Records, ServiceRecord};
 use crate::state::sessions::WriterState;
 use crate::state::{Gateway, GatewayHandle, GatewaySnapshot, StateServer};
@@ -185,7 +186,7 @@ fn record_to_proto(gateway: &str, r: &ServiceRecord) -> ServiceState {
     let v = &r.view;
     ServiceState {
         gateway: gateway.to_owned(),
-        id: v.name.clone(),
+        service_id: v.name.clone(),
         kind: service_kind(v.kind) as i32,
         desired: v.desired,
         actual: v.actual,
@@ -310,17 +311,17 @@ fn split(
             snapshot: snapshot && i == 0,
             nrp_observed,
             services: chunk.to_vec(),
-            gone: Vec::new(),
+            gone_service_ids: Vec::new(),
         })
         .collect();
     match out.last_mut() {
-        Some(last) => last.gone = gone,
+        Some(last) => last.gone_service_ids = gone,
         None => out.push(ServiceStates {
             session: Some(session.clone()),
             snapshot,
             nrp_observed,
             services: Vec::new(),
-            gone,
+            gone_service_ids: gone,
         }),
     }
     out
@@ -332,7 +333,7 @@ mod tests {
 
     fn st(id: &str) -> ServiceState {
         ServiceState {
-            id: id.to_owned(),
+            service_id: id.to_owned(),
             ..ServiceState::default()
         }
     }
@@ -348,9 +349,9 @@ mod tests {
             out.iter().map(|m| m.services.len()).collect::<Vec<_>>(),
             [1_000, 1_000, 500]
         );
-        assert!(out[0].gone.is_empty() && out[2].gone == ["old"]);
+        assert!(out[0].gone_service_ids.is_empty() && out[2].gone_service_ids == ["old"]);
         let only_gone = split(Vec::new(), vec!["x".into()], false, true, &session);
         assert_eq!(only_gone.len(), 1);
-        assert_eq!(only_gone[0].gone, ["x"]);
+        assert_eq!(only_gone[0].gone_service_ids, ["x"]);
     }
 }

@@ -23,14 +23,16 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
         .iter()
         .map(|handle| {
             let name = handle.name().to_owned();
-            let gw = handle.lock();
-            let c = gw.tracker().counts();
+            let (load, gate) = {
+                let gw = handle.lock();
+                (gw.load(now), gw.gate_view(now))
+            };
+            let c = load.counts;
             let serving = workers
                 .iter()
                 .filter(|w| w.gateways.is_empty() || w.gateways.contains(&name))
                 .count();
-            let held_back = gw
-                .gate_view(now)
+            let held_back = gate
                 .holds
                 .into_iter()
                 .map(|h| {
@@ -42,7 +44,7 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 })
                 .collect();
             metrics::GatewaySnapshot {
-                revision: gw.tracker().revision(),
+                revision: load.revision,
                 desired_addresses: c.desired_addresses,
                 actual_addresses: c.actual_addresses,
                 desired_locations: c.desired_locations,
@@ -50,16 +52,16 @@ pub fn gateway_snapshots(state: &StateServer, now: Instant) -> Vec<metrics::Gate
                 desired_services: c.desired_services + c.desired_egresses,
                 actual_services: c.actual_load_balancers + c.actual_nat_gateways,
                 dirty_locations: c.dirty_locations,
-                units_in_flight: gw.dispatch().units_in_flight() as u64,
-                parked_units: gw.dispatch().parked_units() as u64,
-                nat_gateways_missing: gw.missing_nat_gateways() as u64,
-                staleness: gw.dispatch().oldest_pending_age(now).unwrap_or_default(),
+                units_in_flight: load.units_in_flight as u64,
+                parked_units: load.parked_units as u64,
+                nat_gateways_missing: load.missing_nat_gateways as u64,
+                staleness: load.oldest_pending_age,
                 workers: serving as u64,
-                write_budget: gw.dispatch().remaining_writes(),
-                batching_window: gw.dispatch().batching_window().unwrap_or_default(),
-                unit_headway: gw.dispatch().unit_headway().unwrap_or_default(),
+                write_budget: load.pacing.remaining_writes,
+                batching_window: load.pacing.batching_window.unwrap_or_default(),
+                unit_headway: load.pacing.unit_headway.unwrap_or_default(),
                 held_back,
-                refused: gw.dispatch().refused_by_code().into_iter().collect(),
+                refused: load.refused_by_code.into_iter().collect(),
                 gateway: name,
             }
         })

@@ -95,33 +95,37 @@ impl FakeNrp {
                 for c in &w.changes {
                     let inbound = c.kind == v1::ServiceKind::Inbound as i32;
                     if c.action == v1::ServiceAction::Create as i32 {
-                        self.services.insert(c.name.clone(), c.kind);
+                        self.services.insert(c.service_id.clone(), c.kind);
                         if inbound {
-                            if !self.frontends.contains_key(&c.name) {
+                            if !self.frontends.contains_key(&c.service_id) {
                                 self.allocated += 1;
                                 let ip = format!("20.0.0.{}", self.allocated);
-                                self.frontends.insert(c.name.clone(), ip);
+                                self.frontends.insert(c.service_id.clone(), ip);
                             }
                             let rules = c.ports.iter().map(|p| (p.protocol, p.port)).collect();
-                            self.rules.insert(c.name.clone(), rules);
+                            self.rules.insert(c.service_id.clone(), rules);
                             let backends: BTreeMap<(i32, u32), u32> = c
                                 .ports
                                 .iter()
                                 .filter(|p| p.target_port != 0 && p.target_port != p.port)
                                 .map(|p| ((p.protocol, p.port), p.target_port))
                                 .collect();
-                            self.backend_ports.insert(c.name.clone(), backends);
+                            self.backend_ports.insert(c.service_id.clone(), backends);
                         }
                     } else {
                         let used = self
                             .locations
                             .values()
-                            .any(|l| l.values().any(|s| s.contains(&c.name)));
-                        assert!(!used, "NRP: service {} deleted while referenced", c.name);
-                        self.services.remove(&c.name);
-                        self.frontends.remove(&c.name);
-                        self.rules.remove(&c.name);
-                        self.backend_ports.remove(&c.name);
+                            .any(|l| l.values().any(|s| s.contains(&c.service_id)));
+                        assert!(
+                            !used,
+                            "NRP: service {} deleted while referenced",
+                            c.service_id
+                        );
+                        self.services.remove(&c.service_id);
+                        self.frontends.remove(&c.service_id);
+                        self.rules.remove(&c.service_id);
+                        self.backend_ports.remove(&c.service_id);
                     }
                 }
                 v1::report::Outcome::Applied(v1::Applied {})
@@ -129,7 +133,7 @@ impl FakeNrp {
             v1::work_unit::Work::Locations(w) => {
                 for l in &w.locations {
                     for a in &l.addresses {
-                        for s in &a.services {
+                        for s in &a.service_ids {
                             assert!(
                                 self.services.contains_key(s),
                                 "NRP: address {} refers to unknown {s}",
@@ -141,10 +145,10 @@ impl FakeNrp {
                     let old = self.locations.remove(&l.location).unwrap_or_default();
                     let mut new = if full { BTreeMap::new() } else { old.clone() };
                     for a in &l.addresses {
-                        if a.services.is_empty() {
+                        if a.service_ids.is_empty() {
                             new.remove(&a.address);
                         } else {
-                            new.insert(a.address.clone(), a.services.iter().cloned().collect());
+                            new.insert(a.address.clone(), a.service_ids.iter().cloned().collect());
                         }
                     }
                     for (addr, had) in &old {
@@ -171,8 +175,8 @@ impl FakeNrp {
                 .filter(|c| c.action == v1::ServiceAction::Create as i32)
                 .filter_map(|c| {
                     Some(v1::ServiceFrontend {
-                        service: c.name.clone(),
-                        ip: self.frontends.get(&c.name)?.clone(),
+                        service_id: c.service_id.clone(),
+                        ip: self.frontends.get(&c.service_id)?.clone(),
                     })
                 })
                 .collect(),
@@ -213,7 +217,7 @@ impl FakeNrp {
                         .iter()
                         .map(|(addr, s)| v1::AddressChange {
                             address: addr.clone(),
-                            services: s.iter().cloned().collect(),
+                            service_ids: s.iter().cloned().collect(),
                         })
                         .collect(),
                 })
@@ -222,7 +226,7 @@ impl FakeNrp {
                 .frontends
                 .iter()
                 .map(|(service, ip)| v1::ServiceFrontend {
-                    service: service.clone(),
+                    service_id: service.clone(),
                     ip: ip.clone(),
                 })
                 .collect(),
@@ -230,7 +234,7 @@ impl FakeNrp {
                 .rules
                 .iter()
                 .map(|(service, rules)| v1::ServiceRules {
-                    service: service.clone(),
+                    service_id: service.clone(),
                     ports: rules
                         .iter()
                         .map(|&(protocol, port)| v1::ServicePort {

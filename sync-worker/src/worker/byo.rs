@@ -75,7 +75,7 @@ pub(crate) async fn create(
                 "egress {:?} brings NAT gateway {:?}, but gateway {:?} has no NAT gateway \
                  resource group (natGatewayResourceGroup in the gateways file, or \
                  --nat-gateway-resource-group): bringing a NAT gateway is off there",
-                cut(&change.name),
+                cut(&change.service_id),
                 cut(nat),
                 cut(ctx.gateway)
             ),
@@ -83,14 +83,14 @@ pub(crate) async fn create(
     };
     let gateway = gateway_id(ctx).await?;
     if rg.eq_ignore_ascii_case(&gateway.resource_group)
-        && nat.eq_ignore_ascii_case(&nat_gateway_name(&change.name))
+        && nat.eq_ignore_ascii_case(&nat_gateway_name(&change.service_id))
     {
         return Err(refused(
             "NatGatewayNameReserved",
             format!(
                 "egress {:?} brings NAT gateway {:?} in {rg:?}: that is the name of the NAT \
                  gateway clb creates (and deletes) for the egress in the gateway's resource group",
-                cut(&change.name),
+                cut(&change.service_id),
                 cut(nat)
             ),
         ));
@@ -101,14 +101,14 @@ pub(crate) async fn create(
     {
         Ok(n) => n,
         Err(e) if e.is_not_found() => {
-            tracing::warn!(egress = %change.name, nat_gateway = %nat, resource_group = %rg,
+            tracing::warn!(egress = %change.service_id, nat_gateway = %nat, resource_group = %rg,
                 "the NAT gateway the egress brings does not exist; it is not created");
             return Err(refused(
                 "NatGatewayNotFound",
                 format!(
                     "egress {:?} brings NAT gateway {:?}, which does not exist in resource group \
                      {rg:?}: clb does not create a brought NAT gateway",
-                    cut(&change.name),
+                    cut(&change.service_id),
                     cut(nat)
                 ),
             ));
@@ -122,7 +122,7 @@ pub(crate) async fn create(
             format!(
                 "egress {:?} brings NAT gateway {:?} of SKU {:?}: only a {STANDARD_V2} NAT \
                  gateway can be linked to a Service Gateway",
-                cut(&change.name),
+                cut(&change.service_id),
                 cut(nat),
                 cut(sku)
             ),
@@ -136,7 +136,7 @@ pub(crate) async fn create(
             format!(
                 "egress {:?} brings NAT gateway {:?}, which is linked to another Service Gateway \
                  ({:?}): clb does not take it over",
-                cut(&change.name),
+                cut(&change.service_id),
                 cut(nat),
                 cut(&other.id)
             ),
@@ -156,18 +156,18 @@ pub(crate) async fn create(
     // Registered already with another NAT gateway (its pods' annotation changed while the state
     // server was down, which knew only the name after its restart): the registration moves to this
     // one, then the other is let go: unlinked when brought, deleted when clb's own.
-    let previous = registered_nat(ctx, &change.name)
+    let previous = registered_nat(ctx, &change.service_id)
         .await?
         .flatten()
         .filter(|old| !old.to_string().eq_ignore_ascii_case(&nat_id));
     seat.register(registration(
         false,
-        GatewayService::outbound(&change.name, &nat_id),
+        GatewayService::outbound(&change.service_id, &nat_id),
     ))
     .await?;
     match previous {
-        Some(old) if is_own(&old, &gateway, &change.name) => {
-            tracing::info!(egress = %change.name, "the egress now brings its NAT gateway: deleting the one clb made");
+        Some(old) if is_own(&old, &gateway, &change.service_id) => {
+            tracing::info!(egress = %change.service_id, "the egress now brings its NAT gateway: deleting the one clb made");
             let gone = |r: Result<(), UnitError>| match r {
                 Err(e) if e.is_not_found() => Ok(()),
                 r => r,
@@ -176,7 +176,7 @@ pub(crate) async fn create(
                 ctx.mutate(|o| ctx.nrp().delete_nat_gateway(&old.name, o))
                     .await,
             )?;
-            let pip = super::services::public_ip_name(&change.name);
+            let pip = super::services::public_ip_name(&change.service_id);
             gone(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)
         }
         Some(old) => unlink(ctx, &gateway, &old).await,
@@ -223,9 +223,9 @@ pub(crate) async fn brought(
     change: &ServiceChange,
 ) -> Result<Option<(ResourceId, ResourceId)>, UnitError> {
     let gateway = gateway_id(ctx).await?;
-    let registered = registered_nat(ctx, &change.name).await?;
+    let registered = registered_nat(ctx, &change.service_id).await?;
     let nat = match registered {
-        Some(Some(id)) => Some(id).filter(|id| !is_own(id, &gateway, &change.name)),
+        Some(Some(id)) => Some(id).filter(|id| !is_own(id, &gateway, &change.service_id)),
         Some(None) => None,
         None if change.nat_gateway.is_empty() => None,
         None => ctx.nat_gateway_resource_group().map(|rg| {

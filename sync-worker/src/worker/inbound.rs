@@ -86,7 +86,7 @@ pub fn rule_settings(change: &ServiceChange) -> Result<RuleSettings, UnitError> 
         m => {
             return Err(invalid(format!(
                 "service {}: idle timeout {m} minutes is out of range ({} to {}, or 0 for {})",
-                cut(&change.name),
+                cut(&change.service_id),
                 IDLE_TIMEOUT_MINUTES.start(),
                 IDLE_TIMEOUT_MINUTES.end(),
                 DEFAULT_IDLE_TIMEOUT_MINUTES
@@ -136,7 +136,7 @@ pub fn public_ip_choice(
     change: &ServiceChange,
 ) -> Result<Result<Brought, Option<String>>, UnitError> {
     let s = settings(change);
-    let name = cut(&change.name);
+    let name = cut(&change.service_id);
     let label = s.dns_label.trim();
     let Some(b) = s.brought_public_ip else {
         if label.is_empty() {
@@ -212,13 +212,13 @@ pub(crate) async fn resolve(
     brought: &Brought,
 ) -> Result<Frontend, UnitError> {
     let gateway = super::byo::gateway_id(ctx).await?;
-    let name = cut(&change.name);
-    let own = public_ip_name(&change.name);
+    let name = cut(&change.service_id);
+    let own = public_ip_name(&change.service_id);
     let lb = ResourceId::new(
         &gateway.subscription,
         &gateway.resource_group,
         ResourceKind::LoadBalancer,
-        load_balancer_name(&change.name),
+        load_balancer_name(&change.service_id),
     );
     let reserved = |what: String| {
         refused(
@@ -230,7 +230,7 @@ pub(crate) async fn resolve(
         )
     };
     let not_found = |what: String| {
-        tracing::warn!(service = %change.name, public_ip = %what,
+        tracing::warn!(service = %change.service_id, public_ip = %what,
             "the public IP the service brings does not exist; it is not created");
         refused(
             "PublicIpNotFound",
@@ -307,7 +307,7 @@ fn check(
     what: &str,
     lb: &ResourceId,
 ) -> Result<(), UnitError> {
-    let name = cut(&change.name);
+    let name = cut(&change.service_id);
     let sku = pip.sku.as_ref().map_or("", |s| s.name.as_str());
     if !sku.eq_ignore_ascii_case(PUBLIC_IP_SKU) {
         return Err(refused(
@@ -461,7 +461,7 @@ mod tests {
 
     fn change(settings: Option<LoadBalancerSettings>) -> ServiceChange {
         ServiceChange {
-            name: "svc".into(),
+            service_id: "svc".into(),
             settings,
             ..Default::default()
         }

@@ -105,7 +105,7 @@ fn update<'a>(
             .into_iter()
             .map(|a| GatewayAddress {
                 address: a.address.clone(),
-                services: a.services.clone(),
+                services: a.service_ids.clone(),
             })
             .collect(),
     }
@@ -268,7 +268,7 @@ mod tests {
             addresses: (0..n)
                 .map(|i| AddressChange {
                     address: format!("{prefix}.{i}"),
-                    services: vec!["s".into()],
+                    service_ids: vec!["s".into()],
                 })
                 .collect(),
         };

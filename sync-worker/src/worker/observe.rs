@@ -57,7 +57,7 @@ pub fn snapshot_parts(
                 .into_iter()
                 .map(|a| AddressChange {
                     address: a.address,
-                    services: a.services,
+                    service_ids: a.services,
                 })
                 .collect(),
         };
@@ -125,13 +125,13 @@ pub fn frontends_of(
             let p = frontend_pip(s, &frontends, pips)?;
             let ip = p.properties.ip_address.as_deref()?.trim();
             (!ip.is_empty()).then(|| ServiceFrontend {
-                service: s.clone(),
+                service_id: s.clone(),
                 ip: ip.to_owned(),
             })
         })
         .collect();
-    out.sort_by(|a, b| a.service.cmp(&b.service));
-    out.dedup_by(|a, b| a.service == b.service);
+    out.sort_by(|a, b| a.service_id.cmp(&b.service_id));
+    out.dedup_by(|a, b| a.service_id == b.service_id);
     out
 }
 
@@ -174,14 +174,14 @@ pub fn rules_of(
                 .collect();
             let pip = frontend_pip(service, &frontends, pips);
             Some(ServiceRules {
-                service: (*service).to_owned(),
+                service_id: (*service).to_owned(),
                 ports,
                 settings: Some(observed_settings(service, lb, pip)),
             })
         })
         .collect();
-    rules.sort_by(|a, b| a.service.cmp(&b.service));
-    rules.dedup_by(|a, b| a.service == b.service);
+    rules.sort_by(|a, b| a.service_id.cmp(&b.service_id));
+    rules.dedup_by(|a, b| a.service_id == b.service_id);
     rules
 }
 
@@ -398,7 +398,7 @@ mod tests {
         ];
         let got: Vec<(String, String)> = frontends_of(&inbound, &[], &pips)
             .into_iter()
-            .map(|f| (f.service, f.ip))
+            .map(|f| (f.service_id, f.ip))
             .collect();
         assert_eq!(
             got,
@@ -472,7 +472,7 @@ mod tests {
             .to_vec();
         let got: Vec<(String, String)> = frontends_of(&inbound, &lbs, &pips)
             .into_iter()
-            .map(|f| (f.service, f.ip))
+            .map(|f| (f.service_id, f.ip))
             .collect();
         let want: Vec<(String, String)> = [
             ("svc-a", "20.1.0.1"),
@@ -495,7 +495,7 @@ mod tests {
         let settings = |s: &str| {
             rules
                 .iter()
-                .find(|r| r.service == s)
+                .find(|r| r.service_id == s)
                 .and_then(|r| r.settings.clone())
                 .unwrap()
         };
@@ -567,7 +567,7 @@ mod tests {
                     .map(|p| (p.port, p.protocol(), p.target_port))
                     .collect();
                 ports.sort();
-                (r.service, ports)
+                (r.service_id, ports)
             })
             .collect();
         assert_eq!(

@@ -97,20 +97,25 @@ fn rules(change: &ServiceChange) -> Result<Vec<(&'static str, u16, u16)>, UnitEr
             v1::Protocol::Unspecified => {
                 return Err(invalid(format!(
                     "service {}: port {} has no protocol ({})",
-                    change.name, p.port, p.protocol
+                    change.service_id, p.port, p.protocol
                 )));
             }
         };
         let port = u16::try_from(p.port)
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| invalid(format!("service {}: invalid port {}", change.name, p.port)))?;
+            .ok_or_else(|| {
+                invalid(format!(
+                    "service {}: invalid port {}",
+                    change.service_id, p.port
+                ))
+            })?;
         let backend = match p.target_port {
             0 => port,
             t => u16::try_from(t).map_err(|_| {
                 invalid(format!(
                     "service {}: port {port}/{proto} has an invalid target port {t}",
-                    change.name
+                    change.service_id
                 ))
             })?,
         };
@@ -119,7 +124,7 @@ fn rules(change: &ServiceChange) -> Result<Vec<(&'static str, u16, u16)>, UnitEr
         {
             return Err(invalid(format!(
                 "service {}: port {port}/{proto} is listed twice, with target ports {other} and {backend}",
-                change.name
+                change.service_id
             )));
         }
     }
@@ -348,8 +353,8 @@ async fn create_inbound(
     let settings = inbound::rule_settings(change)?;
     let choice = inbound::public_ip_choice(change)?;
     let region = ctx.ensure_gateway().await?;
-    let own_name = public_ip_name(&change.name);
-    let lb_name = load_balancer_name(&change.name);
+    let own_name = public_ip_name(&change.service_id);
+    let lb_name = load_balancer_name(&change.service_id);
     let frontend = match &choice {
         Ok(brought) => inbound::resolve(ctx, change, brought).await?,
         Err(label) => {
@@ -388,7 +393,7 @@ async fn create_inbound(
         .unwrap_or_else(|| lb_id.backend_pool_id(BACKEND_POOL_NAME));
     seat.register(registration(
         false,
-        GatewayService::inbound(&change.name, pool),
+        GatewayService::inbound(&change.service_id, pool),
     ))
     .await?;
     if choice.is_ok() {
@@ -396,7 +401,7 @@ async fn create_inbound(
         // nothing uses it any more.
         match ctx.read(|o| ctx.nrp().get_public_ip(&own_name, o)).await {
             Ok(_) => {
-                tracing::info!(service = %change.name, "the service now brings its public IP: deleting the one clb made");
+                tracing::info!(service = %change.service_id, "the service now brings its public IP: deleting the one clb made");
                 gone_ok(
                     ctx.mutate(|o| ctx.nrp().delete_public_ip(&own_name, o))
                         .await,
@@ -407,7 +412,7 @@ async fn create_inbound(
         }
     }
     Ok(frontend.address.map(|ip| ServiceFrontend {
-        service: change.name.clone(),
+        service_id: change.service_id.clone(),
         ip,
     }))
 }
@@ -432,18 +437,18 @@ async fn create_outbound(
         tier: Some("Regional".into()),
     };
     let body = public_ip(&region, "IPv4", sku.clone());
-    let pip_id = ensure_public_ip(ctx, &public_ip_name(&change.name), &body, progress)
+    let pip_id = ensure_public_ip(ctx, &public_ip_name(&change.service_id), &body, progress)
         .await?
         .id;
     let mut v6 = Vec::new();
     if egress_needs_ipv6(change) {
         let body = public_ip(&region, "IPv6", sku);
-        let id = ensure_public_ip(ctx, &public_ip_v6_name(&change.name), &body, progress)
+        let id = ensure_public_ip(ctx, &public_ip_v6_name(&change.service_id), &body, progress)
             .await?
             .id;
         v6.push(SubResource::new(&id));
     }
-    let nat_name = nat_gateway_name(&change.name);
+    let nat_name = nat_gateway_name(&change.service_id);
     let body = NatGateway {
         location: Some(region.clone()),
         sku: Some(Sku {
@@ -466,7 +471,7 @@ async fn create_outbound(
     };
     seat.register(registration(
         false,
-        GatewayService::outbound(&change.name, nat_id),
+        GatewayService::outbound(&change.service_id, nat_id),
     ))
     .await
 }
@@ -483,7 +488,7 @@ async fn delete(
     let unregister = registration(
         true,
         GatewayService {
-            name: change.name.clone(),
+            name: change.service_id.clone(),
             properties: Default::default(),
         },
     );
@@ -504,17 +509,17 @@ async fn delete(
         return super::byo::unlink(ctx, &gateway, &nat).await;
     }
     if inbound {
-        let lb = load_balancer_name(&change.name);
+        let lb = load_balancer_name(&change.service_id);
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_load_balancer(&lb, o)).await)?;
     } else {
-        let nat = nat_gateway_name(&change.name);
+        let nat = nat_gateway_name(&change.service_id);
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_nat_gateway(&nat, o)).await)?;
     }
-    let pip = public_ip_name(&change.name);
+    let pip = public_ip_name(&change.service_id);
     gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)?;
     if !inbound {
         // Whether or not the egress had one (a restarted server may not know).
-        let pip = public_ip_v6_name(&change.name);
+        let pip = public_ip_v6_name(&change.service_id);
         gone_ok(ctx.mutate(|o| ctx.nrp().delete_public_ip(&pip, o)).await)?;
     }
     Ok(())
@@ -528,7 +533,7 @@ async fn saga(
     progress: &Progress,
     seat: &Seat<'_>,
 ) -> Result<Option<ServiceFrontend>, UnitError> {
-    if change.name.trim().is_empty() {
+    if change.service_id.trim().is_empty() {
         return Err(invalid("a service change without a name".into()));
     }
     use v1::{ServiceAction as A, ServiceKind as K};
@@ -545,7 +550,7 @@ async fn saga(
             .map(|()| None),
         _ => Err(invalid(format!(
             "service {}: unknown kind {} or action {}",
-            change.name, change.kind, change.action
+            change.service_id, change.kind, change.action
         ))),
     }
 }
@@ -564,7 +569,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
     let sagas = futures::future::join_all(work.changes.iter().enumerate().map(|(i, change)| {
         let seat = registrar.seat();
         async move {
-            let span = tracing::debug_span!("saga", service = %change.name, kind = change.kind, action = change.action);
+            let span = tracing::debug_span!("saga", service = %change.service_id, kind = change.kind, action = change.action);
             let progress = Progress::default();
             let result =
                 tracing::Instrument::instrument(saga(ctx, change, &progress, &seat), span).await;
@@ -576,7 +581,7 @@ pub(crate) async fn execute(ctx: &UnitCtx<'_>, work_id: u64, work: &ServiceWork)
                 }
                 if *e != UnitError::Aborted {
                     tracing::warn!(
-                        service = %change.name,
+                        service = %change.service_id,
                         error = ?e,
                         reached = ?progress.step(),
                         "service saga failed"
@@ -638,7 +643,7 @@ mod tests {
 
     fn change(ports: &[(v1::Protocol, u32, u32)]) -> ServiceChange {
         ServiceChange {
-            name: "svc".into(),
+            service_id: "svc".into(),
             ports: ports
                 .iter()
                 .map(|&(protocol, port, target_port)| v1::ServicePort {

@@ -276,7 +276,7 @@ pub fn service(
     ports: &[(u32, v1::Protocol)],
 ) -> ServiceChange {
     let mut c = ServiceChange {
-        name: name.into(),
+        service_id: name.into(),
         ports: ports
             .iter()
             .map(|&(port, p)| {
@@ -322,7 +322,7 @@ pub fn location(loc: &str, full: bool, addresses: &[(&str, &[&str])]) -> Locatio
             .iter()
             .map(|(a, s)| AddressChange {
                 address: a.to_string(),
-                services: s.iter().map(|s| s.to_string()).collect(),
+                service_ids: s.iter().map(|s| s.to_string()).collect(),
             })
             .collect(),
     };

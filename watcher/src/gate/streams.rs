@@ -34,7 +34,7 @@ fn query((location, address, service): &AddressKey) -> AddressQuery {
     AddressQuery {
         location: location.clone(),
         address: address.clone(),
-        service: service.clone(),
+        service_id: service.clone(),
     }
 }
 
@@ -185,7 +185,8 @@ impl LaneStream {
                 self.backoff.reset();
                 for a in state.addresses {
                     let Some(q) = a.query else { continue };
-                    if let Some(entry) = self.wanted.get_mut(&(q.location, q.address, q.service)) {
+                    if let Some(entry) = self.wanted.get_mut(&(q.location, q.address, q.service_id))
+                    {
                         entry.1 = Some(a.programmed);
                     }
                 }

@@ -29,7 +29,7 @@ pub(super) struct SentService {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct SentUnit {
     /// The identity: the UID, or `{uid}-v6` / `{uid}-v4` for a secondary family.
-    pub(super) id: String,
+    pub(super) service_id: String,
     /// Its family (`Unspecified`: none stated, both families).
     pub(super) family: IpFamily,
     /// address → location, of its family.
@@ -73,11 +73,11 @@ impl SentView {
                 // family takes the new set before the family (it refuses a contradicted family).
                 let endpoints_first = u.family != IpFamily::Unspecified;
                 if endpoints_first && !u.endpoints.is_empty() {
-                    out.push(level(&u.id, &u.endpoints));
+                    out.push(level(&u.service_id, &u.endpoints));
                 }
                 out.push(service_add(u, &s.ports));
                 if !endpoints_first && !u.endpoints.is_empty() {
-                    out.push(level(&u.id, &u.endpoints));
+                    out.push(level(&u.service_id, &u.endpoints));
                 }
             }
         }
@@ -128,12 +128,12 @@ pub(super) static EMPTY: BTreeMap<IpAddr, IpAddr> = BTreeMap::new();
 
 /// The `service_add` of one identity: with its family, when one is stated.
 pub(super) fn service_add(unit: &SentUnit, ports: &[ServicePort]) -> Update {
-    updates::service_add_with(&unit.id, ports, unit.family, &unit.settings)
+    updates::service_add_with(&unit.service_id, ports, unit.family, &unit.settings)
 }
 
-pub(super) fn level(uid: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {
+pub(super) fn level(service_id: &str, endpoints: &BTreeMap<IpAddr, IpAddr>) -> Update {
     updates::endpoints_level(
-        uid,
+        service_id,
         endpoints
             .iter()
             .map(|(a, l)| updates::endpoint(&a.to_string(), &l.to_string()))

@@ -572,7 +572,7 @@ mod tests {
         // Our class by name.
         let classed = service(
             "web",
-            Some(crate::DEFAULT_CLASS),
+            Some(crate::translate::DEFAULT_CLASS),
             "LoadBalancer",
             json!({"app": "web"}),
         );

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::CertificateFiles;
-use crate::DEFAULT_CLASS;
+use crate::translate::DEFAULT_CLASS;
 use crate::translate::TranslatorConfig;
 
 /// Mutating admission webhook: gives the pods that clb's LoadBalancer Services select the

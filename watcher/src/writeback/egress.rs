@@ -34,7 +34,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType};
 
 use super::{WriteBack, truncate};
-use crate::EGRESS_LABEL;
+use crate::translate::EGRESS_LABEL;
 
 /// The failures that mean "the NAT gateway could not be read": missing, or no permission.
 const UNREADABLE_CODES: &[&str] = &[
@@ -64,8 +64,11 @@ impl NatEvent {
             return None;
         }
         let what = match gateway {
-            "" => format!("NAT gateway {nat:?} of egress {:?}", s.id),
-            g => format!("NAT gateway {nat:?} of egress {:?} (gateway {g:?})", s.id),
+            "" => format!("NAT gateway {nat:?} of egress {:?}", s.service_id),
+            g => format!(
+                "NAT gateway {nat:?} of egress {:?} (gateway {g:?})",
+                s.service_id
+            ),
         };
         if s.actual && s.nat_gateway_missing {
             return Some(Self {
@@ -242,7 +245,7 @@ mod tests {
 
     fn state(reason: ProgrammingReason, code: &str, actual: bool) -> ServiceState {
         ServiceState {
-            id: "eg".into(),
+            service_id: "eg".into(),
             kind: ServiceKind::Outbound as i32,
             actual,
             nat_gateway: "natgw-v2".into(),

@@ -21,8 +21,7 @@ impl WriteBack {
             return Vec::new();
         };
         self.pools
-            .values()
-            .filter(|p| p.owner_uid.is_none() && p.service.as_ref() == Some(key))
+            .foreign_of(key)
             .filter_map(|p| p.pool.as_deref().and_then(|pool| g.by_pool(pool)))
             .map(|g| g.name.clone())
             .collect()
@@ -109,12 +108,8 @@ impl WriteBack {
         }
         let stale: Vec<ObjKey> = self
             .pools
-            .values()
-            .filter(|p| {
-                p.key.namespace == key.namespace
-                    && p.owner_uid.as_deref() == Some(facts.uid.as_str())
-                    && !want.contains_key(&p.key.name)
-            })
+            .owned_by(&facts.uid)
+            .filter(|p| p.key.namespace == key.namespace && !want.contains_key(&p.key.name))
             .map(|p| p.key.clone())
             .collect();
         for pkey in stale {
@@ -123,12 +118,9 @@ impl WriteBack {
         // Status of every PoolService of this Service, ours and theirs.
         let mine: Vec<PoolServiceFacts> = self
             .pools
-            .values()
-            .filter(|p| {
-                p.key.namespace == key.namespace
-                    && (p.owner_uid.as_deref() == Some(facts.uid.as_str())
-                        || (p.owner_uid.is_none() && p.service.as_ref() == Some(key)))
-            })
+            .owned_by(&facts.uid)
+            .chain(self.pools.foreign_of(key))
+            .filter(|p| p.key.namespace == key.namespace)
             .cloned()
             .collect();
         for p in mine {
@@ -157,12 +149,7 @@ impl WriteBack {
         if !self.config.pool_services {
             return Ok(());
         }
-        let owned: Vec<ObjKey> = self
-            .pools
-            .values()
-            .filter(|p| p.owner_uid.as_deref() == Some(uid))
-            .map(|p| p.key.clone())
-            .collect();
+        let owned: Vec<ObjKey> = self.pools.owned_by(uid).map(|p| p.key.clone()).collect();
         let mut done = true;
         for pkey in owned {
             done &= self.delete_pool(&pkey).await;

@@ -72,12 +72,16 @@ impl States {
         states
     }
 
-    /// The state of service `uid` in `gateway`: `Ok(None)` when the gateway does not know it,
-    /// an error while the gateway's stream is down (nothing can be said).
-    pub(crate) fn get(&self, gateway: &str, uid: &str) -> Result<Option<ServiceState>, StatesDown> {
+    /// The state of service `service_id` in `gateway`: `Ok(None)` when the gateway does not know
+    /// it, an error while the gateway's stream is down (nothing can be said).
+    pub(crate) fn get(
+        &self,
+        gateway: &str,
+        service_id: &str,
+    ) -> Result<Option<ServiceState>, StatesDown> {
         let table = self.lock();
         match table.get(gateway) {
-            Some(g) if g.live => Ok(g.services.get(uid).cloned()),
+            Some(g) if g.live => Ok(g.services.get(service_id).cloned()),
             _ => Err(StatesDown {
                 gateway: gateway.to_owned(),
             }),
@@ -111,7 +115,7 @@ impl States {
         let mut changed: Vec<String> = Vec::new();
         if m.snapshot {
             let listed: std::collections::HashSet<&str> =
-                m.services.iter().map(|s| s.id.as_str()).collect();
+                m.services.iter().map(|s| s.service_id.as_str()).collect();
             for map in [&mut g.services, &mut g.egresses] {
                 changed.extend(map.keys().filter(|k| !listed.contains(k.as_str())).cloned());
                 map.retain(|k, _| listed.contains(k.as_str()));
@@ -120,14 +124,14 @@ impl States {
         g.live = true;
         g.nrp_observed = m.nrp_observed;
         for s in m.services {
-            changed.push(s.id.clone());
+            changed.push(s.service_id.clone());
             if s.kind == ServiceKind::Outbound as i32 {
-                g.egresses.insert(s.id.clone(), s);
+                g.egresses.insert(s.service_id.clone(), s);
             } else {
-                g.services.insert(s.id.clone(), s);
+                g.services.insert(s.service_id.clone(), s);
             }
         }
-        for id in m.gone {
+        for id in m.gone_service_ids {
             g.services.remove(&id);
             g.egresses.remove(&id);
             changed.push(id);
@@ -147,7 +151,7 @@ impl States {
     async fn run(self, config: Config, gateway: String, changed: mpsc::Sender<Pushed>) {
         let mut conn = Conn::new(&config.server);
         let mut backoff = ServerBackoff::new(config.backoff_initial, RECONNECT_MAX);
-        let writer = crate::WATCHER_WRITER;
+        let writer = crate::config::WATCHER_WRITER;
         loop {
             let failure = match conn.get().await {
                 Err(e) => e,
@@ -208,7 +212,7 @@ mod tests {
 
     fn st(id: &str, actual: bool) -> ServiceState {
         ServiceState {
-            id: id.to_owned(),
+            service_id: id.to_owned(),
             actual,
             ..ServiceState::default()
         }
@@ -242,7 +246,7 @@ mod tests {
             ServiceStates {
                 nrp_observed: true,
                 services: vec![st("a", true)],
-                gone: vec!["b".into()],
+                gone_service_ids: vec!["b".into()],
                 ..ServiceStates::default()
             },
         );
@@ -282,7 +286,7 @@ mod tests {
         let changed = states.fold(
             "",
             ServiceStates {
-                gone: vec!["eg".into()],
+                gone_service_ids: vec!["eg".into()],
                 ..ServiceStates::default()
             },
         );

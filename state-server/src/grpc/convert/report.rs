@@ -18,7 +18,7 @@ pub fn frontends_from_proto(r: &v1::Report) -> Vec<(String, String)> {
     let frontends: Vec<(String, String)> = listed
         .iter()
         .filter_map(|f| {
-            let service = normalize_identity("service", &f.service).ok()?;
+            let service = normalize_identity("service", &f.service_id).ok()?;
             let ip = f.ip.parse::<IpAddr>().ok()?.to_canonical();
             Some((service.into_owned(), ip.to_string()))
         })
@@ -43,7 +43,7 @@ pub fn rules_from_proto(r: &v1::Report) -> Vec<(String, LbSpec)> {
     let rules: Vec<(String, LbSpec)> = listed
         .iter()
         .filter_map(|s| {
-            let service = normalize_identity("service", &s.service).ok()?;
+            let service = normalize_identity("service", &s.service_id).ok()?;
             Some((
                 service.into_owned(),
                 LbSpec {
@@ -169,7 +169,7 @@ pub fn snapshot_from_proto(s: v1::NrpSnapshot) -> Result<ActualSnapshot, String>
                 format!("observed.snapshot.locations[{i}].addresses[{j}].address"),
                 &a.address,
             )?;
-            addresses.push((address, a.services.clone()));
+            addresses.push((address, a.service_ids.clone()));
         }
         locations.push((location, addresses));
     }

@@ -47,7 +47,7 @@ pub fn refused_item(i: dispatch::RefusedItem) -> v1::RefusedItem {
         kind: i.kind.as_str().to_owned(),
         location: ip(i.location),
         address: ip(i.address),
-        services: i.services,
+        service_ids: i.services,
         code: i.record.code,
         message: i.record.message,
         at_unix_ms: i.record.at_unix_ms,
@@ -74,17 +74,16 @@ pub fn worker_status(w: WorkerInfo) -> v1::WorkerStatus {
     }
 }
 
-/// A gateway's counts, gates and recent errors (newest first) as proto, at `now`; `worker_id`
-/// names a worker session.
+/// A gateway's status (the core's [`StatusView`]) as proto; `worker_id` names a worker session.
+/// Recent errors newest first.
 pub fn gateway_status(
-    g: &Gateway,
-    now: Instant,
+    name: &str,
+    status: StatusView,
     worker_id: &dyn Fn(u64) -> String,
 ) -> v1::GatewayStatus {
-    let c = g.tracker().counts();
-    let mut last_errors: Vec<v1::ErrorRecord> = g
-        .dispatch()
-        .last_errors()
+    let c = status.counts;
+    let mut last_errors: Vec<v1::ErrorRecord> = status
+        .last_errors
         .into_iter()
         .map(|e| {
             let worker = worker_id(e.worker);
@@ -92,10 +91,9 @@ pub fn gateway_status(
         })
         .collect();
     last_errors.sort_by_key(|e| std::cmp::Reverse(e.at_unix_ms));
-    let oldest = g.dispatch().oldest_pending_age(now).unwrap_or_default();
     v1::GatewayStatus {
-        name: g.name().to_owned(),
-        revision: g.tracker().revision(),
+        name: name.to_owned(),
+        revision: status.revision,
         desired_addresses: c.desired_addresses,
         actual_addresses: c.actual_addresses,
         desired_locations: c.desired_locations,
@@ -105,62 +103,80 @@ pub fn gateway_status(
         desired_egresses: c.desired_egresses,
         actual_nat_gateways: c.actual_nat_gateways,
         dirty_locations: c.dirty_locations,
-        units_in_flight: g.dispatch().units_in_flight() as u64,
-        parked_units: g.dispatch().parked_units() as u64,
-        init: Some(init_gates(g.gate_view(now))),
+        units_in_flight: status.units_in_flight as u64,
+        parked_units: status.parked_units as u64,
+        init: Some(init_gates(status.gate)),
         last_errors,
-        oldest_pending_change_age_ms: u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX),
-        refused: g
-            .dispatch()
-            .refused_items(STATUS_REFUSED_ITEMS)
-            .into_iter()
-            .map(refused_item)
-            .collect(),
-        refused_addresses: g.dispatch().refused_address_count() as u64,
+        oldest_pending_change_age_ms: u64::try_from(status.oldest_pending_age.as_millis())
+            .unwrap_or(u64::MAX),
+        refused: status.refused.into_iter().map(refused_item).collect(),
+        refused_addresses: status.refused_addresses as u64,
     }
 }
 
-/// One service of gateway `g` as proto: the tracker's view, and beside it the desired ports and
-/// the frontend IP of an inbound service (the frontend only while NRP has the service).
-pub fn service_state(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
+/// One service of gateway `gateway` (the core's [`ServiceStatus`]) as proto: both sides, and
+/// beside them the desired ports, settings and frontend IP of an inbound service, the brought NAT
+/// gateway of an egress, and the condition and `actual_locations` when the status has them (0 and
+/// unset otherwise).
+pub fn service_state_of(gateway: &str, status: ServiceStatus) -> v1::ServiceState {
+    let ServiceStatus {
+        view,
+        family,
+        ports,
+        settings,
+        frontend,
+        actual_locations,
+        egress,
+        condition,
+    } = status;
+    let egress = egress.unwrap_or_default();
     v1::ServiceState {
-        actual_locations: g.tracker().actual_locations_of(&view.name),
-        ..service_state_uncounted(g, view)
-    }
-}
-
-/// [`service_state`] without `actual_locations` (0), which costs a scan of every location: what
-/// the writers' stream of service states sends (`grpc/session.rs`).
-pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
-    let inbound = view.kind == ServiceKind::Inbound;
-    let ports = match g.service_ports(&view.name) {
-        Some(ports) if inbound => ports.iter().map(port_to_proto).collect(),
-        _ => Vec::new(),
-    };
-    let frontend_ip = match g.frontend(&view.name) {
-        Some(ip) if inbound && view.actual => ip.to_owned(),
-        _ => String::new(),
-    };
-    v1::ServiceState {
-        gateway: g.name().to_owned(),
-        id: view.name.clone(),
+        gateway: gateway.to_owned(),
         kind: service_kind(view.kind) as i32,
         desired: view.desired,
         actual: view.actual,
         desired_addresses: u64::from(view.desired_addresses),
         actual_addresses: u64::from(view.actual_addresses),
         desired_locations: view.locations as u64,
-        actual_locations: 0,
-        ports,
-        frontend_ip,
-        // Derived by the core (`core/src/gateway/condition.rs`, `GatewayCore::service_condition`).
-        condition: None,
-        ip_family: ip_family_to_proto(g.tracker().service_family(&view.name)) as i32,
-        settings: g
-            .service_settings(&view.name)
-            .filter(|_| inbound)
-            .map(super::settings_to_proto),
-        // An egress's brought NAT gateway: `admin::nat_gateway_of`.
-        ..v1::ServiceState::default()
+        actual_locations: actual_locations.unwrap_or_default(),
+        ports: ports.iter().map(port_to_proto).collect(),
+        frontend_ip: frontend.unwrap_or_default(),
+        condition: condition.map(condition_to_proto),
+        ip_family: ip_family_to_proto(family) as i32,
+        settings: settings.as_ref().map(super::settings_to_proto),
+        nat_gateway: egress.nat_gateway.unwrap_or_default(),
+        nat_gateway_missing: egress.nat_gateway_missing,
+        service_id: view.name,
+    }
+}
+
+/// [`service_state_of`] for the service of `view` without `actual_locations` (0), which costs a
+/// scan of every location, nor the condition: what the writers' stream of service states sends
+/// (`grpc/session.rs`).
+pub fn service_state_uncounted(g: &Gateway, view: &ServiceView) -> v1::ServiceState {
+    service_state_of(g.name(), g.service_status_of(view))
+}
+
+/// A condition as proto.
+pub fn condition_to_proto(c: Condition) -> v1::ServiceCondition {
+    let reason = match c.reason {
+        ConditionReason::Pending => v1::ProgrammingReason::Pending,
+        ConditionReason::Programmed => v1::ProgrammingReason::Programmed,
+        ConditionReason::Removed => v1::ProgrammingReason::Removed,
+        ConditionReason::Rejected => v1::ProgrammingReason::Rejected,
+        ConditionReason::Throttled => v1::ProgrammingReason::Throttled,
+        ConditionReason::Retrying => v1::ProgrammingReason::Retrying,
+        ConditionReason::HeldBack => v1::ProgrammingReason::HeldBack,
+    };
+    v1::ServiceCondition {
+        reason: reason as i32,
+        message: c.message,
+        error_code: c.error_code,
+        error_message: c.error_message,
+        location: c.location,
+        held_for: c.held_for,
+        held_for_writer: c.held_for_writer,
+        error_at_unix_ms: c.error_at_unix_ms,
+        address: c.address,
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of `convert.rs`: writer input, worker traffic and reads, as proto.
 
 use super::*;
+use clb_core::difftracker::DiffTracker;
 use clb_proto::v1::{EgressUpdate, EndpointEdge, EndpointSet, EndpointsUpdate, ServiceUpdate};
 
 fn ep(address: &str, location: &str) -> v1::Endpoint {
@@ -25,7 +26,7 @@ fn pod(op: v1::Operation, address: &str, location: &str, egress: &str) -> Update
             operation: op as i32,
             address: address.into(),
             location: location.into(),
-            outbound_identity: egress.into(),
+            egress_id: egress.into(),
             pod_key: "ns/p".into(),
             pod_uid: "uid-1".into(),
             ..Default::default()
@@ -37,7 +38,7 @@ fn service(op: i32, id: &str, ports: Vec<ServicePort>) -> Update {
     Update {
         kind: Some(Kind::Service(ServiceUpdate {
             operation: op,
-            id: id.into(),
+            service_id: id.into(),
             ports,
             ..Default::default()
         })),
@@ -70,7 +71,7 @@ fn valid_updates_are_applied() {
     let egress = Update {
         kind: Some(Kind::Egress(EgressUpdate {
             operation: 1,
-            id: "eg2".into(),
+            egress_id: "eg2".into(),
         })),
     };
     apply_update(&mut t, &egress, 3).unwrap();
@@ -134,7 +135,7 @@ fn refusals_name_the_precise_field() {
     let e = err(&service(1, "", vec![]), 0);
     assert_eq!(
         (e.field.as_str(), e.reason.as_str()),
-        ("updates[0].service.id", "must not be empty")
+        ("updates[0].service.service_id", "must not be empty")
     );
 }
 
@@ -380,21 +381,21 @@ fn reports_convert_from_proto() {
                     action: 0,
                     addresses: vec![AddressChange {
                         address: "10.1.0.1".into(),
-                        services: vec!["svc-a".into()],
+                        service_ids: vec!["svc-a".into()],
                     }],
                 }],
                 frontends: vec![
                     v1::ServiceFrontend {
-                        service: "SVC-A".into(),
+                        service_id: "SVC-A".into(),
                         ip: "20.0.0.1".into(),
                     },
                     v1::ServiceFrontend {
-                        service: "svc-b".into(),
+                        service_id: "svc-b".into(),
                         ip: "not an ip".into(),
                     },
                 ],
                 rules: vec![v1::ServiceRules {
-                    service: "Svc-A".into(),
+                    service_id: "Svc-A".into(),
                     ports: vec![ServicePort {
                         port: 80,
                         protocol: 1,
@@ -452,7 +453,7 @@ fn diffs_and_views_convert_to_proto() {
         target_port: 0,
     };
     let s = service_change(&diff.services[0], &LbSpec::ports(vec![tcp]), None);
-    assert_eq!(s.name, "svc-a");
+    assert_eq!(s.service_id, "svc-a");
     assert_eq!(s.kind, v1::ServiceKind::Inbound as i32);
     assert_eq!(s.action, v1::ServiceAction::Create as i32);
     assert_eq!(s.ports, vec![port_to_proto(&tcp)]);
@@ -462,12 +463,16 @@ fn diffs_and_views_convert_to_proto() {
     assert_eq!(l.location, "10.0.0.1");
     assert_eq!(l.action, v1::AddressUpdateAction::FullUpdate as i32);
     assert_eq!(l.addresses[0].address, "10.1.0.1");
-    assert_eq!(l.addresses[0].services, vec!["svc-a"]);
+    assert_eq!(l.addresses[0].service_ids, vec!["svc-a"]);
 
     let view = t.location_view("10.0.0.1".parse().unwrap()).unwrap();
-    let state = location_state("gw", &view, |_| None);
+    let status = LocationStatus {
+        view,
+        refused: Default::default(),
+    };
+    let state = location_state("gw", &status);
     assert!(state.desired && !state.actual);
-    assert_eq!(state.addresses[0].desired_services, vec!["svc-a"]);
+    assert_eq!(state.addresses[0].desired_service_ids, vec!["svc-a"]);
     assert!(!state.addresses[0].actual);
     assert_eq!(
         address_update_action(difftracker::AddressUpdateAction::Partial),
