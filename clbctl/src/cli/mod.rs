@@ -15,7 +15,10 @@
 
 pub mod apply;
 pub mod load;
+mod load_agent;
+pub mod load_agents;
 pub mod load_pacing;
+mod load_procstat;
 pub mod load_report;
 mod load_samples;
 pub mod refused_view;
