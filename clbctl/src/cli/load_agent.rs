@@ -94,6 +94,21 @@ pub(super) struct Counters {
     pub(super) synced: Notify,
     /// Round trips of the agents' `Apply` calls (the writes phase and after).
     pub(super) apply_times: std::sync::Mutex<Vec<Duration>>,
+    /// The distinct failures (their first 10), each with its count.
+    pub(super) errors: std::sync::Mutex<Vec<(String, u64)>>,
+}
+
+impl Counters {
+    /// Counts failure `e` of call `what`.
+    fn failed(&self, what: &str, e: &ClientError) {
+        let text = format!("{what}: {e}");
+        let mut errors = lock(&self.errors);
+        if let Some(x) = errors.iter_mut().find(|(t, _)| *t == text) {
+            x.1 += 1;
+        } else if errors.len() < 10 {
+            errors.push((text, 1));
+        }
+    }
 }
 
 /// What the orchestrator tells every agent.
@@ -171,6 +186,7 @@ impl Conn {
             }
             Err(e) => {
                 counters.connect_failures.fetch_add(1, Ordering::Relaxed);
+                counters.failed("connect", &e);
                 Err(e)
             }
         }
@@ -221,10 +237,11 @@ impl Agent {
         } else {
             conn.clone()
         };
-        let follower = tokio::spawn(
-            self.clone()
-                .follow_session(session_conn, counters.clone(), phase.clone()),
-        );
+        let follower = tokio::spawn(self.clone().follow_session(
+            session_conn,
+            counters.clone(),
+            phase.clone(),
+        ));
         let mut backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
         let mut next_write: Option<Instant> = None;
         loop {
@@ -301,6 +318,7 @@ impl Agent {
             Ok(r) => r,
             Err(e) => {
                 counters.resync_failures.fetch_add(1, Ordering::Relaxed);
+                counters.failed("resync", &e);
                 return Err(e);
             }
         };
@@ -350,6 +368,7 @@ impl Agent {
             Ok(r) => r,
             Err(e) => {
                 counters.apply_failures.fetch_add(1, Ordering::Relaxed);
+                counters.failed("apply", &e);
                 return Err(e);
             }
         };
@@ -381,7 +400,7 @@ impl Agent {
             }
             opened = true;
             // Why it ended changes nothing: the next answer says what the server holds.
-            let _ended: ClientError = match conn.get(&counters).await {
+            let ended: ClientError = match conn.get(&counters).await {
                 Err(e) => e,
                 Ok(client) => match client.writer(&self.writer).watch_session().await {
                     Err(e) => e,
@@ -408,6 +427,9 @@ impl Agent {
                     },
                 },
             };
+            if *phase.borrow() != Phase::Stop {
+                counters.failed("session stream", &ended);
+            }
             conn.reset().await;
             tokio::time::sleep(backoff.next_delay(false)).await;
         }

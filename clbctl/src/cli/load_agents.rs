@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use clb_embedded::Harness;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table};
-use clb_embedded::Harness;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -80,6 +80,9 @@ pub struct PhaseView {
     pub seconds: f64,
     /// The server's CPU and memory over it (`None`: no process to read).
     pub server: Option<UsageView>,
+    /// This process's (the agents', the churn's) over it, when the server is another process: a
+    /// load tool near a core's worth is what limits the figures.
+    pub load_tool: Option<UsageView>,
 }
 
 /// [`Usage`], public.
@@ -160,6 +163,8 @@ pub struct AgentsReport {
     pub churn_events_per_sec: Option<f64>,
     /// The churn's error, if it failed.
     pub churn_error: Option<String>,
+    /// The agents' distinct failures (the first 10), each with its count.
+    pub errors: Vec<(String, u64)>,
     /// The figures as one row of docs/benchmarks.md's table.
     pub row: String,
 }
@@ -190,6 +195,7 @@ struct Window {
     name: &'static str,
     start: Instant,
     from: Option<super::load_procstat::Reading>,
+    tool_from: Option<super::load_procstat::Reading>,
 }
 
 /// Runs the agents and the phases; returns the figures (for benchmarks and the smoke test).
@@ -226,11 +232,14 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         .context("load: the state server's URL")?;
     let tps = ticks_per_s();
     let sampler = pid.map(|p| Sampler::start(p, Duration::from_millis(250)));
+    let own = std::process::id();
+    let tool = (pid != Some(own)).then(|| Sampler::start(own, Duration::from_secs(1)));
     let mut phases = Vec::new();
     let begin = |name: &'static str| Window {
         name,
         start: Instant::now(),
         from: sampler.as_ref().and_then(Sampler::now),
+        tool_from: tool.as_ref().and_then(Sampler::now),
     };
     let end = |w: Window, phases: &mut Vec<PhaseView>| {
         let to = sampler.as_ref().and_then(Sampler::now);
@@ -238,10 +247,16 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
             (Some(s), Some(f), Some(t)) => Some(s.usage(f, t, tps).into()),
             _ => None,
         };
+        let tool_to = tool.as_ref().and_then(Sampler::now);
+        let load_tool = match (tool.as_ref(), w.tool_from, tool_to) {
+            (Some(s), Some(f), Some(t)) => Some(s.usage(f, t, tps).into()),
+            _ => None,
+        };
         let v = PhaseView {
             phase: w.name.to_owned(),
             seconds: round3(w.start.elapsed().as_secs_f64()),
             server,
+            load_tool,
         };
         note(&format!(
             "phase {}: {:.1} s{}",
@@ -254,6 +269,12 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
                 ))
                 .unwrap_or_default()
         ));
+        if let Some(u) = v.load_tool {
+            note(&format!(
+                "  (this load tool: CPU {:.1} % of a core)",
+                u.cpu_percent
+            ));
+        }
         phases.push(v);
     };
 
@@ -272,7 +293,9 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
     let started = w.start;
     let mut tasks = tokio::task::JoinSet::new();
     for agent in &agents {
-        let offset = a.agent_write_every.mul_f64(agent.index as f64 / n.max(1) as f64);
+        let offset = a
+            .agent_write_every
+            .mul_f64(agent.index as f64 / n.max(1) as f64);
         tasks.spawn(agent.clone().run(
             options.clone(),
             a.agent_connections,
@@ -414,6 +437,7 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         churn_convergence,
         churn_events_per_sec,
         churn_error,
+        errors: lock(&c.errors).clone(),
         row: String::new(),
     };
     report.row = row(&report);
@@ -539,8 +563,13 @@ fn render(r: &AgentsReport) -> String {
             &format!("phase {} ({:.1} s)", ph.phase, ph.seconds),
             ph.server.map_or("–".to_owned(), |u| {
                 format!(
-                    "CPU {:.2} %, RSS peak {:.1} MB, end {:.1} MB",
-                    u.cpu_percent, u.rss_peak_mb, u.rss_end_mb
+                    "CPU {:.2} %, RSS peak {:.1} MB, end {:.1} MB{}",
+                    u.cpu_percent,
+                    u.rss_peak_mb,
+                    u.rss_end_mb,
+                    ph.load_tool
+                        .map(|t| format!(" (load tool: CPU {:.1} %)", t.cpu_percent))
+                        .unwrap_or_default()
                 )
             }),
         );
@@ -560,6 +589,9 @@ fn render(r: &AgentsReport) -> String {
     }
     if let Some(e) = &r.churn_error {
         add("churn error", e.clone());
+    }
+    for (e, count) in &r.errors {
+        add(&format!("agents' failure ×{count}"), e.clone());
     }
     format!("{t}\n{ROW_HEADER}\n{}", r.row)
 }
