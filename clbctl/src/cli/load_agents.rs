@@ -1,8 +1,8 @@
 //! `clbctl load --node-agents N`: N simulated node agents against a state server (issue 36, "5,000
 //! nodes cost what 50 do"), and what they cost the server.
 //!
-//! Each agent talks to the server exactly as the shipped node agent does ([`super::load_agent`],
-//! the one place that knows the protocol): its connections, its `WatchSession`, a `Resync` of its
+//! Each agent talks to the server exactly as the shipped node agent does (`load_agent.rs`, the
+//! one place that knows the protocol): its connections, its `WatchSession`, a `Resync` of its
 //! node's `--agent-pods` pods, then one pod replacement per `--agent-write-every`. The run goes
 //! through phases, and for each reports the server's CPU (user + system time from
 //! `/proc/PID/stat` over the phase, % of one core) and `VmRSS` (peak and end):
@@ -85,7 +85,7 @@ pub struct PhaseView {
     pub load_tool: Option<UsageView>,
 }
 
-/// [`Usage`], public.
+/// A process's CPU and memory over a phase.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct UsageView {
     /// % of one core.
@@ -478,7 +478,7 @@ fn row(r: &AgentsReport) -> String {
     )
 }
 
-/// The header of [`row`]'s table.
+/// The header of the table whose rows are [`AgentsReport::row`].
 pub const ROW_HEADER: &str = "| node agents | server RSS peak | CPU connect+resync | CPU idle | \
 CPU agents' writes | CPU writes + churn | churn p50/p99 | all connected + resynced | agents \
 resynced > once |\n|---|---|---|---|---|---|---|---|---|";
