@@ -59,7 +59,7 @@ addr() {
 
 echo "server: $SERVER_BIN ($(git -C "$ROOT" rev-parse --short HEAD) tree for the rest); out: $OUT"
 echo "start: $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| node agents | server RSS peak | CPU connect+resync | CPU idle | CPU agents' writes | CPU writes + churn | churn p50/p99 | all connected + resynced | agents resynced > once | load at start |"
+echo "| node agents | server RSS after connect / peak | CPU connect+resync | CPU, nobody writing | CPU, agents' writes | CPU, writes + churn | churn p50 / p99 | all connected + resynced | agents resynced > once (failed resync calls) | load at start |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for n in $AGENTS; do
     export RUST_LOG=${RUST_LOG:-info}

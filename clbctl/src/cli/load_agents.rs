@@ -444,44 +444,47 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
     Ok(report)
 }
 
-/// `| N | RSS peak | CPU idle | CPU writes | CPU writes+churn | churn p50/p99 | all resynced |
-/// resynced > 1 |`.
+/// The figures as one row under [`ROW_HEADER`].
 fn row(r: &AgentsReport) -> String {
-    let cpu = |name: &str| {
+    let phase = |name: &str| {
         r.phases
             .iter()
             .find(|p| p.phase == name)
-            .and_then(|p| p.server)
-            .map_or("–".to_owned(), |u| format!("{:.1} %", u.cpu_percent))
+            .and_then(|p| p.server.map(|u| (p.seconds, u)))
+    };
+    let cpu = |name: &str| {
+        phase(name).map_or("–".to_owned(), |(_, u)| format!("{:.1} %", u.cpu_percent))
     };
     let ms = |x: Option<f64>| x.map_or("–".to_owned(), |v| format!("{v:.0}"));
     let churn = r.churn_convergence.as_ref().map_or("–".to_owned(), |l| {
-        format!("{}/{} ms", ms(l.p50_ms), ms(l.p99_ms))
+        format!("{} / {} ms", ms(l.p50_ms), ms(l.p99_ms))
     });
+    let rss = match (phase("connect+resync"), r.rss_peak_mb) {
+        (Some((_, u)), Some(peak)) => format!("{:.0} / {peak:.0} MB", u.rss_end_mb),
+        _ => "–".to_owned(),
+    };
+    let connect = phase("connect+resync").map_or("–".to_owned(), |(secs, u)| {
+        format!("{:.1} % ({secs:.1} s)", u.cpu_percent)
+    });
+    let resynced = r
+        .all_resynced_s
+        .map_or("not all".to_owned(), |s| format!("{s:.2} s"));
+    let twice = r.agents_resynced_more_than_once;
+    let failed = r.resync_failures;
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {rss} | {connect} | {} | {} | {} | {churn} | {resynced} | {twice} ({failed}) |",
         r.node_agents,
-        r.rss_peak_mb
-            .map_or("–".to_owned(), |m| format!("{m:.0} MB")),
-        cpu("connect+resync"),
         cpu("idle"),
         cpu("writes"),
         cpu("writes+churn"),
-        churn,
-        r.all_resynced_s
-            .map_or("not all".to_owned(), |s| format!("{s:.2} s")),
-        format!(
-            "{} ({} failed calls)",
-            r.agents_resynced_more_than_once,
-            r.resync_failures + r.apply_failures + r.connect_failures
-        ),
     )
 }
 
 /// The header of the table whose rows are [`AgentsReport::row`].
-pub const ROW_HEADER: &str = "| node agents | server RSS peak | CPU connect+resync | CPU idle | \
-CPU agents' writes | CPU writes + churn | churn p50/p99 | all connected + resynced | agents \
-resynced > once |\n|---|---|---|---|---|---|---|---|---|";
+pub const ROW_HEADER: &str = "| node agents | server RSS after connect / peak | CPU \
+connect+resync | CPU, nobody writing | CPU, agents' writes | CPU, writes + churn | churn p50 / p99 \
+| all connected + resynced | agents resynced > once (failed resync calls) |\n\
+|---|---|---|---|---|---|---|---|---|";
 
 fn render(r: &AgentsReport) -> String {
     let mut t = Table::new();
