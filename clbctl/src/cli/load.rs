@@ -162,6 +162,9 @@ pub struct LoadArgs {
     /// External state server: leave the load's services and pods in place at the end.
     #[arg(long)]
     pub keep: bool,
+    /// Simulated node agents (`--node-agents N`: [`super::load_agents`]).
+    #[command(flatten)]
+    pub agents: super::load_agents::AgentArgs,
 }
 
 impl LoadArgs {
@@ -381,6 +384,9 @@ fn note(line: &str) {
 
 /// Runs `clbctl load`: [`measure`], then prints the report.
 pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    if args.agents.node_agents.is_some() {
+        return super::load_agents::run(global, args).await;
+    }
     let report = measure(global, args).await?;
     emit(global.output, &report, render)?;
     if report.ingest.updates_rejected > 0 {
@@ -397,6 +403,16 @@ pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs the load and returns what it measured (for benchmarks that compare runs).
 pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<LoadReport> {
+    measure_marked(global, args, None).await
+}
+
+/// [`measure`], sending `true` on `marks` when the churn starts and `false` when its last batch
+/// was acknowledged (for a caller that measures the server over the churn).
+pub async fn measure_marked(
+    global: &Global,
+    args: &LoadArgs,
+    marks: Option<tokio::sync::mpsc::UnboundedSender<bool>>,
+) -> anyhow::Result<LoadReport> {
     args.check()?;
     let mut model = Model::new(args);
     // `--state-server`, else a server named with the global `--server`: that server is loaded.
@@ -425,7 +441,7 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<LoadRep
             (system, client)
         }
     };
-    let result = drive(args, &mut model, &system, &client).await;
+    let result = drive(args, &mut model, &system, &client, marks).await;
     system.shutdown().await;
     result
 }
@@ -525,6 +541,7 @@ async fn drive(
     model: &mut Model,
     system: &System,
     client: &Client,
+    marks: Option<tokio::sync::mpsc::UnboundedSender<bool>>,
 ) -> anyhow::Result<LoadReport> {
     let embedded = system.is_embedded();
     let mut writer = client.writer(args.writer.clone());
@@ -625,6 +642,9 @@ async fn drive(
     let mut ack_times = Vec::new();
     let mut first_rejection: Option<String> = None;
     let churn_start = Instant::now();
+    if let Some(m) = &marks {
+        let _ = m.send(true);
+    }
     let deadline = churn_start + args.duration;
     let mut last_ack = churn_start;
     let mut last_note = churn_start;
@@ -687,6 +707,9 @@ async fn drive(
         if now >= deadline && events >= due {
             break;
         }
+    }
+    if let Some(m) = &marks {
+        let _ = m.send(false);
     }
     let ingest_elapsed = last_ack.saturating_duration_since(churn_start);
     if let Some(r) = &first_rejection {

@@ -7,7 +7,7 @@
 //! | `state location IP`, `state service ID`, `diff` | [`state`] | desired vs actual side by side; the pending diff |
 //! | `apply -f FILE` | [`apply`] | a YAML or JSON list of updates, with per-item errors |
 //! | `demo` | [`crate::demo`] | the embedded demo (or `--state-server URL`: external processes) |
-//! | `load` | [`load`] | the load generator: ingest rate, convergence latency, NRP calls |
+//! | `load` | [`load`], [`load_agents`] | the load generator: ingest rate, convergence latency, NRP calls; `--node-agents N`: what N node agents cost the server |
 //! | `completions SHELL` | — | shell completion scripts (clap_complete) |
 //!
 //! Every command that prints data takes the global `--output table|json`; JSON is built from the
@@ -15,7 +15,10 @@
 
 pub mod apply;
 pub mod load;
+mod load_agent;
+pub mod load_agents;
 pub mod load_pacing;
+mod load_procstat;
 pub mod load_report;
 mod load_samples;
 pub mod refused_view;

@@ -1,0 +1,644 @@
+//! `clbctl load --node-agents N`: N simulated node agents against a state server (issue 36, "5,000
+//! nodes cost what 50 do"), and what they cost the server.
+//!
+//! Each agent talks to the server exactly as the shipped node agent does (`load_agent.rs`, the
+//! one place that knows the protocol): its connections, its `WatchSession`, a `Resync` of its
+//! node's `--agent-pods` pods, then one pod replacement per `--agent-write-every`. The run goes
+//! through phases, and for each reports the server's CPU (user + system time from
+//! `/proc/PID/stat` over the phase, % of one core) and `VmRSS` (peak and end):
+//!
+//! 1. **connect + resync**: all N agents start at once; until every one has completed its first
+//!    resync (the time is the figure; each agent's resyncs are counted, and the agents that
+//!    resynced more than once are reported);
+//! 2. **idle** (`--idle-phase`): nobody writes;
+//! 3. **agents' writes** (`--writes-phase`): each agent replaces a pod every `--agent-write-every`,
+//!    spread evenly, N ÷ that period writes per second in all;
+//! 4. **agents' writes + churn** (unless `--churn-per-sec 0`): the load's own churn
+//!    ([`super::load::measure_marked`], its usual flags) beside the agents' writes, as writer
+//!    `--writer` to the same server; the phase is the churn itself (its initial population before
+//!    it is not measured), and its convergence p50/p99 is reported as `clbctl load` reports it.
+//!
+//! The server is `--state-server URL` (its process `--server-pid PID`, else no CPU or memory
+//! figure), or the embedded system, whose process is this one (so its figures include the agents).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use clb_embedded::Harness;
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::load::{LoadArgs, costly, embedded_options, lock};
+use super::load_agent::{Agent, Counters, Phase};
+use super::load_procstat::{Sampler, Usage, raise_nofile, ticks_per_s};
+use super::load_report::{Percentiles, round3};
+use super::{Global, emit, parse_duration};
+
+/// The flags of `--node-agents` (flattened into `clbctl load`'s).
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Simulate this many node agents and report what they cost the server (phases: connect +
+    /// resync, idle, the agents' writes, their writes + the churn); 0 measures the server alone.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub node_agents: Option<u64>,
+    /// Pods per simulated node (its resync carries them).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub agent_pods: u64,
+    /// Each agent replaces one pod this often (N ÷ this writes per second in all).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub agent_write_every: Duration,
+    /// HTTP/2 connections per agent: 2 as the node agent of this commit (its sender's and its
+    /// session follower's), 1 (both over one).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub agent_connections: u8,
+    /// The longest wait for every agent's first resync.
+    #[arg(long, default_value = "2m", value_name = "DURATION", value_parser = parse_duration)]
+    pub agent_resync_timeout: Duration,
+    /// The idle phase (nobody writes); 0 skips it.
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_phase: Duration,
+    /// The phase of the agents' own writes; 0 skips it.
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
+    pub writes_phase: Duration,
+    /// The state server's process (with --state-server), for its CPU and memory.
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Option<u32>,
+}
+
+/// One phase's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseView {
+    /// `connect+resync`, `idle`, `writes`, `writes+churn`.
+    pub phase: String,
+    /// Its length.
+    pub seconds: f64,
+    /// The server's CPU and memory over it (`None`: no process to read).
+    pub server: Option<UsageView>,
+    /// This process's (the agents', the churn's) over it, when the server is another process: a
+    /// load tool near a core's worth is what limits the figures.
+    pub load_tool: Option<UsageView>,
+}
+
+/// A process's CPU and memory over a phase.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct UsageView {
+    /// % of one core.
+    pub cpu_percent: f64,
+    /// Peak `VmRSS`, MB.
+    pub rss_peak_mb: f64,
+    /// `VmRSS` at the end, MB.
+    pub rss_end_mb: f64,
+}
+
+impl From<Usage> for UsageView {
+    fn from(u: Usage) -> Self {
+        Self {
+            cpu_percent: u.cpu_percent,
+            rss_peak_mb: u.rss_peak_mb,
+            rss_end_mb: u.rss_end_mb,
+        }
+    }
+}
+
+/// What `clbctl load --node-agents` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentsReport {
+    /// The state server.
+    pub state_server: String,
+    /// Its process (the embedded system: this one).
+    pub server_pid: Option<u32>,
+    /// Whether the server ran in this process (its figures then include the agents').
+    pub embedded: bool,
+    /// Simulated node agents.
+    pub node_agents: u64,
+    /// Pods per node.
+    pub agent_pods: u64,
+    /// Connections per agent.
+    pub agent_connections: u8,
+    /// Seconds between one agent's writes.
+    pub agent_write_every_s: f64,
+    /// `RLIMIT_NOFILE` of this process (soft, hard) after raising it.
+    pub nofile: Option<(u64, u64)>,
+    /// `/proc/loadavg` at the start.
+    pub loadavg: String,
+    /// From the agents' start until every one had resynced (`None`: not all did).
+    pub all_resynced_s: Option<f64>,
+    /// Per agent, from the start to its first resync.
+    pub resynced_after: Percentiles,
+    /// Agents whose first resync completed.
+    pub agents_resynced: u64,
+    /// Agents that resynced more than once.
+    pub agents_resynced_more_than_once: u64,
+    /// Resyncs in all.
+    pub resyncs: u64,
+    /// Failed resync calls.
+    pub resync_failures: u64,
+    /// Connections made / failed.
+    pub connects: u64,
+    /// Failed connection attempts.
+    pub connect_failures: u64,
+    /// `WatchSession` messages received / streams reopened.
+    pub session_messages: u64,
+    /// Session streams reopened after a failure or an end.
+    pub session_reopens: u64,
+    /// The agents' `Apply` calls that succeeded / failed, and their round trips.
+    pub applies: u64,
+    /// Failed `Apply` calls.
+    pub apply_failures: u64,
+    /// Round trips of the agents' `Apply` calls.
+    pub apply_round_trip: Percentiles,
+    /// The phases.
+    pub phases: Vec<PhaseView>,
+    /// Peak `VmRSS` of the server over the run, MB.
+    pub rss_peak_mb: Option<f64>,
+    /// The churn's convergence latency (`clbctl load`'s), when it ran.
+    pub churn_convergence: Option<Percentiles>,
+    /// Churn events per second achieved.
+    pub churn_events_per_sec: Option<f64>,
+    /// The churn's error, if it failed.
+    pub churn_error: Option<String>,
+    /// The agents' distinct failures (the first 10), each with its count.
+    pub errors: Vec<(String, u64)>,
+    /// The figures as one row of docs/benchmarks.md's table.
+    pub row: String,
+}
+
+fn note(line: &str) {
+    eprintln!("load: {line}");
+}
+
+/// Runs `clbctl load --node-agents N` and prints the report.
+pub async fn run(global: &Global, args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    let report = measure(global, args).await?;
+    emit(global.output, &report, render)?;
+    if let Some(e) = &report.churn_error {
+        bail!("the churn failed: {e}");
+    }
+    if report.all_resynced_s.is_none() {
+        bail!(
+            "{} of {} agents resynced within --agent-resync-timeout",
+            report.agents_resynced,
+            report.node_agents
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The running phase's start: a reading of the server, and when.
+struct Window {
+    name: &'static str,
+    start: Instant,
+    from: Option<super::load_procstat::Reading>,
+    tool_from: Option<super::load_procstat::Reading>,
+}
+
+/// Runs the agents and the phases; returns the figures (for benchmarks and the smoke test).
+pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsReport> {
+    let a = &args.agents;
+    let n = a.node_agents.unwrap_or(0);
+    if a.agent_write_every.is_zero() {
+        bail!("--agent-write-every must be longer than 0");
+    }
+    let loadavg = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let needed = n * u64::from(a.agent_connections) + 256;
+    let nofile = match raise_nofile(needed) {
+        Ok(l) => Some(l),
+        Err(e) => bail!("load: {e}"),
+    };
+    let external = args.state_server.clone().or(global.server.clone());
+    let (harness, url, pid) = match external {
+        Some(url) => (None, url, a.server_pid),
+        None => {
+            note("starting the embedded system: NRP emulator, state server, workers");
+            let h = Harness::start(embedded_options(args)).await;
+            let url = h.url();
+            (Some(h), url, Some(std::process::id()))
+        }
+    };
+    if pid.is_none() {
+        note("no --server-pid: the server's CPU and memory are not measured");
+    }
+    let options = global
+        .connect_options(&url)
+        .context("load: the state server's URL")?;
+    let tps = ticks_per_s();
+    let sampler = pid.map(|p| Sampler::start(p, Duration::from_millis(250)));
+    let own = std::process::id();
+    let tool = (pid != Some(own)).then(|| Sampler::start(own, Duration::from_secs(1)));
+    let mut phases = Vec::new();
+    let begin = |name: &'static str| Window {
+        name,
+        start: Instant::now(),
+        from: sampler.as_ref().and_then(Sampler::now),
+        tool_from: tool.as_ref().and_then(Sampler::now),
+    };
+    let end = |w: Window, phases: &mut Vec<PhaseView>| {
+        let to = sampler.as_ref().and_then(Sampler::now);
+        let server = match (sampler.as_ref(), w.from, to) {
+            (Some(s), Some(f), Some(t)) => Some(s.usage(f, t, tps).into()),
+            _ => None,
+        };
+        let tool_to = tool.as_ref().and_then(Sampler::now);
+        let load_tool = match (tool.as_ref(), w.tool_from, tool_to) {
+            (Some(s), Some(f), Some(t)) => Some(s.usage(f, t, tps).into()),
+            _ => None,
+        };
+        let v = PhaseView {
+            phase: w.name.to_owned(),
+            seconds: round3(w.start.elapsed().as_secs_f64()),
+            server,
+            load_tool,
+        };
+        note(&format!(
+            "phase {}: {:.1} s{}",
+            v.phase,
+            v.seconds,
+            v.server
+                .map(|u| format!(
+                    ", server CPU {:.2} % of a core, RSS peak {:.1} MB, end {:.1} MB",
+                    u.cpu_percent, u.rss_peak_mb, u.rss_end_mb
+                ))
+                .unwrap_or_default()
+        ));
+        if let Some(u) = v.load_tool {
+            note(&format!(
+                "  (this load tool: CPU {:.1} % of a core)",
+                u.cpu_percent
+            ));
+        }
+        phases.push(v);
+    };
+
+    // 1. Connect + resync.
+    let counters = Arc::new(Counters::default());
+    let serial = Arc::new(AtomicU64::new(0));
+    let (phase_tx, phase_rx) = watch::channel(Phase::Quiet);
+    note(&format!(
+        "{n} node agents ({} pods each, {} connection(s) each) connecting to {url}",
+        a.agent_pods, a.agent_connections
+    ));
+    let agents: Vec<Arc<Agent>> = (0..n as usize)
+        .map(|i| Arc::new(Agent::new(i, a.agent_pods as usize, &serial)))
+        .collect();
+    let w = begin("connect+resync");
+    let started = w.start;
+    let mut tasks = tokio::task::JoinSet::new();
+    for agent in &agents {
+        let offset = a
+            .agent_write_every
+            .mul_f64(agent.index as f64 / n.max(1) as f64);
+        tasks.spawn(agent.clone().run(
+            options.clone(),
+            a.agent_connections,
+            offset,
+            serial.clone(),
+            counters.clone(),
+            phase_rx.clone(),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + a.agent_resync_timeout;
+    let mut last_note = Instant::now();
+    loop {
+        let synced = counters.synced_agents.load(Ordering::Relaxed);
+        if synced >= n {
+            break;
+        }
+        if last_note.elapsed() >= Duration::from_secs(5) {
+            last_note = Instant::now();
+            note(&format!(
+                "{:.1} s: {synced} of {n} agents resynced",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        let wait = counters.synced.notified();
+        tokio::select! {
+            () = wait => {}
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    let all_synced = (counters.synced_agents.load(Ordering::Relaxed) >= n).then(|| {
+        agents
+            .iter()
+            .filter_map(|g| *lock(&g.first_synced))
+            .max()
+            .map_or(0.0, |t| round3((t - started).as_secs_f64()))
+    });
+    end(w, &mut phases);
+
+    // 2. Idle.
+    if !a.idle_phase.is_zero() {
+        let w = begin("idle");
+        tokio::time::sleep(a.idle_phase).await;
+        end(w, &mut phases);
+    }
+
+    // 3. The agents' writes.
+    let writing = Phase::Writing {
+        start: Instant::now(),
+        every: a.agent_write_every,
+    };
+    let _ = phase_tx.send(writing);
+    if !a.writes_phase.is_zero() {
+        let w = begin("writes");
+        tokio::time::sleep(a.writes_phase).await;
+        end(w, &mut phases);
+    }
+
+    // 4. Their writes + the churn.
+    let mut churn_convergence = None;
+    let mut churn_events_per_sec = None;
+    let mut churn_error = None;
+    if args.churn_per_sec > 0.0 {
+        if let Some(h) = &harness {
+            h.emulator()
+                .set_config(costly(args))
+                .context("load: invalid NRP emulator settings")?;
+        }
+        let mut churn_args = args.clone();
+        churn_args.state_server = Some(url.clone());
+        churn_args.agents.node_agents = None;
+        let (marks_tx, mut marks_rx) = tokio::sync::mpsc::unbounded_channel();
+        let churn = super::load::measure_marked(global, &churn_args, Some(marks_tx));
+        let follow = async {
+            let mut window = None;
+            while let Some(m) = marks_rx.recv().await {
+                if m {
+                    window = Some(begin("writes+churn"));
+                } else if let Some(w) = window.take() {
+                    end(w, &mut phases);
+                }
+            }
+        };
+        let (churn, ()) = tokio::join!(churn, follow);
+        match churn {
+            Ok(r) => {
+                churn_convergence = Some(r.convergence.latency.clone());
+                churn_events_per_sec = Some(r.ingest.churn_events_per_sec);
+                if let Some(e) = r.convergence_error {
+                    churn_error = Some(e);
+                }
+            }
+            Err(e) => churn_error = Some(format!("{e:#}")),
+        }
+    }
+
+    let _ = phase_tx.send(Phase::Stop);
+    while tasks.join_next().await.is_some() {}
+    let rss_peak_mb = sampler.as_ref().map(Sampler::rss_peak_mb);
+    if let Some(h) = harness {
+        h.shutdown().await;
+    }
+
+    let firsts: Vec<Duration> = agents
+        .iter()
+        .filter_map(|g| lock(&g.first_synced).map(|t| t - started))
+        .collect();
+    let more_than_once = agents
+        .iter()
+        .filter(|g| g.resyncs.load(Ordering::Relaxed) > 1)
+        .count() as u64;
+    let c = &counters;
+    let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    let mut report = AgentsReport {
+        state_server: url,
+        server_pid: pid,
+        embedded: args.state_server.is_none() && global.server.is_none(),
+        node_agents: n,
+        agent_pods: a.agent_pods,
+        agent_connections: a.agent_connections,
+        agent_write_every_s: a.agent_write_every.as_secs_f64(),
+        nofile,
+        loadavg,
+        all_resynced_s: all_synced,
+        resynced_after: Percentiles::of(&firsts),
+        agents_resynced: firsts.len() as u64,
+        agents_resynced_more_than_once: more_than_once,
+        resyncs: get(&c.resyncs),
+        resync_failures: get(&c.resync_failures),
+        connects: get(&c.connects),
+        connect_failures: get(&c.connect_failures),
+        session_messages: get(&c.session_messages),
+        session_reopens: get(&c.session_reopens),
+        applies: get(&c.applies),
+        apply_failures: get(&c.apply_failures),
+        apply_round_trip: Percentiles::of(&lock(&c.apply_times)),
+        phases,
+        rss_peak_mb,
+        churn_convergence,
+        churn_events_per_sec,
+        churn_error,
+        errors: lock(&c.errors).clone(),
+        row: String::new(),
+    };
+    report.row = row(&report);
+    Ok(report)
+}
+
+/// The figures as one row under [`ROW_HEADER`].
+fn row(r: &AgentsReport) -> String {
+    let phase = |name: &str| {
+        r.phases
+            .iter()
+            .find(|p| p.phase == name)
+            .and_then(|p| p.server.map(|u| (p.seconds, u)))
+    };
+    let cpu = |name: &str| {
+        phase(name).map_or("–".to_owned(), |(_, u)| format!("{:.1} %", u.cpu_percent))
+    };
+    let ms = |x: Option<f64>| x.map_or("–".to_owned(), |v| format!("{v:.0}"));
+    let churn = r.churn_convergence.as_ref().map_or("–".to_owned(), |l| {
+        format!("{} / {} ms", ms(l.p50_ms), ms(l.p99_ms))
+    });
+    let rss = match (phase("connect+resync"), r.rss_peak_mb) {
+        (Some((_, u)), Some(peak)) => format!("{:.0} / {peak:.0} MB", u.rss_end_mb),
+        _ => "–".to_owned(),
+    };
+    let connect = phase("connect+resync").map_or("–".to_owned(), |(secs, u)| {
+        format!("{:.1} % ({secs:.1} s)", u.cpu_percent)
+    });
+    let resynced = r
+        .all_resynced_s
+        .map_or("not all".to_owned(), |s| format!("{s:.2} s"));
+    let twice = r.agents_resynced_more_than_once;
+    let failed = r.resync_failures;
+    format!(
+        "| {} | {rss} | {connect} | {} | {} | {} | {churn} | {resynced} | {twice} ({failed}) |",
+        r.node_agents,
+        cpu("idle"),
+        cpu("writes"),
+        cpu("writes+churn"),
+    )
+}
+
+/// The header of the table whose rows are [`AgentsReport::row`].
+pub const ROW_HEADER: &str = "| node agents | server RSS after connect / peak | CPU \
+connect+resync | CPU, nobody writing | CPU, agents' writes | CPU, writes + churn | churn p50 / p99 \
+| all connected + resynced | agents resynced > once (failed resync calls) |\n\
+|---|---|---|---|---|---|---|---|---|";
+
+fn render(r: &AgentsReport) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(vec!["figure", "value"]);
+    let mut add = |k: &str, v: String| {
+        t.add_row(vec![
+            Cell::new(k),
+            Cell::new(v).set_alignment(CellAlignment::Right),
+        ]);
+    };
+    add(
+        "server",
+        format!(
+            "{}{}",
+            r.state_server,
+            r.server_pid
+                .map(|p| format!(" (pid {p}{})", if r.embedded { ", embedded" } else { "" }))
+                .unwrap_or_default()
+        ),
+    );
+    add(
+        "node agents",
+        format!(
+            "{} × {} pods, {} connection(s), a write every {} s",
+            r.node_agents, r.agent_pods, r.agent_connections, r.agent_write_every_s
+        ),
+    );
+    add("load average at start", r.loadavg.clone());
+    add(
+        "all connected + resynced",
+        r.all_resynced_s
+            .map_or("not all".to_owned(), |s| format!("{s:.3} s")),
+    );
+    let p = &r.resynced_after;
+    add(
+        "first resync after (p50 / p99 / max)",
+        format!(
+            "{:?} / {:?} / {:?} ms",
+            p.p50_ms.unwrap_or_default(),
+            p.p99_ms.unwrap_or_default(),
+            p.max_ms.unwrap_or_default()
+        ),
+    );
+    add(
+        "resyncs (agents resynced / more than once)",
+        format!(
+            "{} ({} / {})",
+            r.resyncs, r.agents_resynced, r.agents_resynced_more_than_once
+        ),
+    );
+    add(
+        "failures: connect / resync / apply",
+        format!(
+            "{} / {} / {}",
+            r.connect_failures, r.resync_failures, r.apply_failures
+        ),
+    );
+    add(
+        "connections made; session messages; reopens",
+        format!(
+            "{}; {}; {}",
+            r.connects, r.session_messages, r.session_reopens
+        ),
+    );
+    let ap = &r.apply_round_trip;
+    add(
+        "agents' applies (round trip p50 / p99)",
+        format!(
+            "{} ({:?} / {:?} ms)",
+            r.applies,
+            ap.p50_ms.unwrap_or_default(),
+            ap.p99_ms.unwrap_or_default()
+        ),
+    );
+    for ph in &r.phases {
+        add(
+            &format!("phase {} ({:.1} s)", ph.phase, ph.seconds),
+            ph.server.map_or("–".to_owned(), |u| {
+                format!(
+                    "CPU {:.2} %, RSS peak {:.1} MB, end {:.1} MB{}",
+                    u.cpu_percent,
+                    u.rss_peak_mb,
+                    u.rss_end_mb,
+                    ph.load_tool
+                        .map(|t| format!(" (load tool: CPU {:.1} %)", t.cpu_percent))
+                        .unwrap_or_default()
+                )
+            }),
+        );
+    }
+    if let Some(l) = &r.churn_convergence {
+        add(
+            "churn convergence p50 / p99 / max",
+            format!(
+                "{:?} / {:?} / {:?} ms ({} samples, {:.0} events/s)",
+                l.p50_ms.unwrap_or_default(),
+                l.p99_ms.unwrap_or_default(),
+                l.max_ms.unwrap_or_default(),
+                l.count,
+                r.churn_events_per_sec.unwrap_or_default()
+            ),
+        );
+    }
+    if let Some(e) = &r.churn_error {
+        add("churn error", e.clone());
+    }
+    for (e, count) in &r.errors {
+        add(&format!("agents' failure ×{count}"), e.clone());
+    }
+    format!("{t}\n{ROW_HEADER}\n{}", r.row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser as _;
+
+    /// The code path in CI: 20 agents against the embedded server for 2 s, each resynced.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn twenty_agents_each_resync_once() {
+        let cli = Cli::parse_from([
+            "clbctl",
+            "load",
+            "--node-agents",
+            "20",
+            "--agent-write-every",
+            "200ms",
+            "--idle-phase",
+            "500ms",
+            "--writes-phase",
+            "1500ms",
+            "--churn-per-sec",
+            "0",
+        ]);
+        let crate::cli::Command::Load(args) = cli.command else {
+            panic!("load");
+        };
+        let r = measure(&cli.global, &args).await.expect("measured");
+        assert_eq!(r.agents_resynced, 20, "{r:#?}");
+        assert!(r.errors.is_empty(), "{r:#?}");
+        // Not yet "exactly once": with this commit's protocol the session stream's first message
+        // (`resynced: false`) may arrive after the resync's answer on the other connection, and
+        // the agent resyncs again (5 of 20 agents in 7 of 12 runs here; the benchmark counts
+        // them). Once the session echoes the resync's sequence, assert `r.resyncs == 20`.
+        assert!(r.resyncs >= 20 && r.resyncs <= 40, "{r:#?}");
+        assert_eq!(
+            r.resyncs - 20,
+            r.agents_resynced_more_than_once,
+            "a second resync at most: {r:#?}"
+        );
+        assert!(r.applies > 0, "{r:#?}");
+        assert_eq!(r.phases.len(), 3, "{r:#?}");
+    }
+}
