@@ -332,3 +332,92 @@ fn an_address_refused_on_its_own_rejects_its_services_naming_it() {
     let c = g.service_condition(&view, "20.0.0.1");
     assert_eq!(reason(&c), ConditionReason::Programmed, "{c:?}");
 }
+
+#[test]
+fn held_removals_read_once_give_every_service_the_condition_it_gets_alone() {
+    let config = GatewayConfig {
+        expected_writers: Vec::new(),
+        resync_wait: Duration::from_secs(180),
+        dispatch: DispatchConfig::unbatched(),
+    };
+    let mut core = GatewayCore::new(
+        "gw".into(),
+        &config,
+        DispatchEnv::new(Instant::now(), 1_700_000_000_000, 7),
+    );
+    let g = &mut core;
+    let id = |i: usize| format!("3b0c0d4e-0000-4000-8000-{i:012}");
+    let ip = |s: String| s.parse::<IpAddr>().unwrap();
+    // NRP has 12 services over 4 locations; the cluster still wants 0..6, each without one of
+    // the addresses NRP has with it, and 6..12 not at all: their removals are held back while the
+    // gate waits for the cluster view.
+    let mut snapshot = crate::difftracker::ActualSnapshot::default();
+    for l in 0..4 {
+        let addresses = (0..12)
+            .map(|i| {
+                (
+                    ip(format!("10.1.{l}.{}", i + 1)),
+                    vec![id(i), id((i + 5) % 12)],
+                )
+            })
+            .collect();
+        snapshot
+            .locations
+            .push((ip(format!("10.0.0.{}", l + 1)), addresses));
+    }
+    for i in 0..12 {
+        snapshot.load_balancers.push(id(i));
+    }
+    for i in 0..6 {
+        g.tracker_mut()
+            .update_service(Operation::Add, &id(i))
+            .unwrap();
+        let address = format!("10.1.{}.{}", i % 4, i + 1);
+        let location = format!("10.0.0.{}", i % 4 + 1);
+        g.tracker_mut()
+            .set_endpoints(
+                &id(i),
+                &[Endpoint {
+                    address: &address,
+                    location: &location,
+                }],
+            )
+            .unwrap();
+    }
+    let now = Instant::now();
+    let observe = g.lease(1, 1, now).unwrap().unit;
+    assert_eq!(observe.work, UnitWork::Observe);
+    g.take_report(
+        1,
+        Report {
+            refused: Vec::new(),
+            work_id: 1,
+            applied: vec![],
+            progress: vec![],
+            outcome: Outcome::Observed {
+                snapshot,
+                last: true,
+            },
+        },
+        Default::default(),
+        now,
+    );
+    g.update_gates(now);
+    let held = g.held_removals();
+    let (mut held_back, mut at_a_location) = (0, 0);
+    for i in 0..12 {
+        let view = g.tracker().service_view(&id(i)).unwrap();
+        let alone = g.service_condition(&view, "");
+        assert_eq!(
+            g.service_condition_among(&view, "", &held),
+            alone,
+            "service {i}"
+        );
+        if alone.reason == ConditionReason::HeldBack {
+            held_back += 1;
+            at_a_location += usize::from(!alone.location.is_empty());
+        }
+    }
+    assert!(held_back >= 6, "{held_back} services held back");
+    assert!(at_a_location >= 1, "no removal held back at a location");
+}

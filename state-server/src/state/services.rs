@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clb_core::difftracker::IpFamily;
 use clb_core::difftracker::identity::ServiceKind;
 use clb_core::difftracker::view::ServiceView;
-use clb_core::gateway::condition::Condition;
+use clb_core::gateway::condition::{Condition, HeldRemovals};
 use clb_core::gateway::{GatewayCore, LbSettings, Port};
 
 /// One service's writer-facing state: what `Admin.GetService` shows, condition included, its
@@ -41,7 +41,7 @@ pub struct ServiceRecord {
 
 impl ServiceRecord {
     /// The record of the service `view` of `g`.
-    pub fn of(g: &GatewayCore, view: ServiceView) -> Self {
+    pub fn of(g: &GatewayCore, view: ServiceView, held: &HeldRemovals) -> Self {
         let inbound = view.kind == ServiceKind::Inbound;
         let ports = match g.service_ports(&view.name) {
             Some(ports) if inbound => ports.to_vec(),
@@ -51,7 +51,7 @@ impl ServiceRecord {
             Some(ip) if inbound && view.actual => ip.to_owned(),
             _ => String::new(),
         };
-        let condition = g.service_condition(&view, &frontend_ip);
+        let condition = g.service_condition_among(&view, &frontend_ip, held);
         let (nat_gateway, nat_gateway_missing) = if inbound {
             (String::new(), false)
         } else {
@@ -143,9 +143,11 @@ pub struct Gathered {
 /// Reads `g`'s services at change counter `changes` (under its lock; the comparison is
 /// [`publication`]'s, after the lock).
 pub fn gather(g: &GatewayCore, changes: u64) -> Gathered {
+    // The restart gate's held-back removals, read once for every service's condition.
+    let held = g.held_removals();
     let read = |kind| {
         g.service_views(kind)
-            .map(|view| ServiceRecord::of(g, view))
+            .map(|view| ServiceRecord::of(g, view, &held))
             .collect()
     };
     Gathered {
