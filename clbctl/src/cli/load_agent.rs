@@ -5,18 +5,20 @@
 //! one change here). As the node agent of this commit talks:
 //!
 //! - writer `node-agent/<node>`, the gateway of the client (`--gateway`);
-//! - **two HTTP/2 connections** (`--agent-connections 2`, the default): the sender's
-//!   ([`clb_client::client::Client::connect`], one attempt per call, the caller backs off) and the
-//!   one of its session follower, which holds `Writer.WatchSession` open and reopens it after a
-//!   failure; with `--agent-connections 1` both share one connection;
+//! - **one HTTP/2 connection** (`--agent-connections 1`, the default) shared by the sender
+//!   ([`clb_client::client::Client::connect`], one attempt per call, the caller backs off) and its
+//!   session follower, which holds `Writer.WatchSession` open and reopens it after a failure;
+//!   `--agent-connections 2` gives each its own, as node agents did before;
 //! - first a `Writer.Resync` of scope `pods_at(<node IP>)` (no topology) carrying the node's pods
-//!   (`pod_add` with the node IP as location, key `<namespace>/<name>`, the pod's UID); the epoch of
-//!   its answer's session is kept;
+//!   (`pod_add` with the node IP as location, key `<namespace>/<name>`, the pod's UID), with a
+//!   `resync_sequence` larger than any it sent before; the epoch of its answer's session and the
+//!   sequence are kept;
 //! - then each change as a unary `Writer.Apply` (a new `Writer` per call, as the sender makes one:
 //!   batch id 1) of the coalesced deltas: a pod replacement is one batch of the new pod's
 //!   `pod_add` and the old pod's `pod_remove`;
 //! - a session message (stream or answer) with another epoch, or saying the server holds no resync
-//!   of ours, makes a resync due at once (unless a call is under way: its answer tells); an apply
+//!   of ours while echoing our last resync's sequence or a later one (an older echo was built
+//!   before that resync landed: stale), makes a resync due at once (unless a call is under way: its answer tells); an apply
 //!   answered with `resynced: false` before any resync completed, too; a failed call drops the
 //!   connection, backs off and resyncs.
 
@@ -142,6 +144,8 @@ pub(super) struct Agent {
 #[derive(Debug, Default)]
 struct LaneState {
     session_epoch: Option<u64>,
+    /// The `resync_sequence` of the last resync completed (0: none).
+    resync_sequence: u64,
     resync_due: bool,
     in_flight: bool,
 }
@@ -149,10 +153,23 @@ struct LaneState {
 impl LaneState {
     fn lost_us(&self, session: Option<&WriterSession>) -> bool {
         match (self.session_epoch, session) {
-            (Some(epoch), Some(now)) => now.epoch != epoch || !now.resynced,
+            (Some(epoch), Some(now)) => {
+                now.epoch != epoch || (!now.resynced && now.resync_sequence >= self.resync_sequence)
+            }
             _ => false,
         }
     }
+}
+
+/// The `resync_sequence` of the next resync of this process's agents: increasing, from the wall
+/// clock in microseconds (as the node agent's `next_resync_sequence`).
+fn next_resync_sequence() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+    LAST.fetch_max(wall, Ordering::Relaxed);
+    LAST.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 /// The connection(s) of one agent: the sender's, and the session follower's (the same one with
@@ -310,8 +327,10 @@ impl Agent {
             .iter()
             .map(|p| updates::pod_add(&p.address, &self.node_ip, "", &p.key, &p.uid))
             .collect();
+        let sequence = next_resync_sequence();
         let r = client
             .writer(&self.writer)
+            .with_resync_sequence(sequence)
             .resync(scope::pods_at(&self.node_ip), view)
             .await;
         let r = match r {
@@ -326,6 +345,7 @@ impl Agent {
             let mut l = lock(&self.lane);
             l.in_flight = false;
             l.session_epoch = r.session.map(|s| s.epoch).or(l.session_epoch);
+            l.resync_sequence = l.resync_sequence.max(sequence);
         }
         counters.resyncs.fetch_add(1, Ordering::Relaxed);
         if self.resyncs.fetch_add(1, Ordering::Relaxed) == 0 {
