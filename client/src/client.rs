@@ -328,6 +328,20 @@ pub struct Writer {
     resync_sequence: u64,
 }
 
+/// A `resync_sequence` for this process's next resync ([`Writer::with_resync_sequence`]):
+/// increasing, and in practice across restarts too (it starts from the wall clock in
+/// microseconds), so that the server's echo of a resync sent before a restart never looks newer
+/// than one sent after it.
+pub fn next_resync_sequence() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+    LAST.fetch_max(wall, Ordering::Relaxed);
+    LAST.fetch_add(1, Ordering::Relaxed) + 1
+}
+
 impl Writer {
     /// Gives the next resyncs the sequence `sequence` (`ResyncHeader.resync_sequence`): the server
     /// echoes the last one it recorded in `WriterSession.resync_sequence`, so that the writer can

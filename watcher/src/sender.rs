@@ -277,19 +277,6 @@ fn fail_or_return(e: ClientError, lane: &Lane, conn: &mut Conn) -> Result<(), Cl
     Ok(())
 }
 
-/// The `resync_sequence` of this process's next resync call: increasing, and in practice across
-/// restarts too (it starts from the wall clock in microseconds), so that the server's echo of a
-/// resync sent before a restart never looks newer than one sent after it.
-fn next_resync_sequence() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
-    LAST.fetch_max(wall, Ordering::Relaxed);
-    LAST.fetch_add(1, Ordering::Relaxed) + 1
-}
-
 /// Sends each view, each call with a new `resync_sequence`; returns the server's epoch as the last
 /// resync's answer states it, and the last call's sequence.
 async fn resync(
@@ -301,7 +288,7 @@ async fn resync(
     let mut epoch = None;
     let mut sequence = 0;
     for (scope, topology, view) in views {
-        sequence = next_resync_sequence();
+        sequence = clb_client::client::next_resync_sequence();
         let mut w = client.writer(writer).with_resync_sequence(sequence);
         let what = scope_name(&scope);
         let n = view.len();

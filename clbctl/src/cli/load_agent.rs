@@ -161,17 +161,6 @@ impl LaneState {
     }
 }
 
-/// The `resync_sequence` of the next resync of this process's agents: increasing, from the wall
-/// clock in microseconds (as the node agent's `next_resync_sequence`).
-fn next_resync_sequence() -> u64 {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
-    LAST.fetch_max(wall, Ordering::Relaxed);
-    LAST.fetch_add(1, Ordering::Relaxed) + 1
-}
-
 /// The connection(s) of one agent: the sender's, and the session follower's (the same one with
 /// `--agent-connections 1`).
 #[derive(Debug, Clone)]
@@ -327,7 +316,7 @@ impl Agent {
             .iter()
             .map(|p| updates::pod_add(&p.address, &self.node_ip, "", &p.key, &p.uid))
             .collect();
-        let sequence = next_resync_sequence();
+        let sequence = clb_client::client::next_resync_sequence();
         let r = client
             .writer(&self.writer)
             .with_resync_sequence(sequence)
