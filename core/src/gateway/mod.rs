@@ -251,12 +251,10 @@ impl GatewayCore {
         &self.name
     }
 
-    /// The desired and actual state (read only). The state server's reads go through the views
-    /// (`views.rs`: [`GatewayCore::status`], [`GatewayCore::service_status`], …); the one
-    /// remaining caller outside tests is the state server's push task (the IP families of a
-    /// leased unit, `state/push.rs`, being rewritten): once it reads
-    /// [`GatewayCore::service_family`], this joins `GatewayCore::tracker_mut` behind
-    /// `test-support`.
+    /// The desired and actual state (read only; tests only, feature `test-support`). The state
+    /// server's reads go through the views (`views.rs`: [`GatewayCore::status`],
+    /// [`GatewayCore::service_status`], [`GatewayCore::service_family`], …).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn tracker(&self) -> &DiffTracker {
         &self.tracker
     }

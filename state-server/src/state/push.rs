@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use clb_core::difftracker::{DiffTracker, IpFamily};
+use clb_core::difftracker::IpFamily;
+use clb_core::gateway::GatewayCore;
 use clb_core::dispatch::UnitWork;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
@@ -33,11 +34,11 @@ pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
 /// The IP family of each change of a leased services unit, read from `tracker` when the unit is
 /// leased: `None` for a change of no stated family (an IPv4 frontend) and for every change that is
 /// not an inbound creation (the wire leaves it unspecified there).
-fn leased_families(tracker: &DiffTracker, leased: &Leased) -> Vec<Option<IpFamily>> {
+fn leased_families(gw: &GatewayCore, leased: &Leased) -> Vec<Option<IpFamily>> {
     match &leased.unit.work {
         UnitWork::Services(changes) => changes
             .iter()
-            .map(|c| tracker.service_family(&c.name))
+            .map(|c| gw.service_family(&c.name))
             .collect(),
         _ => Vec::new(),
     }
@@ -323,7 +324,7 @@ impl Task {
                     break;
                 };
                 let links = gw.take_links(&leased.unit.work);
-                let families = leased_families(gw.tracker(), &leased);
+                let families = leased_families(&gw, &leased);
                 let work_id = leased.unit.work_id;
                 let span = port.sink.send(handle.name(), leased, families, links);
                 if let Some(slot) = port.held().get_mut(&work_id) {

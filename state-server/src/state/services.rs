@@ -55,16 +55,14 @@ impl ServiceRecord {
         let (nat_gateway, nat_gateway_missing) = if inbound {
             (String::new(), false)
         } else {
+            let egress = g.egress_status(&view.name);
             (
-                g.tracker()
-                    .egress_nat_gateway(&view.name)
-                    .unwrap_or_default()
-                    .to_owned(),
-                g.nat_gateway_missing(&view.name),
+                egress.nat_gateway.unwrap_or_default(),
+                egress.nat_gateway_missing,
             )
         };
         Self {
-            family: g.tracker().service_family(&view.name),
+            family: g.service_family(&view.name),
             settings: g.service_settings(&view.name).filter(|_| inbound).cloned(),
             ports,
             frontend_ip,
