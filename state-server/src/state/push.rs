@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use clb_core::difftracker::IpFamily;
-use clb_core::gateway::GatewayCore;
 use clb_core::dispatch::UnitWork;
+use clb_core::gateway::GatewayCore;
 use clb_core::gateway::Leased;
 use tracing::{Span, info_span, warn};
 
@@ -36,10 +36,7 @@ pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
 /// not an inbound creation (the wire leaves it unspecified there).
 fn leased_families(gw: &GatewayCore, leased: &Leased) -> Vec<Option<IpFamily>> {
     match &leased.unit.work {
-        UnitWork::Services(changes) => changes
-            .iter()
-            .map(|c| gw.service_family(&c.name))
-            .collect(),
+        UnitWork::Services(changes) => changes.iter().map(|c| gw.service_family(&c.name)).collect(),
         _ => Vec::new(),
     }
 }
