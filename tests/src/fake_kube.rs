@@ -693,10 +693,10 @@ async fn handle(
         return denied;
     }
     let in_flight = (method != Method::GET).then(|| writes::WriteInFlight::enter(&inner));
-    if let Some(w) = &in_flight {
-        if !w.latency.is_zero() {
-            tokio::time::sleep(w.latency).await;
-        }
+    if let Some(w) = &in_flight
+        && !w.latency.is_zero()
+    {
+        tokio::time::sleep(w.latency).await;
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if let Some(answer) = auth::review(&inner, &method, &segs, &body) {

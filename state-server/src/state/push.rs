@@ -321,7 +321,7 @@ impl Task {
                     break;
                 };
                 let links = gw.take_links(&leased.unit.work);
-                let families = leased_families(&gw, &leased);
+                let families = leased_families(gw, &leased);
                 let work_id = leased.unit.work_id;
                 let span = port.sink.send(handle.name(), leased, families, links);
                 if let Some(slot) = port.held().get_mut(&work_id) {
