@@ -207,6 +207,9 @@ impl States {
 }
 
 #[cfg(test)]
+mod snapshot_timing;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
