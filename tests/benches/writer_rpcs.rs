@@ -30,8 +30,7 @@ use clb_tests::bench::env_usize;
 use clb_tests::fake_kube::FakeApi;
 use clb_tests::fake_kube::controllers::{ControllersConfig, condition};
 use clb_tests::kube_objects::{
-    RunningWatcher, deployment, eventually, node, selecting_service, test_config,
-    with_readiness_gate,
+    RunningWatcher, deployment, node, selecting_service, test_config, with_readiness_gate,
 };
 use clb_watcher::Mode;
 use clb_watcher::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
@@ -51,6 +50,25 @@ fn writer_rpcs(h: &Harness) -> BTreeMap<String, u64> {
             Some((rpc.to_owned(), value.parse().ok()?))
         })
         .collect()
+}
+
+/// The gate's (status, reason) and the pod's Ready of each live pod of Deployment `name`, counted.
+fn gates(fake: &FakeApi, name: &str) -> BTreeMap<(String, String, String), usize> {
+    let mut out = BTreeMap::new();
+    for p in fake.deployment_pods(name) {
+        if !p["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let gate = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == GATE_CONDITION_TYPE);
+        let s = |k: &str| gate.and_then(|c| c[k].as_str()).unwrap_or("-").to_owned();
+        let ready = condition(&p, "Ready").unwrap_or("-").to_owned();
+        *out.entry((s("status"), s("reason"), ready)).or_default() += 1;
+    }
+    out
 }
 
 /// Pods of Deployment `name` whose gate is `True` with reason `Programmed`, and all its live pods.
@@ -112,7 +130,7 @@ fn row(
     );
 }
 
-async fn run(idle: Duration, pods: i64, latency_ms: u64) {
+async fn run(idle: Duration, pods: i64, latency_ms: u64, max_wait: Duration) {
     let mut options = Options::e2e();
     options.emulator = EmulatorConfig {
         latency_ms,
@@ -137,13 +155,18 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64) {
     let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
     config.readiness_gate = true;
     let w = RunningWatcher::start(config, fake.watcher_clients());
-    eventually("the 4 pods Ready, their gates Programmed", || async {
-        match (programmed(&fake, "web"), programmed(&fake, "api")) {
-            ((2, 2), (2, 2)) => Ok(()),
-            other => Err(format!("(programmed, pods) = {other:?}")),
-        }
-    })
-    .await;
+    let settled = Instant::now();
+    let bound = settled + max_wait;
+    while (programmed(&fake, "web"), programmed(&fake, "api")) != ((2, 2), (2, 2))
+        && Instant::now() < bound
+    {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let start = (programmed(&fake, "web"), programmed(&fake, "api"));
+    println!(
+        "(the 4 first pods: (programmed, pods) of web and api {start:?} after {:.1} s)",
+        settled.elapsed().as_secs_f64()
+    );
     // Let the write-back's conditions and ingress settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -164,21 +187,41 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64) {
     let before = writer_rpcs(&h);
     let started = Instant::now();
     fake.scale("web", want as i64);
-    eventually("every pod of web programmed", || async {
-        match programmed(&fake, "web") {
-            (open, all) if open == want && all == want => Ok(()),
-            other => Err(format!("(programmed, pods) = {other:?}")),
-        }
-    })
-    .await;
+    let bound = Instant::now() + max_wait;
+    while programmed(&fake, "web") != (want, want) && Instant::now() < bound {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let window = started.elapsed();
     let after = writer_rpcs(&h);
+    let (open, all) = programmed(&fake, "web");
     row(
-        &format!("{pods} gated pods waiting (scale-up until all programmed)"),
+        &format!("{pods} gated pods waiting (scale-up until all programmed: {open} of {all})"),
         window,
         &before,
         &after,
     );
+    if open != want {
+        let nrp = clb_tests::rollout::nrp_backends(&h);
+        let pending: Vec<String> = fake
+            .deployment_pods("web")
+            .iter()
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == GATE_CONDITION_TYPE && c["status"] == "False")
+            })
+            .map(|p| {
+                let ip = p["status"]["podIP"].as_str().unwrap_or("-").to_owned();
+                format!("{ip} in NRP: {}", nrp.contains(&ip))
+            })
+            .collect();
+        println!(
+            "not all programmed after {max_wait:?}: (gate, reason, Ready) {:?}; gates False: {pending:?}",
+            gates(&fake, "web")
+        );
+    }
 
     w.stop().await;
     controllers.stop().await;
@@ -186,12 +229,14 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64) {
 }
 
 fn main() {
+    clb_tests::init_tracing();
     rustls::crypto::aws_lc_rs::default_provider()
         .install_default()
         .ok();
     let idle = Duration::from_secs(env_usize("CLB_BENCH_IDLE_S", 20) as u64);
     let pods = env_usize("CLB_BENCH_PODS", 100) as i64;
     let latency_ms = env_usize("CLB_BENCH_NRP_LATENCY_MS", 1000) as u64;
+    let max_wait = Duration::from_secs(env_usize("CLB_BENCH_MAX_WAIT_S", 180) as u64);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -202,5 +247,5 @@ fn main() {
     );
     println!("| phase | window | Writer RPCs | per second | by rpc (count, per second) |");
     println!("|---|---|---|---|---|");
-    rt.block_on(run(idle, pods, latency_ms));
+    rt.block_on(run(idle, pods, latency_ms, max_wait));
 }
