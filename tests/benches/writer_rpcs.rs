@@ -32,8 +32,8 @@ use clb_tests::fake_kube::controllers::{ControllersConfig, condition};
 use clb_tests::kube_objects::{
     RunningWatcher, deployment, node, selecting_service, test_config, with_readiness_gate,
 };
-use clb_watcher::Mode;
 use clb_watcher::webhook::{GATE_CONDITION_TYPE, GATE_LABEL, GATE_LABEL_VALUE};
+use clb_watcher::{Mode, WatcherMetrics};
 use serde_json::Value;
 
 /// The server's count of Writer RPCs received, by rpc.
@@ -69,6 +69,20 @@ fn gates(fake: &FakeApi, name: &str) -> BTreeMap<(String, String, String), usize
         *out.entry((s("status"), s("reason"), ready)).or_default() += 1;
     }
     out
+}
+
+/// The watcher's readiness gate histogram: (seconds summed, gates opened): from each pod's
+/// containers seen ready to its gate set True.
+fn gate_waits(metrics: &WatcherMetrics) -> (f64, u64) {
+    let text = metrics.encode();
+    let value = |suffix: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("readiness_gate_seconds_{suffix} ")))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (value("sum"), value("count") as u64)
 }
 
 /// Pods of Deployment `name` whose gate is `True` with reason `Programmed`, and all its live pods.
@@ -154,6 +168,7 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64, max_wait: Duration) {
     }
     let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
     config.readiness_gate = true;
+    let metrics = config.metrics.clone();
     let w = RunningWatcher::start(config, fake.watcher_clients());
     let settled = Instant::now();
     let bound = settled + max_wait;
@@ -185,6 +200,7 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64, max_wait: Duration) {
     // Phase B: `pods` gated pods wait while NRP takes `latency_ms` per call.
     let want = 2 + pods as usize;
     let before = writer_rpcs(&h);
+    let waits_before = gate_waits(&metrics);
     let started = Instant::now();
     fake.scale("web", want as i64);
     let bound = Instant::now() + max_wait;
@@ -194,6 +210,15 @@ async fn run(idle: Duration, pods: i64, latency_ms: u64, max_wait: Duration) {
     let window = started.elapsed();
     let after = writer_rpcs(&h);
     let (open, all) = programmed(&fake, "web");
+    let waits = gate_waits(&metrics);
+    let (waited, gates_opened) = (waits.0 - waits_before.0, waits.1 - waits_before.1);
+    let rpcs: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    println!(
+        "(phase B: {gates_opened} gates opened, {waited:.1} pod-seconds from containers ready to \
+         gate True, mean {:.2} s; {:.2} Writer RPCs per pod-second waited)",
+        waited / gates_opened.max(1) as f64,
+        rpcs as f64 / waited.max(f64::MIN_POSITIVE)
+    );
     row(
         &format!("{pods} gated pods waiting (scale-up until all programmed: {open} of {all})"),
         window,
