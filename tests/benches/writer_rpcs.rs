@@ -15,11 +15,14 @@
 //! tests' settings (`test_config`).
 //!
 //! ```sh
-//! cargo bench -p clb-tests --bench writer_rpcs
+//! cargo bench --profile dev -p clb-tests --bench writer_rpcs
 //! ```
 //!
 //! Printed: one table row per phase, the window, the total of Writer RPCs and their rate, and the
-//! count and rate of each RPC that was called.
+//! count and rate of each RPC that was called; for the second phase also the gates' waits (the
+//! watcher's histogram: pod-seconds from containers ready to gate `True`). Each wait is bounded by
+//! `CLB_BENCH_MAX_WAIT_S` (default 180): the row says how many gates opened, and a line lists the
+//! pods still pending with whether NRP has their addresses.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
