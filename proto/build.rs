@@ -31,6 +31,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Small call buffers: a server holds thousands of mostly idle streams (src/codec.rs).
+        .codec_path("crate::codec::LeanCodec")
         .file_descriptor_set_path(out_dir.join("clb_v1_descriptor.bin"))
         .compile_with_config(config, &protos, &includes)?;
     Ok(())

@@ -264,6 +264,24 @@ impl Client {
         AdminClient::with_interceptor(self.channel.clone(), self.calls.clone())
     }
 
+    /// `grpc.health.v1.Health/Check` of the server as a whole (`""`): whether it serves (a
+    /// standby answers `NOT_SERVING`). One unary call that does nothing else, which `clbctl load
+    /// --agent-call health-check` uses to measure what a call costs the server by itself.
+    pub async fn health_check(&self) -> Result<bool, ClientError> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        use tonic_health::pb::health_client::HealthClient;
+        let mut health = HealthClient::with_interceptor(self.channel.clone(), self.calls.clone());
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map_err(ClientError::rpc("Health.Check"))?
+            .into_inner()
+            .status;
+        Ok(status == ServingStatus::Serving as i32)
+    }
+
     /// `Admin.Status`: gateways, workers, writers.
     pub async fn status(&self) -> Result<StatusResponse, ClientError> {
         Ok(self

@@ -50,6 +50,7 @@ pub fn endpoint_url(url: &str, tls: bool) -> String {
 }
 
 pub mod azure_names;
+pub mod codec;
 
 /// The fully qualified gRPC names of the three services, as they appear on the wire and in
 /// reflection.

@@ -46,6 +46,16 @@ const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
+/// What one of an agent's writes is (`clbctl load --agent-call`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentCall {
+/// The node agent's `Writer.Apply` of a pod replacement.
+Apply,
+/// `grpc.health.v1.Health/Check`: a unary call that changes nothing (the floor).
+HealthCheck,
+}
+
 /// A pod of a simulated node.
 #[derive(Debug, Clone)]
 pub(super) struct AgentPod {
@@ -232,6 +242,7 @@ impl Agent {
         self: Arc<Self>,
         options: ConnectOptions,
         connections: u8,
+        call: AgentCall,
         offset: Duration,
         serial: Arc<AtomicU64>,
         counters: Arc<Counters>,
@@ -274,7 +285,10 @@ impl Agent {
             } else if let Some((at, every)) = write_at.filter(|(at, _)| *at <= Instant::now()) {
                 next_write = Some(at + every);
                 lock(&self.lane).in_flight = true;
-                self.replace_pod(&conn, &serial, &counters).await
+                match call {
+                    AgentCall::Apply => self.replace_pod(&conn, &serial, &counters).await,
+                    AgentCall::HealthCheck => self.health_check(&conn, &counters).await,
+                }
             } else {
                 let sleep = async {
                     match write_at {
@@ -391,6 +405,21 @@ impl Agent {
             drop(l);
             self.wake.notify_one();
         }
+        Ok(())
+    }
+
+    /// `--agent-call health-check`: one `Health/Check` in place of a write, timed as one.
+    async fn health_check(&self, conn: &Conn, counters: &Counters) -> Result<(), ClientError> {
+        let client = conn.get(counters).await?;
+        let sent = Instant::now();
+        if let Err(e) = client.health_check().await {
+            counters.apply_failures.fetch_add(1, Ordering::Relaxed);
+            counters.failed("health check", &e);
+            return Err(e);
+        }
+        lock(&counters.apply_times).push(sent.elapsed());
+        counters.applies.fetch_add(1, Ordering::Relaxed);
+        lock(&self.lane).in_flight = false;
         Ok(())
     }
 

@@ -35,7 +35,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::load::{LoadArgs, costly, embedded_options, lock};
-use super::load_agent::{Agent, Counters, Phase};
+use super::load_agent::{Agent, AgentCall, Counters, Phase};
 use super::load_procstat::{Sampler, Usage, raise_nofile, ticks_per_s};
 use super::load_report::{Percentiles, round3};
 use super::{Global, emit, parse_duration};
@@ -58,6 +58,12 @@ pub struct AgentArgs {
     /// its own node agents did).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub agent_connections: u8,
+    /// What each of an agent's writes is: `apply`, the node agent's `Writer.Apply` of a pod
+    /// replacement; `health-check`, a `grpc.health.v1.Health/Check` instead, which changes nothing:
+    /// what the same number of unary calls costs the server by itself (HTTP/2, tonic, its layers),
+    /// the floor under the agents' writes.
+    #[arg(long, value_enum, default_value_t = AgentCall::Apply)]
+    pub agent_call: AgentCall,
     /// The longest wait for every agent's first resync.
     #[arg(long, default_value = "2m", value_name = "DURATION", value_parser = parse_duration)]
     pub agent_resync_timeout: Duration,
@@ -124,6 +130,8 @@ pub struct AgentsReport {
     pub agent_connections: u8,
     /// Seconds between one agent's writes.
     pub agent_write_every_s: f64,
+    /// What each write is (`--agent-call`).
+    pub agent_call: AgentCall,
     /// `RLIMIT_NOFILE` of this process (soft, hard) after raising it.
     pub nofile: Option<(u64, u64)>,
     /// `/proc/loadavg` at the start.
@@ -300,6 +308,7 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         tasks.spawn(agent.clone().run(
             options.clone(),
             a.agent_connections,
+            a.agent_call,
             offset,
             serial.clone(),
             counters.clone(),
@@ -418,6 +427,7 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         agent_pods: a.agent_pods,
         agent_connections: a.agent_connections,
         agent_write_every_s: a.agent_write_every.as_secs_f64(),
+        agent_call: a.agent_call,
         nofile,
         loadavg,
         all_resynced_s: all_synced,
