@@ -438,6 +438,36 @@ impl Harness {
         ids
     }
 
+    /// Restarts the state server in place, as a Kubernetes restart of its pod looks to clients
+    /// that dial the Service's address: the running one and the workers are stopped, a new one
+    /// (new server id, empty state) listens on the same address, and the workers start again.
+    /// Connected clients lose their connections and reconnect to the same URL.
+    pub async fn restart_server_in_place(&mut self) {
+        let addr = self.server.addr;
+        self.server.request_stop();
+        let ids = self.worker_ids();
+        let stops = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(WorkerProc::stop);
+        for s in stops {
+            s.await;
+        }
+        self.generation += 1;
+        let config = server_config(
+            &self.options.server,
+            self.gateways_file.as_ref(),
+            self.generation,
+        );
+        // The old one lets go of the address (a graceful shutdown: streams end, connections get a
+        // GOAWAY) before the new one binds it; meanwhile clients find nobody there.
+        self.server.halt(Duration::from_secs(5)).await;
+        self.server = ServerProc::start_on(addr, config, self.options.serve_options()).await;
+        self.admin = admin_client(self.server.url(), self.options.client_token()).await;
+        for id in ids {
+            self.spawn_worker(&id);
+        }
+    }
+
     /// `Admin.Status`.
     pub async fn status(&self) -> StatusResponse {
         self.admin

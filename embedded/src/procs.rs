@@ -39,7 +39,17 @@ impl ServerProc {
 
     /// [`ServerProc::start`] serving with `options` (authentication, authorization).
     pub async fn start_with(config: ServerConfig, options: ServeOptions) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1:0".parse().expect("an address"), config, options).await
+    }
+
+    /// [`ServerProc::start_with`] on `addr` (a restart in place binds the address its predecessor
+    /// left).
+    pub async fn start_on(
+        addr: std::net::SocketAddr,
+        config: ServerConfig,
+        options: ServeOptions,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind a loopback port");
         let addr = listener.local_addr().expect("bound");
@@ -87,10 +97,15 @@ impl ServerProc {
 
     /// Shuts the server down; if it has not ended within `grace`, it is aborted.
     pub async fn stop(mut self, grace: Duration) {
+        self.halt(grace).await;
+    }
+
+    /// [`ServerProc::stop`] in place: when this returns, the server has let go of its address.
+    pub async fn halt(&mut self, grace: Duration) {
         self.request_stop();
         if tokio::time::timeout(grace, &mut self.task).await.is_err() {
             self.task.abort();
-            let _ = self.task.await;
+            let _ = (&mut self.task).await;
         }
     }
 }

@@ -70,6 +70,11 @@ pub struct AgentArgs {
     /// The idle phase (nobody writes); 0 skips it.
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub idle_phase: Duration,
+    /// After the other phases, restart the embedded state server in place (same address, empty
+    /// state; its workers with it) and follow the agents' resyncs for this long: when all had
+    /// resynced again, and whether any did twice. 0 skips it; only with the embedded system.
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
+    pub restart_phase: Duration,
     /// The phase of the agents' own writes; 0 skips it.
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub writes_phase: Duration,
@@ -148,6 +153,11 @@ pub struct AgentsReport {
     pub resyncs: u64,
     /// Failed resync calls.
     pub resync_failures: u64,
+    /// `--restart-phase`: from the restart until every agent had resynced again (`None`: not all
+    /// did within the phase).
+    pub restart_all_resynced_s: Option<f64>,
+    /// `--restart-phase`: agents that resynced more than once after the restart.
+    pub restart_resynced_more_than_once: Option<u64>,
     /// Connections made / failed.
     pub connects: u64,
     /// Failed connection attempts.
@@ -224,7 +234,10 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         Err(e) => bail!("load: {e}"),
     };
     let external = args.state_server.clone().or(global.server.clone());
-    let (harness, url, pid) = match external {
+    if !a.restart_phase.is_zero() && external.is_some() {
+        bail!("--restart-phase restarts the embedded state server: not with --state-server");
+    }
+    let (mut harness, url, pid) = match external {
         Some(url) => (None, url, a.server_pid),
         None => {
             note("starting the embedded system: NRP emulator, state server, workers");
@@ -402,6 +415,51 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         }
     }
 
+    // 5. A restart of the server in place.
+    let mut restart_all_resynced_s = None;
+    let mut restart_resynced_more_than_once = None;
+    let mut before_restart: Option<Vec<u64>> = None;
+    if let (false, Some(h)) = (a.restart_phase.is_zero(), harness.as_mut()) {
+        let before: Vec<u64> = agents
+            .iter()
+            .map(|g| g.resyncs.load(Ordering::Relaxed))
+            .collect();
+        let again = |agents: &[Arc<Agent>]| {
+            agents
+                .iter()
+                .zip(&before)
+                .filter(|(g, b)| g.resyncs.load(Ordering::Relaxed) > **b)
+                .count()
+        };
+        let w = begin("restart");
+        note("restarting the state server in place");
+        h.restart_server_in_place().await;
+        let deadline = w.start + a.restart_phase;
+        while Instant::now() < deadline {
+            if restart_all_resynced_s.is_none() && again(&agents) == agents.len() {
+                restart_all_resynced_s = Some(round3(w.start.elapsed().as_secs_f64()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        restart_resynced_more_than_once = Some(
+            agents
+                .iter()
+                .zip(&before)
+                .filter(|(g, b)| g.resyncs.load(Ordering::Relaxed) > **b + 1)
+                .count() as u64,
+        );
+        note(&format!(
+            "after the restart: {} of {n} agents resynced again{}, {} more than once",
+            again(&agents),
+            restart_all_resynced_s
+                .map(|t| format!(" (all within {t} s)"))
+                .unwrap_or_default(),
+            restart_resynced_more_than_once.unwrap_or(0)
+        ));
+        end(w, &mut phases);
+        before_restart = Some(before);
+    }
+
     let _ = phase_tx.send(Phase::Stop);
     while tasks.join_next().await.is_some() {}
     let rss_peak_mb = sampler.as_ref().map(Sampler::rss_peak_mb);
@@ -413,9 +471,14 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         .iter()
         .filter_map(|g| lock(&g.first_synced).map(|t| t - started))
         .collect();
+    // Before a restart: the restart's own resyncs are counted apart.
     let more_than_once = agents
         .iter()
-        .filter(|g| g.resyncs.load(Ordering::Relaxed) > 1)
+        .enumerate()
+        .filter(|(i, g)| match &before_restart {
+            Some(before) => before[*i] > 1,
+            None => g.resyncs.load(Ordering::Relaxed) > 1,
+        })
         .count() as u64;
     let c = &counters;
     let get = |x: &AtomicU64| x.load(Ordering::Relaxed);
@@ -436,6 +499,8 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
         agents_resynced_more_than_once: more_than_once,
         resyncs: get(&c.resyncs),
         resync_failures: get(&c.resync_failures),
+        restart_all_resynced_s,
+        restart_resynced_more_than_once,
         connects: get(&c.connects),
         connect_failures: get(&c.connect_failures),
         session_messages: get(&c.session_messages),
@@ -531,6 +596,16 @@ fn render(r: &AgentsReport) -> String {
         r.all_resynced_s
             .map_or("not all".to_owned(), |s| format!("{s:.3} s")),
     );
+    if let Some(twice) = r.restart_resynced_more_than_once {
+        add(
+            "after a restart in place: all resynced again / agents twice",
+            format!(
+                "{} / {twice}",
+                r.restart_all_resynced_s
+                    .map_or("not all".to_owned(), |s| format!("{s:.3} s"))
+            ),
+        );
+    }
     let p = &r.resynced_after;
     add(
         "first resync after (p50 / p99 / max)",
