@@ -140,6 +140,26 @@ impl std::fmt::Debug for Bound {
     }
 }
 
+/// The gRPC port's accept queue. Every node agent connects at once when the server starts, restarts
+/// or fails over (5,000 on a large cluster), while the server is busy with their resyncs; the
+/// standard library's 128 overflowed then, and a connection whose handshake the kernel dropped
+/// failed its first call (tens to hundreds of failed resync calls per start at 5,000 agents,
+/// `clbctl load --node-agents`). The kernel caps it at `net.core.somaxconn` (4,096 by default).
+pub const GRPC_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with an accept queue of `backlog`, reusing the address as tokio's own
+/// `bind` does.
+fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 /// Wires the state server as the flags say and binds its two listeners; nothing is served yet.
 /// `kube` is needed when the flags ask for `kubernetes` checks or `--leader-elect`
 /// ([`Options::needs_kubernetes`]).
@@ -194,8 +214,7 @@ pub async fn bind(options: Options, kube: Option<KubeClients>) -> anyhow::Result
     };
     let state = StateServer::new(config);
 
-    let grpc_listener = TcpListener::bind(args.listen)
-        .await
+    let grpc_listener = listen(args.listen, GRPC_BACKLOG)
         .with_context(|| format!("binding the gRPC listener on {}", args.listen))?;
     let metrics_listener = TcpListener::bind(args.metrics_listen)
         .await

@@ -50,10 +50,13 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentCall {
-/// The node agent's `Writer.Apply` of a pod replacement.
-Apply,
-/// `grpc.health.v1.Health/Check`: a unary call that changes nothing (the floor).
-HealthCheck,
+    /// The node agent's `Writer.Apply` of a pod replacement.
+    Apply,
+    /// `grpc.health.v1.Health/Check`: a unary call that changes nothing (the floor).
+    HealthCheck,
+    /// The pod replacement as one message on a `Writer.ApplyStream` the agent holds open (the
+    /// shipped node agent does not: this measures what writes on a held stream would cost).
+    ApplyStream,
 }
 
 /// A pod of a simulated node.
@@ -148,6 +151,8 @@ pub(super) struct Agent {
     pub(super) resyncs: AtomicU64,
     /// When its first resync completed.
     pub(super) first_synced: std::sync::Mutex<Option<Instant>>,
+    /// `--agent-call apply-stream`: the open stream's batches.
+    stream: AsyncMutex<Option<tokio::sync::mpsc::Sender<Vec<Update>>>>,
 }
 
 /// The lane's state the protocol depends on (`watcher/src/lane.rs`).
@@ -234,6 +239,7 @@ impl Agent {
             wake: Notify::new(),
             resyncs: AtomicU64::new(0),
             first_synced: std::sync::Mutex::new(None),
+            stream: AsyncMutex::new(None),
         }
     }
 
@@ -288,6 +294,7 @@ impl Agent {
                 match call {
                     AgentCall::Apply => self.replace_pod(&conn, &serial, &counters).await,
                     AgentCall::HealthCheck => self.health_check(&conn, &counters).await,
+                    AgentCall::ApplyStream => self.stream_pod(&conn, &serial, &counters).await,
                 }
             } else {
                 let sleep = async {
@@ -367,24 +374,7 @@ impl Agent {
         counters: &Counters,
     ) -> Result<(), ClientError> {
         let client = conn.get(counters).await?;
-        let batch = {
-            let mut pods = lock(&self.pods);
-            let new = new_pod(&self.node, serial.fetch_add(1, Ordering::Relaxed) + 1);
-            let add = updates::pod_add(&new.address, &self.node_ip, "", &new.key, &new.uid);
-            pods.push_back(new);
-            let mut batch = vec![add];
-            if pods.len() > 1
-                && let Some(old) = pods.pop_front()
-            {
-                batch.push(updates::pod_remove(
-                    &old.address,
-                    &self.node_ip,
-                    &old.key,
-                    &old.uid,
-                ));
-            }
-            batch
-        };
+        let batch = self.replacement(serial);
         let sent = Instant::now();
         let r = client.writer(&self.writer).apply(batch).await;
         let r = match r {
@@ -406,6 +396,61 @@ impl Agent {
             self.wake.notify_one();
         }
         Ok(())
+    }
+
+    /// `--agent-call apply-stream`: the pod replacement sent on the agent's open
+    /// `Writer.ApplyStream` (opened at its first write, again after it broke). Only the send is
+    /// timed: the server's answers are read by the stream's task.
+    async fn stream_pod(
+        &self,
+        conn: &Conn,
+        serial: &AtomicU64,
+        counters: &Counters,
+    ) -> Result<(), ClientError> {
+        let mut stream = self.stream.lock().await;
+        if stream.as_ref().is_none_or(tokio::sync::mpsc::Sender::is_closed) {
+            let client = conn.get(counters).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Update>>(4);
+            let mut writer = client.writer(&self.writer);
+            tokio::spawn(async move {
+                let _ = writer
+                    .apply_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await;
+            });
+            *stream = Some(tx);
+        }
+        let batch = self.replacement(serial);
+        let sent = Instant::now();
+        let open = stream.as_ref().map(|tx| tx.try_send(batch));
+        lock(&self.lane).in_flight = false;
+        if let Some(Ok(())) = open {
+            lock(&counters.apply_times).push(sent.elapsed());
+            counters.applies.fetch_add(1, Ordering::Relaxed);
+        } else {
+            counters.apply_failures.fetch_add(1, Ordering::Relaxed);
+            *stream = None;
+        }
+        Ok(())
+    }
+
+    /// The next pod replacement: the oldest pod goes, a new one comes.
+    fn replacement(&self, serial: &AtomicU64) -> Vec<Update> {
+        let mut pods = lock(&self.pods);
+        let new = new_pod(&self.node, serial.fetch_add(1, Ordering::Relaxed) + 1);
+        let add = updates::pod_add(&new.address, &self.node_ip, "", &new.key, &new.uid);
+        pods.push_back(new);
+        let mut batch = vec![add];
+        if pods.len() > 1
+            && let Some(old) = pods.pop_front()
+        {
+            batch.push(updates::pod_remove(
+                &old.address,
+                &self.node_ip,
+                &old.key,
+                &old.uid,
+            ));
+        }
+        batch
     }
 
     /// `--agent-call health-check`: one `Health/Check` in place of a write, timed as one.
