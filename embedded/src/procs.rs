@@ -49,8 +49,7 @@ impl ServerProc {
         config: ServerConfig,
         options: ServeOptions,
     ) -> Self {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let listener = clb_state_server::run::listen(addr, clb_state_server::run::GRPC_BACKLOG)
             .expect("bind a loopback port");
         let addr = listener.local_addr().expect("bound");
         let state = StateServer::new(config);

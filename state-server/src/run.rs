@@ -148,8 +148,8 @@ impl std::fmt::Debug for Bound {
 pub const GRPC_BACKLOG: u32 = 4096;
 
 /// A listener on `addr` with an accept queue of `backlog`, reusing the address as tokio's own
-/// `bind` does.
-fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+/// `bind` does (the gRPC port: [`GRPC_BACKLOG`]; the embedded system binds its servers so too).
+pub fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
