@@ -60,14 +60,21 @@ mod tests {
     use super::*;
     use tonic::codec::{Decoder, Encoder};
 
+    /// `BufferSettings` keeps its fields private; its `Debug` shows them.
+    fn shown(settings: BufferSettings) -> String {
+        format!("{settings:?}")
+    }
+
     #[test]
     fn buffers_start_small_and_keep_tonics_yield_threshold() {
         let mut codec = LeanCodec::<crate::v1::WriterSession, crate::v1::WriterSession>::default();
-        assert_eq!(codec.encoder().buffer_settings().buffer_size, BUFFER_SIZE);
-        assert_eq!(codec.decoder().buffer_settings().buffer_size, BUFFER_SIZE);
-        assert_eq!(
-            codec.encoder().buffer_settings().yield_threshold,
-            BufferSettings::default().yield_threshold
-        );
+        let want = shown(BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD));
+        assert!(want.contains("buffer_size: 512"), "{want}");
+        assert_eq!(shown(codec.encoder().buffer_settings()), want);
+        assert_eq!(shown(codec.decoder().buffer_settings()), want);
+        // The yield threshold is tonic's default.
+        let default = shown(BufferSettings::default());
+        assert!(default.contains("yield_threshold: 32768"), "{default}");
+        assert!(want.contains("yield_threshold: 32768"), "{want}");
     }
 }

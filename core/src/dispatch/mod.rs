@@ -136,6 +136,10 @@ struct ObserveState {
     /// folded before: its snapshot meets the wishes made before.
     cut_at: Option<(Instant, u64)>,
     parts: ActualSnapshot,
+    /// Service changes NRP confirmed while the observe was in flight: its snapshot may have been
+    /// read before them, so they are recorded again once it is folded (else a creation the
+    /// snapshot missed would be sent again: three writes for nothing).
+    since_cut: Vec<crate::difftracker::ServiceChange>,
     observed_once: bool,
     last_at: Option<Instant>,
     /// Backoff after a failed observe.
@@ -480,7 +484,8 @@ impl Dispatcher {
     /// location units and service deletions in flight to end, and none is cut while it is wanted
     /// or in flight: a report folded between its read and its fold would be undone by its older
     /// snapshot (NRP would keep what the server then believes gone, or lose what it believes
-    /// there). Service creations still go: a snapshot that misses one only makes it go again.
+    /// there). Service creations still go: one confirmed while the observe is in flight is
+    /// recorded again once its snapshot is folded (the snapshot may have been read before it).
     pub fn next_unit(
         &mut self,
         tracker: &mut DiffTracker,
@@ -496,6 +501,7 @@ impl Dispatcher {
             self.observe.in_flight = Some(work_id);
             self.observe.cut_at = Some((now, self.reports));
             self.observe.parts = ActualSnapshot::default();
+            self.observe.since_cut.clear();
             Some(UnitWork::Observe)
         } else {
             // While NRP is read back (or waits to be), only creations go. No location work before

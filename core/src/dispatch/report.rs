@@ -63,10 +63,13 @@ impl Dispatcher {
         if let Outcome::Observed { snapshot, last } = report.outcome {
             let observed =
                 self.merge_observed(tracker, (report.work_id, worker), snapshot, last, now);
-            return Some(Folded {
-                services: Vec::new(),
-                observed,
-            });
+            // The changes confirmed since the observe was cut, recorded again after its snapshot.
+            let services = if observed {
+                std::mem::take(&mut self.observe.since_cut)
+            } else {
+                Vec::new()
+            };
+            return Some(Folded { services, observed });
         }
         let unit = self.finish(report.work_id, now).expect("checked in flight");
         if let UnitWork::Locations(_) = unit.work {
@@ -231,6 +234,18 @@ impl Dispatcher {
         match tracker.observe(&snapshot) {
             Ok(_) => {
                 self.count("observe", "observed", "");
+                // NRP confirmed these after the observe was cut: they are newer than what its
+                // snapshot may show (a creation read before it was made is not gone).
+                let again: Vec<String> = self
+                    .observe
+                    .since_cut
+                    .iter()
+                    .filter_map(|c| tracker.record_service_applied(c).err())
+                    .map(|e| e.to_string())
+                    .collect();
+                for e in again {
+                    self.error(ids, &UnitWork::Observe, "InconsistentReport", &e, false, now);
+                }
                 // Every wish made before the observe was cut is met; one made later stays.
                 let (cut, seen) = self.observe.cut_at.unwrap_or((now, self.reports));
                 self.observe.asap = false;
@@ -290,7 +305,12 @@ impl Dispatcher {
                         self.failing.remove(&key);
                         self.dispatches.remove(&key);
                         match tracker.record_service_applied(c) {
-                            Ok(()) => recorded.push(c.clone()),
+                            Ok(()) => {
+                                if self.observe.in_flight.is_some() {
+                                    self.observe.since_cut.push(c.clone());
+                                }
+                                recorded.push(c.clone());
+                            }
                             Err(e) => failures.push(e.to_string()),
                         }
                     }

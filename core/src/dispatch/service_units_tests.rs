@@ -74,3 +74,50 @@ fn a_service_unit_cut_with_little_room_runs_its_changes_one_after_the_other() {
     assert_eq!(d.mutating_calls_in_flight(), 2);
     assert!(d.next_unit(&mut t, 3, 5, now).is_none(), "the cap holds");
 }
+
+/// A creation NRP confirms while an observe is in flight is not undone by the observe's snapshot,
+/// read before it: the service stays in the actual state and is not created again (at 2,500
+/// Services under ARM's write budget, an anti-entropy observe within the start sent 48 creations
+/// again: 99 writes for nothing).
+#[test]
+fn a_creation_confirmed_during_an_observe_is_not_sent_again() {
+    let now = Instant::now();
+    let mut t = DiffTracker::new();
+    let mut d = Dispatcher::new(DispatchConfig::unbatched(), env());
+    observed(&mut d, &mut t, now);
+    t.update_service(Operation::Add, "svc").unwrap();
+    let create = d.next_unit(&mut t, 1, 2, now).expect("the creation");
+    assert!(matches!(create.work, UnitWork::Services(_)));
+    // An observe is cut while the creation is under way (creations do not hold it back)...
+    d.request_observe();
+    let observe = d.next_unit(&mut t, 1, 3, now).expect("the observe");
+    assert_eq!(observe.work, UnitWork::Observe);
+    // ...the creation is confirmed, then the observe's snapshot, read before it, comes.
+    let folded = d.on_report(&mut t, 1, applied(2), now).unwrap();
+    assert_eq!(folded.services.len(), 1);
+    let folded = d
+        .on_report(
+            &mut t,
+            1,
+            Report {
+                refused: Vec::new(),
+                work_id: 3,
+                applied: vec![],
+                progress: vec![],
+                outcome: Outcome::Observed {
+                    snapshot: crate::difftracker::ActualSnapshot::default(),
+                    last: true,
+                },
+            },
+            now,
+        )
+        .unwrap();
+    assert!(folded.observed);
+    assert!(t.service_view("svc").is_some_and(|v| v.actual));
+    assert!(
+        d.next_unit(&mut t, 1, 4, now).is_none(),
+        "nothing to send again"
+    );
+    // The confirmed creation is handed on, for what is kept beside the tracker (its frontend).
+    assert_eq!(folded.services.len(), 1);
+}

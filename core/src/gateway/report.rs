@@ -124,7 +124,21 @@ impl GatewayCore {
                     && let Some((_, observed)) = self.observing.take()
                     && folded.observed
                 {
+                    // Creations confirmed while the observe was in flight keep the frontend
+                    // their reports gave, if its snapshot was read before them.
+                    let confirmed: Vec<(String, String)> = folded
+                        .services
+                        .iter()
+                        .filter(|c| c.action == ServiceAction::Create)
+                        .filter_map(|c| {
+                            let ip = self.frontends.get(&c.name)?;
+                            Some((c.name.clone(), ip.clone()))
+                        })
+                        .collect();
                     self.frontends = observed.frontends;
+                    for (name, ip) in confirmed {
+                        self.frontends.entry(name).or_insert(ip);
+                    }
                     let tracker = &self.tracker;
                     self.programmed
                         .retain(|name, _| tracker.service_view(name).is_some_and(|v| v.actual));
