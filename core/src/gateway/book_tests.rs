@@ -338,3 +338,32 @@ fn settings_that_differ_from_the_programmed_ones_create_the_service_again() {
         "created again for the new settings"
     );
 }
+
+#[test]
+fn a_creation_confirmed_during_an_observe_keeps_its_frontend() {
+    let mut g = gateway();
+    let now = Instant::now();
+    let unit = g.dispatch.next_unit(&mut g.tracker, 1, 1, now).unwrap();
+    assert_eq!(unit.work, UnitWork::Observe);
+    assert!(g.on_report(1, observed(1, &[], true), Vec::new(), Vec::new(), now));
+    g.tracker.update_service(Operation::Add, "a").unwrap();
+    let create = g.dispatch.next_unit(&mut g.tracker, 1, 2, now).unwrap();
+    assert!(matches!(create.work, UnitWork::Services(_)));
+    // An observe is cut while the creation is under way; the creation is confirmed with its
+    // frontend; then the observe's snapshot, read before the creation, comes.
+    g.dispatch.request_observe();
+    let unit = g.dispatch.next_unit(&mut g.tracker, 1, 3, now).unwrap();
+    assert_eq!(unit.work, UnitWork::Observe);
+    let created = Report {
+        refused: Vec::new(),
+        work_id: 2,
+        applied: Vec::new(),
+        progress: Vec::new(),
+        outcome: Outcome::Applied,
+    };
+    let ip = frontends(&[("a", "20.0.0.9")]);
+    assert!(g.on_report(1, created, ip, Vec::new(), now));
+    assert!(g.on_report(1, observed(3, &[], true), Vec::new(), Vec::new(), now));
+    assert!(g.tracker.service_view("a").is_some_and(|v| v.actual));
+    assert_eq!(g.frontends.get("a").map(String::as_str), Some("20.0.0.9"));
+}
