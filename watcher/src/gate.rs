@@ -69,6 +69,27 @@ pub const NOT_SELECTED_GRACE: Duration = Duration::from_secs(2);
 /// How long after a failed patch of a pod's condition it is tried again.
 const PATCH_RETRY: Duration = Duration::from_secs(1);
 
+/// The most patches of pods' conditions under way at once. A scale-up of 100 gated pods costs
+/// 100 `False, Pending` and 100 `True` patches: one after the other, each an API server's
+/// write (tens of ms, more under load), they held every pod's gate back by seconds.
+const PATCHES_AT_ONCE: usize = 16;
+
+/// The most pod events taken in after a wake-up before the dirty pods are checked (so that a
+/// burst of pod events is fed to the translators at once, not one per round of patches).
+const DRAIN: usize = 1_000;
+
+/// Pod events read ahead of the gate's loop.
+const POD_EVENTS_BUFFERED: usize = 1_024;
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[derive(Debug)]
 struct Tracked {
     pod: GatedPod,
@@ -111,6 +132,17 @@ pub(crate) struct Gate {
     /// Pods to check.
     dirty: HashSet<ObjKey>,
     listing: Option<HashSet<ObjKey>>,
+}
+
+/// A condition the gate writes on a pod.
+#[derive(Debug)]
+struct Write {
+    key: ObjKey,
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+    /// The pod's gate clock (for the histogram of `True`).
+    since: Instant,
 }
 
 /// What a timer is for.
@@ -167,6 +199,17 @@ impl Gate {
             crate::relist::connection_backoff(self.config.watch_backoff_max),
         )
         .boxed();
+        // The pod watch is read by a task of its own: a watch's HTTP body is read only while it
+        // is polled, so read between the loop's rounds of patches it gave one pod event per round
+        // (a scale-up of 100 pods took in its pods one patch after another).
+        let (pod_tx, mut pod_events) = mpsc::channel(POD_EVENTS_BUFFERED);
+        let _reader = AbortOnDrop(tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                if pod_tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+        }));
         let mut pushes = self.pushes.take().expect("run once");
         // A lane's acknowledgement: its translator's change reached the server (an EndpointSlice
         // that lists a pending pod may have come).
@@ -184,34 +227,56 @@ impl Gate {
             }
             let pending = self.has_pending();
             let woken = tokio::select! {
-                e = events.next() => Woken::Pod(Box::new(e)),
+                e = pod_events.recv() => Woken::Pod(Box::new(e)),
                 Some(p) = pushes.recv() => Woken::Pushed(p),
                 Some(()) = acks.next(), if pending => Woken::Acked,
                 Some(t) = self.timers.next() => Woken::Timer(t.into_inner()),
             };
-            match woken {
-                Woken::Pod(e) => match *e {
-                    Some(Ok(e)) => self.event(e),
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
-                    }
-                    None => return Ended::failed(READINESS_GATE, "its pod watch ended"),
-                },
-                Woken::Pushed(p) => self.pushed(p),
-                Woken::Acked => self.all_pending_dirty(),
-                Woken::Timer(Timer::Pod(key)) => {
-                    if let Some(t) = self.pods.get_mut(&key) {
-                        t.timer = None;
-                    }
-                    self.dirty.insert(key);
+            if let Some(ended) = self.woken(woken) {
+                return ended;
+            }
+            // Whatever else is ready now is taken in before the checks: a burst of pod events
+            // (a scale-up) is fed to the translators at once and checked in one round, its
+            // patches side by side.
+            for _ in 0..DRAIN {
+                let Ok(e) = pod_events.try_recv() else {
+                    break;
+                };
+                if let Some(ended) = self.woken(Woken::Pod(Box::new(Some(e)))) {
+                    return ended;
                 }
-                Woken::Timer(Timer::Reopen) => {}
+            }
+            while let Ok(p) = pushes.try_recv() {
+                self.pushed(p);
             }
             self.check_dirty().await;
             for (lane, stream) in self.streams.iter_mut().enumerate() {
                 stream.sync(lane, &self.pushed);
             }
         }
+    }
+
+    /// Takes in what woke the loop; `Some` when the gate is to end.
+    fn woken(&mut self, woken: Woken) -> Option<Ended> {
+        match woken {
+            Woken::Pod(e) => match *e {
+                Some(Ok(e)) => self.event(e),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
+                }
+                None => return Some(Ended::failed(READINESS_GATE, "its pod watch ended")),
+            },
+            Woken::Pushed(p) => self.pushed(p),
+            Woken::Acked => self.all_pending_dirty(),
+            Woken::Timer(Timer::Pod(key)) => {
+                if let Some(t) = self.pods.get_mut(&key) {
+                    t.timer = None;
+                }
+                self.dirty.insert(key);
+            }
+            Woken::Timer(Timer::Reopen) => {}
+        }
+        None
     }
 
     fn has_pending(&self) -> bool {
@@ -355,22 +420,66 @@ impl Gate {
         }
     }
 
-    /// Checks the pods marked dirty.
+    /// Checks the pods marked dirty, then writes what they need side by side (at most
+    /// [`PATCHES_AT_ONCE`] at once; `True` first).
     async fn check_dirty(&mut self) {
-        for key in std::mem::take(&mut self.dirty) {
-            self.check(&key).await;
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut writes = Vec::new();
+        for key in dirty {
+            if let Some(w) = self.check(&key).await {
+                writes.push(w);
+            }
+        }
+        if writes.is_empty() {
+            return;
+        }
+        writes.sort_by_key(|w| w.status != "True");
+        let this = &*self;
+        let done: Vec<(Write, bool)> = futures::stream::iter(writes)
+            .map(|w| async move {
+                let ok = this.patch(&w.key, w.status, w.reason, &w.message).await;
+                (w, ok)
+            })
+            .buffer_unordered(PATCHES_AT_ONCE)
+            .collect()
+            .await;
+        for (w, ok) in done {
+            self.written(w, ok);
         }
     }
-    /// Checks pod `key`: writes `False, Pending` once, then `True` once programmed (or selected by
-    /// no clb Service, or past the bound). Keeps what it waits for in the lanes' streams, and its
-    /// timer at the next moment time alone may decide it.
-    async fn check(&mut self, key: &ObjKey) {
-        let Some(t) = self.pods.get(key) else {
+
+    /// A write of [`Gate::check`] done (`ok`) or failed (tried again after [`PATCH_RETRY`]).
+    fn written(&mut self, w: Write, ok: bool) {
+        let key = &w.key;
+        if !ok {
+            self.arm(key, Instant::now() + PATCH_RETRY);
             return;
-        };
+        }
+        if w.status != "True" {
+            if let Some(t) = self.pods.get_mut(key) {
+                t.pending_written = true;
+            }
+            return;
+        }
+        let waited = w.since.elapsed();
+        self.config
+            .metrics
+            .gate_opened(w.reason, waited.as_secs_f64());
+        tracing::info!(pod = %key, reason = w.reason, ?waited, "readiness gate {GATE_CONDITION_TYPE} set True");
+        if let Some(t) = self.pods.get_mut(key) {
+            t.opened = true;
+        }
+        self.settled(key);
+    }
+
+    /// Checks pod `key`: what to write on it — `False, Pending` once, then `True` once programmed
+    /// (or selected by no clb Service, or past the bound). Keeps what it waits for in the lanes'
+    /// streams, and its timer at the next moment time alone may decide it.
+    async fn check(&mut self, key: &ObjKey) -> Option<Write> {
+        let t = self.pods.get(key)?;
         if !t.pending() {
             self.settled(key);
-            return;
+            return None;
         }
         let since = t.eligible_since.unwrap_or_else(Instant::now);
         let pod = t.pod.clone();
@@ -426,32 +535,24 @@ impl Gate {
             Some(("Timeout", why))
         } else {
             self.arm(key, since + timeout);
-            if !pending_written {
-                let msg =
-                    "waiting for Azure to program the pod's address in its Services' backend pools";
-                if !self.patch(key, "False", "Pending", msg).await {
-                    self.arm(key, Instant::now() + PATCH_RETRY);
-                } else if let Some(t) = self.pods.get_mut(key) {
-                    t.pending_written = true;
-                }
-            }
-            None
+            return (!pending_written).then(|| Write {
+                key: key.clone(),
+                status: "False",
+                reason: "Pending",
+                message: "waiting for Azure to program the pod's address in its Services' \
+                          backend pools"
+                    .to_owned(),
+                since,
+            });
         };
-        let Some((reason, message)) = outcome else {
-            return;
-        };
-        if !self.patch(key, "True", reason, &message).await {
-            self.arm(key, Instant::now() + PATCH_RETRY);
-            return;
-        }
-        self.config
-            .metrics
-            .gate_opened(reason, since.elapsed().as_secs_f64());
-        tracing::info!(pod = %key, reason, waited = ?since.elapsed(), "readiness gate {GATE_CONDITION_TYPE} set True");
-        if let Some(t) = self.pods.get_mut(key) {
-            t.opened = true;
-        }
-        self.settled(key);
+        let (reason, message) = outcome?;
+        Some(Write {
+            key: key.clone(),
+            status: "True",
+            reason,
+            message,
+            since,
+        })
     }
 
     /// Pod `key` waits for nothing (any more): out of the streams, its timer gone.
