@@ -34,9 +34,14 @@
 //! The condition is written with a strategic merge patch of the `status` subresource (pod
 //! conditions merge by `type`, so other conditions are untouched; RBAC `patch` on `pods/status`,
 //! granted by `deploy/components/readiness-gate`).
+//!
+//! The loop does not wait for its patches: the pod watch is read by a task of its own (a watch's
+//! body is read only while polled; read between patches, it gave one event per patch), and the
+//! patches run as tasks beside the loop (`PATCHES_AT_ONCE` at once, one per pod at a time).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -71,7 +76,8 @@ const PATCH_RETRY: Duration = Duration::from_secs(1);
 
 /// The most patches of pods' conditions under way at once. A scale-up of 100 gated pods costs
 /// 100 `False, Pending` and 100 `True` patches: one after the other, each an API server's
-/// write (tens of ms, more under load), they held every pod's gate back by seconds.
+/// write (tens of ms, more under load), they held every pod's gate back by seconds. They run
+/// beside the gate's loop, which goes on taking pod events and pushes meanwhile.
 const PATCHES_AT_ONCE: usize = 16;
 
 /// The most pod events taken in after a wake-up before the dirty pods are checked (so that a
@@ -131,6 +137,13 @@ pub(crate) struct Gate {
     timers: DelayQueue<Timer>,
     /// Pods to check.
     dirty: HashSet<ObjKey>,
+    /// The patches of pods' conditions under way, each with its pod (at most one per pod: a pod
+    /// is checked again once its patch is done).
+    writes: tokio::task::JoinSet<(Write, bool)>,
+    writing: HashMap<tokio::task::Id, ObjKey>,
+    busy: HashSet<ObjKey>,
+    /// At most [`PATCHES_AT_ONCE`] of them patch at once.
+    patches: Arc<tokio::sync::Semaphore>,
     listing: Option<HashSet<ObjKey>>,
 }
 
@@ -160,6 +173,8 @@ enum Woken {
     Pushed(Pushed),
     Acked,
     Timer(Timer),
+    /// A patch of a pod's condition is done (`Ok((write, succeeded))`), or its task failed.
+    Written(Result<(tokio::task::Id, (Write, bool)), tokio::task::JoinError>),
 }
 
 impl Gate {
@@ -186,6 +201,10 @@ impl Gate {
             pushes: Some(pushes),
             timers: DelayQueue::new(),
             dirty: HashSet::new(),
+            writes: tokio::task::JoinSet::new(),
+            writing: HashMap::new(),
+            busy: HashSet::new(),
+            patches: Arc::new(tokio::sync::Semaphore::new(PATCHES_AT_ONCE)),
             listing: None,
         }
     }
@@ -231,6 +250,7 @@ impl Gate {
                 Some(p) = pushes.recv() => Woken::Pushed(p),
                 Some(()) = acks.next(), if pending => Woken::Acked,
                 Some(t) = self.timers.next() => Woken::Timer(t.into_inner()),
+                Some(w) = self.writes.join_next_with_id() => Woken::Written(w),
             };
             if let Some(ended) = self.woken(woken) {
                 return ended;
@@ -248,6 +268,9 @@ impl Gate {
             }
             while let Ok(p) = pushes.try_recv() {
                 self.pushed(p);
+            }
+            while let Some(w) = self.writes.try_join_next_with_id() {
+                let _ = self.woken(Woken::Written(w));
             }
             self.check_dirty().await;
             for (lane, stream) in self.streams.iter_mut().enumerate() {
@@ -275,6 +298,19 @@ impl Gate {
                 self.dirty.insert(key);
             }
             Woken::Timer(Timer::Reopen) => {}
+            Woken::Written(Ok((id, (w, ok)))) => {
+                self.writing.remove(&id);
+                self.busy.remove(&w.key);
+                self.written(w, ok);
+            }
+            Woken::Written(Err(e)) => {
+                // Not expected (a patch does not panic): its pod is checked again.
+                tracing::warn!(error = %e, "readiness gate: a patch's task failed");
+                if let Some(key) = self.writing.remove(&e.id()) {
+                    self.busy.remove(&key);
+                    self.arm(&key, Instant::now() + PATCH_RETRY);
+                }
+            }
         }
         None
     }
@@ -420,31 +456,33 @@ impl Gate {
         }
     }
 
-    /// Checks the pods marked dirty, then writes what they need side by side (at most
-    /// [`PATCHES_AT_ONCE`] at once; `True` first).
+    /// Checks the pods marked dirty (but those whose patch is under way: they are checked again
+    /// once it is done) and starts the patches they need.
     async fn check_dirty(&mut self) {
         let dirty = std::mem::take(&mut self.dirty);
         let mut writes = Vec::new();
         for key in dirty {
+            if self.busy.contains(&key) {
+                continue;
+            }
             if let Some(w) = self.check(&key).await {
                 writes.push(w);
             }
         }
-        if writes.is_empty() {
-            return;
-        }
+        // `True` first: a pod that waits for nothing more is not queued behind `Pending`s.
         writes.sort_by_key(|w| w.status != "True");
-        let this = &*self;
-        let done: Vec<(Write, bool)> = futures::stream::iter(writes)
-            .map(|w| async move {
-                let ok = this.patch(&w.key, w.status, w.reason, &w.message).await;
+        for w in writes {
+            let api: Api<Pod> = Api::namespaced(self.write.clone(), &w.key.namespace);
+            let metrics = self.config.metrics.clone();
+            let patches = self.patches.clone();
+            let key = w.key.clone();
+            let task = self.writes.spawn(async move {
+                let _permit = patches.acquire_owned().await;
+                let ok = patch(&api, &metrics, &w).await;
                 (w, ok)
-            })
-            .buffer_unordered(PATCHES_AT_ONCE)
-            .collect()
-            .await;
-        for (w, ok) in done {
-            self.written(w, ok);
+            });
+            self.writing.insert(task.id(), key.clone());
+            self.busy.insert(key);
         }
     }
 
@@ -459,6 +497,8 @@ impl Gate {
             if let Some(t) = self.pods.get_mut(key) {
                 t.pending_written = true;
             }
+            // What came while it was written (an answer) is looked at now.
+            self.dirty.insert(key.clone());
             return;
         }
         let waited = w.since.elapsed();
@@ -614,37 +654,6 @@ impl Gate {
         out
     }
 
-    /// Sets our condition on the pod (strategic merge patch of `status`: merged by `type`).
-    async fn patch(&self, key: &ObjKey, status: &str, reason: &str, message: &str) -> bool {
-        let api: Api<Pod> = Api::namespaced(self.write.clone(), &key.namespace);
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let now = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-        let patch = json!({"status": {"conditions": [{
-            "type": GATE_CONDITION_TYPE,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now.to_string(),
-        }]}});
-        let params = PatchParams {
-            field_manager: Some(crate::writeback::FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        match api
-            .patch_status(&key.name, &params, &Patch::Strategic(&patch))
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                self.config
-                    .metrics
-                    .writeback_failure("setting a pod's readiness gate");
-                tracing::warn!(pod = %key, error = %e, "setting the readiness gate failed; retrying");
-                false
-            }
-        }
-    }
-
     async fn warn(&self, key: &ObjKey, pod: &GatedPod, why: &str) {
         let reference = ObjectReference {
             api_version: Some("v1".to_owned()),
@@ -663,6 +672,34 @@ impl Gate {
         };
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(pod = %key, error = %e, "publishing an event failed");
+        }
+    }
+}
+
+/// Sets our condition `w` on its pod (strategic merge patch of `status`: merged by `type`).
+async fn patch(api: &Api<Pod>, metrics: &crate::metrics::WatcherMetrics, w: &Write) -> bool {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let now = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let patch = json!({"status": {"conditions": [{
+        "type": GATE_CONDITION_TYPE,
+        "status": w.status,
+        "reason": w.reason,
+        "message": w.message,
+        "lastTransitionTime": now.to_string(),
+    }]}});
+    let params = PatchParams {
+        field_manager: Some(crate::writeback::FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(&w.key.name, &params, &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            metrics.writeback_failure("setting a pod's readiness gate");
+            tracing::warn!(pod = %w.key, error = %e, "setting the readiness gate failed; retrying");
+            false
         }
     }
 }
