@@ -34,9 +34,14 @@
 //! The condition is written with a strategic merge patch of the `status` subresource (pod
 //! conditions merge by `type`, so other conditions are untouched; RBAC `patch` on `pods/status`,
 //! granted by `deploy/components/readiness-gate`).
+//!
+//! The loop does not wait for its patches: the pod watch is read by a task of its own (a watch's
+//! body is read only while polled; read between patches, it gave one event per patch), and the
+//! patches run as tasks beside the loop (`PATCHES_AT_ONCE` at once, one per pod at a time).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -68,6 +73,28 @@ pub const NOT_SELECTED_GRACE: Duration = Duration::from_secs(2);
 
 /// How long after a failed patch of a pod's condition it is tried again.
 const PATCH_RETRY: Duration = Duration::from_secs(1);
+
+/// The most patches of pods' conditions under way at once. A scale-up of 100 gated pods costs
+/// 100 `False, Pending` and 100 `True` patches: one after the other, each an API server's
+/// write (tens of ms, more under load), they held every pod's gate back by seconds. They run
+/// beside the gate's loop, which goes on taking pod events and pushes meanwhile.
+const PATCHES_AT_ONCE: usize = 16;
+
+/// The most pod events taken in after a wake-up before the dirty pods are checked (so that a
+/// burst of pod events is fed to the translators at once, not one per round of patches).
+const DRAIN: usize = 1_000;
+
+/// Pod events read ahead of the gate's loop.
+const POD_EVENTS_BUFFERED: usize = 1_024;
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 #[derive(Debug)]
 struct Tracked {
@@ -110,7 +137,25 @@ pub(crate) struct Gate {
     timers: DelayQueue<Timer>,
     /// Pods to check.
     dirty: HashSet<ObjKey>,
+    /// The patches of pods' conditions under way, each with its pod (at most one per pod: a pod
+    /// is checked again once its patch is done).
+    writes: tokio::task::JoinSet<(Write, bool)>,
+    writing: HashMap<tokio::task::Id, ObjKey>,
+    busy: HashSet<ObjKey>,
+    /// At most [`PATCHES_AT_ONCE`] of them patch at once.
+    patches: Arc<tokio::sync::Semaphore>,
     listing: Option<HashSet<ObjKey>>,
+}
+
+/// A condition the gate writes on a pod.
+#[derive(Debug)]
+struct Write {
+    key: ObjKey,
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+    /// The pod's gate clock (for the histogram of `True`).
+    since: Instant,
 }
 
 /// What a timer is for.
@@ -128,6 +173,8 @@ enum Woken {
     Pushed(Pushed),
     Acked,
     Timer(Timer),
+    /// A patch of a pod's condition is done (`Ok((write, succeeded))`), or its task failed.
+    Written(Result<(tokio::task::Id, (Write, bool)), tokio::task::JoinError>),
 }
 
 impl Gate {
@@ -154,6 +201,10 @@ impl Gate {
             pushes: Some(pushes),
             timers: DelayQueue::new(),
             dirty: HashSet::new(),
+            writes: tokio::task::JoinSet::new(),
+            writing: HashMap::new(),
+            busy: HashSet::new(),
+            patches: Arc::new(tokio::sync::Semaphore::new(PATCHES_AT_ONCE)),
             listing: None,
         }
     }
@@ -167,6 +218,17 @@ impl Gate {
             crate::relist::connection_backoff(self.config.watch_backoff_max),
         )
         .boxed();
+        // The pod watch is read by a task of its own: a watch's HTTP body is read only while it
+        // is polled, so read between the loop's rounds of patches it gave one pod event per round
+        // (a scale-up of 100 pods took in its pods one patch after another).
+        let (pod_tx, mut pod_events) = mpsc::channel(POD_EVENTS_BUFFERED);
+        let _reader = AbortOnDrop(tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                if pod_tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+        }));
         let mut pushes = self.pushes.take().expect("run once");
         // A lane's acknowledgement: its translator's change reached the server (an EndpointSlice
         // that lists a pending pod may have come).
@@ -184,34 +246,73 @@ impl Gate {
             }
             let pending = self.has_pending();
             let woken = tokio::select! {
-                e = events.next() => Woken::Pod(Box::new(e)),
+                e = pod_events.recv() => Woken::Pod(Box::new(e)),
                 Some(p) = pushes.recv() => Woken::Pushed(p),
                 Some(()) = acks.next(), if pending => Woken::Acked,
                 Some(t) = self.timers.next() => Woken::Timer(t.into_inner()),
+                Some(w) = self.writes.join_next_with_id() => Woken::Written(w),
             };
-            match woken {
-                Woken::Pod(e) => match *e {
-                    Some(Ok(e)) => self.event(e),
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
-                    }
-                    None => return Ended::failed(READINESS_GATE, "its pod watch ended"),
-                },
-                Woken::Pushed(p) => self.pushed(p),
-                Woken::Acked => self.all_pending_dirty(),
-                Woken::Timer(Timer::Pod(key)) => {
-                    if let Some(t) = self.pods.get_mut(&key) {
-                        t.timer = None;
-                    }
-                    self.dirty.insert(key);
+            if let Some(ended) = self.woken(woken) {
+                return ended;
+            }
+            // Whatever else is ready now is taken in before the checks: a burst of pod events
+            // (a scale-up) is fed to the translators at once and checked in one round, its
+            // patches side by side.
+            for _ in 0..DRAIN {
+                let Ok(e) = pod_events.try_recv() else {
+                    break;
+                };
+                if let Some(ended) = self.woken(Woken::Pod(Box::new(Some(e)))) {
+                    return ended;
                 }
-                Woken::Timer(Timer::Reopen) => {}
+            }
+            while let Ok(p) = pushes.try_recv() {
+                self.pushed(p);
+            }
+            while let Some(w) = self.writes.try_join_next_with_id() {
+                let _ = self.woken(Woken::Written(w));
             }
             self.check_dirty().await;
             for (lane, stream) in self.streams.iter_mut().enumerate() {
                 stream.sync(lane, &self.pushed);
             }
         }
+    }
+
+    /// Takes in what woke the loop; `Some` when the gate is to end.
+    fn woken(&mut self, woken: Woken) -> Option<Ended> {
+        match woken {
+            Woken::Pod(e) => match *e {
+                Some(Ok(e)) => self.event(e),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "readiness gate: pod watch failed; retrying");
+                }
+                None => return Some(Ended::failed(READINESS_GATE, "its pod watch ended")),
+            },
+            Woken::Pushed(p) => self.pushed(p),
+            Woken::Acked => self.all_pending_dirty(),
+            Woken::Timer(Timer::Pod(key)) => {
+                if let Some(t) = self.pods.get_mut(&key) {
+                    t.timer = None;
+                }
+                self.dirty.insert(key);
+            }
+            Woken::Timer(Timer::Reopen) => {}
+            Woken::Written(Ok((id, (w, ok)))) => {
+                self.writing.remove(&id);
+                self.busy.remove(&w.key);
+                self.written(w, ok);
+            }
+            Woken::Written(Err(e)) => {
+                // Not expected (a patch does not panic): its pod is checked again.
+                tracing::warn!(error = %e, "readiness gate: a patch's task failed");
+                if let Some(key) = self.writing.remove(&e.id()) {
+                    self.busy.remove(&key);
+                    self.arm(&key, Instant::now() + PATCH_RETRY);
+                }
+            }
+        }
+        None
     }
 
     fn has_pending(&self) -> bool {
@@ -355,22 +456,70 @@ impl Gate {
         }
     }
 
-    /// Checks the pods marked dirty.
+    /// Checks the pods marked dirty (but those whose patch is under way: they are checked again
+    /// once it is done) and starts the patches they need.
     async fn check_dirty(&mut self) {
-        for key in std::mem::take(&mut self.dirty) {
-            self.check(&key).await;
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut writes = Vec::new();
+        for key in dirty {
+            if self.busy.contains(&key) {
+                continue;
+            }
+            if let Some(w) = self.check(&key).await {
+                writes.push(w);
+            }
+        }
+        // `True` first: a pod that waits for nothing more is not queued behind `Pending`s.
+        writes.sort_by_key(|w| w.status != "True");
+        for w in writes {
+            let api: Api<Pod> = Api::namespaced(self.write.clone(), &w.key.namespace);
+            let metrics = self.config.metrics.clone();
+            let patches = self.patches.clone();
+            let key = w.key.clone();
+            let task = self.writes.spawn(async move {
+                let _permit = patches.acquire_owned().await;
+                let ok = patch(&api, &metrics, &w).await;
+                (w, ok)
+            });
+            self.writing.insert(task.id(), key.clone());
+            self.busy.insert(key);
         }
     }
-    /// Checks pod `key`: writes `False, Pending` once, then `True` once programmed (or selected by
-    /// no clb Service, or past the bound). Keeps what it waits for in the lanes' streams, and its
-    /// timer at the next moment time alone may decide it.
-    async fn check(&mut self, key: &ObjKey) {
-        let Some(t) = self.pods.get(key) else {
+
+    /// A write of [`Gate::check`] done (`ok`) or failed (tried again after [`PATCH_RETRY`]).
+    fn written(&mut self, w: Write, ok: bool) {
+        let key = &w.key;
+        if !ok {
+            self.arm(key, Instant::now() + PATCH_RETRY);
             return;
-        };
+        }
+        if w.status != "True" {
+            if let Some(t) = self.pods.get_mut(key) {
+                t.pending_written = true;
+            }
+            // What came while it was written (an answer) is looked at now.
+            self.dirty.insert(key.clone());
+            return;
+        }
+        let waited = w.since.elapsed();
+        self.config
+            .metrics
+            .gate_opened(w.reason, waited.as_secs_f64());
+        tracing::info!(pod = %key, reason = w.reason, ?waited, "readiness gate {GATE_CONDITION_TYPE} set True");
+        if let Some(t) = self.pods.get_mut(key) {
+            t.opened = true;
+        }
+        self.settled(key);
+    }
+
+    /// Checks pod `key`: what to write on it — `False, Pending` once, then `True` once programmed
+    /// (or selected by no clb Service, or past the bound). Keeps what it waits for in the lanes'
+    /// streams, and its timer at the next moment time alone may decide it.
+    async fn check(&mut self, key: &ObjKey) -> Option<Write> {
+        let t = self.pods.get(key)?;
         if !t.pending() {
             self.settled(key);
-            return;
+            return None;
         }
         let since = t.eligible_since.unwrap_or_else(Instant::now);
         let pod = t.pod.clone();
@@ -426,32 +575,24 @@ impl Gate {
             Some(("Timeout", why))
         } else {
             self.arm(key, since + timeout);
-            if !pending_written {
-                let msg =
-                    "waiting for Azure to program the pod's address in its Services' backend pools";
-                if !self.patch(key, "False", "Pending", msg).await {
-                    self.arm(key, Instant::now() + PATCH_RETRY);
-                } else if let Some(t) = self.pods.get_mut(key) {
-                    t.pending_written = true;
-                }
-            }
-            None
+            return (!pending_written).then(|| Write {
+                key: key.clone(),
+                status: "False",
+                reason: "Pending",
+                message: "waiting for Azure to program the pod's address in its Services' \
+                          backend pools"
+                    .to_owned(),
+                since,
+            });
         };
-        let Some((reason, message)) = outcome else {
-            return;
-        };
-        if !self.patch(key, "True", reason, &message).await {
-            self.arm(key, Instant::now() + PATCH_RETRY);
-            return;
-        }
-        self.config
-            .metrics
-            .gate_opened(reason, since.elapsed().as_secs_f64());
-        tracing::info!(pod = %key, reason, waited = ?since.elapsed(), "readiness gate {GATE_CONDITION_TYPE} set True");
-        if let Some(t) = self.pods.get_mut(key) {
-            t.opened = true;
-        }
-        self.settled(key);
+        let (reason, message) = outcome?;
+        Some(Write {
+            key: key.clone(),
+            status: "True",
+            reason,
+            message,
+            since,
+        })
     }
 
     /// Pod `key` waits for nothing (any more): out of the streams, its timer gone.
@@ -513,37 +654,6 @@ impl Gate {
         out
     }
 
-    /// Sets our condition on the pod (strategic merge patch of `status`: merged by `type`).
-    async fn patch(&self, key: &ObjKey, status: &str, reason: &str, message: &str) -> bool {
-        let api: Api<Pod> = Api::namespaced(self.write.clone(), &key.namespace);
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let now = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-        let patch = json!({"status": {"conditions": [{
-            "type": GATE_CONDITION_TYPE,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now.to_string(),
-        }]}});
-        let params = PatchParams {
-            field_manager: Some(crate::writeback::FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        match api
-            .patch_status(&key.name, &params, &Patch::Strategic(&patch))
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                self.config
-                    .metrics
-                    .writeback_failure("setting a pod's readiness gate");
-                tracing::warn!(pod = %key, error = %e, "setting the readiness gate failed; retrying");
-                false
-            }
-        }
-    }
-
     async fn warn(&self, key: &ObjKey, pod: &GatedPod, why: &str) {
         let reference = ObjectReference {
             api_version: Some("v1".to_owned()),
@@ -562,6 +672,34 @@ impl Gate {
         };
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(pod = %key, error = %e, "publishing an event failed");
+        }
+    }
+}
+
+/// Sets our condition `w` on its pod (strategic merge patch of `status`: merged by `type`).
+async fn patch(api: &Api<Pod>, metrics: &crate::metrics::WatcherMetrics, w: &Write) -> bool {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let now = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let patch = json!({"status": {"conditions": [{
+        "type": GATE_CONDITION_TYPE,
+        "status": w.status,
+        "reason": w.reason,
+        "message": w.message,
+        "lastTransitionTime": now.to_string(),
+    }]}});
+    let params = PatchParams {
+        field_manager: Some(crate::writeback::FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(&w.key.name, &params, &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            metrics.writeback_failure("setting a pod's readiness gate");
+            tracing::warn!(pod = %w.key, error = %e, "setting the readiness gate failed; retrying");
+            false
         }
     }
 }
