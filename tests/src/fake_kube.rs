@@ -124,6 +124,8 @@ struct Inner {
     /// Writes being served now, and the most at once since the start.
     writes_in_flight: usize,
     max_writes_in_flight: usize,
+    pod_writes_in_flight: usize,
+    max_pod_writes_in_flight: usize,
 }
 
 /// A running fake API server (cheap to clone; every clone is the same server).
@@ -394,6 +396,8 @@ impl FakeApi {
             write_latency: Duration::ZERO,
             writes_in_flight: 0,
             max_writes_in_flight: 0,
+            pod_writes_in_flight: 0,
+            max_pod_writes_in_flight: 0,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -532,6 +536,12 @@ impl FakeApi {
     /// The most writes the API served at once since it started.
     pub fn max_writes_in_flight(&self) -> usize {
         self.lock().max_writes_in_flight
+    }
+
+    /// The most writes of pods (their status: the readiness gate's conditions) the API served at
+    /// once since it started. The simulated controllers change pods without a request.
+    pub fn max_pod_writes_in_flight(&self) -> usize {
+        self.lock().max_pod_writes_in_flight
     }
 
     /// Every PATCH received, in order.
@@ -692,7 +702,7 @@ async fn handle(
     if let Some(denied) = auth::gate(&inner, &method, &path, &q, &headers) {
         return denied;
     }
-    let in_flight = (method != Method::GET).then(|| writes::WriteInFlight::enter(&inner));
+    let in_flight = (method != Method::GET).then(|| writes::WriteInFlight::enter(&inner, &path));
     if let Some(w) = &in_flight
         && !w.latency.is_zero()
     {

@@ -258,7 +258,7 @@ fn programmed_and_ready(fake: &FakeApi) -> usize {
 /// per patch it made (a watch's body is read only while it is polled, and its loop awaited each
 /// patch) and patched one pod after the other: at least 40 × 250 ms = 10 s for the `True`
 /// patches alone, as long again for the `Pending` ones. Now the pod watch is read by a task of
-/// its own and the patches go side by side: every gate opens within 8 s of the scale-up.
+/// its own and the patches go side by side (the fake API counts the pod writes it serves at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scale_up_is_not_held_back_by_the_gates_patches_one_after_another() {
     clb_tests::init_tracing();
@@ -302,9 +302,11 @@ async fn a_scale_up_is_not_held_back_by_the_gates_patches_one_after_another() {
         fake.max_writes_in_flight()
     );
     assert_eq!(done, 41, "not every gate opened within 60 s");
+    // What the test holds is the shape, not a time (the time is the bench's, `writer_rpcs`): the
+    // gate's pod patches went side by side, which the loop that awaited each could not do.
     assert!(
-        took < Duration::from_secs(8),
-        "the scale-up took {took:?}: the gate's patches went one after the other"
+        fake.max_pod_writes_in_flight() > 1,
+        "the gate's pod patches went one after the other ({took:?} for the scale-up)"
     );
     w.stop().await;
     controllers.stop().await;

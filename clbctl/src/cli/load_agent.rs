@@ -408,7 +408,10 @@ impl Agent {
         counters: &Counters,
     ) -> Result<(), ClientError> {
         let mut stream = self.stream.lock().await;
-        if stream.as_ref().is_none_or(tokio::sync::mpsc::Sender::is_closed) {
+        if stream
+            .as_ref()
+            .is_none_or(tokio::sync::mpsc::Sender::is_closed)
+        {
             let client = conn.get(counters).await?;
             let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Update>>(4);
             let mut writer = client.writer(&self.writer);

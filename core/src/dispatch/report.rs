@@ -244,7 +244,14 @@ impl Dispatcher {
                     .map(|e| e.to_string())
                     .collect();
                 for e in again {
-                    self.error(ids, &UnitWork::Observe, "InconsistentReport", &e, false, now);
+                    self.error(
+                        ids,
+                        &UnitWork::Observe,
+                        "InconsistentReport",
+                        &e,
+                        false,
+                        now,
+                    );
                 }
                 // Every wish made before the observe was cut is met; one made later stays.
                 let (cut, seen) = self.observe.cut_at.unwrap_or((now, self.reports));
