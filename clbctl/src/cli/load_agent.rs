@@ -59,6 +59,14 @@ pub enum AgentCall {
     ApplyStream,
 }
 
+/// How an agent talks to the server: its connections (`--agent-connections`) and its writes
+/// (`--agent-call`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Talk {
+    pub(super) connections: u8,
+    pub(super) call: AgentCall,
+}
+
 /// A pod of a simulated node.
 #[derive(Debug, Clone)]
 pub(super) struct AgentPod {
@@ -247,8 +255,7 @@ impl Agent {
     pub(super) async fn run(
         self: Arc<Self>,
         options: ConnectOptions,
-        connections: u8,
-        call: AgentCall,
+        Talk { connections, call }: Talk,
         offset: Duration,
         serial: Arc<AtomicU64>,
         counters: Arc<Counters>,

@@ -35,7 +35,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::load::{LoadArgs, costly, embedded_options, lock};
-use super::load_agent::{Agent, AgentCall, Counters, Phase};
+use super::load_agent::{Agent, AgentCall, Counters, Phase, Talk};
 use super::load_procstat::{Sampler, Usage, raise_nofile, ticks_per_s};
 use super::load_report::{Percentiles, round3};
 use super::{Global, emit, parse_duration};
@@ -320,8 +320,10 @@ pub async fn measure(global: &Global, args: &LoadArgs) -> anyhow::Result<AgentsR
             .mul_f64(agent.index as f64 / n.max(1) as f64);
         tasks.spawn(agent.clone().run(
             options.clone(),
-            a.agent_connections,
-            a.agent_call,
+            Talk {
+                connections: a.agent_connections,
+                call: a.agent_call,
+            },
             offset,
             serial.clone(),
             counters.clone(),
