@@ -61,7 +61,8 @@ pub struct AgentArgs {
     /// What each of an agent's writes is: `apply`, the node agent's `Writer.Apply` of a pod
     /// replacement; `health-check`, a `grpc.health.v1.Health/Check` instead, which changes nothing:
     /// what the same number of unary calls costs the server by itself (HTTP/2, tonic, its layers),
-    /// the floor under the agents' writes.
+    /// the floor under the agents' writes; `apply-stream`, the replacement as one message on a
+    /// `Writer.ApplyStream` each agent holds open (what writes on a held stream would cost).
     #[arg(long, value_enum, default_value_t = AgentCall::Apply)]
     pub agent_call: AgentCall,
     /// The longest wait for every agent's first resync.
