@@ -31,17 +31,6 @@ use super::{GatewayHandle, StateServer, services, unix_ms};
 /// snapshot per interval, not one per change.
 pub const SNAPSHOT_SPACING: Duration = Duration::from_millis(20);
 
-/// The services' publication (`WatchServices`) is read under the gateway's lock in time that grows
-/// with the number of services (every service's record and condition). Its spacing is this many
-/// times what the last read took, and at least [`SNAPSHOT_SPACING`]: the read takes at most about a
-/// tenth of the gateway's time however many services there are (at 2,500 Services a read of ~8 ms
-/// every 20 ms under a steady stream of changes was 40 % of a core). What writers wait for
-/// (`awaits`: the readiness gate, node moves) keeps [`SNAPSHOT_SPACING`].
-const SERVICES_READ_SHARE: u32 = 10;
-
-/// The longest spacing of the services' publication, however long a read took.
-const SERVICES_SPACING_MAX: Duration = Duration::from_secs(1);
-
 /// The IP family of each change of a leased services unit, read from `tracker` when the unit is
 /// leased: `None` for a change of no stated family (an IPv4 frontend) and for every change that is
 /// not an inbound creation (the wire leaves it unspecified there).
@@ -261,11 +250,7 @@ pub fn spawn(state: &Arc<StateServer>, handle: Arc<GatewayHandle>) {
 }
 
 async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
-    let mut task = Task {
-        published: None,
-        services: None,
-        services_spacing: SNAPSHOT_SPACING,
-    };
+    let mut task = Task { published: None };
     loop {
         let next = {
             let Some(state) = state.upgrade() else { return };
@@ -291,10 +276,6 @@ async fn run(state: Weak<StateServer>, handle: Arc<GatewayHandle>) {
 struct Task {
     /// The change counter the last snapshot was built at, and when.
     published: Option<(u64, Instant)>,
-    /// The change counter the last services' publication was read at, and when.
-    services: Option<(u64, Instant)>,
-    /// The least time until the next services' publication ([`SERVICES_READ_SHARE`]).
-    services_spacing: Duration,
 }
 
 impl Task {
@@ -353,31 +334,18 @@ impl Task {
                 Some((at, _)) if at == changes => None,
                 Some((_, when)) if now < when + SNAPSHOT_SPACING => Some(when + SNAPSHOT_SPACING),
                 _ => {
+                    // Read only while a `WatchServices` stream follows it; compared and
+                    // published after the lock.
+                    if handle.snapshot_followed() {
+                        gathered = Some(services::gather(gw, changes));
+                    }
                     // What writers wait for, answered; only those owed an answer are woken.
                     handle.awaits().refresh(gw);
                     self.published = Some((changes, now));
                     None
                 }
             };
-            let services_due = match self.services {
-                Some((at, _)) if at == changes => None,
-                Some((_, when)) if now < when + self.services_spacing => {
-                    Some(when + self.services_spacing)
-                }
-                _ => {
-                    // Read only while a `WatchServices` stream follows it; compared and
-                    // published after the lock.
-                    if handle.snapshot_followed() {
-                        let read = Instant::now();
-                        gathered = Some(services::gather(gw, changes));
-                        self.services_spacing = (read.elapsed() * SERVICES_READ_SHARE)
-                            .clamp(SNAPSHOT_SPACING, SERVICES_SPACING_MAX);
-                    }
-                    self.services = Some((changes, now));
-                    None
-                }
-            };
-            let next = [gw.next_deadline(now), spacing_due, services_due]
+            let next = [gw.next_deadline(now), spacing_due]
                 .into_iter()
                 .flatten()
                 .min();
