@@ -413,9 +413,10 @@ impl Harness {
         }
     }
 
-    /// Like [`Harness::restart_server`], but the workers are not started again: their ids are
-    /// returned, for the test to start them when it wants.
-    pub async fn restart_server_without_workers(&mut self) -> Vec<String> {
+    /// The first half of a restart: the server is asked to stop and the workers are stopped;
+    /// returns their ids and the next server's configuration (the gateways file is read again, as
+    /// a restarted binary does).
+    async fn stop_for_restart(&mut self) -> (Vec<String>, ServerConfig) {
         self.server.request_stop();
         let ids = self.worker_ids();
         let stops = std::mem::take(&mut self.workers)
@@ -425,12 +426,18 @@ impl Harness {
             s.await;
         }
         self.generation += 1;
-        // The gateways file is read again, as a restarted binary does.
         let config = server_config(
             &self.options.server,
             self.gateways_file.as_ref(),
             self.generation,
         );
+        (ids, config)
+    }
+
+    /// Like [`Harness::restart_server`], but the workers are not started again: their ids are
+    /// returned, for the test to start them when it wants.
+    pub async fn restart_server_without_workers(&mut self) -> Vec<String> {
+        let (ids, config) = self.stop_for_restart().await;
         let new = ServerProc::start_with(config, self.options.serve_options()).await;
         let old = std::mem::replace(&mut self.server, new);
         old.stop(Duration::from_secs(5)).await;
@@ -444,20 +451,7 @@ impl Harness {
     /// Connected clients lose their connections and reconnect to the same URL.
     pub async fn restart_server_in_place(&mut self) {
         let addr = self.server.addr;
-        self.server.request_stop();
-        let ids = self.worker_ids();
-        let stops = std::mem::take(&mut self.workers)
-            .into_iter()
-            .map(WorkerProc::stop);
-        for s in stops {
-            s.await;
-        }
-        self.generation += 1;
-        let config = server_config(
-            &self.options.server,
-            self.gateways_file.as_ref(),
-            self.generation,
-        );
+        let (ids, config) = self.stop_for_restart().await;
         // The old one lets go of the address (a graceful shutdown: streams end, connections get a
         // GOAWAY) before the new one binds it; meanwhile clients find nobody there.
         self.server.halt(Duration::from_secs(5)).await;
