@@ -17,6 +17,7 @@ pub mod apply;
 pub mod load;
 mod load_agent;
 pub mod load_agents;
+pub mod load_agents_report;
 pub mod load_pacing;
 mod load_procstat;
 pub mod load_report;
