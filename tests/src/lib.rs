@@ -28,6 +28,7 @@ pub mod metrics_check;
 pub mod nrp;
 pub mod rbac;
 pub mod recorder;
+pub mod refusal;
 pub mod regions;
 pub mod rollout;
 pub mod shipped;

@@ -17,89 +17,28 @@
 //!
 //! Waits poll with a generous deadline that only bounds a hung test; nothing asserts timing.
 
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clb_client::updates;
-use clb_nrp_emulator::AddressRefusal;
 use clb_tests::fake_kube::FakeApi;
 use clb_tests::kube_objects::{
     RunningWatcher, endpoint, eventually, node, service, slice, test_config, wait_condition,
+};
+use clb_tests::refusal::{
+    CODE, REFUSED, at_refused_node, good_addresses, in_nrp, refuse, refused_calls, view,
+    wait_in_nrp,
 };
 use clb_tests::{Harness, Options, PATIENCE, WriterExt};
 use clb_watcher::Mode;
 use serde_json::{Value, json};
 
-const REFUSED: &str = "10.1.0.77";
-const CODE: &str = "AddressRefusedByPolicy";
-
 async fn start(name_address: bool) -> Harness {
     clb_tests::init_tracing();
     let mut options = Options::e2e();
-    options.emulator.refused_addresses = vec![AddressRefusal {
-        address: REFUSED.parse::<IpAddr>().unwrap(),
-        code: CODE.into(),
-        name_address,
-    }];
+    refuse(&mut options, name_address);
     options.server.dispatch.refusal_base = Duration::from_millis(400);
     options.server.dispatch.refusal_max = Duration::from_millis(1600);
     Harness::start(options).await
-}
-
-/// `svc-a` at 8 nodes (one address each, `10.1.0.{i}` at `10.0.0.{i}`), plus the refused address
-/// at node 3.
-fn view() -> Vec<clb_proto::v1::Update> {
-    let mut endpoints: Vec<_> = (1..=8)
-        .map(|i| updates::endpoint(&format!("10.1.0.{i}"), &format!("10.0.0.{i}")))
-        .collect();
-    endpoints.push(updates::endpoint(REFUSED, "10.0.0.3"));
-    vec![
-        updates::service_add_family("svc-a", &[], clb_proto::v1::IpFamily::Ipv4),
-        updates::endpoints_level("svc-a", endpoints),
-    ]
-}
-
-/// The addresses NRP holds for `service`.
-fn in_nrp(h: &Harness, service: &str) -> Vec<String> {
-    let mut got: Vec<String> = h
-        .emulator()
-        .dump()
-        .gateway(clb_tests::GATEWAY)
-        .map(|g| {
-            g.address_map()
-                .into_iter()
-                .filter(|(_, services)| services.contains(service))
-                .map(|((_, address), _)| address)
-                .collect()
-        })
-        .unwrap_or_default();
-    got.sort();
-    got
-}
-
-fn refused_calls(h: &Harness) -> u64 {
-    h.emulator()
-        .stats()
-        .rejected_by_code
-        .get(CODE)
-        .copied()
-        .unwrap_or(0)
-}
-
-/// Waits until NRP holds `want` for `service` (and more, maybe).
-async fn wait_in_nrp(h: &Harness, service: &str, want: &[String]) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let got = in_nrp(h, service);
-        if want.iter().all(|a| got.contains(a)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "NRP never held {want:?} for {service}: {got:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// Waits until the gateway's status satisfies `check`; returns it.
@@ -124,7 +63,7 @@ async fn refusal_is_contained_and_bounded(name_address: bool) {
     let r = h.watcher().await.resync_ok(view()).await;
     assert_eq!(r.rejected.len(), 0, "{r:?}");
     // Every address but the refused one, node 3's other address included.
-    let all: Vec<String> = (1..=8).map(|i| format!("10.1.0.{i}")).collect();
+    let all = good_addresses();
     wait_in_nrp(&h, "svc-a", &all).await;
     assert!(!in_nrp(&h, "svc-a").contains(&REFUSED.to_owned()));
     let status = wait_status(&h, "the refused address held", |s| s.refused_addresses == 1).await;
@@ -148,10 +87,7 @@ async fn refusal_is_contained_and_bounded(name_address: bool) {
     // Another Service's endpoint at the same node goes through while the address is held.
     h.watcher()
         .await
-        .apply_ok(vec![
-            updates::service_add_family("svc-b", &[], clb_proto::v1::IpFamily::Ipv4),
-            updates::endpoints_level("svc-b", vec![updates::endpoint("10.1.1.3", "10.0.0.3")]),
-        ])
+        .apply_ok(at_refused_node("svc-b", "10.1.1.3"))
         .await;
     wait_in_nrp(&h, "svc-b", &["10.1.1.3".to_owned()]).await;
     assert_eq!(h.gateway_status().await.refused_addresses, 1, "still held");
@@ -189,13 +125,10 @@ async fn refusal_is_contained_and_bounded(name_address: bool) {
     .await;
 
     // Removed from both: its hold is gone, and nothing else moved.
-    let endpoints: Vec<_> = (1..=8)
-        .map(|i| updates::endpoint(&format!("10.1.0.{i}"), &format!("10.0.0.{i}")))
-        .collect();
     h.watcher()
         .await
         .apply_ok(vec![
-            updates::endpoints_level("svc-a", endpoints),
+            updates::endpoints_level("svc-a", clb_tests::refusal::endpoints(false)),
             updates::endpoints_level("svc-b", vec![updates::endpoint("10.1.1.3", "10.0.0.3")]),
         ])
         .await;
