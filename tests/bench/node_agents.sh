@@ -96,7 +96,8 @@ addr() {
     sed -e 's/\x1b\[[0-9;]*m//g' <<<"$2" | grep -o "$1=[0-9.:]*" | head -1 | cut -d= -f2
 }
 
-echo "servers: $SERVER_BINS ($(git -C "$ROOT" rev-parse --short HEAD) tree for the rest); gRPC $TRANSPORT; out: $OUT"
+echo "servers: $SERVER_BINS ($(git -C "$ROOT" rev-parse --short HEAD) tree for the rest);" \
+    "gRPC $TRANSPORT; out: $OUT"
 echo "start: $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| server | node agents | server RSS after connect / peak | CPU connect+resync | CPU, nobody writing | CPU, agents' writes | CPU, writes + churn | churn p50 / p99 | all connected + resynced | agents resynced > once (failed resync calls) | load at start |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -120,15 +121,15 @@ for SERVER_BIN in $SERVER_BINS; do
         sleep 0.05
     done
     for w in 1 2; do
-        "$BIN/clb-sync-worker" --server "$SCHEME://$grpc" "${CLIENT_TLS_ARGS[@]}" --nrp-endpoint "http://$nrp" \
-            --subscription sub --resource-group rg --credential none --capacity 4 \
+        "$BIN/clb-sync-worker" --server "$SCHEME://$grpc" "${CLIENT_TLS_ARGS[@]}" \
+            --nrp-endpoint "http://$nrp" --subscription sub --resource-group rg --credential none --capacity 4 \
             --worker-id "bench-worker-$w" >"$OUT/worker-$tag-$n-$w.log" 2>&1 &
         PIDS+=($!)
     done
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     # shellcheck disable=SC2086
-    if "$BIN/clbctl" -o json "${CLIENT_TLS_ARGS[@]}" load --state-server "$SCHEME://$grpc" --server-pid "$server_pid" \
-        --node-agents "$n" $LOAD_ARGS >"$OUT/report-$tag-$n.json" 2>"$OUT/clbctl-$tag-$n.log"; then
+    if "$BIN/clbctl" -o json "${CLIENT_TLS_ARGS[@]}" load --state-server "$SCHEME://$grpc" \
+        --server-pid "$server_pid" --node-agents "$n" $LOAD_ARGS >"$OUT/report-$tag-$n.json" 2>"$OUT/clbctl-$tag-$n.log"; then
         :
     else
         echo "clbctl load --node-agents $n failed: see $OUT/clbctl-$tag-$n.log" >&2
