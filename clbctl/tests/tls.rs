@@ -2,9 +2,10 @@
 //! (certificates from `tests/support/pki.rs`, shared with the state server's TLS tests: a CA, a
 //! server certificate for `localhost` and 127.0.0.1, a client certificate): the typed client (with
 //! the CA, without it, by IP address with a domain override), mutual TLS (no certificate refused,
-//! the signed one accepted, also through the watcher's `--tls-*` flags), `clbctl --tls-ca`, and a
-//! sync worker that gets its work over mutual TLS and executes it against the NRP emulator. Nothing
-//! reaches the network; waits are bounded only to fail a hung test.
+//! the signed one accepted, also through the watcher's `--tls-*` flags), `clbctl --tls-ca`
+//! (`status`, and `load --node-agents`: each simulated node agent on a TLS connection of its own),
+//! and a sync worker that gets its work over mutual TLS and executes it against the NRP emulator.
+//! Nothing reaches the network; waits are bounded only to fail a hung test.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,6 +281,60 @@ async fn clbctl_reads_status_over_tls_with_its_tls_ca_flag() {
     assert!(stdout.contains("clb-state-server"), "{stdout}");
     let o = run(base(false)).await;
     assert!(!o.status.success(), "clbctl trusted an unknown CA");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn clbctl_load_node_agents_connect_and_resync_over_tls() {
+    // What tests/bench/node_agents.sh runs with CLB_BENCH_TLS=1, at N = 3: each simulated agent
+    // dials its own TLS connection with the global --tls-ca.
+    init();
+    let pki = Pki::new("agents");
+    let server = TlsServer::start(&pki.server_files(false)).await;
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_clbctl"))
+        .args([
+            "-o",
+            "json",
+            "--tls-ca",
+            &pki.path_str("ca.pem"),
+            "load",
+            "--state-server",
+            &server.url(),
+            "--node-agents",
+            "3",
+            "--idle-phase",
+            "0s",
+            "--writes-phase",
+            "0s",
+            "--churn-per-sec",
+            "0",
+        ])
+        .env_remove("CLB_SERVER")
+        .env_remove("CLB_GATEWAY")
+        .env_remove("CLB_TLS_CA")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let o = tokio::time::timeout(PATIENCE, o)
+        .await
+        .expect("clbctl load ends")
+        .expect("clbctl runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(report["agents_resynced"], 3, "{report}");
+    assert_eq!(report["agents_resynced_more_than_once"], 0, "{report}");
+    assert_eq!(report["connect_failures"], 0, "{report}");
+    assert!(
+        report["state_server"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://")),
+        "{report}"
+    );
     server.stop().await;
 }
 
