@@ -11,9 +11,11 @@
 //! - `named`: NRP refuses every call that carries the address and names it in its message;
 //! - `unnamed`: the same, without naming it (the worker finds it by splitting).
 //!
-//! Printed per arm, over `CLB_BENCH_TRIALS` trials (default 10): **first**, from the writer's
-//! resync to NRP holding all 8 good addresses; **later**, from `svc-b`'s Apply to NRP holding its
-//! endpoint at the refused address's node (while the address is held). Then for each refusing arm
+//! Printed per arm, over `CLB_BENCH_TRIALS` trials (default 10), p50 / max in ms: **first**, from
+//! the writer's resync to NRP holding all 8 good addresses; **held**, from the resync to the server
+//! holding the refused address (`GatewayStatus.refused_addresses`: the worker's search is over);
+//! **later**, from `svc-b`'s Apply, sent once the address is held, to NRP holding its endpoint at
+//! the refused address's node. Then for each refusing arm
 //! one run of `CLB_BENCH_WINDOW_S` seconds (default 60) from the resync: the calls NRP refused with
 //! the code, and every mutating call NRP received, against the clean arm's.
 //!
@@ -72,20 +74,27 @@ async fn start(arm: Arm) -> Harness {
     Harness::start(options).await
 }
 
-/// (first, later) of one trial.
-async fn trial(arm: Arm) -> (Duration, Duration) {
+/// (first, held, later) of one trial; held is zero in the clean arm.
+async fn trial(arm: Arm) -> (Duration, Duration, Duration) {
     let h = start(arm).await;
     let t = Instant::now();
     h.watcher().await.resync_ok(view()).await;
     wait_in_nrp(&h, "svc-a", &good_addresses()).await;
     let first = t.elapsed();
+    let mut held = Duration::ZERO;
+    if !matches!(arm, Arm::Clean) {
+        while h.gateway_status().await.refused_addresses == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        held = t.elapsed();
+    }
     let t = Instant::now();
     h.watcher()
         .await
         .apply_ok(at_refused_node("svc-b", "10.1.1.3"))
         .await;
     wait_in_nrp(&h, "svc-b", &["10.1.1.3".to_owned()]).await;
-    (first, t.elapsed())
+    (first, held, t.elapsed())
 }
 
 /// (refused calls, mutating calls) over `window` from the resync.
@@ -113,22 +122,29 @@ async fn main() {
     let window_s = env_usize("CLB_BENCH_WINDOW_S", 60) as u64;
     let arms = [Arm::Clean, Arm::Named, Arm::Unnamed];
     let mut firsts = vec![Vec::new(); arms.len()];
+    let mut helds = vec![Vec::new(); arms.len()];
     let mut laters = vec![Vec::new(); arms.len()];
     // The arms alternate, so that the machine's load falls on each alike.
     for _ in 0..trials {
         for (i, arm) in arms.iter().enumerate() {
-            let (first, later) = trial(*arm).await;
+            let (first, held, later) = trial(*arm).await;
             firsts[i].push(first);
+            helds[i].push(held);
             laters[i].push(later);
         }
     }
     println!(
-        "| arm | trials | first: 8 good addresses in NRP, p50 / max ms | later: svc-b at the refused address's node, p50 / max ms |"
+        "| arm | trials | first: 8 good addresses in NRP | the refused address held | \
+         later: svc-b at its node |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     for (i, arm) in arms.iter().enumerate() {
+        let held = match arm {
+            Arm::Clean => "–".to_owned(),
+            _ => summary(helds[i].clone()),
+        };
         println!(
-            "| {} | {trials} | {} | {} |",
+            "| {} | {trials} | {} | {held} | {} |",
             arm.name(),
             summary(firsts[i].clone()),
             summary(laters[i].clone())
