@@ -121,6 +121,9 @@ struct Inner {
     /// How long every write (any method but GET) takes before it is served
     /// ([`FakeApi::set_write_latency`]): a real API server's 10–20 ms (etcd's commit).
     write_latency: Duration,
+    /// How long a list (a GET of a collection that is not a watch) of a resource takes before it
+    /// is served ([`FakeApi::set_list_latency`]).
+    list_latency: HashMap<String, Duration>,
     /// Writes being served now, and the most at once since the start.
     writes_in_flight: usize,
     max_writes_in_flight: usize,
@@ -394,6 +397,7 @@ impl FakeApi {
             primary_family: "IPv4",
             pruned: Vec::new(),
             write_latency: Duration::ZERO,
+            list_latency: HashMap::new(),
             writes_in_flight: 0,
             max_writes_in_flight: 0,
             pod_writes_in_flight: 0,
@@ -531,6 +535,12 @@ impl FakeApi {
     /// API server where a write waits for etcd's commit; concurrent writes wait side by side.
     pub fn set_write_latency(&self, latency: Duration) {
         self.lock().write_latency = latency;
+    }
+
+    /// Every later list of `plural` (`endpointslices`, …; not a watch) takes `latency` before it
+    /// is read and served: a large cluster's list, seconds long.
+    pub fn set_list_latency(&self, plural: &str, latency: Duration) {
+        self.lock().list_latency.insert(plural.to_owned(), latency);
     }
 
     /// The most writes the API served at once since it started.
@@ -723,6 +733,10 @@ async fn handle(
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 watch(inner, &plural, q)
             } else {
+                let latency = inner.lock().unwrap().list_latency.get(&plural).copied();
+                if let Some(latency) = latency {
+                    tokio::time::sleep(latency).await;
+                }
                 list(&inner, &plural, &q)
             }
         }

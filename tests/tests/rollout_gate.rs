@@ -312,3 +312,49 @@ async fn a_scale_up_is_not_held_back_by_the_gates_patches_one_after_another() {
     controllers.stop().await;
     h.shutdown().await;
 }
+
+/// A gate is not opened as `NotSelected` before the watcher has listed the EndpointSlices: a
+/// large cluster's first list takes seconds, longer than the grace a late EndpointSlice gets, and
+/// a watcher restarted mid-rollout would otherwise turn the new pods Ready before Azure has them
+/// (the gate never goes back to `False`). Here every list of EndpointSlices takes 4 s, twice the
+/// grace; the pods' gates must end `Programmed`, none `NotSelected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_waits_for_the_endpointslices_first_list_before_deciding_not_selected() {
+    clb_tests::init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let h = Harness::start(Options::e2e()).await;
+    let fake = FakeApi::start().await;
+    fake.put("nodes", node("node-0", &["10.0.0.1"]));
+    let controllers = fake.start_controllers(ControllersConfig::default());
+    fake.put("services", selecting_service("web", UID, "web"));
+    let mut d = with_readiness_gate(deployment("web", 2, "web"), GATE_CONDITION_TYPE);
+    d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
+    fake.put("deployments", d);
+    // Twice the grace of the gate (`NOT_SELECTED_GRACE`, 2 s).
+    fake.set_list_latency("endpointslices", Duration::from_secs(4));
+    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
+    config.readiness_gate = true;
+    let w = RunningWatcher::start(config, fake.watcher_clients());
+    let reasons = eventually("both pods' gates True", || async {
+        let reasons: Vec<String> = fake
+            .deployment_pods("web")
+            .iter()
+            .filter_map(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == GATE_CONDITION_TYPE && c["status"] == "True")
+                    .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        (reasons.len() == 2)
+            .then_some(reasons.clone())
+            .ok_or(format!("{reasons:?}"))
+    })
+    .await;
+    assert_eq!(reasons, ["Programmed", "Programmed"]);
+    w.stop().await;
+    controllers.stop().await;
+    h.shutdown().await;
+}

@@ -16,8 +16,9 @@
 //!   with that Service. The state server pushes it: one `Writer.WatchAddresses` stream per lane
 //!   (verb `write`) watches the addresses the lane's pending pods wait for, and the set changes on
 //!   the open stream (`streams.rs`). A pod no clb Service lists
-//!   (after [`NOT_SELECTED_GRACE`], so that a late EndpointSlice is not raced) gets `True` with
-//!   reason `NotSelected`: a gate never blocks an unrelated pod. While it waits, the condition is
+//!   (once every lane has listed every kind, and after [`NOT_SELECTED_GRACE`], so that a late
+//!   EndpointSlice is not raced) gets `True` with reason `NotSelected`: a gate never blocks an
+//!   unrelated pod. While it waits, the condition is
 //!   `False`, reason `Pending`.
 //! - **Fail open, bounded.** Not programmed within `--readiness-gate-timeout` (10 min): `True`
 //!   with reason `Timeout`, a Warning Event `ReadinessGateTimeout` on the pod naming the Services,
@@ -545,7 +546,10 @@ impl Gate {
         self.want(key, wanted.clone());
         let waited = since.elapsed();
         let timeout = self.config.readiness_gate_timeout;
-        let outcome = if wanted.is_empty() && !ours_listed {
+        // Until every lane has listed every kind once, a pod no EndpointSlice lists may only be
+        // listed by one not read yet (a large cluster's first list takes seconds): not decided.
+        let lists_known = self.lanes.iter().all(Lane::initialized);
+        let outcome = if wanted.is_empty() && !ours_listed && lists_known {
             if !listed && waited < NOT_SELECTED_GRACE {
                 self.arm(key, since + NOT_SELECTED_GRACE);
                 None
@@ -574,7 +578,11 @@ impl Gate {
             self.warn(key, &pod, &why).await;
             Some(("Timeout", why))
         } else {
-            self.arm(key, since + timeout);
+            let mut at = since + timeout;
+            if !lists_known {
+                at = at.min(Instant::now() + NOT_SELECTED_GRACE);
+            }
+            self.arm(key, at);
             return (!pending_written).then(|| Write {
                 key: key.clone(),
                 status: "False",

@@ -145,6 +145,12 @@ impl Lane {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether every stream has completed its first list: before, an object the translator lacks
+    /// may be one not listed yet.
+    pub(crate) fn initialized(&self) -> bool {
+        self.lock().initialized
+    }
+
     /// Reads the translator.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&Translator) -> R) -> R {
         f(&self.lock().translator)
