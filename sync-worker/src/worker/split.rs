@@ -15,7 +15,9 @@ use super::errors;
 /// (the location changes of a call, the addresses of a location change, the service requests of
 /// an `updateServices` call): `2·⌈log2(n)⌉ + 2` (none
 /// for one). A halving costs two calls per level and finds one culprit in `⌈log2(n)⌉` levels; the
-/// two more leave room for a culprit named by NRP (one call) before a halving.
+/// two more leave room for a culprit named by NRP (one call) before a halving. The fast path of a
+/// refused `updateAddressLocations` call that names one of its addresses (the call sent once without
+/// it) is one more call, before the bound of its location changes.
 pub fn refusal_split_bound(n: usize) -> usize {
     if n < 2 {
         return 0;

@@ -5,14 +5,16 @@
 //! of the call, goes through.
 //!
 //! [`Search`] is the splitting itself, without I/O and the same at both levels; [`contain`] drives it
-//! with a function that sends one call.
+//! with a function that sends one call. Before it, when NRP's message names one address of a call of
+//! several location changes ([`named_alone`]), the call is sent once without that address (the fast
+//! path): one extra call instead of two.
 
 use std::net::IpAddr;
 
 use clb_nrp::wire::{UpdateAction, UpdateAddressLocationsRequest};
 use clb_proto::v1::{self, LocationChange, RefusedAddress};
 
-use super::{Piece, request, update};
+use super::{Piece, action_of, update};
 use crate::worker::ctx::UnitError;
 use crate::worker::errors;
 use crate::worker::split::{Found, Search, message_of, only_one, refusal_split_bound};
@@ -110,6 +112,76 @@ fn addresses_request(
     }
 }
 
+/// The one address of `call` that `message` names, as (position in `call`, index into its location
+/// change's addresses), for the fast path of [`contain`]: when the call has several location changes,
+/// `message` names addresses of exactly one of them ([`culprit_named`]) and exactly one of its
+/// addresses in the call ([`address_named`]), and leaving it out leaves something to send (a full
+/// update of that address alone would be sent empty: the deletion of its location).
+fn named_alone(
+    locations: &[LocationChange],
+    call: &[Piece],
+    message: &str,
+) -> Option<(usize, usize)> {
+    if call.len() < 2 {
+        return None;
+    }
+    let p = culprit_named(locations, call, message)?;
+    let piece = call[p];
+    let change = &locations[piece.index];
+    let addresses: Vec<usize> = (piece.start..piece.end).collect();
+    let i = addresses[address_named(change, &addresses, message)?];
+    let full = change.action() == v1::AddressUpdateAction::FullUpdate;
+    (!full || piece.len() > 1).then_some((p, i))
+}
+
+/// The body of `call` without the address `left_out` (index into `locations`, index into its
+/// addresses): its location change goes with the rest of its addresses, with its own action (a full
+/// update is then a full replacement without it), or not at all when it had no other (a partial
+/// update).
+fn request_without(
+    locations: &[LocationChange],
+    call: &[Piece],
+    left_out: Option<(usize, usize)>,
+) -> UpdateAddressLocationsRequest {
+    UpdateAddressLocationsRequest {
+        action: UpdateAction::PartialUpdate,
+        address_locations: call
+            .iter()
+            .filter_map(|p| {
+                let change = &locations[p.index];
+                let kept: Vec<usize> = (p.start..p.end)
+                    .filter(|&i| left_out != Some((p.index, i)))
+                    .collect();
+                if kept.is_empty() && p.len() > 0 {
+                    return None;
+                }
+                let addresses = kept.into_iter().map(|i| &change.addresses[i]);
+                Some(update(change, action_of(change), addresses))
+            })
+            .collect(),
+    }
+}
+
+/// The report of `address` of location change `index`, refused with `e`.
+fn refused_address(index: usize, address: &str, e: &UnitError) -> RefusedAddress {
+    RefusedAddress {
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+        address: address.to_string(),
+        code: e.code().to_string(),
+        message: message_of(e).to_string(),
+    }
+}
+
+/// Logs `address` of `change` found refused (once per culprit).
+fn warn_refused(change: &LocationChange, address: &str, e: &UnitError) {
+    tracing::warn!(
+        location = %change.location,
+        address = %address,
+        code = e.code(),
+        "NRP refuses this address: its location change goes through without it, and the server holds it on its refusal schedule"
+    );
+}
+
 /// What containing the refusal of one call found, in terms of the unit's location changes.
 #[derive(Debug, Default)]
 pub(super) struct Contained {
@@ -124,10 +196,19 @@ pub(super) struct Contained {
 }
 
 /// Contains `refusal` of `call` (docs/errors.md, "A refused call is split"), sending each extra call
-/// with `send`. A call of several location changes is split down to the ones that cause the
-/// refusal (at most [`refusal_split_bound`]`(call.len())` extra calls; those not decided fail with
-/// the refusal); each of those, or the one location change of the call, is split down to its
-/// addresses ([`contain_change`]).
+/// with `send`.
+///
+/// The fast path: when `refusal` names one address of a call of several location changes
+/// ([`named_alone`]), the call is sent once without it. It goes through: the address is the culprit,
+/// every location change is applied (1 extra call). It is refused again: the address is a culprit
+/// all the same (as a named item is in [`Search`]), and the search below splits the call without it,
+/// with that second refusal. It fails otherwise: every location change of the call fails with that
+/// error (a retried or repaired one stops the unit), as a part of a split does.
+///
+/// The search: a call of several location changes is split down to the ones that cause the refusal
+/// (at most [`refusal_split_bound`]`(call.len())` extra calls; those not decided fail with the
+/// refusal); each of those, or the one location change of the call, is split down to its addresses
+/// ([`contain_change`]).
 pub(super) async fn contain<S>(
     send: &mut S,
     locations: &[LocationChange],
@@ -138,16 +219,54 @@ where
     S: Caller,
 {
     let mut out = Contained::default();
-    let culprits = if let [piece] = call {
-        vec![(*piece, refusal)]
+    let mut call = call.to_vec();
+    let mut refusal = refusal;
+    let mut left_out = None;
+    if let Some((p, i)) = named_alone(locations, &call, message_of(&refusal)) {
+        let piece = call[p];
+        let change = &locations[piece.index];
+        let address = &change.addresses[i].address;
+        out.calls += 1;
+        let result = send
+            .call(&request_without(locations, &call, Some((piece.index, i))))
+            .await;
+        match result {
+            Err(UnitError::Nrp(e)) if errors::is_refusal(&e) => {
+                tracing::debug!(location = %change.location, %address, code = e.code(), "the call without the address NRP names is refused too: splitting it");
+                warn_refused(change, address, &refusal);
+                out.refused
+                    .push(refused_address(piece.index, address, &refusal));
+                left_out = Some((piece.index, i));
+                if piece.len() == 1 {
+                    call.remove(p);
+                }
+                refusal = UnitError::Nrp(e);
+            }
+            Ok(()) => {
+                warn_refused(change, address, &refusal);
+                out.refused
+                    .push(refused_address(piece.index, address, &refusal));
+                return out;
+            }
+            Err(other) => {
+                tracing::warn!(locations = call.len(), error = ?other, "the call without the address NRP names failed otherwise");
+                out.stop = other.is_retryable();
+                out.failed
+                    .extend(call.into_iter().map(|p| (p, other.clone())));
+                return out;
+            }
+        }
+    }
+    let culprits = if let [piece] = call[..] {
+        vec![(piece, refusal)]
     } else {
         let bound = refusal_split_bound(call.len());
-        let search = Search::new(call.to_vec(), refusal, bound);
+        let search = Search::new(call.clone(), refusal, bound);
         let found = run(
             search,
             send,
             |group, message| culprit_named(locations, group, message),
-            |part, _| request(locations, part),
+            |part, _| request_without(locations, part, left_out),
         )
         .await;
         if !found.undecided.is_empty() {
@@ -157,7 +276,7 @@ where
                 "the bound on extra calls is reached: the location changes not decided fail with the refusal"
             );
         }
-        out.calls = found.calls;
+        out.calls += found.calls;
         out.stop = found.stop;
         out.failed.extend(found.undecided);
         out.failed.extend(found.failed);
@@ -171,14 +290,18 @@ where
             out.failed.push((piece, refusal));
         } else {
             tracing::debug!(location = %change.location, code = refusal.code(), "NRP refuses this location change: splitting it by address");
-            contain_change(send, change, piece, refusal, &mut out).await;
+            let without = left_out
+                .filter(|&(index, _)| index == piece.index)
+                .map(|(_, i)| i);
+            contain_change(send, change, piece, without, refusal, &mut out).await;
         }
     }
     out
 }
 
-/// Splits `piece` of `change`, refused with `refusal`, down to the addresses that cause the
-/// refusal, in at most [`refusal_split_bound`]`(piece.len())` extra calls. The addresses refused
+/// Splits `piece` of `change` (but the address `left_out`, already found refused), refused with
+/// `refusal`, down to the addresses that cause the refusal, in at most
+/// [`refusal_split_bound`]`(n)` extra calls, `n` the addresses split. The addresses refused
 /// alone, and those not decided within the bound (with the refusal of the part they were in), go to
 /// `out.refused`; the change goes through without them, unless a part failed otherwise (the change
 /// fails with that error) or it is a full update none of whose parts went through (it fails with
@@ -187,13 +310,17 @@ async fn contain_change<S>(
     send: &mut S,
     change: &LocationChange,
     piece: Piece,
+    left_out: Option<usize>,
     refusal: UnitError,
     out: &mut Contained,
 ) where
     S: Caller,
 {
-    let bound = refusal_split_bound(piece.len());
-    let search = Search::new((piece.start..piece.end).collect(), refusal.clone(), bound);
+    let addresses: Vec<usize> = (piece.start..piece.end)
+        .filter(|&i| Some(i) != left_out)
+        .collect();
+    let bound = refusal_split_bound(addresses.len());
+    let search = Search::new(addresses, refusal.clone(), bound);
     let found = run(
         search,
         send,
@@ -204,12 +331,7 @@ async fn contain_change<S>(
     out.calls += found.calls;
     out.stop |= found.stop;
     for (i, e) in &found.culprits {
-        tracing::warn!(
-            location = %change.location,
-            address = %change.addresses[*i].address,
-            code = e.code(),
-            "NRP refuses this address: its location change goes through without it, and the server holds it on its refusal schedule"
-        );
+        warn_refused(change, &change.addresses[*i].address, e);
     }
     if !found.undecided.is_empty() {
         tracing::warn!(
@@ -219,20 +341,13 @@ async fn contain_change<S>(
             "the bound on extra calls is reached: the addresses not decided are reported refused, and the server sends them again on its refusal schedule"
         );
     }
-    let index = u32::try_from(piece.index).unwrap_or(u32::MAX);
-    out.refused
-        .extend(
-            found
-                .culprits
-                .iter()
-                .chain(&found.undecided)
-                .map(|(i, e)| RefusedAddress {
-                    index,
-                    address: change.addresses[*i].address.clone(),
-                    code: e.code().to_string(),
-                    message: message_of(e).to_string(),
-                }),
-        );
+    out.refused.extend(
+        found
+            .culprits
+            .iter()
+            .chain(&found.undecided)
+            .map(|(i, e)| refused_address(piece.index, &change.addresses[*i].address, e)),
+    );
     let full = change.action() == v1::AddressUpdateAction::FullUpdate;
     if let Some((_, e)) = found.failed.into_iter().next() {
         out.failed.push((piece, e));

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::super::request;
 use super::super::tests::change_of as change;
 use super::*;
 use clb_nrp::NrpError;
@@ -343,9 +344,9 @@ fn a_call_is_split_by_location_change_then_the_culprit_by_address() {
                 addresses(&format!("10.1.{i}"), 0..4, except)
             );
         }
-        // Named: the call without the location, then the location without the address.
+        // Named: the call without the address (the fast path; a full replacement at 10.0.0.2).
         // Halved: [0,1] and [2,3], [2] and [3]; then [1.0,1.1] and [1.2,1.3], [1.0] and [1.1].
-        let expected = if names { 2 } else { 4 + 4 };
+        let expected = if names { 1 } else { 4 + 4 };
         assert_eq!(c.calls, expected, "named: {names}");
         assert!(c.calls <= refusal_split_bound(4) + refusal_split_bound(4));
     }
@@ -442,5 +443,200 @@ fn addresses_of_a_change_are_sent_alone_in_their_call() {
     assert_eq!(
         addresses_request(&partial, &[0], true).address_locations[0].address_update_action,
         UpdateAction::PartialUpdate
+    );
+}
+
+/// Four location changes `10.0.0.{i}` of `n` addresses `10.1.{i}.{0..n}`; `full` the full updates.
+fn four(n: usize, full: &[usize]) -> Vec<LocationChange> {
+    (0..4)
+        .map(|i| {
+            change(
+                &format!("10.0.0.{i}"),
+                &format!("10.1.{i}"),
+                n,
+                full.contains(&i),
+            )
+        })
+        .collect()
+}
+
+/// The addresses each location of `body` carries, with its action.
+fn carried(body: &UpdateAddressLocationsRequest) -> Vec<(String, UpdateAction, usize)> {
+    body.address_locations
+        .iter()
+        .map(|l| {
+            (
+                l.address_location.clone(),
+                l.address_update_action.clone(),
+                l.addresses.len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_named_address_of_a_call_of_several_changes_costs_one_extra_call() {
+    let locs = four(4, &[]);
+    let mut nrp = Model::refusing(&["10.1.2.1"], true);
+    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    assert_eq!((c.calls, nrp.calls.len()), (1, 2));
+    assert_eq!(refused(&c), entries(2, &["10.1.2.1"]));
+    assert!(c.refused[0].message.contains("'10.1.2.1'"), "{c:?}");
+    assert!(c.failed.is_empty() && !c.stop, "{c:?}");
+    // The whole call but the address.
+    let sizes: Vec<usize> = carried(&nrp.calls[1].0).iter().map(|l| l.2).collect();
+    assert_eq!(sizes, vec![4, 4, 3, 4]);
+    for i in 0..4 {
+        let except: &[usize] = if i == 2 { &[1] } else { &[] };
+        let prefix = format!("10.1.{i}");
+        assert_eq!(
+            nrp.at(&format!("10.0.0.{i}")),
+            addresses(&prefix, 0..4, except)
+        );
+    }
+
+    // The named address alone in its (partial) location change: the call goes without that location.
+    let locs = four(1, &[]);
+    let mut nrp = Model::refusing(&["10.1.1.0"], true);
+    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    assert_eq!((c.calls, nrp.calls.len()), (1, 2));
+    assert_eq!(refused(&c), entries(1, &["10.1.1.0"]));
+    assert!(c.failed.is_empty() && !c.stop, "{c:?}");
+    assert_eq!(nrp.calls[1].0.address_locations.len(), 3);
+    assert!(nrp.at("10.0.0.1").is_empty());
+}
+
+#[test]
+fn a_call_refused_again_without_the_named_address_is_split_without_it() {
+    // A second culprit in another location change, in the same one, in a full update.
+    let cases: [(&[usize], [&str; 2], usize); 3] = [
+        (&[], ["10.1.1.2", "10.1.3.0"], 1),
+        (&[], ["10.1.1.0", "10.1.1.3"], 1),
+        (&[2], ["10.1.2.0", "10.1.2.3"], 2),
+    ];
+    for (full, culprits, at) in cases {
+        let locs = four(4, full);
+        let mut nrp = Model::refusing(&culprits, true);
+        if full.contains(&2) {
+            nrp = nrp.holding("10.0.0.2", "10.1.2.99");
+        }
+        let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+        // The call without the first, refused naming the second; without the location change of
+        // the second, through; that change without both (or without the second), through.
+        assert_eq!(c.calls, 3, "{culprits:?}: {:?}", nrp.calls);
+        assert!(c.calls <= 1 + refusal_split_bound(4) + refusal_split_bound(4));
+        assert!(c.failed.is_empty() && !c.stop, "{c:?}");
+        let mut expected = entries(at as u32, &culprits[..1]);
+        let second = if culprits[1].starts_with("10.1.3") {
+            3
+        } else {
+            at
+        };
+        expected.extend(entries(second as u32, &culprits[1..]));
+        expected.sort();
+        assert_eq!(refused(&c), expected);
+        for i in 0..4 {
+            let prefix = format!("10.1.{i}");
+            let except: Vec<usize> = (0..4)
+                .filter(|k| culprits.contains(&format!("{prefix}.{k}").as_str()))
+                .collect();
+            assert_eq!(
+                nrp.at(&format!("10.0.0.{i}")),
+                addresses(&prefix, 0..4, &except)
+            );
+        }
+        // A full update: each call carries it as one, without the named address: a full
+        // replacement (the old address is gone), never sent empty.
+        for (body, _) in &nrp.calls[1..] {
+            for l in carried(body) {
+                if l.0 == "10.0.0.2" && full.contains(&2) {
+                    assert_eq!(l.1, UpdateAction::FullUpdate, "{body:?}");
+                    assert!(l.2 > 0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_update_of_the_named_address_alone_takes_no_fast_path() {
+    let mut locs = four(2, &[]);
+    locs[1] = change("10.0.0.1", "10.1.1", 1, true);
+    let mut nrp = Model::refusing(&["10.1.1.0"], true).holding("10.0.0.1", "10.1.1.7");
+    let call = whole(&locs);
+    let c = send(&mut nrp, &locs, &call).expect("refused");
+    // As before the fast path: the call without that location change, which fails whole.
+    assert_eq!((c.calls, nrp.calls.len()), (1, 2));
+    assert_eq!(refused(&c), entries(1, &["10.1.1.0"]));
+    assert_eq!(c.failed.len(), 1);
+    assert_eq!((c.failed[0].0, c.failed[0].1.code()), (call[1], CODE));
+    assert!(
+        nrp.calls
+            .iter()
+            .all(|(b, _)| b.address_locations.iter().all(|l| !l.addresses.is_empty())),
+        "never an empty full update: {:?}",
+        nrp.calls
+    );
+    assert_eq!(nrp.at("10.0.0.1"), BTreeSet::from(["10.1.1.7".to_string()]));
+    assert_eq!(nrp.at("10.0.0.3"), addresses("10.1.3", 0..2, &[]));
+
+    // A full update with more: a full replacement without the named address, in one extra call.
+    let locs = four(3, &[1]);
+    let mut nrp = Model::refusing(&["10.1.1.2"], true).holding("10.0.0.1", "10.1.1.7");
+    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    assert_eq!(c.calls, 1);
+    assert_eq!(refused(&c), entries(1, &["10.1.1.2"]));
+    assert!(c.failed.is_empty(), "{c:?}");
+    assert_eq!(
+        carried(&nrp.calls[1].0)[1],
+        ("10.0.0.1".to_string(), UpdateAction::FullUpdate, 2)
+    );
+    assert_eq!(nrp.at("10.0.0.1"), addresses("10.1.1", 0..3, &[2]));
+}
+
+#[test]
+fn the_fast_path_failing_otherwise_fails_the_call() {
+    let locs = four(2, &[]);
+    let mut nrp = Model::refusing(&["10.1.0.1"], true);
+    nrp.unavailable_at = Some(1);
+    let c = send(&mut nrp, &locs, &whole(&locs)).expect("refused");
+    assert_eq!((c.calls, nrp.calls.len()), (1, 2));
+    assert!(c.stop, "a retried error stops the unit");
+    assert!(c.refused.is_empty(), "{c:?}");
+    assert_eq!(c.failed.len(), 4);
+    assert!(
+        c.failed
+            .iter()
+            .all(|(_, e)| e.code() == "ServiceUnavailable")
+    );
+}
+
+#[test]
+fn the_fast_path_needs_one_named_address_of_a_call_of_several_changes() {
+    let mut locs = four(2, &[3]);
+    locs[2] = change("10.0.0.2", "10.1.2", 1, true);
+    let call = whole(&locs);
+    let named = |m: &str| named_alone(&locs, &call, m);
+    assert_eq!(
+        named("Address '10.1.1.1' at location '10.0.0.1'"),
+        Some((1, 1))
+    );
+    assert_eq!(
+        named("Address '10.1.3.0'"),
+        Some((3, 0)),
+        "a full update with more"
+    );
+    assert_eq!(
+        named("Address '10.1.2.0'"),
+        None,
+        "a full update of it alone"
+    );
+    assert_eq!(named("location '10.0.0.1'"), None, "no address");
+    assert_eq!(named("'10.1.1.0' and '10.1.1.1'"), None, "two addresses");
+    assert_eq!(named("'10.1.1.0' and '10.1.0.1'"), None, "two changes");
+    assert_eq!(
+        named_alone(&locs, &call[..1], "'10.1.0.1'"),
+        None,
+        "one change"
     );
 }
