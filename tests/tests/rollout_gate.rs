@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use clb_tests::fake_kube::FakeApi;
-use clb_tests::fake_kube::controllers::{ControllersConfig, condition};
+use clb_tests::fake_kube::controllers::{ControllersConfig, ControllersHandle, condition};
 use clb_tests::kube_objects::{
     RunningWatcher, deployment, eventually, node, selecting_service, test_config,
     with_readiness_gate,
@@ -178,11 +178,12 @@ fn writer_rpcs(h: &Harness) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Gated pods are released by what the state server pushes (`WatchAddresses`: no unary call for
-/// them, no poll), and once they are Ready an idle cluster costs the server no RPC at all: the
-/// watcher's session, write-back and gate only hold their streams.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gates_open_on_a_push_and_an_idle_cluster_costs_no_rpc() {
+/// The system, the fake API with its controllers, Service `web` selecting Deployment `web` of 2
+/// gated pods on one node, and the watcher in cluster mode with the readiness gate; every list of
+/// EndpointSlices takes `list_latency`.
+async fn gated_web(
+    list_latency: Duration,
+) -> (Harness, FakeApi, ControllersHandle, RunningWatcher) {
     clb_tests::init_tracing();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let h = Harness::start(Options::e2e()).await;
@@ -193,9 +194,21 @@ async fn gates_open_on_a_push_and_an_idle_cluster_costs_no_rpc() {
     let mut d = with_readiness_gate(deployment("web", 2, "web"), GATE_CONDITION_TYPE);
     d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
     fake.put("deployments", d);
+    if !list_latency.is_zero() {
+        fake.set_list_latency("endpointslices", list_latency);
+    }
     let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
     config.readiness_gate = true;
     let w = RunningWatcher::start(config, fake.watcher_clients());
+    (h, fake, controllers, w)
+}
+
+/// Gated pods are released by what the state server pushes (`WatchAddresses`: no unary call for
+/// them, no poll), and once they are Ready an idle cluster costs the server no RPC at all: the
+/// watcher's session, write-back and gate only hold their streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_open_on_a_push_and_an_idle_cluster_costs_no_rpc() {
+    let (h, fake, controllers, w) = gated_web(Duration::ZERO).await;
     eventually("both pods Ready, their gates Programmed", || async {
         let programmed = fake
             .deployment_pods("web")
@@ -320,21 +333,8 @@ async fn a_scale_up_is_not_held_back_by_the_gates_patches_one_after_another() {
 /// grace; the pods' gates must end `Programmed`, none `NotSelected`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_waits_for_the_endpointslices_first_list_before_deciding_not_selected() {
-    clb_tests::init_tracing();
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let h = Harness::start(Options::e2e()).await;
-    let fake = FakeApi::start().await;
-    fake.put("nodes", node("node-0", &["10.0.0.1"]));
-    let controllers = fake.start_controllers(ControllersConfig::default());
-    fake.put("services", selecting_service("web", UID, "web"));
-    let mut d = with_readiness_gate(deployment("web", 2, "web"), GATE_CONDITION_TYPE);
-    d["spec"]["template"]["metadata"]["labels"][GATE_LABEL] = Value::from(GATE_LABEL_VALUE);
-    fake.put("deployments", d);
     // Twice the grace of the gate (`NOT_SELECTED_GRACE`, 2 s).
-    fake.set_list_latency("endpointslices", Duration::from_secs(4));
-    let mut config = test_config(&h.url(), Mode::Cluster { pods: true });
-    config.readiness_gate = true;
-    let w = RunningWatcher::start(config, fake.watcher_clients());
+    let (h, fake, controllers, w) = gated_web(Duration::from_secs(4)).await;
     let reasons = eventually("both pods' gates True", || async {
         let reasons: Vec<String> = fake
             .deployment_pods("web")
