@@ -117,7 +117,6 @@ fn summary(mut v: Vec<Duration>) -> String {
 
 #[tokio::main]
 async fn main() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let trials = env_usize("CLB_BENCH_TRIALS", 10);
     let window_s = env_usize("CLB_BENCH_WINDOW_S", 60) as u64;
     let arms = [Arm::Clean, Arm::Named, Arm::Unnamed];
